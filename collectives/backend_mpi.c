@@ -1,0 +1,172 @@
+/* MPI backend.  Owns the MPI datatypes and user ops for 16-bit floats (MPI
+ * has no builtin half types: a committed 2-byte contiguous type plus
+ * commutative user ops computing in float), and the pipelined reduction.
+ * Created by hvd_mpi_backend_init() on the engine thread, freed by fini. */
+#include "backend_mpi.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "dtype.h"
+
+static MPI_Datatype half_type = MPI_DATATYPE_NULL, bf16_type = MPI_DATATYPE_NULL;
+static MPI_Op half_ops[HVD_OP_COUNT], bf16_ops[HVD_OP_COUNT];
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+}
+
+#define USER_OP(fn, dt, op)                                                                 \
+  static void fn(void *in, void *inout, int *len, MPI_Datatype *type) {                     \
+    (void)type;                                                                             \
+    hvd_reduce_into(inout, in, (size_t)*len, dt, op);                                       \
+  }
+USER_OP(half_sum, HVD_FLOAT16, HVD_SUM)
+USER_OP(half_min, HVD_FLOAT16, HVD_MIN)
+USER_OP(half_max, HVD_FLOAT16, HVD_MAX)
+USER_OP(bf16_sum, HVD_BFLOAT16, HVD_SUM)
+USER_OP(bf16_min, HVD_BFLOAT16, HVD_MIN)
+USER_OP(bf16_max, HVD_BFLOAT16, HVD_MAX)
+
+int hvd_mpi_backend_init(void) {
+  int rc = MPI_Type_contiguous(2, MPI_BYTE, &half_type);
+  if (rc == MPI_SUCCESS) rc = MPI_Type_commit(&half_type);
+  if (rc == MPI_SUCCESS) rc = MPI_Type_contiguous(2, MPI_BYTE, &bf16_type);
+  if (rc == MPI_SUCCESS) rc = MPI_Type_commit(&bf16_type);
+  MPI_User_function *hf[HVD_OP_COUNT] = {half_sum, half_sum, half_min, half_max};
+  MPI_User_function *bf[HVD_OP_COUNT] = {bf16_sum, bf16_sum, bf16_min, bf16_max};
+  for (int i = 0; i < HVD_OP_COUNT && rc == MPI_SUCCESS; i++) {
+    rc = MPI_Op_create(hf[i], 1, &half_ops[i]);
+    if (rc == MPI_SUCCESS) rc = MPI_Op_create(bf[i], 1, &bf16_ops[i]);
+  }
+  return rc;
+}
+
+void hvd_mpi_backend_fini(void) {
+  for (int i = 0; i < HVD_OP_COUNT; i++) {
+    if (half_ops[i] != MPI_OP_NULL && half_ops[i]) MPI_Op_free(&half_ops[i]);
+    if (bf16_ops[i] != MPI_OP_NULL && bf16_ops[i]) MPI_Op_free(&bf16_ops[i]);
+  }
+  if (half_type != MPI_DATATYPE_NULL) MPI_Type_free(&half_type);
+  if (bf16_type != MPI_DATATYPE_NULL) MPI_Type_free(&bf16_type);
+}
+
+MPI_Datatype hvd_mpi_dtype(hvd_dtype_t dtype) {
+  switch (dtype) {
+  case HVD_FLOAT32: return MPI_FLOAT;
+  case HVD_FLOAT64: return MPI_DOUBLE;
+  case HVD_FLOAT16: return half_type;
+  case HVD_BFLOAT16: return bf16_type;
+  case HVD_INT32: return MPI_INT32_T;
+  case HVD_INT64: return MPI_INT64_T;
+  case HVD_UINT8: return MPI_UINT8_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+static MPI_Op mpi_op(hvd_dtype_t dtype, hvd_op_t op) {
+  if (dtype == HVD_FLOAT16) return half_ops[op];
+  if (dtype == HVD_BFLOAT16) return bf16_ops[op];
+  return op == HVD_MIN ? MPI_MIN : op == HVD_MAX ? MPI_MAX : MPI_SUM;
+}
+
+/* Largest piece: the chunk setting, rounded down to whole 8-byte words, and
+ * never more than INT_MAX elements (MPI counts are int). */
+static size_t piece_bytes(size_t chunk, size_t total, size_t es) {
+  size_t p = chunk ? chunk - chunk % 8 : total;
+  if (p == 0) p = 8;
+  if (p > total) p = total;
+  size_t cap = (size_t)INT_MAX * es;
+  if (p > cap) p = cap - cap % 8;
+  return p;
+}
+
+int hvd_mpi_allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype, hvd_op_t op, size_t chunk,
+                            char *staging, MPI_Comm comm, hvd_phase_times *t) {
+  size_t es = hvd_dtype_size(dtype), total = 0;
+  for (size_t i = 0; i < n; i++) total += e[i].bytes;
+  if (total == 0) return MPI_SUCCESS;
+  MPI_Datatype type = hvd_mpi_dtype(dtype);
+  MPI_Op mop = mpi_op(dtype, op);
+  size_t piece = piece_bytes(chunk, total, es);
+  double t0, t1;
+  if (n == 1) {
+    char *p = e[0].ptr;
+    for (size_t off = 0; off < total; off += piece) {
+      size_t len = total - off < piece ? total - off : piece;
+      t0 = now_us();
+      int rc = MPI_Allreduce(MPI_IN_PLACE, p + off, (int)(len / es), type, mop, comm);
+      t1 = now_us();
+      t->reduce_us += t1 - t0;
+      if (rc != MPI_SUCCESS) return rc;
+      if (e[0].divisor != 1) {
+        hvd_scale_copy(p + off, p + off, len / es, dtype, e[0].divisor);
+        t->copy_out_us += now_us() - t1;
+      }
+    }
+    return MPI_SUCCESS;
+  }
+  hvd_fuse_cursor in, out;
+  hvd_fuse_begin(&in, e, n);
+  hvd_fuse_begin(&out, e, n);
+  for (size_t off = 0; off < total; off += piece) {
+    size_t len = total - off < piece ? total - off : piece;
+    t0 = now_us();
+    hvd_fuse_pack(&in, staging, len);
+    t1 = now_us();
+    int rc = MPI_Allreduce(MPI_IN_PLACE, staging, (int)(len / es), type, mop, comm);
+    double t2 = now_us();
+    if (rc != MPI_SUCCESS) return rc;
+    hvd_fuse_unpack(&out, staging, len, dtype);
+    t->copy_in_us += t1 - t0;
+    t->reduce_us += t2 - t1;
+    t->copy_out_us += now_us() - t2;
+  }
+  return MPI_SUCCESS;
+}
+
+int hvd_mpi_broadcast(void *buf, size_t count, hvd_dtype_t dtype, int root, MPI_Comm comm) {
+  size_t es = hvd_dtype_size(dtype), total = count * es;
+  size_t piece = piece_bytes(0, total, es);
+  for (size_t off = 0; off < total; off += piece) {
+    size_t len = total - off < piece ? total - off : piece;
+    int rc = MPI_Bcast((char *)buf + off, (int)(len / es), hvd_mpi_dtype(dtype), root, comm);
+    if (rc != MPI_SUCCESS) return rc;
+  }
+  return MPI_SUCCESS;
+}
+
+int hvd_mpi_allgather(const void *in, void *out, const int64_t *rows, size_t row_elems, hvd_dtype_t dtype,
+                      MPI_Comm comm, char *err, size_t errlen) {
+  int size;
+  MPI_Comm_size(comm, &size);
+  int *counts = malloc(sizeof(int) * (size_t)size * 2);
+  if (!counts) {
+    snprintf(err, errlen, "out of memory");
+    return MPI_ERR_NO_MEM;
+  }
+  int *displs = counts + size;
+  int64_t off = 0;
+  for (int r = 0; r < size; r++) {
+    int64_t c = rows[r] * (int64_t)row_elems;
+    if (c > INT_MAX || off > INT_MAX) {
+      snprintf(err, errlen, "allgather larger than %d elements is not supported by the MPI backend", INT_MAX);
+      free(counts);
+      return MPI_ERR_COUNT;
+    }
+    counts[r] = (int)c;
+    displs[r] = (int)off;
+    off += c;
+  }
+  int me;
+  MPI_Comm_rank(comm, &me);
+  MPI_Datatype type = hvd_mpi_dtype(dtype);
+  int rc = MPI_Allgatherv(in, counts[me], type, out, counts, displs,
+                          type, comm);
+  free(counts);
+  return rc;
+}

@@ -1,0 +1,33 @@
+/* Element types: sizes, names, half-precision conversion, the reductions
+ * MPI has no builtin for (float16, bfloat16) and the scaled copies the
+ * fusion pack/unpack uses.  Pure functions: no state, no threads. */
+#ifndef HVD_DTYPE_H
+#define HVD_DTYPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hvdshim.h"
+
+#define HVD_DTYPE_COUNT 7
+#define HVD_OP_COUNT 4
+
+uint16_t hvd_float_to_half(float f);
+float hvd_half_to_float(uint16_t h);
+uint16_t hvd_float_to_bf16(float f);
+float hvd_bf16_to_float(uint16_t h);
+
+int hvd_dtype_valid(int dtype);
+int hvd_op_valid(int op);
+const char *hvd_op_name(int op);
+
+/* acc[i] = op(acc[i], in[i]) for n elements; op is SUM (AVG reduces as SUM),
+ * MIN or MAX.  Used by the MPI user ops for 16-bit floats and by tests. */
+void hvd_reduce_into(void *acc, const void *in, size_t n, hvd_dtype_t dtype, hvd_op_t op);
+
+/* dst[i] = src[i] / divisor for n elements (floats: times 1/divisor;
+ * integers: division truncated toward zero).  divisor 1 is a plain copy;
+ * dst may equal src. */
+void hvd_scale_copy(void *dst, const void *src, size_t n, hvd_dtype_t dtype, int divisor);
+
+#endif

@@ -1,0 +1,1017 @@
+/* The engine: one background thread per process that negotiates, fuses and
+ * executes collectives.
+ *
+ * DESIGN
+ * ------
+ * User threads only enqueue (submit_*: validate, take a handle, push onto
+ * the queue under `qmu`).  Everything else happens on the engine thread, in
+ * cycles run every HVDSHIM_CYCLE_TIME ms (sooner when the queued bytes reach
+ * the fusion threshold or a stop is requested).  Each cycle, on every rank:
+ *
+ *  1. Admit queued requests into `pending` (name -> request).  A request
+ *     whose name is in the response cache with the same signature only sets
+ *     its cache bit; any other goes to the outbox for the coordinator.
+ *  2. One MPI_Allreduce(BAND) over a vector of 64-bit words:
+ *       [~flags][~shutdown-rank bits][ready cache bits][~invalid cache bits]
+ *     (OR is computed as ~AND(~x)).  Bits set on every rank are ready
+ *     everywhere; an invalid bit (a cached request waiting too long on some
+ *     rank, i.e. a possible stall) sends that entry back through the
+ *     coordinator so the stall inspector can name the missing ranks.
+ *  3. If any rank has outbox requests (or rank 0 must broadcast a fatal
+ *     error): the slow path.  Requests are gathered to rank 0, which keeps a
+ *     table name -> per-rank signature; a name reported by every rank becomes
+ *     an EXEC response (or an ERROR naming the disagreeing ranks).  The
+ *     response list is broadcast.
+ *  4. Every rank now holds the same ordered list: cached-ready tensors in bit
+ *     order, then the slow-path responses in the coordinator's order.  Cache
+ *     insertions and evictions happen while walking that list, so the cache
+ *     stays identical on every rank.  Consecutive allreduces of one dtype
+ *     (and compatible op) are grouped up to HVDSHIM_FUSION_THRESHOLD bytes
+ *     and reduced (backend_mpi.c); then handles complete.
+ *  5. Rank 0 runs the stall inspector over its table.
+ *
+ * A rank that stops (hvd_shutdown) first drains its pending work for up to
+ * HVDSHIM_SHUTDOWN_TIMEOUT_SECONDS, then raises the shutdown flag with its
+ * rank bit; every rank sees it in the same cycle, finishes that cycle and
+ * leaves the loop; whatever is still pending fails with HVD_ERR_SHUTDOWN
+ * naming the ranks that left, and later submissions fail at once.
+ *
+ * Ownership: `qmu` guards the queue, `accepting`, `stop_requested` and
+ * `closed_msg`.  Everything else in `E` below the marked line is touched by
+ * the engine thread only.  No lock is held across an MPI call.
+ */
+#include "engine.h"
+
+#include <limits.h>
+#include <math.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../shim/config.h"
+#include "../shim/log.h"
+#include "backend_mpi.h"
+#include "cache.h"
+#include "dtype.h"
+#include "fusion.h"
+#include "handles.h"
+#include "strmap.h"
+#include "timeline.h"
+#include "wire.h"
+
+#define HVD_NAME_MAX 1024
+enum { F_SLOW = 1, F_SHUTDOWN = 2 };
+
+typedef struct hvd_req {
+  hvd_handle_t handle;
+  hvd_sig sig;
+  char *name;
+  void *buf;
+  const void *in;
+  double t_submit, t_ready;
+  int cache_bit;
+  struct hvd_req *next;
+} hvd_req;
+
+typedef struct {
+  hvd_req *req;
+  const int64_t *rows; /* allgather: points into the response buffer */
+} exec_item;
+
+typedef struct coord_entry {
+  char *name;
+  hvd_sig *sigs;
+  uint8_t *present;
+  int npresent;
+  double first_seen, last_warn;
+  struct coord_entry *prev, *next;
+} coord_entry;
+
+static struct {
+  /* set by start, read-only while the thread runs */
+  MPI_Comm comm;
+  int rank, size, local_rank, local_size;
+  int mpi_owned; /* we called MPI_Init_thread */
+  int started;
+  double t0;
+  int cache_cap, wc, wr, nwords;
+  double cycle_s, stall_warn, stall_shutdown, stale_age, shutdown_timeout;
+  size_t fusion, chunk;
+  pthread_t thread;
+
+  /* guarded by qmu */
+  pthread_mutex_t qmu;
+  pthread_cond_t qcv;
+  hvd_req *qhead, *qtail;
+  size_t qbytes;
+  int accepting, stop_requested;
+  double stop_time;
+  char closed_msg[512];
+
+  /* ---- engine thread only ---- */
+  hvd_strmap *pending;
+  size_t npending;
+  hvd_req **outbox;
+  size_t nout, capout;
+  hvd_cache cache;
+  uint64_t tick;
+  uint64_t *vec;
+  hvd_buf sendbuf, gathered, resp;
+  int *lens, *displs;
+  exec_item *exec;
+  size_t nexec, capexec;
+  hvd_fuse_entry *fuse;
+  size_t capfuse;
+  char *staging;
+  size_t staging_cap;
+  /* coordinator (rank 0) */
+  hvd_strmap *ctable, *round_invalidated;
+  coord_entry *chead, *ctail;
+  char *fatal_msg;
+  double last_stall_check;
+} E = {.qmu = PTHREAD_MUTEX_INITIALIZER, .qcv = PTHREAD_COND_INITIALIZER};
+
+static hvd_stats_t stats; /* written by the engine thread, read racily by hvd_get_stats */
+static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+static double us_since_start(double t) { return (t - E.t0) * 1e6; }
+
+static int mpi_check(int rc, const char *what) {
+  if (rc == MPI_SUCCESS) return 0;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  HVD_FATAL("%s failed: %s", what, msg);
+}
+
+static void abort_job(int code) {
+  int up = 0, down = 0;
+  MPI_Initialized(&up);
+  MPI_Finalized(&down);
+  if (up && !down) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+/* "0-2,5": a compact list of the ranks whose flag is (not) set. */
+static void rank_list(const uint8_t *flags, int want, char *out, size_t n) {
+  size_t len = 0;
+  out[0] = 0;
+  for (int r = 0; r < E.size && len + 24 < n; r++) {
+    if ((flags[r] != 0) != want) continue;
+    int e = r;
+    while (e + 1 < E.size && (flags[e + 1] != 0) == want) e++;
+    len += (size_t)snprintf(out + len, n - len, "%s%d", len ? "," : "", r);
+    if (e > r) len += (size_t)snprintf(out + len, n - len, "%s%d", e == r + 1 ? "," : "-", e);
+    r = e;
+  }
+}
+
+/* ------------------------------------------------------------------ completion */
+
+static void finish(hvd_req *r, hvd_status_t st, const char *msg, void *gathered, size_t rows) {
+  if (hvd_strmap_get(E.pending, r->name) == r) {
+    hvd_strmap_del(E.pending, r->name);
+    E.npending--;
+  }
+  hvd_handles_complete(r->handle, st, msg, gathered, rows);
+  free(r->name);
+  free(r);
+}
+
+typedef struct {
+  hvd_req **v;
+  size_t n;
+} req_list;
+
+static void collect(const char *key, void *value, void *ctx) {
+  (void)key;
+  req_list *l = ctx;
+  l->v[l->n++] = value;
+}
+
+/* Ends the engine's service: later submissions fail with `why`, and so does
+ * everything queued or pending. */
+static void fail_everything(const char *why) {
+  pthread_mutex_lock(&E.qmu);
+  E.accepting = 0;
+  snprintf(E.closed_msg, sizeof E.closed_msg, "%s", why);
+  hvd_req *q = E.qhead;
+  E.qhead = E.qtail = NULL;
+  pthread_mutex_unlock(&E.qmu);
+  char msg[HVD_NAME_MAX + 600];
+  for (hvd_req *n; q; q = n) {
+    n = q->next;
+    snprintf(msg, sizeof msg, "%s '%s' cannot complete: %s", hvd_kind_name(q->sig.kind), q->name, why);
+    hvd_handles_complete(q->handle, HVD_ERR_SHUTDOWN, msg, NULL, 0);
+    free(q->name);
+    free(q);
+  }
+  for (int b = 0; b < E.cache.cap; b++) E.cache.e[b].pending = NULL;
+  E.nout = 0;
+  req_list l = {malloc(sizeof(hvd_req *) * (E.npending + 1)), 0};
+  if (!l.v) return;
+  hvd_strmap_each(E.pending, collect, &l);
+  for (size_t i = 0; i < l.n; i++) {
+    snprintf(msg, sizeof msg, "%s '%s' cannot complete: %s", hvd_kind_name(l.v[i]->sig.kind), l.v[i]->name, why);
+    finish(l.v[i], HVD_ERR_SHUTDOWN, msg, NULL, 0);
+  }
+  free(l.v);
+}
+
+/* ------------------------------------------------------------------ cache */
+
+static int cache_lookup(const char *name) { return hvd_cache_lookup(&E.cache, name); }
+
+static void outbox_push(hvd_req *r) {
+  if (E.nout == E.capout) {
+    size_t n = E.capout ? E.capout * 2 : 64;
+    hvd_req **p = realloc(E.outbox, n * sizeof *p);
+    if (!p) HVD_FATAL("out of memory (outbox)");
+    E.outbox = p;
+    E.capout = n;
+  }
+  r->cache_bit = -1;
+  E.outbox[E.nout++] = r;
+}
+
+/* Drop a cache entry; this rank's request waiting on it renegotiates
+ * through the coordinator. */
+static void cache_erase(int bit) {
+  hvd_req *r = hvd_cache_erase(&E.cache, bit);
+  if (r) outbox_push(r);
+}
+
+static void cache_insert(const char *name, const hvd_sig *sig) {
+  if (sig->kind == HVD_KIND_ALLGATHER) return; /* per-rank row counts vary: always negotiated */
+  void *evicted = NULL;
+  if (hvd_cache_insert(&E.cache, name, sig, E.tick, &evicted) < 0 && E.cache.cap > 0)
+    HVD_FATAL("out of memory (response cache)");
+  if (evicted) outbox_push(evicted);
+}
+
+/* ------------------------------------------------------------------ admission */
+
+static int sig_equal(const hvd_sig *a, const hvd_sig *b) {
+  return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->root == b->root &&
+         a->count == b->count && a->row_elems == b->row_elems;
+}
+
+static void admit(hvd_req *r) {
+  if (hvd_strmap_get(E.pending, r->name)) {
+    char msg[HVD_NAME_MAX + 128];
+    snprintf(msg, sizeof msg, "tensor '%s' is already in flight on this rank: wait for it before submitting again",
+             r->name);
+    hvd_handles_complete(r->handle, HVD_ERR_INVALID, msg, NULL, 0);
+    free(r->name);
+    free(r);
+    return;
+  }
+  if (hvd_strmap_put(E.pending, r->name, r) != 0) HVD_FATAL("out of memory (pending)");
+  E.npending++;
+  int bit = cache_lookup(r->name);
+  if (bit >= 0 && sig_equal(&E.cache.e[bit].sig, &r->sig) && !E.cache.e[bit].pending) {
+    E.cache.e[bit].pending = r;
+    r->cache_bit = bit;
+    return;
+  }
+  outbox_push(r);
+}
+
+/* ------------------------------------------------------------------ coordinator */
+
+static void describe_value(char *out, size_t n, int field, const hvd_sig *s) {
+  switch (field) {
+  case 0: snprintf(out, n, "%s", hvd_kind_name(s->kind)); break;
+  case 1: snprintf(out, n, "%s", hvd_dtype_name((hvd_dtype_t)s->dtype)); break;
+  case 2: snprintf(out, n, "%s", hvd_op_name(s->op)); break;
+  case 3: snprintf(out, n, "root %d", s->root); break;
+  case 4: snprintf(out, n, "%lld elements", (long long)s->count); break;
+  default: snprintf(out, n, "%lld elements per row", (long long)s->row_elems); break;
+  }
+}
+
+static int field_differs(int field, const hvd_sig *a, const hvd_sig *b) {
+  switch (field) {
+  case 0: return a->kind != b->kind;
+  case 1: return a->dtype != b->dtype;
+  case 2: return a->kind == HVD_KIND_ALLREDUCE && a->op != b->op;
+  case 3: return a->kind == HVD_KIND_BROADCAST && a->root != b->root;
+  case 4: return a->kind != HVD_KIND_ALLGATHER && a->count != b->count;
+  default: return a->kind == HVD_KIND_ALLGATHER && a->row_elems != b->row_elems;
+  }
+}
+
+/* Returns NULL when every rank agrees, else a malloc'd message naming the
+ * tensor, the first field that differs and which ranks hold which value. */
+static char *check_agreement(const coord_entry *c) {
+  static const char *fields[] = {"operation", "dtype", "reduction op", "root", "count", "row size"};
+  for (int f = 0; f < 6; f++) {
+    int differs = 0;
+    for (int r = 1; r < E.size && !differs; r++) differs = field_differs(f, &c->sigs[0], &c->sigs[r]);
+    if (!differs) continue;
+    size_t cap = 512 + strlen(c->name) + (size_t)E.size * 16, len;
+    char *msg = malloc(cap);
+    uint8_t *done = calloc((size_t)E.size, 1), *group = calloc((size_t)E.size, 1);
+    if (!msg || !done || !group) HVD_FATAL("out of memory (mismatch report)");
+    len = (size_t)snprintf(msg, cap, "%s '%s': ranks disagree on the %s:", hvd_kind_name(c->sigs[0].kind), c->name,
+                           fields[f]);
+    for (int r = 0; r < E.size; r++) {
+      if (done[r]) continue;
+      memset(group, 0, (size_t)E.size);
+      for (int q = r; q < E.size; q++)
+        if (!done[q] && !field_differs(f, &c->sigs[r], &c->sigs[q])) group[q] = done[q] = 1;
+      char val[64], ranks[256];
+      describe_value(val, sizeof val, f, &c->sigs[r]);
+      rank_list(group, 1, ranks, sizeof ranks);
+      len += (size_t)snprintf(msg + len, cap - len, "%s %s on rank%s %s", r ? ";" : "", val,
+                              strpbrk(ranks, ",-") ? "s" : "", ranks);
+    }
+    free(done);
+    free(group);
+    return msg;
+  }
+  return NULL;
+}
+
+static void coord_unlink(coord_entry *c) {
+  if (c->prev) c->prev->next = c->next;
+  else E.chead = c->next;
+  if (c->next) c->next->prev = c->prev;
+  else E.ctail = c->prev;
+  hvd_strmap_del(E.ctable, c->name);
+  free(c->name);
+  free(c->sigs);
+  free(c->present);
+  free(c);
+}
+
+static void coordinate_one(int rank, const hvd_wire_req *w, double now) {
+  char name[HVD_NAME_MAX + 1];
+  size_t nl = w->name_len > HVD_NAME_MAX ? HVD_NAME_MAX : w->name_len;
+  memcpy(name, w->name, nl);
+  name[nl] = 0;
+  if (cache_lookup(name) >= 0 && !hvd_strmap_get(E.round_invalidated, name)) {
+    /* Someone renegotiates a cached name (different signature or a stall):
+     * every rank drops the entry and renegotiates too. */
+    hvd_strmap_put(E.round_invalidated, name, (void *)1);
+    hvd_wire_put_resp(&E.resp, HVD_RESP_INVALIDATE, &w->sig, name, NULL, NULL, 0);
+  }
+  coord_entry *c = hvd_strmap_get(E.ctable, name);
+  if (!c) {
+    c = calloc(1, sizeof *c);
+    if (c) {
+      c->name = strdup(name);
+      c->sigs = calloc((size_t)E.size, sizeof *c->sigs);
+      c->present = calloc((size_t)E.size, 1);
+    }
+    if (!c || !c->name || !c->sigs || !c->present) HVD_FATAL("out of memory (coordinator)");
+    c->first_seen = now - w->age;
+    c->prev = E.ctail;
+    if (E.ctail) E.ctail->next = c;
+    else E.chead = c;
+    E.ctail = c;
+    hvd_strmap_put(E.ctable, name, c);
+  }
+  if (now - w->age < c->first_seen) c->first_seen = now - w->age;
+  if (c->present[rank]) return;
+  c->present[rank] = 1;
+  c->sigs[rank] = w->sig;
+  if (++c->npresent < E.size) return;
+  char *msg = check_agreement(c);
+  if (msg) {
+    hvd_wire_put_resp(&E.resp, HVD_RESP_ERROR, &c->sigs[0], name, msg, NULL, 0);
+    free(msg);
+  } else if (c->sigs[0].kind == HVD_KIND_ALLGATHER) {
+    int64_t *rows = malloc(sizeof(int64_t) * (size_t)E.size);
+    if (!rows) HVD_FATAL("out of memory (allgather rows)");
+    for (int r = 0; r < E.size; r++) rows[r] = c->sigs[r].count;
+    hvd_wire_put_resp(&E.resp, HVD_RESP_EXEC, &c->sigs[0], name, NULL, rows, E.size);
+    free(rows);
+  } else {
+    hvd_wire_put_resp(&E.resp, HVD_RESP_EXEC, &c->sigs[0], name, NULL, NULL, 0);
+  }
+  coord_unlink(c);
+}
+
+static void coordinate(double now) {
+  hvd_buf_reset(&E.resp);
+  for (int r = 0; r < E.size; r++) {
+    hvd_buf seg = {.p = E.gathered.p + E.displs[r], .len = (size_t)E.lens[r], .cap = (size_t)E.lens[r]};
+    hvd_wire_req w;
+    while (hvd_buf_more(&seg)) {
+      if (hvd_wire_get_req(&seg, &w) != 0) HVD_FATAL("corrupt negotiation message from rank %d", r);
+      coordinate_one(r, &w, now);
+    }
+  }
+  if (E.fatal_msg) {
+    hvd_sig none = {0};
+    hvd_wire_put_resp(&E.resp, HVD_RESP_FATAL, &none, "", E.fatal_msg, NULL, 0);
+  }
+  /* round_invalidated only lives for this round */
+  hvd_strmap_free(E.round_invalidated);
+  E.round_invalidated = hvd_strmap_new();
+  if (!E.round_invalidated || E.resp.bad) HVD_FATAL("out of memory (responses)");
+}
+
+static const hvd_sig *first_present(const coord_entry *c) {
+  for (int r = 0; r < E.size; r++)
+    if (c->present[r]) return &c->sigs[r];
+  return &c->sigs[0];
+}
+
+static void stall_check(double now) {
+  if (now - E.last_stall_check < 0.1) return;
+  E.last_stall_check = now;
+  for (coord_entry *c = E.chead; c; c = c->next) {
+    double age = now - c->first_seen;
+    if (age < E.stall_warn) continue;
+    char have[256], missing[256], msg[HVD_NAME_MAX + 1024];
+    rank_list(c->present, 1, have, sizeof have);
+    rank_list(c->present, 0, missing, sizeof missing);
+    snprintf(msg, sizeof msg,
+             "stall: %s '%s' submitted by rank(s) %s has waited %.1f s for rank(s) %s "
+             "(one rank skipped an operation or submitted it under another name)",
+             hvd_kind_name(first_present(c)->kind), c->name, have, age, missing);
+    if (E.stall_shutdown > 0 && age >= E.stall_shutdown && !E.fatal_msg) {
+      size_t n = strlen(msg) + 128;
+      E.fatal_msg = malloc(n);
+      if (E.fatal_msg)
+        snprintf(E.fatal_msg, n, "%s; ending the job after HVDSHIM_STALL_SHUTDOWN_SECONDS=%g", msg,
+                 E.stall_shutdown);
+    } else if (now - c->last_warn >= E.stall_warn) {
+      c->last_warn = now;
+      HVD_WARN("%s", msg);
+    }
+  }
+}
+
+/* ------------------------------------------------------------------ slow path */
+
+static void exec_push(hvd_req *r, const int64_t *rows) {
+  if (E.nexec == E.capexec) {
+    size_t n = E.capexec ? E.capexec * 2 : 256;
+    exec_item *p = realloc(E.exec, n * sizeof *p);
+    if (!p) HVD_FATAL("out of memory (responses)");
+    E.exec = p;
+    E.capexec = n;
+  }
+  E.exec[E.nexec].req = r;
+  E.exec[E.nexec].rows = rows;
+  E.nexec++;
+}
+
+static void slow_path(double now) {
+  stats.slow_rounds++;
+  hvd_buf_reset(&E.sendbuf);
+  for (size_t i = 0; i < E.nout; i++)
+    hvd_wire_put_req(&E.sendbuf, &E.outbox[i]->sig, now - E.outbox[i]->t_submit, E.outbox[i]->name);
+  E.nout = 0;
+  if (E.sendbuf.bad || E.sendbuf.len > INT_MAX) HVD_FATAL("negotiation message too large or out of memory");
+  int mylen = (int)E.sendbuf.len;
+  mpi_check(MPI_Gather(&mylen, 1, MPI_INT, E.lens, 1, MPI_INT, 0, E.comm), "MPI_Gather (negotiation)");
+  size_t total = 0;
+  if (E.rank == 0) {
+    for (int r = 0; r < E.size; r++) {
+      E.displs[r] = (int)total;
+      total += (size_t)E.lens[r];
+    }
+    if (total > INT_MAX) HVD_FATAL("negotiation round larger than 2 GiB");
+    hvd_buf_reset(&E.gathered);
+    if (hvd_buf_reserve(&E.gathered, total + 1) != 0) HVD_FATAL("out of memory (negotiation)");
+    E.gathered.len = total;
+  }
+  mpi_check(MPI_Gatherv(E.sendbuf.p, mylen, MPI_BYTE, E.gathered.p, E.lens, E.displs, MPI_BYTE, 0, E.comm),
+            "MPI_Gatherv (negotiation)");
+  if (E.rank == 0) coordinate(now);
+  int64_t rlen = (int64_t)E.resp.len;
+  mpi_check(MPI_Bcast(&rlen, 1, MPI_INT64_T, 0, E.comm), "MPI_Bcast (responses)");
+  if (rlen > INT_MAX) HVD_FATAL("response list larger than 2 GiB");
+  if (E.rank != 0) {
+    hvd_buf_reset(&E.resp);
+    if (hvd_buf_reserve(&E.resp, (size_t)rlen + 1) != 0) HVD_FATAL("out of memory (responses)");
+    E.resp.len = (size_t)rlen;
+  }
+  mpi_check(MPI_Bcast(E.resp.p, (int)rlen, MPI_BYTE, 0, E.comm), "MPI_Bcast (responses)");
+  E.resp.pos = 0;
+  hvd_wire_resp w;
+  char name[HVD_NAME_MAX + 1];
+  while (hvd_buf_more(&E.resp)) {
+    if (hvd_wire_get_resp(&E.resp, &w, E.size) != 0) HVD_FATAL("corrupt response list from the coordinator");
+    size_t nl = w.name_len > HVD_NAME_MAX ? HVD_NAME_MAX : w.name_len;
+    memcpy(name, w.name, nl);
+    name[nl] = 0;
+    if (w.type == HVD_RESP_FATAL) {
+      char *m = strndup(w.msg, w.msg_len);
+      HVD_FATAL("%s", m ? m : "fatal error from the coordinator");
+    }
+    if (w.type == HVD_RESP_INVALIDATE) {
+      int bit = cache_lookup(name);
+      if (bit >= 0) cache_erase(bit);
+      continue;
+    }
+    hvd_req *r = hvd_strmap_get(E.pending, name);
+    if (!r || r->cache_bit >= 0)
+      HVD_FATAL("internal error: the coordinator answered '%s', which this rank has not submitted", name);
+    if (w.type == HVD_RESP_ERROR) {
+      char *m = strndup(w.msg, w.msg_len);
+      HVD_ERROR("%s", m ? m : name);
+      finish(r, HVD_ERR_MISMATCH, m, NULL, 0);
+      free(m);
+      continue;
+    }
+    r->t_ready = now;
+    cache_insert(name, &r->sig);
+    exec_push(r, w.rows);
+  }
+}
+
+/* ------------------------------------------------------------------ execution */
+
+static int fusable(const hvd_req *a, const hvd_req *b) {
+  if (b->sig.kind != HVD_KIND_ALLREDUCE || a->sig.dtype != b->sig.dtype) return 0;
+  int sa = a->sig.op == HVD_SUM || a->sig.op == HVD_AVG, sb = b->sig.op == HVD_SUM || b->sig.op == HVD_AVG;
+  return sa ? sb : a->sig.op == b->sig.op;
+}
+
+static void run_allreduce_group(size_t i, size_t j) {
+  size_t n = j - i, total = 0;
+  if (n > E.capfuse) {
+    hvd_fuse_entry *p = realloc(E.fuse, n * sizeof *p);
+    if (!p) HVD_FATAL("out of memory (fusion)");
+    E.fuse = p;
+    E.capfuse = n;
+  }
+  hvd_dtype_t dt = (hvd_dtype_t)E.exec[i].req->sig.dtype;
+  size_t es = hvd_dtype_size(dt);
+  hvd_op_t op = (hvd_op_t)E.exec[i].req->sig.op;
+  if (op == HVD_AVG) op = HVD_SUM;
+  for (size_t k = 0; k < n; k++) {
+    hvd_req *r = E.exec[i + k].req;
+    E.fuse[k].ptr = r->buf;
+    E.fuse[k].bytes = (size_t)r->sig.count * es;
+    E.fuse[k].divisor = r->sig.op == HVD_AVG ? E.size : 1;
+    total += E.fuse[k].bytes;
+  }
+  if (n > 1) {
+    size_t need = E.chunk && E.chunk < total ? E.chunk : total;
+    if (need > E.staging_cap) {
+      free(E.staging);
+      E.staging = malloc(need);
+      if (!E.staging) HVD_FATAL("out of memory: fusion buffer of %zu bytes", need);
+      E.staging_cap = need;
+    }
+  }
+  hvd_phase_times t = {0, 0, 0};
+  double start = now_s();
+  mpi_check(hvd_mpi_allreduce_group(E.fuse, n, dt, op, E.chunk, E.staging, E.comm, &t), "MPI_Allreduce");
+  double end = now_s();
+  stats.groups++;
+  stats.bytes_reduced += total;
+  stats.comm_seconds += end - start;
+  if (n > 1) stats.fused_tensors += n;
+  if (hvd_timeline_enabled()) {
+    double s = us_since_start(start);
+    for (size_t k = 0; k < n; k++) {
+      hvd_req *r = E.exec[i + k].req;
+      hvd_timeline_span(r->name, "QUEUE", us_since_start(r->t_ready), s - us_since_start(r->t_ready));
+      double at = s;
+      if (n > 1) hvd_timeline_span(r->name, "MEMCPY_IN_FUSION_BUFFER", at, t.copy_in_us), at += t.copy_in_us;
+      hvd_timeline_span(r->name, "MPI_ALLREDUCE", at, t.reduce_us), at += t.reduce_us;
+      if (t.copy_out_us > 0)
+        hvd_timeline_span(r->name, n > 1 ? "MEMCPY_OUT_FUSION_BUFFER" : "SCALE", at, t.copy_out_us);
+    }
+  }
+  for (size_t k = i; k < j; k++) finish(E.exec[k].req, HVD_OK, NULL, NULL, 0);
+}
+
+static void execute(void) {
+  size_t i = 0;
+  while (i < E.nexec) {
+    hvd_req *r = E.exec[i].req;
+    E.tick++;
+    int bit = cache_lookup(r->name);
+    if (bit >= 0) E.cache.e[bit].last_used = E.tick;
+    if (hvd_timeline_enabled())
+      hvd_timeline_span(r->name, "NEGOTIATE", us_since_start(r->t_submit), (r->t_ready - r->t_submit) * 1e6);
+    stats.tensors++;
+    if (r->sig.kind == HVD_KIND_ALLREDUCE) {
+      size_t j = i + 1, bytes = (size_t)r->sig.count * hvd_dtype_size((hvd_dtype_t)r->sig.dtype);
+      while (E.fusion > 0 && j < E.nexec && fusable(r, E.exec[j].req)) {
+        size_t b = (size_t)E.exec[j].req->sig.count * hvd_dtype_size((hvd_dtype_t)r->sig.dtype);
+        if (bytes + b > E.fusion) break;
+        bytes += b;
+        if (hvd_timeline_enabled())
+          hvd_timeline_span(E.exec[j].req->name, "NEGOTIATE", us_since_start(E.exec[j].req->t_submit),
+                            (E.exec[j].req->t_ready - E.exec[j].req->t_submit) * 1e6);
+        stats.tensors++;
+        j++;
+      }
+      run_allreduce_group(i, j);
+      i = j;
+      continue;
+    }
+    double start = now_s();
+    if (r->sig.kind == HVD_KIND_BROADCAST) {
+      mpi_check(hvd_mpi_broadcast(r->buf, (size_t)r->sig.count, (hvd_dtype_t)r->sig.dtype, r->sig.root, E.comm),
+                "MPI_Bcast");
+      if (hvd_timeline_enabled()) hvd_timeline_span(r->name, "MPI_BCAST", us_since_start(start), (now_s() - start) * 1e6);
+      finish(r, HVD_OK, NULL, NULL, 0);
+    } else if (r->sig.kind == HVD_KIND_ALLGATHER) {
+      int64_t rows[E.size], total_rows = 0;
+      memcpy(rows, E.exec[i].rows, sizeof rows);
+      for (int q = 0; q < E.size; q++) total_rows += rows[q];
+      size_t bytes = (size_t)total_rows * (size_t)r->sig.row_elems * hvd_dtype_size((hvd_dtype_t)r->sig.dtype);
+      void *out = malloc(bytes ? bytes : 1);
+      char err[256];
+      if (!out) HVD_FATAL("out of memory: allgather '%s' needs %zu bytes", r->name, bytes);
+      int rc = hvd_mpi_allgather(r->in, out, rows, (size_t)r->sig.row_elems, (hvd_dtype_t)r->sig.dtype, E.comm, err,
+                                 sizeof err);
+      if (rc == MPI_ERR_COUNT) {
+        free(out);
+        finish(r, HVD_ERR_INVALID, err, NULL, 0);
+      } else {
+        mpi_check(rc, "MPI_Allgatherv");
+        if (hvd_timeline_enabled())
+          hvd_timeline_span(r->name, "MPI_ALLGATHER", us_since_start(start), (now_s() - start) * 1e6);
+        finish(r, HVD_OK, NULL, out, (size_t)total_rows);
+      }
+    } else {
+      finish(r, HVD_OK, NULL, NULL, 0); /* barrier: negotiation was the barrier */
+    }
+    stats.comm_seconds += now_s() - start;
+    i++;
+  }
+  E.nexec = 0;
+}
+
+/* ------------------------------------------------------------------ the cycle */
+
+static int cycle(void) {
+  double now = now_s();
+  pthread_mutex_lock(&E.qmu);
+  hvd_req *q = E.qhead;
+  E.qhead = E.qtail = NULL;
+  E.qbytes = 0;
+  int stopping = E.stop_requested;
+  double stop_time = E.stop_time;
+  pthread_mutex_unlock(&E.qmu);
+  for (hvd_req *n; q; q = n) {
+    n = q->next;
+    admit(q);
+  }
+  stats.cycles++;
+  int leave = stopping && (E.npending == 0 || now - stop_time >= E.shutdown_timeout);
+  if (leave && E.npending)
+    HVD_WARN("leaving with %zu operation(s) in flight: peers did not submit them within "
+             "HVDSHIM_SHUTDOWN_TIMEOUT_SECONDS=%g", E.npending, E.shutdown_timeout);
+
+  uint64_t *v = E.vec, flags = 0;
+  if (E.nout > 0 || (E.rank == 0 && E.fatal_msg)) flags |= F_SLOW;
+  if (leave) flags |= F_SHUTDOWN;
+  v[0] = ~flags;
+  for (int w = 0; w < E.wr; w++) v[1 + w] = ~(uint64_t)0;
+  if (leave) v[1 + E.rank / 64] &= ~((uint64_t)1 << (E.rank % 64));
+  uint64_t *ready = v + 1 + E.wr, *invalid = ready + E.wc;
+  for (int w = 0; w < E.wc; w++) ready[w] = 0, invalid[w] = ~(uint64_t)0;
+  for (int b = 0; b < E.cache.cap; b++) {
+    hvd_req *r = E.cache.e[b].pending;
+    if (!r) continue;
+    ready[b / 64] |= (uint64_t)1 << (b % 64);
+    if (now - r->t_submit > E.stale_age) invalid[b / 64] &= ~((uint64_t)1 << (b % 64));
+  }
+  mpi_check(MPI_Allreduce(MPI_IN_PLACE, v, E.nwords, MPI_UINT64_T, MPI_BAND, E.comm), "MPI_Allreduce (cycle)");
+  flags = ~v[0];
+
+  for (int b = 0; b < E.cache.cap; b++) {
+    uint64_t m = (uint64_t)1 << (b % 64);
+    if (ready[b / 64] & m) {
+      hvd_req *r = E.cache.e[b].pending;
+      if (!r) HVD_FATAL("internal error: cache bit %d ready everywhere but not pending here", b);
+      E.cache.e[b].pending = NULL;
+      r->cache_bit = -1;
+      r->t_ready = now;
+      stats.cache_hits++;
+      exec_push(r, NULL);
+    } else if (!(invalid[b / 64] & m)) {
+      cache_erase(b);
+    }
+  }
+  if (flags & F_SLOW) slow_path(now);
+  execute();
+  if (E.rank == 0) stall_check(now_s());
+  if (hvd_timeline_enabled()) {
+    if (hvd_cfg_int(HVD_CFG_TIMELINE_MARK_CYCLES)) hvd_timeline_instant("CYCLE_START", us_since_start(now));
+    hvd_timeline_flush();
+  }
+  if (flags & F_SHUTDOWN) {
+    uint8_t *gone = calloc((size_t)E.size, 1);
+    char list[256] = "?", why[400];
+    if (gone) {
+      for (int r = 0; r < E.size; r++) gone[r] = !(v[1 + r / 64] & ((uint64_t)1 << (r % 64)));
+      rank_list(gone, 1, list, sizeof list);
+      free(gone);
+    }
+    snprintf(why, sizeof why, "rank(s) %s shut down (finished or left the job)", list);
+    if (!leave) HVD_INFO("%s; this rank's engine stops too", why);
+    fail_everything(why);
+    return 0;
+  }
+  return 1;
+}
+
+static void *engine_main(void *arg) {
+  (void)arg;
+  for (;;) {
+    double start = now_s();
+    if (!cycle()) break;
+    double deadline = start + E.cycle_s;
+    pthread_mutex_lock(&E.qmu);
+    while (!E.stop_requested && (E.fusion == 0 || E.qbytes < E.fusion)) {
+      double t = now_s();
+      if (t >= deadline) break;
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      double abs_t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + (deadline - t);
+      ts.tv_sec = (time_t)abs_t;
+      ts.tv_nsec = (long)((abs_t - (double)ts.tv_sec) * 1e9);
+      pthread_cond_timedwait(&E.qcv, &E.qmu, &ts);
+    }
+    pthread_mutex_unlock(&E.qmu);
+  }
+  return NULL;
+}
+
+/* ------------------------------------------------------------------ lifecycle */
+
+static void free_state(void) {
+  hvd_cache_free(&E.cache);
+  hvd_strmap_free(E.pending);
+  hvd_strmap_free(E.round_invalidated);
+  while (E.chead) coord_unlink(E.chead);
+  hvd_strmap_free(E.ctable);
+  E.pending = E.round_invalidated = E.ctable = NULL;
+  free(E.outbox);
+  free(E.vec);
+  free(E.lens);
+  free(E.exec);
+  free(E.fuse);
+  free(E.staging);
+  free(E.fatal_msg);
+  E.outbox = NULL, E.vec = NULL, E.lens = NULL, E.exec = NULL, E.fuse = NULL, E.staging = NULL;
+  E.fatal_msg = NULL;
+  E.capout = E.capexec = E.capfuse = E.staging_cap = 0;
+  hvd_buf_free(&E.sendbuf);
+  hvd_buf_free(&E.gathered);
+  hvd_buf_free(&E.resp);
+}
+
+hvd_status_t hvd_engine_start(char *err, size_t errlen) {
+  int up = 0, down = 0, provided = 0, rc;
+  MPI_Initialized(&up);
+  MPI_Finalized(&down);
+  if (down) {
+    snprintf(err, errlen, "MPI was already finalized by the program; hvdshim cannot start");
+    return HVD_ERR_INTERNAL;
+  }
+  if (up) {
+    MPI_Query_thread(&provided);
+    E.mpi_owned = 0;
+    if (provided < MPI_THREAD_MULTIPLE)
+      HVD_WARN("the program initialized MPI without MPI_THREAD_MULTIPLE; the engine thread calls MPI concurrently "
+               "with it, which this MPI may not support");
+  } else {
+    rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+    if (rc != MPI_SUCCESS) {
+      snprintf(err, errlen, "MPI_Init_thread failed (code %d)", rc);
+      return HVD_ERR_INTERNAL;
+    }
+    E.mpi_owned = 1;
+    if (provided < MPI_THREAD_MULTIPLE)
+      HVD_WARN("MPI provides thread level %d, not MPI_THREAD_MULTIPLE; only the engine thread calls MPI", provided);
+  }
+  if (MPI_Comm_dup(MPI_COMM_WORLD, &E.comm) != MPI_SUCCESS) {
+    snprintf(err, errlen, "MPI_Comm_dup(MPI_COMM_WORLD) failed");
+    return HVD_ERR_INTERNAL;
+  }
+  MPI_Comm_set_errhandler(E.comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(E.comm, &E.rank);
+  MPI_Comm_size(E.comm, &E.size);
+  MPI_Comm local;
+  MPI_Comm_split_type(E.comm, MPI_COMM_TYPE_SHARED, E.rank, MPI_INFO_NULL, &local);
+  MPI_Comm_rank(local, &E.local_rank);
+  MPI_Comm_size(local, &E.local_size);
+  MPI_Comm_free(&local);
+  hvd_log_set_rank(E.rank);
+  hvd_log_set_abort_hook(abort_job);
+  if (hvd_mpi_backend_init() != MPI_SUCCESS) {
+    snprintf(err, errlen, "cannot create MPI datatypes/ops for 16-bit floats");
+    return HVD_ERR_INTERNAL;
+  }
+
+  E.cycle_s = hvd_cfg_double(HVD_CFG_CYCLE_TIME) / 1000.0;
+  E.fusion = (size_t)hvd_cfg_int(HVD_CFG_FUSION_THRESHOLD);
+  E.chunk = (size_t)hvd_cfg_int(HVD_CFG_PIPELINE_CHUNK);
+  int cache_cap = (int)hvd_cfg_int(HVD_CFG_CACHE_CAPACITY);
+  E.stall_warn = hvd_cfg_double(HVD_CFG_STALL_WARNING_SECONDS);
+  E.stall_shutdown = hvd_cfg_double(HVD_CFG_STALL_SHUTDOWN_SECONDS);
+  E.shutdown_timeout = hvd_cfg_double(HVD_CFG_SHUTDOWN_TIMEOUT_SECONDS);
+  E.stale_age = E.stall_warn / 2 < 1.0 ? E.stall_warn / 2 : 1.0;
+  E.wc = (cache_cap + 63) / 64;
+  E.wr = (E.size + 63) / 64;
+  E.nwords = 1 + E.wr + 2 * E.wc;
+  E.vec = calloc((size_t)E.nwords, sizeof *E.vec);
+  E.lens = calloc((size_t)E.size * 2, sizeof *E.lens);
+  E.displs = E.lens ? E.lens + E.size : NULL;
+  E.pending = hvd_strmap_new();
+  E.ctable = hvd_strmap_new();
+  E.round_invalidated = hvd_strmap_new();
+  int cache_rc = hvd_cache_init(&E.cache, cache_cap);
+  if (!E.vec || cache_rc || !E.lens || !E.pending || !E.ctable || !E.round_invalidated) {
+    snprintf(err, errlen, "out of memory starting the engine");
+    free_state();
+    return HVD_ERR_INTERNAL;
+  }
+  E.npending = 0;
+  E.t0 = now_s();
+  memset(&stats, 0, sizeof stats);
+  const char *tl = hvd_cfg_str(HVD_CFG_TIMELINE);
+  if (E.rank == 0 && tl[0] && hvd_timeline_open(tl, err, errlen) != 0) HVD_WARN("%s; timeline disabled", err);
+
+  pthread_mutex_lock(&E.qmu);
+  E.accepting = 1;
+  E.stop_requested = 0;
+  pthread_mutex_unlock(&E.qmu);
+  if (pthread_create(&E.thread, NULL, engine_main, NULL) != 0) {
+    snprintf(err, errlen, "cannot start the engine thread");
+    E.accepting = 0;
+    return HVD_ERR_INTERNAL;
+  }
+  E.started = 1;
+  HVD_INFO("engine started: %d rank(s), MPI %s, fusion %zu bytes, cycle %g ms, cache %d", E.size,
+           E.mpi_owned ? "initialized by hvdshim" : "adopted from the program", E.fusion, E.cycle_s * 1e3,
+           cache_cap);
+  return HVD_OK;
+}
+
+void hvd_engine_stop(void) {
+  pthread_mutex_lock(&init_mu);
+  if (!E.started) {
+    pthread_mutex_unlock(&init_mu);
+    return;
+  }
+  E.started = 0;
+  pthread_mutex_lock(&E.qmu);
+  if (!E.stop_requested) {
+    E.stop_requested = 1;
+    E.stop_time = now_s();
+  }
+  pthread_cond_signal(&E.qcv);
+  pthread_mutex_unlock(&E.qmu);
+  pthread_join(E.thread, NULL);
+  hvd_timeline_close();
+  free_state();
+  hvd_mpi_backend_fini();
+  int down = 0;
+  MPI_Finalized(&down);
+  if (!down) MPI_Comm_free(&E.comm);
+  if (E.mpi_owned && !down) MPI_Finalize();
+  E.mpi_owned = 0;
+  pthread_mutex_unlock(&init_mu);
+}
+
+void hvd_engine_forked_child(void) {
+  pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+  pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+  E.qmu = m;
+  E.qcv = c;
+  init_mu = m;
+  E.accepting = 0;
+  E.started = 0;
+  snprintf(E.closed_msg, sizeof E.closed_msg, "this is a forked child of a rank; hvdshim is inert here");
+  hvd_handles_reset();
+}
+
+/* ------------------------------------------------------------------ public API */
+
+int hvd_rank(void) { return E.started ? E.rank : -1; }
+int hvd_size(void) { return E.started ? E.size : -1; }
+int hvd_local_rank(void) { return E.started ? E.local_rank : -1; }
+int hvd_local_size(void) { return E.started ? E.local_size : -1; }
+
+void hvd_get_stats(hvd_stats_t *out) {
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  *out = stats;
+}
+
+static hvd_status_t reject(hvd_status_t st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static hvd_status_t reject(hvd_status_t st, const char *fmt, ...) {
+  char msg[HVD_NAME_MAX + 256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  hvd_set_last_error("%s", msg);
+  return st;
+}
+
+static hvd_status_t submit(const char *name, hvd_sig *sig, void *buf, const void *in, hvd_callback_t cb,
+                           void *cb_arg, hvd_handle_t *handle) {
+  if (!handle && !cb) return reject(HVD_ERR_INVALID, "%s: pass a handle pointer or a callback", hvd_kind_name(sig->kind));
+  if (!name || !name[0]) return reject(HVD_ERR_INVALID, "%s: the tensor name is empty", hvd_kind_name(sig->kind));
+  size_t nl = strnlen(name, HVD_NAME_MAX + 1);
+  if (nl > HVD_NAME_MAX) return reject(HVD_ERR_INVALID, "%s: tensor name longer than %d bytes", hvd_kind_name(sig->kind), HVD_NAME_MAX);
+  if (!hvd_dtype_valid(sig->dtype))
+    return reject(HVD_ERR_INVALID, "%s '%s': unsupported dtype %d (supported: float32, float64, float16, bfloat16, "
+                  "int32, int64, uint8)", hvd_kind_name(sig->kind), name, sig->dtype);
+  if (!hvd_op_valid(sig->op))
+    return reject(HVD_ERR_INVALID, "%s '%s': unknown reduction op %d (sum, avg, min, max)", hvd_kind_name(sig->kind), name, sig->op);
+  if (sig->count < 0 || sig->row_elems < 0 || (size_t)sig->count > (SIZE_MAX >> 4) / (sig->row_elems ? (size_t)sig->row_elems : 1))
+    return reject(HVD_ERR_INVALID, "%s '%s': element count out of range", hvd_kind_name(sig->kind), name);
+  hvd_req *r = calloc(1, sizeof *r);
+  char *nm = r ? strdup(name) : NULL;
+  if (!nm) {
+    free(r);
+    return reject(HVD_ERR_INTERNAL, "out of memory submitting '%s'", name);
+  }
+  r->name = nm;
+  r->sig = *sig;
+  r->buf = buf;
+  r->in = in;
+  r->cache_bit = -1;
+  r->t_submit = now_s();
+  size_t bytes = (size_t)sig->count * (sig->row_elems ? (size_t)sig->row_elems : 1) * hvd_dtype_size((hvd_dtype_t)sig->dtype);
+  pthread_mutex_lock(&E.qmu);
+  if (!E.accepting) {
+    char why[sizeof E.closed_msg];
+    snprintf(why, sizeof why, "%s", E.closed_msg[0] ? E.closed_msg : "hvd_init() has not been called");
+    hvd_status_t st = E.closed_msg[0] ? HVD_ERR_SHUTDOWN : HVD_ERR_NOT_INIT;
+    pthread_mutex_unlock(&E.qmu);
+    free(r->name);
+    free(r);
+    return reject(st, "%s '%s': %s", hvd_kind_name(sig->kind), name, why);
+  }
+  if (sig->kind == HVD_KIND_BROADCAST && (sig->root < 0 || sig->root >= E.size)) {
+    pthread_mutex_unlock(&E.qmu);
+    free(r->name);
+    free(r);
+    return reject(HVD_ERR_INVALID, "broadcast '%s': root %d is not a rank (0..%d)", name, sig->root, E.size - 1);
+  }
+  hvd_status_t st = hvd_handles_new(cb, cb_arg, &r->handle);
+  if (st != HVD_OK) {
+    pthread_mutex_unlock(&E.qmu);
+    free(r->name);
+    free(r);
+    return st;
+  }
+  if (E.qtail) E.qtail->next = r;
+  else E.qhead = r;
+  E.qtail = r;
+  E.qbytes += bytes;
+  if (E.fusion && E.qbytes >= E.fusion) pthread_cond_signal(&E.qcv);
+  if (handle) *handle = r->handle;
+  pthread_mutex_unlock(&E.qmu);
+  return HVD_OK;
+}
+
+hvd_status_t hvd_allreduce_async(const char *name, void *buf, size_t count, hvd_dtype_t dtype, hvd_op_t op,
+                                 hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
+  if (!buf && count) return reject(HVD_ERR_INVALID, "allreduce '%s': null buffer", name ? name : "");
+  hvd_sig s = {.kind = HVD_KIND_ALLREDUCE, .dtype = (uint8_t)dtype, .op = (uint8_t)op, .count = (int64_t)count};
+  if ((unsigned)dtype >= 256 || (unsigned)op >= 256) s.dtype = 255, s.op = 255;
+  return submit(name, &s, buf, NULL, cb, cb_arg, handle);
+}
+
+hvd_status_t hvd_broadcast_async(const char *name, void *buf, size_t count, hvd_dtype_t dtype, int root,
+                                 hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
+  if (!buf && count) return reject(HVD_ERR_INVALID, "broadcast '%s': null buffer", name ? name : "");
+  hvd_sig s = {.kind = HVD_KIND_BROADCAST, .dtype = (uint8_t)dtype, .root = root, .count = (int64_t)count};
+  if ((unsigned)dtype >= 256) s.dtype = 255;
+  return submit(name, &s, buf, NULL, cb, cb_arg, handle);
+}
+
+hvd_status_t hvd_allgather_async(const char *name, const void *in, size_t rows, size_t row_elems, hvd_dtype_t dtype,
+                                 hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
+  if (!in && rows && row_elems) return reject(HVD_ERR_INVALID, "allgather '%s': null buffer", name ? name : "");
+  hvd_sig s = {.kind = HVD_KIND_ALLGATHER, .dtype = (uint8_t)dtype, .count = (int64_t)rows, .row_elems = (int64_t)row_elems};
+  if ((unsigned)dtype >= 256) s.dtype = 255;
+  return submit(name, &s, NULL, in, cb, cb_arg, handle);
+}
+
+hvd_status_t hvd_barrier(double timeout_s) {
+  static uint64_t seq; /* every rank calls barriers in the same order */
+  char name[64];
+  snprintf(name, sizeof name, "hvdshim.barrier.%llu", (unsigned long long)__atomic_fetch_add(&seq, 1, __ATOMIC_SEQ_CST));
+  hvd_sig s = {.kind = HVD_KIND_BARRIER, .dtype = HVD_UINT8};
+  hvd_handle_t h;
+  hvd_status_t st = submit(name, &s, NULL, NULL, NULL, NULL, &h);
+  if (st != HVD_OK) return st;
+  return hvd_wait(h, timeout_s);
+}

@@ -1,0 +1,206 @@
+/* Handle table.  See handles.h.
+ * Owner: `mu` guards `slots`, `nslots`, `free_top`, `free_list`; the engine
+ * thread writes state DONE and user threads read it, both under `mu`. */
+#include "handles.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { SLOT_FREE = 0, SLOT_PENDING = 1, SLOT_DONE = 2 };
+
+typedef struct {
+  uint32_t gen;
+  int state;
+  hvd_status_t status;
+  char *msg;
+  void *gathered;
+  size_t rows;
+  hvd_callback_t cb;
+  void *cb_arg;
+} slot;
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static slot *slots;
+static uint32_t nslots, free_top, live;
+static uint32_t *free_list;
+static __thread char last_error[1024];
+
+void hvd_set_last_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  va_end(ap);
+}
+
+const char *hvd_last_error(void) { return last_error; }
+
+static hvd_handle_t make(uint32_t idx, uint32_t gen) { return ((hvd_handle_t)gen << 32) | idx; }
+
+/* Under mu: the slot of a live handle, or NULL. */
+static slot *lookup(hvd_handle_t h) {
+  if (h < 0) return NULL;
+  uint32_t idx = (uint32_t)(h & 0xffffffffu), gen = (uint32_t)(h >> 32);
+  if (idx >= nslots || slots[idx].state == SLOT_FREE || slots[idx].gen != gen) return NULL;
+  return &slots[idx];
+}
+
+static void release_locked(slot *s) {
+  free(s->msg);
+  free(s->gathered);
+  s->msg = NULL;
+  s->gathered = NULL;
+  s->state = SLOT_FREE;
+  s->gen++;
+  free_list[free_top++] = (uint32_t)(s - slots);
+  live--;
+}
+
+hvd_status_t hvd_handles_new(hvd_callback_t cb, void *cb_arg, hvd_handle_t *out) {
+  pthread_mutex_lock(&mu);
+  if (free_top == 0) {
+    uint32_t n = nslots ? nslots * 2 : 256;
+    slot *ns = realloc(slots, n * sizeof *ns);
+    uint32_t *nf = ns ? realloc(free_list, n * sizeof *nf) : NULL;
+    if (!ns || !nf) {
+      if (ns) slots = ns;
+      pthread_mutex_unlock(&mu);
+      hvd_set_last_error("out of memory for handles");
+      return HVD_ERR_INTERNAL;
+    }
+    slots = ns;
+    free_list = nf;
+    memset(slots + nslots, 0, (n - nslots) * sizeof *slots);
+    for (uint32_t i = n; i > nslots; i--) free_list[free_top++] = i - 1;
+    nslots = n;
+  }
+  uint32_t idx = free_list[--free_top];
+  slot *s = &slots[idx];
+  s->state = SLOT_PENDING;
+  s->status = HVD_OK;
+  s->cb = cb;
+  s->cb_arg = cb_arg;
+  s->rows = 0;
+  live++;
+  *out = make(idx, s->gen);
+  pthread_mutex_unlock(&mu);
+  return HVD_OK;
+}
+
+void hvd_handles_complete(hvd_handle_t h, hvd_status_t st, const char *msg, void *gathered, size_t rows) {
+  pthread_mutex_lock(&mu);
+  slot *s = lookup(h);
+  if (!s) {
+    pthread_mutex_unlock(&mu);
+    free(gathered);
+    return;
+  }
+  s->status = st;
+  s->msg = msg && *msg ? strdup(msg) : NULL;
+  s->gathered = gathered;
+  s->rows = rows;
+  s->state = SLOT_DONE;
+  hvd_callback_t cb = s->cb;
+  void *arg = s->cb_arg;
+  if (!cb) {
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+    return;
+  }
+  pthread_mutex_unlock(&mu);
+  if (st != HVD_OK && msg) hvd_set_last_error("%s", msg);
+  cb(h, st, arg);
+  pthread_mutex_lock(&mu);
+  s = lookup(h);
+  if (s) release_locked(s);
+  pthread_mutex_unlock(&mu);
+}
+
+hvd_status_t hvd_test(hvd_handle_t h, int *done) {
+  pthread_mutex_lock(&mu);
+  slot *s = lookup(h);
+  if (!s) {
+    pthread_mutex_unlock(&mu);
+    hvd_set_last_error("hvd_test: invalid or finished handle %lld", (long long)h);
+    return HVD_ERR_INVALID;
+  }
+  *done = s->state == SLOT_DONE;
+  pthread_mutex_unlock(&mu);
+  return HVD_OK;
+}
+
+hvd_status_t hvd_wait(hvd_handle_t h, double timeout_s) {
+  struct timespec deadline;
+  if (timeout_s >= 0) {
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    double secs = (double)deadline.tv_sec + deadline.tv_nsec * 1e-9 + timeout_s;
+    deadline.tv_sec = (time_t)secs;
+    deadline.tv_nsec = (long)((secs - (double)deadline.tv_sec) * 1e9);
+  }
+  pthread_mutex_lock(&mu);
+  slot *s = lookup(h);
+  if (!s || s->cb) {
+    pthread_mutex_unlock(&mu);
+    hvd_set_last_error("hvd_wait: invalid or finished handle %lld%s", (long long)h,
+                       s ? " (it has a callback: it is finished when the callback returns)" : "");
+    return HVD_ERR_INVALID;
+  }
+  while (s->state != SLOT_DONE) {
+    int rc = timeout_s >= 0 ? pthread_cond_timedwait(&cv, &mu, &deadline) : pthread_cond_wait(&cv, &mu);
+    s = lookup(h); /* the table may have moved */
+    if (rc == ETIMEDOUT && s->state != SLOT_DONE) {
+      pthread_mutex_unlock(&mu);
+      hvd_set_last_error("hvd_wait: not complete after %g s", timeout_s);
+      return HVD_ERR_TIMEOUT;
+    }
+  }
+  hvd_status_t st = s->status;
+  if (st != HVD_OK) hvd_set_last_error("%s", s->msg ? s->msg : hvd_status_name(st));
+  release_locked(s);
+  pthread_mutex_unlock(&mu);
+  return st;
+}
+
+hvd_status_t hvd_allgather_result(hvd_handle_t h, void **out, size_t *total_rows) {
+  pthread_mutex_lock(&mu);
+  slot *s = lookup(h);
+  if (!s || s->state != SLOT_DONE || s->status != HVD_OK || !s->gathered) {
+    pthread_mutex_unlock(&mu);
+    hvd_set_last_error("hvd_allgather_result: handle %lld is not a completed allgather (or its result was taken)",
+                       (long long)h);
+    return HVD_ERR_INVALID;
+  }
+  *out = s->gathered;
+  *total_rows = s->rows;
+  s->gathered = NULL;
+  pthread_mutex_unlock(&mu);
+  return HVD_OK;
+}
+
+size_t hvd_handles_live(void) {
+  pthread_mutex_lock(&mu);
+  size_t n = live;
+  pthread_mutex_unlock(&mu);
+  return n;
+}
+
+void hvd_handles_reset(void) {
+  pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+  pthread_cond_t freshc = PTHREAD_COND_INITIALIZER;
+  mu = fresh;
+  cv = freshc;
+  slots = NULL; /* the parent's table is leaked in the child on purpose */
+  free_list = NULL;
+  nslots = free_top = live = 0;
+}
+
+const char *hvd_status_name(hvd_status_t st) {
+  static const char *names[] = {"ok", "invalid argument", "mismatch across ranks", "shut down", "timeout",
+                                "not initialized", "internal error"};
+  return (unsigned)st < sizeof names / sizeof *names ? names[st] : "unknown status";
+}

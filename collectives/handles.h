@@ -1,0 +1,21 @@
+/* Handle table: what a user thread waits on.  The engine thread completes
+ * handles; user threads wait, test and release them.  One mutex guards the
+ * table; completion broadcasts one condition variable.  Callbacks run on the
+ * engine thread with no lock held. */
+#ifndef HVD_HANDLES_H
+#define HVD_HANDLES_H
+
+#include "hvdshim.h"
+
+hvd_status_t hvd_handles_new(hvd_callback_t cb, void *cb_arg, hvd_handle_t *out);
+/* Marks the handle done (msg may be NULL; gathered: a malloc'd buffer whose
+ * ownership passes to the table, freed at release unless taken), then runs
+ * the callback if any and releases the handle after it. */
+void hvd_handles_complete(hvd_handle_t h, hvd_status_t st, const char *msg, void *gathered, size_t rows);
+/* Thread-local last error message. */
+void hvd_set_last_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Pending (not yet completed) handles: for the memory test and stats. */
+size_t hvd_handles_live(void);
+void hvd_handles_reset(void); /* after fork: the child gets an empty table */
+
+#endif

@@ -1,0 +1,128 @@
+/* hvdshim public C API.
+ *
+ * The engine behind LD_PRELOAD=libhvdshim.so: asynchronous collectives on
+ * named tensors, negotiated across ranks by a background thread (rank 0
+ * coordinates), fused into large buffers and reduced over MPI.
+ *
+ * Rules:
+ *  - The same name on every rank is the same tensor.  A name may have one
+ *    operation in flight per rank at a time.
+ *  - Any thread may submit; submission never blocks on communication.
+ *  - Every operation completes on every rank in the same global order,
+ *    whatever order the ranks submitted in.
+ *  - A handle is finished by hvd_wait() returning anything but
+ *    HVD_ERR_TIMEOUT, or, when a callback was given, by the callback
+ *    returning; after that the handle is invalid.
+ *  - Buffers must stay valid and untouched until the operation completes.
+ */
+#ifndef HVDSHIM_H
+#define HVDSHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define HVD_EXPORT __attribute__((visibility("default")))
+#else
+#define HVD_EXPORT
+#endif
+
+#define HVDSHIM_VERSION "0.1.0"
+
+typedef int64_t hvd_handle_t;
+
+typedef enum {
+  HVD_OK = 0,
+  HVD_ERR_INVALID = 1,   /* bad argument (null buffer, unknown dtype, duplicate in-flight name, ...) */
+  HVD_ERR_MISMATCH = 2,  /* ranks disagree on the tensor (count, dtype, op, root, kind) */
+  HVD_ERR_SHUTDOWN = 3,  /* this rank or a peer has shut down; the operation cannot complete */
+  HVD_ERR_TIMEOUT = 4,   /* hvd_wait: not complete within the timeout (handle still valid) */
+  HVD_ERR_NOT_INIT = 5,  /* hvd_init() not called or failed */
+  HVD_ERR_INTERNAL = 6   /* MPI or system failure */
+} hvd_status_t;
+
+typedef enum {
+  HVD_FLOAT32 = 0,
+  HVD_FLOAT64 = 1,
+  HVD_FLOAT16 = 2,
+  HVD_BFLOAT16 = 3,
+  HVD_INT32 = 4,
+  HVD_INT64 = 5,
+  HVD_UINT8 = 6
+} hvd_dtype_t;
+
+/* HVD_AVG divides the sum by the number of ranks (integer types: truncated
+ * toward zero). */
+typedef enum { HVD_SUM = 0, HVD_AVG = 1, HVD_MIN = 2, HVD_MAX = 3 } hvd_op_t;
+
+/* Called on the engine thread when an operation ends; must not block on
+ * other hvdshim operations.  The handle is released when it returns. */
+typedef void (*hvd_callback_t)(hvd_handle_t handle, hvd_status_t status, void *arg);
+
+/* Start the engine: initialize MPI (MPI_Init_thread, MPI_THREAD_MULTIPLE) or
+ * adopt the program's MPI (a dup of MPI_COMM_WORLD), then the background
+ * thread.  Idempotent; attempted once: later calls return the first result. */
+HVD_EXPORT hvd_status_t hvd_init(void);
+/* Drain in-flight work (bounded by HVDSHIM_SHUTDOWN_TIMEOUT_SECONDS), stop
+ * the thread and finalize what hvd_init initialized.  Also run at exit. */
+HVD_EXPORT void hvd_shutdown(void);
+HVD_EXPORT int hvd_initialized(void);
+HVD_EXPORT int hvd_rank(void);
+HVD_EXPORT int hvd_size(void);
+HVD_EXPORT int hvd_local_rank(void);
+HVD_EXPORT int hvd_local_size(void);
+
+/* In-place allreduce of `count` elements at `buf`. */
+HVD_EXPORT hvd_status_t hvd_allreduce_async(const char *name, void *buf, size_t count, hvd_dtype_t dtype,
+                                            hvd_op_t op, hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle);
+/* In-place broadcast from `root`. */
+HVD_EXPORT hvd_status_t hvd_broadcast_async(const char *name, void *buf, size_t count, hvd_dtype_t dtype, int root,
+                                            hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle);
+/* Allgather along the first dimension: this rank contributes `rows` rows of
+ * `row_elems` elements (rows may differ per rank, row_elems may not).  The
+ * result (all ranks' rows in rank order) is fetched with
+ * hvd_allgather_result() before the handle is finished. */
+HVD_EXPORT hvd_status_t hvd_allgather_async(const char *name, const void *in, size_t rows, size_t row_elems,
+                                            hvd_dtype_t dtype, hvd_callback_t cb, void *cb_arg,
+                                            hvd_handle_t *handle);
+/* Takes ownership of the gathered buffer (free() it) and its total row count.
+ * Valid once the operation completed OK: from the callback, or after
+ * hvd_test() said done and before hvd_wait(). */
+HVD_EXPORT hvd_status_t hvd_allgather_result(hvd_handle_t handle, void **out, size_t *total_rows);
+
+/* Wait up to timeout_s seconds (< 0: no limit).  Returns the operation's
+ * status and finishes the handle, or HVD_ERR_TIMEOUT and keeps it. */
+HVD_EXPORT hvd_status_t hvd_wait(hvd_handle_t handle, double timeout_s);
+/* *done = 1 when complete (then hvd_wait returns at once). */
+HVD_EXPORT hvd_status_t hvd_test(hvd_handle_t handle, int *done);
+/* Message of the last failed hvd_* call or wait on this thread ("" if none). */
+HVD_EXPORT const char *hvd_last_error(void);
+
+/* Blocking barrier over all ranks, bounded by timeout_s (< 0: no limit). */
+HVD_EXPORT hvd_status_t hvd_barrier(double timeout_s);
+
+/* Counters since hvd_init (this rank). */
+typedef struct {
+  uint64_t cycles;         /* engine cycles run */
+  uint64_t slow_rounds;    /* cycles that went through the coordinator */
+  uint64_t cache_hits;     /* operations negotiated by the bitvector fast path */
+  uint64_t tensors;        /* operations completed */
+  uint64_t groups;         /* allreduce groups executed (fused or single) */
+  uint64_t fused_tensors;  /* tensors that went through a fusion buffer */
+  uint64_t bytes_reduced;  /* allreduce payload bytes */
+  double comm_seconds;     /* time in MPI data movement and copies */
+} hvd_stats_t;
+HVD_EXPORT void hvd_get_stats(hvd_stats_t *stats);
+
+HVD_EXPORT const char *hvd_dtype_name(hvd_dtype_t dtype);
+HVD_EXPORT size_t hvd_dtype_size(hvd_dtype_t dtype);
+HVD_EXPORT const char *hvd_status_name(hvd_status_t status);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

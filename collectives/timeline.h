@@ -1,0 +1,20 @@
+/* Chrome-trace timeline (open in Perfetto or chrome://tracing), written by
+ * rank 0's engine thread only.  Events are buffered and written once per
+ * cycle with a single pwrite() that also rewrites the closing bracket, so the
+ * file is valid JSON after every flush, even if the process dies. */
+#ifndef HVD_TIMELINE_H
+#define HVD_TIMELINE_H
+
+#include <stddef.h>
+
+int hvd_timeline_open(const char *path, char *err, size_t errlen);
+int hvd_timeline_enabled(void);
+/* A complete ("X") event on the tensor's lane; times in microseconds since
+ * the engine started. */
+void hvd_timeline_span(const char *tensor, const char *phase, double start_us, double dur_us);
+/* An instant marker on the engine lane. */
+void hvd_timeline_instant(const char *name, double t_us);
+void hvd_timeline_flush(void);
+void hvd_timeline_close(void);
+
+#endif

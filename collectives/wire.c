@@ -1,0 +1,122 @@
+/* Byte buffers and negotiation records.  See wire.h for the layouts. */
+#include "wire.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void hvd_buf_reset(hvd_buf *b) { b->len = b->pos = 0; b->bad = 0; }
+void hvd_buf_free(hvd_buf *b) { free(b->p); memset(b, 0, sizeof *b); }
+
+int hvd_buf_reserve(hvd_buf *b, size_t extra) {
+  if (b->len + extra <= b->cap) return 0;
+  size_t cap = b->cap ? b->cap : 4096;
+  while (cap < b->len + extra) cap *= 2;
+  char *p = realloc(b->p, cap);
+  if (!p) {
+    b->bad = 1;
+    return -1;
+  }
+  b->p = p;
+  b->cap = cap;
+  return 0;
+}
+
+void hvd_buf_put(hvd_buf *b, const void *data, size_t n) {
+  if (hvd_buf_reserve(b, n) != 0) return;
+  memcpy(b->p + b->len, data, n);
+  b->len += n;
+}
+
+void hvd_buf_get(hvd_buf *b, void *data, size_t n) {
+  if (b->bad || b->pos + n > b->len) {
+    b->bad = 1;
+    memset(data, 0, n);
+    return;
+  }
+  memcpy(data, b->p + b->pos, n);
+  b->pos += n;
+}
+
+int hvd_buf_more(const hvd_buf *b) { return !b->bad && b->pos < b->len; }
+
+const char *hvd_kind_name(int kind) {
+  static const char *names[] = {"allreduce", "broadcast", "allgather", "barrier"};
+  return kind >= 0 && kind < 4 ? names[kind] : "unknown";
+}
+
+static void put_sig(hvd_buf *b, const hvd_sig *s) {
+  uint8_t head[4] = {s->kind, s->dtype, s->op, 0};
+  hvd_buf_put(b, head, 4);
+  hvd_buf_put(b, &s->root, 4);
+  hvd_buf_put(b, &s->count, 8);
+  hvd_buf_put(b, &s->row_elems, 8);
+}
+
+static void get_sig(hvd_buf *b, hvd_sig *s) {
+  uint8_t head[4];
+  hvd_buf_get(b, head, 4);
+  s->kind = head[0];
+  s->dtype = head[1];
+  s->op = head[2];
+  hvd_buf_get(b, &s->root, 4);
+  hvd_buf_get(b, &s->count, 8);
+  hvd_buf_get(b, &s->row_elems, 8);
+}
+
+static void put_str(hvd_buf *b, const char *s) {
+  uint32_t n = s ? (uint32_t)strlen(s) : 0;
+  hvd_buf_put(b, &n, 4);
+  if (n) hvd_buf_put(b, s, n);
+}
+
+static const char *get_str(hvd_buf *b, uint32_t *len) {
+  hvd_buf_get(b, len, 4);
+  if (b->bad || b->pos + *len > b->len) {
+    b->bad = 1;
+    *len = 0;
+    return "";
+  }
+  const char *s = b->p + b->pos;
+  b->pos += *len;
+  return s;
+}
+
+void hvd_wire_put_req(hvd_buf *b, const hvd_sig *sig, double age, const char *name) {
+  put_sig(b, sig);
+  hvd_buf_put(b, &age, 8);
+  put_str(b, name);
+}
+
+int hvd_wire_get_req(hvd_buf *b, hvd_wire_req *r) {
+  get_sig(b, &r->sig);
+  hvd_buf_get(b, &r->age, 8);
+  r->name = get_str(b, &r->name_len);
+  return b->bad ? -1 : 0;
+}
+
+void hvd_wire_put_resp(hvd_buf *b, int type, const hvd_sig *sig, const char *name, const char *msg,
+                       const int64_t *rows, int nrows) {
+  uint8_t t = (uint8_t)type;
+  hvd_buf_put(b, &t, 1);
+  put_sig(b, sig);
+  put_str(b, name);
+  put_str(b, msg);
+  if (rows) hvd_buf_put(b, rows, (size_t)nrows * 8);
+}
+
+int hvd_wire_get_resp(hvd_buf *b, hvd_wire_resp *r, int nranks) {
+  hvd_buf_get(b, &r->type, 1);
+  get_sig(b, &r->sig);
+  r->name = get_str(b, &r->name_len);
+  r->msg = get_str(b, &r->msg_len);
+  r->rows = NULL;
+  if (r->type == HVD_RESP_EXEC && r->sig.kind == HVD_KIND_ALLGATHER) {
+    size_t n = (size_t)nranks * 8;
+    if (b->pos + n > b->len) b->bad = 1;
+    else {
+      r->rows = (const int64_t *)(const void *)(b->p + b->pos);
+      b->pos += n;
+    }
+  }
+  return b->bad ? -1 : 0;
+}

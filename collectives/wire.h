@@ -1,0 +1,64 @@
+/* Byte buffers and the records exchanged during negotiation.
+ *
+ * Request (rank -> coordinator, in the slow path):
+ *   u8 kind, u8 dtype, u8 op, u8 pad, i32 root, i64 count, i64 row_elems,
+ *   f64 age_seconds, u32 name_len, name bytes
+ * Response (coordinator -> all, broadcast):
+ *   u8 type, u8 kind, u8 dtype, u8 op, i32 root, i64 count, i64 row_elems,
+ *   u32 name_len, name, u32 msg_len, msg, then for an allgather EXEC one
+ *   i64 row count per rank.
+ * Native byte order: every rank of a job runs on the same architecture. */
+#ifndef HVD_WIRE_H
+#define HVD_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+  char *p;
+  size_t len, cap, pos; /* pos: read cursor */
+  int bad;              /* a read ran past the end or an allocation failed */
+} hvd_buf;
+
+void hvd_buf_reset(hvd_buf *b);
+void hvd_buf_free(hvd_buf *b);
+int hvd_buf_reserve(hvd_buf *b, size_t extra);
+void hvd_buf_put(hvd_buf *b, const void *data, size_t n);
+void hvd_buf_get(hvd_buf *b, void *data, size_t n);
+int hvd_buf_more(const hvd_buf *b);
+
+enum { HVD_KIND_ALLREDUCE = 0, HVD_KIND_BROADCAST = 1, HVD_KIND_ALLGATHER = 2, HVD_KIND_BARRIER = 3 };
+enum { HVD_RESP_EXEC = 0, HVD_RESP_ERROR = 1, HVD_RESP_INVALIDATE = 2, HVD_RESP_FATAL = 3 };
+
+/* What every rank must agree on for one tensor. */
+typedef struct {
+  uint8_t kind, dtype, op;
+  int32_t root;
+  int64_t count;     /* elements (allgather: this rank's rows) */
+  int64_t row_elems; /* allgather only */
+} hvd_sig;
+
+const char *hvd_kind_name(int kind);
+
+typedef struct {
+  hvd_sig sig;
+  double age;
+  const char *name; /* points into the buffer (not terminated) */
+  uint32_t name_len;
+} hvd_wire_req;
+
+typedef struct {
+  uint8_t type;
+  hvd_sig sig;
+  const char *name, *msg; /* point into the buffer (not terminated) */
+  uint32_t name_len, msg_len;
+  const int64_t *rows; /* allgather EXEC: one per rank, unaligned: use memcpy */
+} hvd_wire_resp;
+
+void hvd_wire_put_req(hvd_buf *b, const hvd_sig *sig, double age, const char *name);
+int hvd_wire_get_req(hvd_buf *b, hvd_wire_req *r);
+void hvd_wire_put_resp(hvd_buf *b, int type, const hvd_sig *sig, const char *name, const char *msg,
+                       const int64_t *rows, int nrows);
+int hvd_wire_get_resp(hvd_buf *b, hvd_wire_resp *r, int nranks);
+
+#endif

@@ -1,0 +1,41 @@
+/* MPI interposition (through the standard PMPI profiling interface).
+ *
+ *   MPI_Init, MPI_Init_thread: a program that initializes MPI itself gets
+ *     MPI_THREAD_MULTIPLE asked for on its behalf (the engine thread calls
+ *     MPI concurrently with it); `provided` reports what MPI gave.
+ *   MPI_Finalize: stops the engine first (it would otherwise call MPI after
+ *     finalize); the engine does not finalize an adopted MPI itself.
+ *
+ * Our own MPI calls never come back here: the engine calls MPI_Init_thread
+ * only when MPI is not initialized, and PMPI_Finalize is not interposed. */
+#include <mpi.h>
+
+#include "../collectives/hvdshim.h"
+#include "../shim/role.h"
+
+HVD_EXPORT int MPI_Init(int *argc, char ***argv);
+HVD_EXPORT int MPI_Init_thread(int *argc, char ***argv, int required, int *provided);
+HVD_EXPORT int MPI_Finalize(void);
+
+static int want_multiple(void) {
+  hvd_role_t r = hvd_shim_role();
+  return r == HVD_ROLE_ARMED || r == HVD_ROLE_ACTIVE;
+}
+
+int MPI_Init(int *argc, char ***argv) {
+  if (!want_multiple()) return PMPI_Init(argc, argv);
+  int provided;
+  return PMPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+}
+
+int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
+  if (want_multiple() && required < MPI_THREAD_MULTIPLE) required = MPI_THREAD_MULTIPLE;
+  return PMPI_Init_thread(argc, argv, required, provided);
+}
+
+int MPI_Finalize(void) {
+  hvd_shim_before_mpi_finalize();
+  int down = 0;
+  PMPI_Finalized(&down); /* an engine that owned MPI has finalized it already */
+  return down ? MPI_SUCCESS : PMPI_Finalize();
+}

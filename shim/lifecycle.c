@@ -1,0 +1,160 @@
+/* The preload entry: constructor, role detection, activation and shutdown.
+ *
+ * Order of things in a rank process:
+ *   constructor  -> decide the role from the environment (no MPI, no
+ *                   threads); armed ranks parse and validate every setting
+ *                   (a bad value ends the process here, with one line) and
+ *                   register the fork handler.
+ *   hvd_init()   -> first real use: MPI initialized or adopted, the engine
+ *                   thread started, HVDSHIM_ACTIVE_PID exported so programs
+ *                   this rank executes stay dormant, atexit handler added.
+ *   exit         -> the atexit handler (or the MPI_Finalize hook, whichever
+ *                   comes first) drains and stops the engine and finalizes
+ *                   what hvd_init initialized.
+ * `role` is written by the constructor, hvd_init (under init_mu) and the
+ * fork handler; readers tolerate a stale value. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <unistd.h>
+
+#include "../collectives/engine.h"
+#include "../collectives/handles.h"
+#include "../collectives/hvdshim.h"
+#include "config.h"
+#include "log.h"
+#include "role.h"
+
+static hvd_role_t role = HVD_ROLE_DORMANT;
+static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
+static int init_tried;
+static hvd_status_t init_result = HVD_ERR_NOT_INIT;
+static char init_error[640];
+static int config_ok;
+static char config_error[512];
+
+hvd_role_t hvd_shim_role(void) { return role; }
+
+const char *hvd_role_name(hvd_role_t r) {
+  static const char *names[] = {"dormant", "disabled", "armed", "active", "forked child", "finalized"};
+  return (unsigned)r < sizeof names / sizeof *names ? names[r] : "unknown";
+}
+
+static int env_int(const char *name, int *out) {
+  const char *v = getenv(name);
+  if (!v || !*v) return 0;
+  char *end;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  if (errno || *end || x < 0 || x > 1 << 30) return 0;
+  *out = (int)x;
+  return 1;
+}
+
+int hvd_env_rank(int *local_rank) {
+  int rank = -1, lr = -1, ntasks = 0;
+  if (!env_int("OMPI_COMM_WORLD_RANK", &rank) && !env_int("PMIX_RANK", &rank) && !env_int("PMI_RANK", &rank)) {
+    /* SLURM sets SLURM_PROCID in every step, also for one task: only a
+     * multi-task step makes a rank. */
+    if (env_int("SLURM_PROCID", &rank) && !(env_int("SLURM_NTASKS", &ntasks) && ntasks > 1)) rank = -1;
+  }
+  if (!env_int("OMPI_COMM_WORLD_LOCAL_RANK", &lr) && !env_int("MPI_LOCALRANKID", &lr) &&
+      !env_int("PMI_LOCAL_RANK", &lr) && !env_int("SLURM_LOCALID", &lr))
+    lr = -1;
+  if (local_rank) *local_rank = rank >= 0 ? lr : -1;
+  return rank;
+}
+
+static void warn_unknown(const char *name, const char *suggestion) {
+  if (suggestion) HVD_WARN("unknown setting %s (did you mean %s?)", name, suggestion);
+  else HVD_WARN("unknown setting %s (run hvdshim-info for the list)", name);
+}
+
+static void fork_child(void) {
+  role = HVD_ROLE_FORKED;
+  hvd_engine_forked_child();
+}
+
+static void load_config(void) {
+  config_ok = hvd_config_load(config_error, sizeof config_error) == 0;
+  hvd_log_threshold = (int)hvd_cfg_int(HVD_CFG_LOG_LEVEL);
+}
+
+__attribute__((constructor)) static void hvd_shim_ctor(void) {
+  if (getauxval(AT_SECURE)) { /* setuid/setgid: never act on the environment */
+    role = HVD_ROLE_DISABLED;
+    return;
+  }
+  const char *dis = getenv("HVDSHIM_DISABLE");
+  if (dis && (!strcmp(dis, "1") || !strcasecmp(dis, "true") || !strcasecmp(dis, "yes") || !strcasecmp(dis, "on"))) {
+    role = HVD_ROLE_DISABLED;
+    return;
+  }
+  int local_rank;
+  int rank = hvd_env_rank(&local_rank);
+  if (rank < 0) return; /* dormant: mpirun, its daemons, plain processes */
+  const char *active = getenv("HVDSHIM_ACTIVE_PID");
+  if (active && *active) return; /* executed by an active rank: dormant */
+  hvd_log_set_rank(rank);
+  load_config();
+  if (!config_ok) {
+    hvd_log_threshold = HVD_LOG_ERROR;
+    HVD_ERROR("%s", config_error);
+    _exit(1);
+  }
+  hvd_config_check_unknown(warn_unknown);
+  pthread_atfork(NULL, NULL, fork_child);
+  role = HVD_ROLE_ARMED;
+}
+
+static void at_exit(void) { hvd_shutdown(); }
+
+hvd_status_t hvd_init(void) {
+  pthread_mutex_lock(&init_mu);
+  if (init_tried) {
+    hvd_status_t st = init_result;
+    pthread_mutex_unlock(&init_mu);
+    if (st != HVD_OK) hvd_set_last_error("%s", init_error);
+    return st;
+  }
+  init_tried = 1;
+  if (role == HVD_ROLE_DISABLED || role == HVD_ROLE_FORKED || role == HVD_ROLE_FINALIZED) {
+    snprintf(init_error, sizeof init_error, "hvd_init: hvdshim is inert in this process (%s)", hvd_role_name(role));
+    init_result = HVD_ERR_NOT_INIT;
+    goto out;
+  }
+  if (role == HVD_ROLE_DORMANT) { /* explicit use by a program that is not a launched rank */
+    load_config();
+    if (!config_ok) {
+      snprintf(init_error, sizeof init_error, "hvd_init: %s", config_error);
+      init_result = HVD_ERR_INVALID;
+      goto out;
+    }
+    pthread_atfork(NULL, NULL, fork_child);
+  }
+  init_result = hvd_engine_start(init_error, sizeof init_error);
+  if (init_result != HVD_OK) goto out;
+  role = HVD_ROLE_ACTIVE;
+  char pid[32];
+  snprintf(pid, sizeof pid, "%ld", (long)getpid());
+  setenv("HVDSHIM_ACTIVE_PID", pid, 1);
+  atexit(at_exit);
+  if (hvd_rank() == 0) HVD_INFO("hvdshim %s active on %d rank(s)", HVDSHIM_VERSION, hvd_size());
+out:
+  pthread_mutex_unlock(&init_mu);
+  if (init_result != HVD_OK) hvd_set_last_error("%s", init_error);
+  return init_result;
+}
+
+void hvd_shutdown(void) {
+  if (role != HVD_ROLE_ACTIVE) return;
+  hvd_engine_stop();
+  role = HVD_ROLE_FINALIZED;
+}
+
+int hvd_initialized(void) { return role == HVD_ROLE_ACTIVE; }
+
+void hvd_shim_before_mpi_finalize(void) { hvd_shutdown(); }

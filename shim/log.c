@@ -1,0 +1,52 @@
+/* Logger and the fatal path.  See log.h.  State: the threshold and rank are
+ * set by the constructor and at activation; everything else is stack-local,
+ * so any thread may log at any time. */
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+int hvd_log_threshold = HVD_LOG_WARN;
+static int log_rank = -1;
+static void (*abort_hook)(int);
+
+void hvd_log_set_rank(int rank) { log_rank = rank; }
+void hvd_log_set_abort_hook(void (*hook)(int)) { abort_hook = hook; }
+
+static void vwrite_line(int level, const char *file, int line, const char *fmt, va_list ap) {
+  static const char *names[] = {"error", "warning", "info", "debug"};
+  char buf[2048];
+  int n;
+  if (log_rank >= 0) n = snprintf(buf, sizeof buf, "hvdshim[%d]: ", log_rank);
+  else n = snprintf(buf, sizeof buf, "hvdshim: ");
+  if (level <= HVD_LOG_WARN || level == HVD_LOG_DEBUG) {
+    const char *base = strrchr(file, '/');
+    n += snprintf(buf + n, sizeof buf - (size_t)n, "%s (%s:%d): ", names[level], base ? base + 1 : file, line);
+  }
+  n += vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
+  if (n > (int)sizeof buf - 2) n = (int)sizeof buf - 2;
+  buf[n++] = '\n';
+  for (ssize_t off = 0; off < n;) {
+    ssize_t w = write(2, buf + off, (size_t)(n - off));
+    if (w <= 0) break;
+    off += w;
+  }
+}
+
+void hvd_log_write(int level, const char *file, int line, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vwrite_line(level, file, line, fmt, ap);
+  va_end(ap);
+}
+
+void hvd_fatal_at(const char *file, int line, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vwrite_line(HVD_LOG_ERROR, file, line, fmt, ap);
+  va_end(ap);
+  if (abort_hook) abort_hook(1);
+  _exit(1);
+}

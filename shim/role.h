@@ -1,0 +1,22 @@
+/* Role of this process (DESIGN §3) and the lifecycle entry points. */
+#ifndef HVD_ROLE_H
+#define HVD_ROLE_H
+
+typedef enum {
+  HVD_ROLE_DORMANT = 0,  /* not a rank, or a child of an active rank */
+  HVD_ROLE_DISABLED = 1, /* HVDSHIM_DISABLE=1, or a setuid/setgid process */
+  HVD_ROLE_ARMED = 2,    /* a rank process, nothing started yet */
+  HVD_ROLE_ACTIVE = 3,   /* MPI and the engine thread are up */
+  HVD_ROLE_FORKED = 4,   /* forked child of an armed or active rank */
+  HVD_ROLE_FINALIZED = 5
+} hvd_role_t;
+
+hvd_role_t hvd_shim_role(void);
+const char *hvd_role_name(hvd_role_t role);
+/* Rank from the launcher's environment (OpenMPI, PMIx, MPICH/Hydra, SLURM),
+ * or -1.  Sets *local_rank too (-1 if unknown). */
+int hvd_env_rank(int *local_rank);
+/* Called by the MPI_Finalize hook before the real finalize. */
+void hvd_shim_before_mpi_finalize(void);
+
+#endif

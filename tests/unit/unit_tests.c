@@ -1,0 +1,311 @@
+/* Unit tests of the parts that need no MPI: settings, 16-bit floats,
+ * reductions and scaling, fusion pack/unpack, the response cache, the
+ * string map and the negotiation records. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../collectives/cache.h"
+#include "../../collectives/dtype.h"
+#include "../../collectives/fusion.h"
+#include "../../collectives/strmap.h"
+#include "../../collectives/wire.h"
+#include "../../shim/config.h"
+#include "check.h"
+
+/* ---------------------------------------------------------------- settings */
+
+static int parse(hvd_cfg_id id, const char *text, int64_t *iv, double *dv, char *err) {
+  return hvd_cfg_parse(id, text, iv, dv, err, 256);
+}
+
+static void test_settings_defaults(void) {
+  for (int i = 0; i < HVD_CFG_COUNT; i++) unsetenv(hvd_cfg_table[i].name), hvd_cfg_table[i].alias ? unsetenv(hvd_cfg_table[i].alias) : 0;
+  char err[256] = "";
+  CHECK_INT(hvd_config_load(err, sizeof err), 0);
+  CHECK_INT(hvd_cfg_int(HVD_CFG_FUSION_THRESHOLD), 128ll << 20);
+  CHECK_DBL(hvd_cfg_double(HVD_CFG_CYCLE_TIME), 1.0, 0);
+  CHECK_INT(hvd_cfg_int(HVD_CFG_CACHE_CAPACITY), 1024);
+  CHECK_DBL(hvd_cfg_double(HVD_CFG_STALL_WARNING_SECONDS), 60, 0);
+  CHECK_DBL(hvd_cfg_double(HVD_CFG_STALL_SHUTDOWN_SECONDS), 1800, 0);
+  CHECK_INT(hvd_cfg_src(HVD_CFG_CYCLE_TIME), HVD_SRC_DEFAULT);
+  /* every default parses under its own rules */
+  for (int i = 0; i < HVD_CFG_COUNT; i++) {
+    int64_t iv;
+    double dv;
+    CHECK_INT(parse((hvd_cfg_id)i, hvd_cfg_table[i].def, &iv, &dv, err), 0);
+  }
+}
+
+static void test_settings_values(void) {
+  int64_t iv;
+  double dv;
+  char err[256];
+  CHECK_INT(parse(HVD_CFG_FUSION_THRESHOLD, "64M", &iv, &dv, err), 0);
+  CHECK_INT(iv, 64 << 20);
+  CHECK_INT(parse(HVD_CFG_FUSION_THRESHOLD, " 16KiB ", &iv, &dv, err), 0);
+  CHECK_INT(iv, 16384);
+  CHECK_INT(parse(HVD_CFG_FUSION_THRESHOLD, "0", &iv, &dv, err), 0);
+  CHECK_INT(iv, 0);
+  CHECK_INT(parse(HVD_CFG_CYCLE_TIME, "2.5", &iv, &dv, err), 0);
+  CHECK_DBL(dv, 2.5, 0);
+  CHECK_INT(parse(HVD_CFG_LOG_LEVEL, "DEBUG", &iv, &dv, err), 0);
+  CHECK_INT(iv, 3);
+  CHECK_INT(parse(HVD_CFG_LOG_LEVEL, "warning", &iv, &dv, err), 0); /* Horovod spelling */
+  CHECK_INT(iv, 1);
+  CHECK_INT(parse(HVD_CFG_DISABLE, "yes", &iv, &dv, err), 0);
+  CHECK_INT(iv, 1);
+  CHECK_INT(parse(HVD_CFG_TIMELINE, "/tmp/x.json", &iv, &dv, err), 0);
+}
+
+static void test_settings_rejects(void) {
+  struct { hvd_cfg_id id; const char *text, *why; } bad[] = {
+      {HVD_CFG_CYCLE_TIME, "fast", "not a valid number"},
+      {HVD_CFG_CYCLE_TIME, "", "empty"},
+      {HVD_CFG_CYCLE_TIME, "-1", "out of range"},
+      {HVD_CFG_CYCLE_TIME, "1e9", "out of range"},
+      {HVD_CFG_CYCLE_TIME, "nan", "not a valid number"},
+      {HVD_CFG_FUSION_THRESHOLD, "-5", "not a valid number"},
+      {HVD_CFG_FUSION_THRESHOLD, "12X", "not a valid number"},
+      {HVD_CFG_FUSION_THRESHOLD, "64G", "out of range"},
+      {HVD_CFG_FUSION_THRESHOLD, "1.5", "not a valid number"},
+      {HVD_CFG_CACHE_CAPACITY, "99999999", "out of range"},
+      {HVD_CFG_CACHE_CAPACITY, "99999999999999999999999", "not a valid number"},
+      {HVD_CFG_LOG_LEVEL, "loud", "one of error|warn|info|debug"},
+      {HVD_CFG_DISABLE, "2", "accepted: 0 or 1"},
+      {HVD_CFG_STALL_SHUTDOWN_SECONDS, "-3", "out of range"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    int64_t iv;
+    double dv;
+    char err[256] = "";
+    CHECK_INT(parse(bad[i].id, bad[i].text, &iv, &dv, err), -1);
+    CHECK_STR_HAS(err, bad[i].why);
+  }
+}
+
+static void test_settings_env_and_alias(void) {
+  char err[256] = "";
+  setenv("HOROVOD_FUSION_THRESHOLD", "1048576", 1);
+  setenv("HVDSHIM_CYCLE_TIME", "5", 1);
+  setenv("HOROVOD_CYCLE_TIME", "7", 1); /* the HVDSHIM_ name wins */
+  CHECK_INT(hvd_config_load(err, sizeof err), 0);
+  CHECK_INT(hvd_cfg_int(HVD_CFG_FUSION_THRESHOLD), 1048576);
+  CHECK_INT(hvd_cfg_src(HVD_CFG_FUSION_THRESHOLD), HVD_SRC_ALIAS);
+  CHECK_DBL(hvd_cfg_double(HVD_CFG_CYCLE_TIME), 5, 0);
+  setenv("HVDSHIM_CACHE_CAPACITY", "lots", 1);
+  CHECK_INT(hvd_config_load(err, sizeof err), -1);
+  CHECK_STR_HAS(err, "HVDSHIM_CACHE_CAPACITY='lots'");
+  CHECK_STR_HAS(err, "an integer from 0 to 65536");
+  CHECK_INT(hvd_cfg_int(HVD_CFG_CACHE_CAPACITY), 1024); /* default kept */
+  unsetenv("HVDSHIM_CACHE_CAPACITY");
+  unsetenv("HOROVOD_FUSION_THRESHOLD");
+  unsetenv("HVDSHIM_CYCLE_TIME");
+  unsetenv("HOROVOD_CYCLE_TIME");
+}
+
+static char unknown_seen[128], unknown_hint[128];
+static void on_unknown(const char *name, const char *hint) {
+  snprintf(unknown_seen, sizeof unknown_seen, "%s", name);
+  snprintf(unknown_hint, sizeof unknown_hint, "%s", hint ? hint : "");
+}
+
+static void test_settings_unknown(void) {
+  setenv("HVDSHIM_FUSION_TRESHOLD", "1", 1);
+  hvd_config_check_unknown(on_unknown);
+  CHECK_STR_HAS(unknown_seen, "HVDSHIM_FUSION_TRESHOLD");
+  CHECK_STR_HAS(unknown_hint, "HVDSHIM_FUSION_THRESHOLD");
+  unsetenv("HVDSHIM_FUSION_TRESHOLD");
+}
+
+/* ---------------------------------------------------------------- 16-bit floats */
+
+static void test_half(void) {
+  CHECK_INT(hvd_float_to_half(1.0f), 0x3c00);
+  CHECK_INT(hvd_float_to_half(-2.0f), 0xc000);
+  CHECK_INT(hvd_float_to_half(65504.0f), 0x7bff);
+  CHECK_INT(hvd_float_to_half(65520.0f), 0x7c00); /* rounds to inf */
+  CHECK_INT(hvd_float_to_half(1e-8f), 0x0000);
+  CHECK_INT(hvd_float_to_half(5.9604645e-8f), 0x0001); /* smallest subnormal */
+  CHECK_INT(hvd_float_to_half(INFINITY), 0x7c00);
+  CHECK(isnan(hvd_half_to_float(hvd_float_to_half(NAN))));
+  /* ties to even: 1 + 2^-11 is halfway between 1 and 1+2^-10 -> 1 */
+  CHECK_INT(hvd_float_to_half(1.0f + 1.0f / 2048), 0x3c00);
+  CHECK_INT(hvd_float_to_half(1.0f + 3.0f / 2048), 0x3c02);
+  /* every finite half survives a round trip through float */
+  for (uint32_t h = 0; h < 0x10000; h++) {
+    if ((h & 0x7c00) == 0x7c00) continue;
+    uint16_t back = hvd_float_to_half(hvd_half_to_float((uint16_t)h));
+    if (back != h && !(h == 0x8000 && back == 0x8000)) {
+      CHECK_INT(back, h);
+      break;
+    }
+  }
+}
+
+static void test_bf16(void) {
+  CHECK_INT(hvd_float_to_bf16(1.0f), 0x3f80);
+  CHECK_DBL(hvd_bf16_to_float(0x4049), 3.140625, 0);
+  CHECK_INT(hvd_float_to_bf16(1.0f + 1.0f / 256), 0x3f80);      /* tie -> even */
+  CHECK_INT(hvd_float_to_bf16(1.0f + 3.0f / 256), 0x3f82);
+  CHECK(isnan(hvd_bf16_to_float(hvd_float_to_bf16(NAN))));
+  for (uint32_t h = 0; h < 0x10000; h++) {
+    if ((h & 0x7f80) == 0x7f80) continue;
+    if (hvd_float_to_bf16(hvd_bf16_to_float((uint16_t)h)) != h) {
+      CHECK_INT(hvd_float_to_bf16(hvd_bf16_to_float((uint16_t)h)), h);
+      break;
+    }
+  }
+}
+
+static void test_reduce_and_scale(void) {
+  uint16_t a[3] = {hvd_float_to_half(1.5f), hvd_float_to_half(-2), hvd_float_to_half(100)};
+  uint16_t b[3] = {hvd_float_to_half(0.25f), hvd_float_to_half(3), hvd_float_to_half(-100)};
+  uint16_t s[3];
+  memcpy(s, a, sizeof s);
+  hvd_reduce_into(s, b, 3, HVD_FLOAT16, HVD_SUM);
+  CHECK_DBL(hvd_half_to_float(s[0]), 1.75, 0);
+  CHECK_DBL(hvd_half_to_float(s[1]), 1.0, 0);
+  CHECK_DBL(hvd_half_to_float(s[2]), 0.0, 0);
+  memcpy(s, a, sizeof s);
+  hvd_reduce_into(s, b, 3, HVD_FLOAT16, HVD_MIN);
+  CHECK_DBL(hvd_half_to_float(s[1]), -2, 0);
+  CHECK_DBL(hvd_half_to_float(s[2]), -100, 0);
+  uint16_t c[2] = {hvd_float_to_bf16(2.0f), hvd_float_to_bf16(-8.0f)}, d[2] = {hvd_float_to_bf16(5.0f), hvd_float_to_bf16(1.0f)};
+  hvd_reduce_into(c, d, 2, HVD_BFLOAT16, HVD_MAX);
+  CHECK_DBL(hvd_bf16_to_float(c[0]), 5, 0);
+  CHECK_DBL(hvd_bf16_to_float(c[1]), 1, 0);
+  int32_t i[3] = {7, -7, 9};
+  hvd_scale_copy(i, i, 3, HVD_INT32, 2);
+  CHECK_INT(i[0], 3);
+  CHECK_INT(i[1], -3);
+  CHECK_INT(i[2], 4);
+  float f[2] = {3.0f, -1.5f}, g[2];
+  hvd_scale_copy(g, f, 2, HVD_FLOAT32, 3);
+  CHECK_DBL(g[0], 1.0, 1e-7);
+  CHECK_DBL(g[1], -0.5, 1e-7);
+  uint16_t h = hvd_float_to_half(3.0f);
+  hvd_scale_copy(&h, &h, 1, HVD_FLOAT16, 4);
+  CHECK_DBL(hvd_half_to_float(h), 0.75, 0);
+  CHECK_INT(hvd_dtype_size(HVD_BFLOAT16), 2);
+  CHECK_INT(hvd_dtype_size((hvd_dtype_t)42), 0);
+}
+
+/* ---------------------------------------------------------------- fusion */
+
+static void test_fusion_pack_unpack(void) {
+  /* three tensors of 3, 5 and 1 floats, packed in pieces of 8 bytes
+   * (pieces straddle tensors), reduced by "x2", unpacked with divisors */
+  float t0[3] = {1, 2, 3}, t1[5] = {4, 5, 6, 7, 8}, t2[1] = {9};
+  hvd_fuse_entry e[3] = {{(char *)t0, sizeof t0, 1}, {(char *)t1, sizeof t1, 2}, {(char *)t2, sizeof t2, 4}};
+  float staging[2];
+  hvd_fuse_cursor in, out;
+  hvd_fuse_begin(&in, e, 3);
+  hvd_fuse_begin(&out, e, 3);
+  size_t total = sizeof t0 + sizeof t1 + sizeof t2;
+  float seen[9];
+  size_t k = 0;
+  for (size_t off = 0; off < total; off += 8) {
+    size_t len = total - off < 8 ? total - off : 8;
+    hvd_fuse_pack(&in, (char *)staging, len);
+    for (size_t j = 0; j < len / 4; j++) seen[k++] = staging[j], staging[j] *= 2;
+    hvd_fuse_unpack(&out, (char *)staging, len, HVD_FLOAT32);
+  }
+  for (int j = 0; j < 9; j++) CHECK_DBL(seen[j], j + 1, 0);
+  CHECK_DBL(t0[2], 6, 0);  /* x2, divisor 1 */
+  CHECK_DBL(t1[0], 4, 0);  /* x2 / 2 */
+  CHECK_DBL(t1[4], 8, 0);
+  CHECK_DBL(t2[0], 4.5, 0); /* 18 / 4 */
+}
+
+/* ---------------------------------------------------------------- cache */
+
+static void test_cache(void) {
+  hvd_cache c;
+  CHECK_INT(hvd_cache_init(&c, 2), 0);
+  hvd_sig s = {.kind = HVD_KIND_ALLREDUCE, .dtype = HVD_FLOAT32, .count = 10};
+  void *ev;
+  CHECK_INT(hvd_cache_insert(&c, "a", &s, 1, &ev), 0);
+  CHECK_INT(hvd_cache_insert(&c, "b", &s, 2, &ev), 1);
+  CHECK_INT(hvd_cache_insert(&c, "a", &s, 3, &ev), 0); /* present: same bit */
+  CHECK_INT(hvd_cache_lookup(&c, "b"), 1);
+  c.e[0].last_used = 5; /* "a" used recently: "b" is least recently used */
+  int marker;
+  c.e[1].pending = &marker;
+  CHECK_INT(hvd_cache_insert(&c, "c", &s, 6, &ev), 1);
+  CHECK(ev == &marker); /* the evicted entry's waiter comes back */
+  CHECK_INT(hvd_cache_lookup(&c, "b"), -1);
+  CHECK_INT(hvd_cache_lookup(&c, "c"), 1);
+  CHECK(hvd_cache_erase(&c, 0) == NULL);
+  CHECK_INT(hvd_cache_lookup(&c, "a"), -1);
+  CHECK_INT(hvd_cache_size(&c), 1);
+  hvd_cache_free(&c);
+  hvd_cache z;
+  CHECK_INT(hvd_cache_init(&z, 0), 0); /* capacity 0: disabled */
+  CHECK_INT(hvd_cache_insert(&z, "a", &s, 1, &ev), -1);
+  CHECK_INT(hvd_cache_lookup(&z, "a"), -1);
+  hvd_cache_free(&z);
+}
+
+static void test_strmap(void) {
+  hvd_strmap *m = hvd_strmap_new();
+  char key[32];
+  for (int i = 0; i < 5000; i++) {
+    snprintf(key, sizeof key, "t%d", i);
+    CHECK_INT(hvd_strmap_put(m, key, (void *)(intptr_t)(i + 1)), 0);
+  }
+  CHECK_INT(hvd_strmap_len(m), 5000);
+  CHECK_INT((intptr_t)hvd_strmap_get(m, "t4321"), 4322);
+  CHECK_INT((intptr_t)hvd_strmap_del(m, "t10"), 11);
+  CHECK(hvd_strmap_get(m, "t10") == NULL);
+  CHECK_INT(hvd_strmap_len(m), 4999);
+  hvd_strmap_free(m);
+}
+
+static void test_wire(void) {
+  hvd_buf b = {0};
+  hvd_sig s = {.kind = HVD_KIND_BROADCAST, .dtype = HVD_INT64, .root = 3, .count = 77};
+  hvd_wire_put_req(&b, &s, 1.5, "layer.weight");
+  int64_t rows[2] = {4, 6};
+  hvd_sig g = {.kind = HVD_KIND_ALLGATHER, .dtype = HVD_FLOAT32, .count = 4, .row_elems = 8};
+  hvd_wire_put_resp(&b, HVD_RESP_EXEC, &g, "emb", NULL, rows, 2);
+  hvd_wire_req r;
+  hvd_wire_resp p;
+  CHECK_INT(hvd_wire_get_req(&b, &r), 0);
+  CHECK_INT(r.sig.root, 3);
+  CHECK_INT(r.sig.count, 77);
+  CHECK_DBL(r.age, 1.5, 0);
+  CHECK_INT(r.name_len, 12);
+  CHECK(!memcmp(r.name, "layer.weight", 12));
+  CHECK_INT(hvd_wire_get_resp(&b, &p, 2), 0);
+  CHECK_INT(p.sig.row_elems, 8);
+  int64_t r1;
+  memcpy(&r1, &p.rows[1], 8);
+  CHECK_INT(r1, 6);
+  CHECK(!hvd_buf_more(&b));
+  /* truncated input is detected, never read past */
+  b.len -= 3;
+  b.pos = 0;
+  CHECK_INT(hvd_wire_get_req(&b, &r), 0);
+  CHECK_INT(hvd_wire_get_resp(&b, &p, 2), -1);
+  hvd_buf_free(&b);
+}
+
+int main(void) {
+  static const check_test tests[] = {
+      {"settings: defaults", test_settings_defaults},
+      {"settings: values and suffixes", test_settings_values},
+      {"settings: malformed values rejected with the reason", test_settings_rejects},
+      {"settings: environment, Horovod aliases, first error", test_settings_env_and_alias},
+      {"settings: unknown variable gets a suggestion", test_settings_unknown},
+      {"float16 conversion", test_half},
+      {"bfloat16 conversion", test_bf16},
+      {"reductions and scaling", test_reduce_and_scale},
+      {"fusion pack/unpack across pieces", test_fusion_pack_unpack},
+      {"response cache: insert, LRU eviction, erase", test_cache},
+      {"string map", test_strmap},
+      {"negotiation records", test_wire},
+      {NULL, NULL},
+  };
+  return check_run(tests);
+}
