@@ -592,30 +592,45 @@ static void run_allreduce_group(size_t i, size_t j) {
   for (size_t k = i; k < j; k++) finish(E.exec[k].req, HVD_OK, NULL, NULL, 0);
 }
 
+static void note_start(hvd_req *r) {
+  if (hvd_timeline_enabled())
+    hvd_timeline_span(r->name, "NEGOTIATE", us_since_start(r->t_submit), (r->t_ready - r->t_submit) * 1e6);
+  stats.tensors++;
+  E.tick++;
+  int bit = cache_lookup(r->name);
+  if (bit >= 0) E.cache.e[bit].last_used = E.tick;
+}
+
+/* Walk the agreed list in order.  An allreduce starts a group and pulls in
+ * every later allreduce of the same dtype and a compatible op while the group
+ * stays under the fusion threshold (as Horovod does), so a list interleaving
+ * dtypes still fuses.  Every rank walks the same list the same way. */
 static void execute(void) {
   size_t i = 0;
   while (i < E.nexec) {
     hvd_req *r = E.exec[i].req;
-    E.tick++;
-    int bit = cache_lookup(r->name);
-    if (bit >= 0) E.cache.e[bit].last_used = E.tick;
-    if (hvd_timeline_enabled())
-      hvd_timeline_span(r->name, "NEGOTIATE", us_since_start(r->t_submit), (r->t_ready - r->t_submit) * 1e6);
-    stats.tensors++;
+    if (!r) { /* pulled into an earlier group */
+      i++;
+      continue;
+    }
+    note_start(r);
     if (r->sig.kind == HVD_KIND_ALLREDUCE) {
-      size_t j = i + 1, bytes = (size_t)r->sig.count * hvd_dtype_size((hvd_dtype_t)r->sig.dtype);
-      while (E.fusion > 0 && j < E.nexec && fusable(r, E.exec[j].req)) {
-        size_t b = (size_t)E.exec[j].req->sig.count * hvd_dtype_size((hvd_dtype_t)r->sig.dtype);
-        if (bytes + b > E.fusion) break;
+      size_t es = hvd_dtype_size((hvd_dtype_t)r->sig.dtype), bytes = (size_t)r->sig.count * es, end = i + 1;
+      for (size_t j = i + 1; E.fusion > 0 && j < E.nexec && bytes < E.fusion; j++) {
+        hvd_req *q = E.exec[j].req;
+        if (!q || !fusable(r, q)) continue;
+        size_t b = (size_t)q->sig.count * es;
+        if (bytes + b > E.fusion) continue;
         bytes += b;
-        if (hvd_timeline_enabled())
-          hvd_timeline_span(E.exec[j].req->name, "NEGOTIATE", us_since_start(E.exec[j].req->t_submit),
-                            (E.exec[j].req->t_ready - E.exec[j].req->t_submit) * 1e6);
-        stats.tensors++;
-        j++;
+        note_start(q);
+        /* move q next to the group: shift the items between down by one */
+        memmove(&E.exec[end + 1], &E.exec[end], (j - end) * sizeof *E.exec);
+        E.exec[end].req = q;
+        E.exec[end].rows = NULL;
+        end++;
       }
-      run_allreduce_group(i, j);
-      i = j;
+      run_allreduce_group(i, end);
+      i = end;
       continue;
     }
     double start = now_s();
@@ -788,7 +803,7 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
       HVD_WARN("the program initialized MPI without MPI_THREAD_MULTIPLE; the engine thread calls MPI concurrently "
                "with it, which this MPI may not support");
   } else {
-    rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+    rc = PMPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided); /* not through our hook */
     if (rc != MPI_SUCCESS) {
       snprintf(err, errlen, "MPI_Init_thread failed (code %d)", rc);
       return HVD_ERR_INTERNAL;
@@ -882,7 +897,7 @@ void hvd_engine_stop(void) {
   int down = 0;
   MPI_Finalized(&down);
   if (!down) MPI_Comm_free(&E.comm);
-  if (E.mpi_owned && !down) MPI_Finalize();
+  if (E.mpi_owned && !down) PMPI_Finalize(); /* not MPI_Finalize: that is our hook */
   E.mpi_owned = 0;
   pthread_mutex_unlock(&init_mu);
 }

@@ -73,14 +73,33 @@ static void warn_unknown(const char *name, const char *suggestion) {
   else HVD_WARN("unknown setting %s (run hvdshim-info for the list)", name);
 }
 
+/* A forked child of a rank (DataLoader worker, subprocess before exec):
+ * the engine thread does not exist there and MPI must not be touched. */
 static void fork_child(void) {
+  pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+  init_mu = fresh;
   role = HVD_ROLE_FORKED;
+  init_tried = 1;
+  init_result = HVD_ERR_NOT_INIT;
+  snprintf(init_error, sizeof init_error, "hvd_init: hvdshim is inert in a forked child of a rank");
   hvd_engine_forked_child();
 }
 
 static void load_config(void) {
   config_ok = hvd_config_load(config_error, sizeof config_error) == 0;
   hvd_log_threshold = (int)hvd_cfg_int(HVD_CFG_LOG_LEVEL);
+}
+
+/* With HVDSHIM_LOG_LEVEL=debug, every process says what it decided (one
+ * getenv in dormant processes; the settings are not parsed there). */
+static void say_role(const char *why) {
+  const char *lvl = getenv("HVDSHIM_LOG_LEVEL");
+  if (!lvl || strcmp(lvl, "debug") != 0) return;
+  int saved = hvd_log_threshold;
+  hvd_log_threshold = HVD_LOG_DEBUG;
+  extern char *program_invocation_short_name;
+  HVD_DEBUG("role %s in %s (pid %ld): %s", hvd_role_name(role), program_invocation_short_name, (long)getpid(), why);
+  hvd_log_threshold = saved;
 }
 
 __attribute__((constructor)) static void hvd_shim_ctor(void) {
@@ -91,13 +110,21 @@ __attribute__((constructor)) static void hvd_shim_ctor(void) {
   const char *dis = getenv("HVDSHIM_DISABLE");
   if (dis && (!strcmp(dis, "1") || !strcasecmp(dis, "true") || !strcasecmp(dis, "yes") || !strcasecmp(dis, "on"))) {
     role = HVD_ROLE_DISABLED;
+    say_role("HVDSHIM_DISABLE is set");
     return;
   }
   int local_rank;
   int rank = hvd_env_rank(&local_rank);
-  if (rank < 0) return; /* dormant: mpirun, its daemons, plain processes */
+  if (rank < 0) { /* mpirun, its daemons, plain processes */
+    say_role("no rank in the environment");
+    return;
+  }
   const char *active = getenv("HVDSHIM_ACTIVE_PID");
-  if (active && *active) return; /* executed by an active rank: dormant */
+  if (active && *active) {
+    hvd_log_set_rank(rank);
+    say_role("started by the active rank process (HVDSHIM_ACTIVE_PID)");
+    return;
+  }
   hvd_log_set_rank(rank);
   load_config();
   if (!config_ok) {
@@ -108,6 +135,7 @@ __attribute__((constructor)) static void hvd_shim_ctor(void) {
   hvd_config_check_unknown(warn_unknown);
   pthread_atfork(NULL, NULL, fork_child);
   role = HVD_ROLE_ARMED;
+  say_role("a rank process");
 }
 
 static void at_exit(void) { hvd_shutdown(); }
@@ -150,9 +178,11 @@ out:
 }
 
 void hvd_shutdown(void) {
-  if (role != HVD_ROLE_ACTIVE) return;
-  hvd_engine_stop();
-  role = HVD_ROLE_FINALIZED;
+  pthread_mutex_lock(&init_mu);
+  int active = role == HVD_ROLE_ACTIVE;
+  if (active) role = HVD_ROLE_FINALIZED; /* first caller stops; re-entry is a no-op */
+  pthread_mutex_unlock(&init_mu);
+  if (active) hvd_engine_stop();
 }
 
 int hvd_initialized(void) { return role == HVD_ROLE_ACTIVE; }

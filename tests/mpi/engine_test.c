@@ -1,0 +1,442 @@
+/* Multi-rank engine test, run under mpirun by the scripts in tests/mpi.
+ *
+ *   engine_test random SEED NTENSORS NTHREADS ITERS
+ *       random tensors (every dtype and op, sizes 0..300k elements) submitted
+ *       in a different random order on each rank from NTHREADS threads,
+ *       checked against a reference every rank computes for itself
+ *   engine_test collectives     broadcast from every root, allgather with
+ *                               per-rank row counts, barrier, callbacks, test
+ *   engine_test mismatch        count/dtype/op disagreements, bad arguments
+ *   engine_test stall-warn S    the last rank submits S seconds late
+ *   engine_test stall-abort     the last rank never submits
+ *   engine_test shutdown        the last rank leaves early
+ *   engine_test memory ITERS    RSS after warm-up vs after ITERS steps
+ *   engine_test adopt           the program initializes and finalizes MPI
+ *
+ * Prints "engine_test: ... OK" and exits 0, or names what was wrong and
+ * exits 1.  The last line of every rank carries its stats for the scripts. */
+#include <math.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "hvdshim.h"
+
+static int rank, size, failures;
+
+#define FAIL(...)                                    \
+  do {                                               \
+    fprintf(stderr, "engine_test[%d]: FAIL: ", rank); \
+    fprintf(stderr, __VA_ARGS__);                    \
+    fprintf(stderr, "\n");                           \
+    failures++;                                      \
+  } while (0)
+
+static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* ---- the 16-bit conversions, duplicated on purpose: the reference must
+ * not share code with what it checks */
+static float h2f(uint16_t h) {
+  int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  float v = e == 0 ? m * (1.0f / 16777216.0f) : e == 31 ? (m ? NAN : INFINITY) : (1.0f + m / 1024.0f) * (float)(e > 15 ? (1 << (e - 15)) : 1) / (float)(e < 15 ? (1 << (15 - e)) : 1);
+  return (h & 0x8000) ? -v : v;
+}
+static float b2f(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+
+/* Value of element i of tensor t on rank r: small integers, exact in every
+ * dtype and in their sums. */
+static int value(int t, size_t i, int r, hvd_dtype_t dt) {
+  int v = (int)((t * 31 + i * 7 + (size_t)r * 13) % 11);
+  return dt == HVD_UINT8 ? v : v - 5;
+}
+
+static void store(void *buf, size_t i, hvd_dtype_t dt, double v) {
+  switch (dt) {
+  case HVD_FLOAT32: ((float *)buf)[i] = (float)v; break;
+  case HVD_FLOAT64: ((double *)buf)[i] = v; break;
+  case HVD_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+  case HVD_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+  case HVD_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+  case HVD_FLOAT16: { /* small integers: exact */
+    int iv = (int)v, neg = iv < 0, a = neg ? -iv : iv, e = 0;
+    uint16_t h = 0;
+    if (a) {
+      while ((a >> e) > 1) e++;
+      h = (uint16_t)(((e + 15) << 10) | (((a << 10) >> e) & 0x3ff));
+    }
+    ((uint16_t *)buf)[i] = (uint16_t)(h | (neg ? 0x8000 : 0));
+    break;
+  }
+  case HVD_BFLOAT16: { float f = (float)v; uint32_t u; memcpy(&u, &f, 4); ((uint16_t *)buf)[i] = (uint16_t)(u >> 16); break; }
+  }
+}
+
+static double load(const void *buf, size_t i, hvd_dtype_t dt) {
+  switch (dt) {
+  case HVD_FLOAT32: return ((const float *)buf)[i];
+  case HVD_FLOAT64: return ((const double *)buf)[i];
+  case HVD_INT32: return ((const int32_t *)buf)[i];
+  case HVD_INT64: return (double)((const int64_t *)buf)[i];
+  case HVD_UINT8: return ((const uint8_t *)buf)[i];
+  case HVD_FLOAT16: return h2f(((const uint16_t *)buf)[i]);
+  case HVD_BFLOAT16: return b2f(((const uint16_t *)buf)[i]);
+  }
+  return 0;
+}
+
+static double expected(int t, size_t i, hvd_dtype_t dt, hvd_op_t op) {
+  double acc = value(t, i, 0, dt);
+  for (int r = 1; r < size; r++) {
+    double v = value(t, i, r, dt);
+    acc = op == HVD_MIN ? (v < acc ? v : acc) : op == HVD_MAX ? (v > acc ? v : acc) : acc + v;
+  }
+  if (op == HVD_AVG) {
+    if (dt == HVD_INT32 || dt == HVD_INT64 || dt == HVD_UINT8) acc = (double)((long long)acc / size);
+    else acc /= size;
+  }
+  return acc;
+}
+
+typedef struct {
+  char name[32];
+  hvd_dtype_t dt;
+  hvd_op_t op;
+  size_t count;
+  void *buf;
+  hvd_handle_t h;
+} tensor;
+
+typedef struct {
+  tensor *ts;
+  int *order, n, thread, nthreads;
+} worker;
+
+static void *submit_worker(void *arg) {
+  worker *w = arg;
+  for (int k = w->thread; k < w->n; k += w->nthreads) {
+    tensor *t = &w->ts[w->order[k]];
+    if (hvd_allreduce_async(t->name, t->buf, t->count, t->dt, t->op, NULL, NULL, &t->h) != HVD_OK)
+      FAIL("submit %s: %s", t->name, hvd_last_error());
+  }
+  for (int k = w->thread; k < w->n; k += w->nthreads) {
+    tensor *t = &w->ts[w->order[k]];
+    hvd_status_t st = hvd_wait(t->h, 120);
+    if (st != HVD_OK) FAIL("wait %s: %s (%s)", t->name, hvd_status_name(st), hvd_last_error());
+  }
+  return NULL;
+}
+
+static int run_random(uint64_t seed, int n, int nthreads, int iters) {
+  tensor *ts = calloc((size_t)n, sizeof *ts);
+  int *order = malloc(sizeof(int) * (size_t)n);
+  uint64_t s = seed;
+  for (int t = 0; t < n; t++) {
+    snprintf(ts[t].name, sizeof ts[t].name, "grad.%d", t);
+    ts[t].dt = (hvd_dtype_t)(rng_next(&s) % 7);
+    ts[t].op = (hvd_op_t)(rng_next(&s) % 4);
+    uint64_t pick = rng_next(&s) % 100;
+    ts[t].count = pick < 3 ? 0 : pick < 10 ? 100000 + rng_next(&s) % 200000 : rng_next(&s) % 5000;
+    ts[t].buf = malloc(ts[t].count * hvd_dtype_size(ts[t].dt) + 1);
+  }
+  for (int it = 0; it < iters; it++) {
+    for (int t = 0; t < n; t++)
+      for (size_t i = 0; i < ts[t].count; i++) store(ts[t].buf, i, ts[t].dt, value(t + it, i, rank, ts[t].dt));
+    uint64_t os = seed * 7919 + (uint64_t)rank * 104729 + (uint64_t)it;
+    for (int t = 0; t < n; t++) order[t] = t;
+    for (int t = n - 1; t > 0; t--) {
+      int j = (int)(rng_next(&os) % (uint64_t)(t + 1)), tmp = order[t];
+      order[t] = order[j];
+      order[j] = tmp;
+    }
+    pthread_t th[16];
+    worker w[16];
+    for (int k = 0; k < nthreads; k++) {
+      w[k] = (worker){ts, order, n, k, nthreads};
+      pthread_create(&th[k], NULL, submit_worker, &w[k]);
+    }
+    for (int k = 0; k < nthreads; k++) pthread_join(th[k], NULL);
+    for (int t = 0; t < n && failures < 20; t++) {
+      int half = ts[t].dt == HVD_FLOAT16 || ts[t].dt == HVD_BFLOAT16;
+      for (size_t i = 0; i < ts[t].count; i++) {
+        double want = expected(t + it, i, ts[t].dt, ts[t].op), got = load(ts[t].buf, i, ts[t].dt);
+        double tol = half ? 0.02 * (1 + (want < 0 ? -want : want)) : 1e-6 * (1 + (want < 0 ? -want : want));
+        if (!(got - want <= tol && want - got <= tol)) {
+          FAIL("iter %d %s (%s %s, %zu elems) [%zu] = %g, expected %g", it, ts[t].name, hvd_dtype_name(ts[t].dt),
+               (const char *[]){"sum", "avg", "min", "max"}[ts[t].op], ts[t].count, i, got, want);
+          break;
+        }
+      }
+    }
+  }
+  for (int t = 0; t < n; t++) free(ts[t].buf);
+  free(ts);
+  free(order);
+  return failures;
+}
+
+static volatile int callbacks_seen;
+static void on_done(hvd_handle_t h, hvd_status_t st, void *arg) {
+  (void)h;
+  if (st == HVD_OK) __atomic_fetch_add((int *)arg, 1, __ATOMIC_SEQ_CST);
+}
+
+static int run_collectives(void) {
+  /* broadcast from every root, several dtypes */
+  for (int root = 0; root < size; root++) {
+    double d[100];
+    int64_t l[7];
+    for (int i = 0; i < 100; i++) d[i] = rank == root ? i * 0.5 + root : -1;
+    for (int i = 0; i < 7; i++) l[i] = rank == root ? (int64_t)1 << 40 | i : 0;
+    hvd_handle_t h1, h2;
+    char n1[32], n2[32];
+    snprintf(n1, sizeof n1, "bcast.d.%d", root);
+    snprintf(n2, sizeof n2, "bcast.l.%d", root);
+    if (hvd_broadcast_async(n1, d, 100, HVD_FLOAT64, root, NULL, NULL, &h1) || hvd_broadcast_async(n2, l, 7, HVD_INT64, root, NULL, NULL, &h2))
+      FAIL("broadcast submit: %s", hvd_last_error());
+    if (hvd_wait(h1, 60) || hvd_wait(h2, 60)) FAIL("broadcast wait: %s", hvd_last_error());
+    for (int i = 0; i < 100; i++) if (d[i] != i * 0.5 + root) { FAIL("bcast root %d [%d] = %g", root, i, d[i]); break; }
+    for (int i = 0; i < 7; i++) if (l[i] != ((int64_t)1 << 40 | i)) { FAIL("bcast int64 root %d [%d]", root, i); break; }
+  }
+  /* allgather: rank r contributes r rows of 3 floats (rank 0: none) */
+  for (int rep = 0; rep < 2; rep++) {
+    float in[64 * 3];
+    int rows = rank + rep;
+    for (int i = 0; i < rows * 3; i++) in[i] = (float)(rank * 1000 + i);
+    hvd_handle_t h;
+    if (hvd_allgather_async("gather", in, (size_t)rows, 3, HVD_FLOAT32, NULL, NULL, &h)) FAIL("allgather: %s", hvd_last_error());
+    int done = 0;
+    for (int spin = 0; spin < 600000 && !done; spin++) {
+      hvd_test(h, &done);
+      if (!done) usleep(100);
+    }
+    void *out = NULL;
+    size_t total = 0;
+    if (!done || hvd_allgather_result(h, &out, &total)) FAIL("allgather result: %s", hvd_last_error());
+    if (hvd_wait(h, 0)) FAIL("allgather wait after done");
+    size_t want_rows = 0;
+    for (int r = 0; r < size; r++) want_rows += (size_t)(r + rep);
+    if (total != want_rows) FAIL("allgather rows %zu, expected %zu", total, want_rows);
+    else {
+      const float *o = out;
+      size_t row = 0;
+      for (int r = 0; r < size; r++)
+        for (int k = 0; k < (r + rep) * 3; k++, row++)
+          if (o[row] != (float)(r * 1000 + k)) { FAIL("allgather rank %d elem %d = %g", r, k, o[row]); r = size; break; }
+    }
+    free(out);
+  }
+  /* callbacks: no wait needed, handle released after the callback */
+  int32_t v[4] = {rank, rank, rank, rank};
+  int seen = 0;
+  for (int i = 0; i < 4; i++) {
+    char n[32];
+    snprintf(n, sizeof n, "cb.%d", i);
+    if (hvd_allreduce_async(n, &v[i], 1, HVD_INT32, HVD_SUM, on_done, &seen, NULL)) FAIL("cb submit: %s", hvd_last_error());
+  }
+  if (hvd_barrier(60) != HVD_OK) FAIL("barrier: %s", hvd_last_error());
+  for (int spin = 0; spin < 10000 && __atomic_load_n(&seen, __ATOMIC_SEQ_CST) < 4; spin++) usleep(1000);
+  if (seen != 4) FAIL("callbacks seen %d of 4", seen);
+  if (v[0] != size * (size - 1) / 2) FAIL("cb allreduce = %d", v[0]);
+  /* a bounded wait that times out, then completes */
+  float x = 1;
+  hvd_handle_t h;
+  if (rank == 0) {
+    hvd_allreduce_async("late", &x, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h);
+    if (size > 1 && hvd_wait(h, 0.2) != HVD_ERR_TIMEOUT) FAIL("wait should time out while peers have not submitted");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank != 0) hvd_allreduce_async("late", &x, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h);
+  if (hvd_wait(h, 60) != HVD_OK || x != size) FAIL("late allreduce: %g (%s)", x, hvd_last_error());
+  if (hvd_wait(h, 1) != HVD_ERR_INVALID) FAIL("a finished handle must be invalid");
+  return failures;
+}
+
+static int expect_error(hvd_status_t want, hvd_handle_t h, const char *name, const char *must_have) {
+  hvd_status_t st = hvd_wait(h, 60);
+  const char *msg = hvd_last_error();
+  if (st != want) FAIL("%s: status %s, expected %s (%s)", name, hvd_status_name(st), hvd_status_name(want), msg);
+  else if (!strstr(msg, name) || (must_have && !strstr(msg, must_have))) FAIL("%s: message lacks name/'%s': %s", name, must_have ? must_have : "", msg);
+  else if (rank == 0) printf("engine_test: got expected error: %s\n", msg);
+  return st == want;
+}
+
+static int run_mismatch(void) {
+  float a[12] = {0};
+  hvd_handle_t h;
+  int last = size - 1;
+  hvd_allreduce_async("bad_count", a, rank == last ? 11 : 10, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h);
+  char ranks[32];
+  snprintf(ranks, sizeof ranks, "11 elements on rank %d", last);
+  expect_error(HVD_ERR_MISMATCH, h, "bad_count", size > 1 ? ranks : "");
+  hvd_allreduce_async("bad_dtype", a, 4, rank == 0 ? HVD_FLOAT64 : HVD_FLOAT32, HVD_SUM, NULL, NULL, &h);
+  expect_error(HVD_ERR_MISMATCH, h, "bad_dtype", size > 1 ? "float64 on rank 0" : "");
+  hvd_allreduce_async("bad_op", a, 4, HVD_FLOAT32, rank == last ? HVD_MAX : HVD_SUM, NULL, NULL, &h);
+  expect_error(HVD_ERR_MISMATCH, h, "bad_op", "reduction op");
+  hvd_broadcast_async("bad_root", a, 4, HVD_FLOAT32, rank == last ? 0 : last, NULL, NULL, &h);
+  expect_error(HVD_ERR_MISMATCH, h, "bad_root", "root");
+  /* a cached tensor that later disagrees: the cache entry is invalidated */
+  for (int i = 0; i < 3; i++) {
+    hvd_allreduce_async("was_fine", a, 8, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h);
+    if (hvd_wait(h, 60)) FAIL("was_fine: %s", hvd_last_error());
+  }
+  hvd_allreduce_async("was_fine", a, rank == last ? 9 : 8, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h);
+  expect_error(HVD_ERR_MISMATCH, h, "was_fine", "count");
+  /* the engine keeps working afterwards */
+  float one = 1;
+  hvd_allreduce_async("after", &one, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h);
+  if (hvd_wait(h, 60) || one != size) FAIL("after mismatches: %g", one);
+  /* bad arguments fail at submission, naming the cause */
+  if (hvd_allreduce_async("x", a, 1, (hvd_dtype_t)9, HVD_SUM, NULL, NULL, &h) != HVD_ERR_INVALID || !strstr(hvd_last_error(), "unsupported dtype"))
+    FAIL("bad dtype not rejected: %s", hvd_last_error());
+  if (hvd_allreduce_async("", a, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h) != HVD_ERR_INVALID) FAIL("empty name accepted");
+  if (hvd_allreduce_async("x", NULL, 5, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h) != HVD_ERR_INVALID) FAIL("null buffer accepted");
+  if (hvd_broadcast_async("x", a, 1, HVD_FLOAT32, size, NULL, NULL, &h) != HVD_ERR_INVALID) FAIL("bad root accepted");
+  /* the same name twice in flight */
+  hvd_handle_t h1, h2;
+  hvd_allreduce_async("twice", a, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h1);
+  hvd_allreduce_async("twice", a + 1, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h2);
+  if (hvd_wait(h2, 60) != HVD_ERR_INVALID || !strstr(hvd_last_error(), "already in flight")) FAIL("duplicate in flight: %s", hvd_last_error());
+  if (hvd_wait(h1, 60)) FAIL("twice (first): %s", hvd_last_error());
+  return failures;
+}
+
+static int run_stall_warn(double delay) {
+  float x = 1;
+  hvd_handle_t h;
+  /* uncached: goes through the coordinator */
+  if (rank == size - 1) usleep((useconds_t)(delay * 1e6));
+  hvd_allreduce_async("late_tensor", &x, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h);
+  if (hvd_wait(h, 120) || x != size) FAIL("late_tensor: %s", hvd_last_error());
+  /* cached: negotiated once, then late on one rank */
+  for (int i = 0; i < 2; i++) {
+    x = 1;
+    if (i == 1 && rank == size - 1) usleep((useconds_t)(delay * 1e6));
+    hvd_allreduce_async("late_cached", &x, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h);
+    if (hvd_wait(h, 120) || x != size) FAIL("late_cached: %s", hvd_last_error());
+  }
+  return failures;
+}
+
+static int run_stall_abort(void) {
+  float x = 1;
+  hvd_handle_t h;
+  if (rank == size - 1) {
+    sleep(120); /* never submits: the job must be ended for us */
+    FAIL("still alive after 120 s: the stall shutdown did not end the job");
+    return 1;
+  }
+  hvd_allreduce_async("never_everywhere", &x, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h);
+  hvd_wait(h, 120);
+  FAIL("wait returned: the stall shutdown did not end the job");
+  return 1;
+}
+
+static int run_shutdown(void) {
+  if (hvd_barrier(60)) FAIL("barrier: %s", hvd_last_error());
+  if (rank == size - 1) {
+    hvd_shutdown(); /* leaves early */
+    float x = 1;
+    hvd_handle_t h;
+    if (hvd_allreduce_async("after_leaving", &x, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h) == HVD_OK) FAIL("submission accepted after shutdown");
+    return failures;
+  }
+  float x = 1;
+  hvd_handle_t h;
+  hvd_allreduce_async("orphan", &x, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h);
+  char who[32];
+  snprintf(who, sizeof who, "rank(s) %d shut down", size - 1);
+  expect_error(HVD_ERR_SHUTDOWN, h, "orphan", who);
+  if (hvd_allreduce_async("later", &x, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h) != HVD_ERR_SHUTDOWN) FAIL("later submission not refused");
+  return failures;
+}
+
+static long rss_kib(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long v = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "VmRSS:", 6)) v = atol(line + 6);
+  if (f) fclose(f);
+  return v;
+}
+
+static int run_memory(int iters) {
+  enum { N = 20 };
+  static float bufs[N][256];
+  long warm = 0;
+  hvd_stats_t s0, s1;
+  for (int it = 0; it < iters; it++) {
+    hvd_handle_t h[N];
+    for (int t = 0; t < N; t++) {
+      char n[32];
+      snprintf(n, sizeof n, "mem.%d", t);
+      if (hvd_allreduce_async(n, bufs[t], 256, HVD_FLOAT32, HVD_AVG, NULL, NULL, &h[t])) FAIL("submit: %s", hvd_last_error());
+    }
+    for (int t = 0; t < N; t++) hvd_wait(h[t], 60);
+    if (it == iters / 10) warm = rss_kib(), hvd_get_stats(&s0);
+  }
+  hvd_get_stats(&s1);
+  long end = rss_kib();
+  printf("engine_test[%d]: memory: RSS %ld KiB after warm-up, %ld KiB after %d steps (%llu cycles)\n", rank, warm, end,
+         iters, (unsigned long long)(s1.cycles - s0.cycles));
+  if (s1.cycles - s0.cycles < 9000) FAIL("only %llu cycles measured", (unsigned long long)(s1.cycles - s0.cycles));
+  if (end - warm > 1024) FAIL("RSS grew by %ld KiB", end - warm);
+  return failures;
+}
+
+static int run_adopt(void) {
+  int provided;
+  MPI_Query_thread(&provided);
+  if (provided != MPI_THREAD_MULTIPLE) FAIL("MPI_Init was not upgraded to MPI_THREAD_MULTIPLE (%d)", provided);
+  double x = rank;
+  hvd_handle_t h;
+  hvd_allreduce_async("adopted", &x, 1, HVD_FLOAT64, HVD_SUM, NULL, NULL, &h);
+  if (hvd_wait(h, 60) || x != size * (size - 1) / 2.0) FAIL("adopted allreduce: %g", x);
+  return failures;
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "random";
+  int adopt = !strcmp(mode, "adopt");
+  if (adopt) MPI_Init(&argc, &argv); /* the program's own MPI: the shim adopts it */
+  if (hvd_init() != HVD_OK) {
+    fprintf(stderr, "engine_test: hvd_init failed: %s\n", hvd_last_error());
+    return 1;
+  }
+  rank = hvd_rank();
+  size = hvd_size();
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) FAIL("MPI not initialized after hvd_init");
+  if (!strcmp(mode, "random"))
+    run_random(argc > 2 ? strtoull(argv[2], 0, 10) : 1, argc > 3 ? atoi(argv[3]) : 50, argc > 4 ? atoi(argv[4]) : 2,
+               argc > 5 ? atoi(argv[5]) : 3);
+  else if (!strcmp(mode, "collectives")) run_collectives();
+  else if (!strcmp(mode, "mismatch")) run_mismatch();
+  else if (!strcmp(mode, "stall-warn")) run_stall_warn(argc > 2 ? atof(argv[2]) : 2);
+  else if (!strcmp(mode, "stall-abort")) run_stall_abort();
+  else if (!strcmp(mode, "shutdown")) run_shutdown();
+  else if (!strcmp(mode, "memory")) run_memory(argc > 2 ? atoi(argv[2]) : 10000);
+  else if (adopt) run_adopt();
+  else {
+    fprintf(stderr, "engine_test: unknown mode %s\n", mode);
+    return 2;
+  }
+  hvd_stats_t st;
+  hvd_get_stats(&st);
+  printf("engine_test[%d]: %s %s stats cycles=%llu slow_rounds=%llu cache_hits=%llu tensors=%llu groups=%llu fused=%llu\n",
+         rank, mode, failures ? "FAILED" : "OK", (unsigned long long)st.cycles, (unsigned long long)st.slow_rounds,
+         (unsigned long long)st.cache_hits, (unsigned long long)st.tensors, (unsigned long long)st.groups,
+         (unsigned long long)st.fused_tensors);
+  if (adopt) MPI_Finalize();
+  return failures ? 1 : 0;
+}

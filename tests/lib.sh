@@ -1,0 +1,38 @@
+# Sourced by the test scripts.  Exit codes: 0 pass, 1 fail, 77 skip (with
+# the reason printed).  make check exports top_builddir, top_srcdir, MPIRUN.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+: "${top_builddir:=$(cd "$here/../.." && pwd)}"
+: "${top_srcdir:=$(cd "$here/../.." && pwd)}"
+LIB="$top_builddir/.libs/libhvdshim.so"
+ENGINE_TEST="$top_builddir/tests/mpi/engine_test"
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/hvdshim-test.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*"; exit 1; }
+pass() { echo "PASS: $*"; }
+
+need_mpirun() {
+  MPIRUN=${MPIRUN:-$(command -v mpirun || true)}
+  [ -n "$MPIRUN" ] && [ -x "$MPIRUN" ] || skip "mpirun not found (apt-get install openmpi-bin)"
+}
+# OpenMPI refuses root without these; more ranks than cores need oversubscribe.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+
+# mpi NP command...: bounded (T seconds, default 180) so no test can hang.
+mpi() {
+  _np=$1
+  shift
+  timeout -k 5 "${T:-180}" "$MPIRUN" --oversubscribe -np "$_np" "$@" </dev/null
+}
+
+# expect_ok_lines FILE N: N ranks printed their OK line
+expect_ok_lines() {
+  _n=$(grep -c " OK stats" "$1" || true)
+  [ "$_n" = "$2" ] || { cat "$1"; fail "expected $2 OK lines, got $_n"; }
+}
+
+# stat FILE NAME: the first rank's value of a stats counter
+stat_of() { grep -m1 -o " $2=[0-9]*" "$1" | cut -d= -f2; }

@@ -1,0 +1,37 @@
+#!/bin/sh
+# Every setting of the table fed malformed values under mpirun: each must
+# end the job before any work, non-zero, with one line per rank naming the
+# variable, the value and what is accepted.  An unknown HVDSHIM_* variable
+# gets a warning with the nearest valid name, and the job runs.
+. "$(dirname "$0")/../lib.sh"
+need_mpirun
+INFO="$top_builddir/tools/hvdshim-info"
+tried=0
+"$INFO" --markdown | sed -n 's/^| `\(HVDSHIM_[A-Z_]*\)` | [^|]* | \([a-z]*\) |.*/\1 \2/p' >"$TMP/table"
+[ -s "$TMP/table" ] || fail "could not read the settings table from hvdshim-info"
+while read -r var type; do
+  case $type in
+  bool) bad="maybe|2|" ;;
+  int | bytes) bad="lots|-1|99999999999999999999999|1.5|" ;;
+  number) bad="fast|-1|1e99|" ;;
+  choice) bad="loud|" ;;
+  *) continue ;;
+  esac
+  old_ifs=$IFS
+  IFS='|'
+  for value in $bad; do
+    IFS=$old_ifs
+    tried=$((tried + 1))
+    env "$var=$value" sh -c '"$@"' sh timeout -k 5 60 "$MPIRUN" --oversubscribe -np 2 -x "$var" "$ENGINE_TEST" random 1 2 1 1 </dev/null >"$TMP/out" 2>&1 &&
+      { cat "$TMP/out"; fail "$var='$value' was accepted"; }
+    n=$(grep -c "error.*invalid $var='$value': .*accepted" "$TMP/out" || true)
+    [ "$n" = 2 ] || { cat "$TMP/out"; fail "$var='$value': expected one error line per rank, got $n"; }
+    grep -q " OK stats" "$TMP/out" && fail "$var='$value': work ran despite the bad setting"
+    IFS='|'
+  done
+  IFS=$old_ifs
+done <"$TMP/table"
+[ "$tried" -ge 20 ] || fail "only $tried bad values tried"
+HVDSHIM_FUSION_TRESHOLD=1 mpi 2 -x HVDSHIM_FUSION_TRESHOLD "$ENGINE_TEST" random 1 2 1 1 >"$TMP/unknown" 2>&1 || { cat "$TMP/unknown"; fail "unknown variable broke the job"; }
+grep -q "unknown setting HVDSHIM_FUSION_TRESHOLD (did you mean HVDSHIM_FUSION_THRESHOLD?)" "$TMP/unknown" || { cat "$TMP/unknown"; fail "no suggestion"; }
+pass "$tried malformed values rejected; unknown variable warned"

@@ -1,0 +1,39 @@
+#!/bin/sh
+# HVDSHIM_TIMELINE: rank 0 writes a Chrome trace with the per-tensor phases;
+# the file is valid JSON after a normal run and after the ranks are killed
+# with SIGKILL in the middle of a run.
+. "$(dirname "$0")/../lib.sh"
+need_mpirun
+PY=$(command -v python3 || true)
+[ -n "$PY" ] || skip "python3 not found (needed to validate JSON)"
+HVDSHIM_TIMELINE="$TMP/tl.json" HVDSHIM_TIMELINE_MARK_CYCLES=1 mpi 2 "$ENGINE_TEST" random 3 40 2 2 >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "run"; }
+"$PY" - "$TMP/tl.json" <<'PYEOF' || fail "timeline content"
+import json, sys
+ev = json.load(open(sys.argv[1]))
+names = {e["name"] for e in ev}
+need = {"NEGOTIATE", "QUEUE", "MEMCPY_IN_FUSION_BUFFER", "MPI_ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER", "thread_name", "CYCLE_START"}
+missing = need - names
+assert not missing, "missing phases: %s" % missing
+lanes = {e["args"]["name"] for e in ev if e["name"] == "thread_name"}
+assert "grad.0" in lanes, "no lane for grad.0"
+assert all(e.get("dur", 0) >= 0 for e in ev)
+print("timeline: %d events, %d tensors" % (len(ev), len(lanes)))
+PYEOF
+[ "$(stat -c %a "$TMP/tl.json")" = 644 ] || fail "timeline mode is $(stat -c %a "$TMP/tl.json"), not 644"
+# killed mid-run
+HVDSHIM_TIMELINE="$TMP/crash.json" HVDSHIM_CYCLE_TIME=0.2 mpi 2 "$ENGINE_TEST" memory 10000000 >"$TMP/crash" 2>&1 &
+job=$!
+sleep 3
+for p in $(pgrep -f "engine_test memory 10000000" || true); do
+  [ "$(cat /proc/$p/comm 2>/dev/null)" = mpirun ] || kill -9 "$p" 2>/dev/null || true
+done
+wait $job || true
+[ -s "$TMP/crash.json" ] || fail "no timeline written before the kill"
+"$PY" -c 'import json,sys; ev=json.load(open(sys.argv[1])); assert len(ev) > 10, len(ev); print("after SIGKILL: %d events, valid JSON" % len(ev))' "$TMP/crash.json" ||
+  fail "timeline is not valid JSON after SIGKILL"
+# a symlink planted at the path is not followed
+ln -s "$TMP/victim" "$TMP/link.json"
+HVDSHIM_TIMELINE="$TMP/link.json" mpi 1 "$ENGINE_TEST" random 1 2 1 1 >"$TMP/sym" 2>&1 || { cat "$TMP/sym"; fail "run with symlinked timeline"; }
+[ -e "$TMP/victim" ] && fail "the timeline followed a symlink"
+grep -q "cannot open timeline" "$TMP/sym" || { cat "$TMP/sym"; fail "no warning for the symlinked path"; }
+pass "timeline phases, valid after SIGKILL, no symlink following"
