@@ -126,6 +126,8 @@ static struct {
   size_t nexec, capexec;
   hvd_fuse_entry *fuse;
   size_t capfuse;
+  hvd_handle_t *handles;
+  size_t caphandles;
   char *staging;
   size_t staging_cap;
   /* coordinator (rank 0) */
@@ -589,7 +591,21 @@ static void run_allreduce_group(size_t i, size_t j) {
         hvd_timeline_span(r->name, n > 1 ? "MEMCPY_OUT_FUSION_BUFFER" : "SCALE", at, t.copy_out_us);
     }
   }
-  for (size_t k = i; k < j; k++) finish(E.exec[k].req, HVD_OK, NULL, NULL, 0);
+  if (n > E.caphandles) {
+    hvd_handle_t *p = realloc(E.handles, n * sizeof *p);
+    if (!p) HVD_FATAL("out of memory (completions)");
+    E.handles = p;
+    E.caphandles = n;
+  }
+  for (size_t k = 0; k < n; k++) {
+    hvd_req *r = E.exec[i + k].req;
+    E.handles[k] = r->handle;
+    hvd_strmap_del(E.pending, r->name);
+    E.npending--;
+    free(r->name);
+    free(r);
+  }
+  hvd_handles_complete_ok(E.handles, n);
 }
 
 static void note_start(hvd_req *r) {
@@ -669,6 +685,26 @@ static void execute(void) {
 
 /* ------------------------------------------------------------------ the cycle */
 
+/* The per-cycle bitvector allreduce.  Peers may arrive up to a cycle later
+ * (their timer, not a submission, wakes them), so instead of a blocking call
+ * that busy-polls a core the training thread needs, poll a nonblocking one:
+ * spin briefly (the common, aligned case), then back off with short sleeps. */
+static void control_allreduce(uint64_t *v) {
+  MPI_Request req;
+  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, v, E.nwords, MPI_UINT64_T, MPI_BAND, E.comm, &req), "MPI_Iallreduce (cycle)");
+  int done = 0;
+  double t0 = now_s();
+  for (long spins = 0; !done; spins++) {
+    mpi_check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test (cycle)");
+    if (done) break;
+    double waited = now_s() - t0;
+    if (waited > 50e-6) {
+      struct timespec ts = {0, waited > 5e-3 ? 200000 : 20000};
+      nanosleep(&ts, NULL);
+    }
+  }
+}
+
 static int cycle(void) {
   double now = now_s();
   pthread_mutex_lock(&E.qmu);
@@ -702,7 +738,7 @@ static int cycle(void) {
     ready[b / 64] |= (uint64_t)1 << (b % 64);
     if (now - r->t_submit > E.stale_age) invalid[b / 64] &= ~((uint64_t)1 << (b % 64));
   }
-  mpi_check(MPI_Allreduce(MPI_IN_PLACE, v, E.nwords, MPI_UINT64_T, MPI_BAND, E.comm), "MPI_Allreduce (cycle)");
+  control_allreduce(v);
   flags = ~v[0];
 
   for (int b = 0; b < E.cache.cap; b++) {
@@ -749,7 +785,7 @@ static void *engine_main(void *arg) {
     if (!cycle()) break;
     double deadline = start + E.cycle_s;
     pthread_mutex_lock(&E.qmu);
-    while (!E.stop_requested && (E.fusion == 0 || E.qbytes < E.fusion)) {
+    while (!E.stop_requested && !E.qhead) {
       double t = now_s();
       if (t >= deadline) break;
       struct timespec ts;
@@ -778,6 +814,9 @@ static void free_state(void) {
   free(E.lens);
   free(E.exec);
   free(E.fuse);
+  free(E.handles);
+  E.handles = NULL;
+  E.caphandles = 0;
   free(E.staging);
   free(E.fatal_msg);
   E.outbox = NULL, E.vec = NULL, E.lens = NULL, E.exec = NULL, E.fuse = NULL, E.staging = NULL;
@@ -986,11 +1025,12 @@ static hvd_status_t submit(const char *name, hvd_sig *sig, void *buf, const void
     free(r);
     return st;
   }
+  int was_empty = E.qhead == NULL;
   if (E.qtail) E.qtail->next = r;
   else E.qhead = r;
   E.qtail = r;
   E.qbytes += bytes;
-  if (E.fusion && E.qbytes >= E.fusion) pthread_cond_signal(&E.qcv);
+  if (was_empty) pthread_cond_signal(&E.qcv); /* an idle engine starts a cycle now */
   if (handle) *handle = r->handle;
   pthread_mutex_unlock(&E.qmu);
   return HVD_OK;

@@ -121,6 +121,34 @@ void hvd_handles_complete(hvd_handle_t h, hvd_status_t st, const char *msg, void
   pthread_mutex_unlock(&mu);
 }
 
+void hvd_handles_complete_ok(const hvd_handle_t *hs, size_t n) {
+  size_t ncb = 0;
+  pthread_mutex_lock(&mu);
+  for (size_t i = 0; i < n; i++) {
+    slot *s = lookup(hs[i]);
+    if (!s) continue;
+    s->status = HVD_OK;
+    s->state = SLOT_DONE;
+    ncb += s->cb != NULL;
+  }
+  pthread_cond_broadcast(&cv);
+  pthread_mutex_unlock(&mu);
+  if (!ncb) return;
+  for (size_t i = 0; i < n; i++) { /* rare: callbacks, one at a time */
+    pthread_mutex_lock(&mu);
+    slot *s = lookup(hs[i]);
+    hvd_callback_t cb = s ? s->cb : NULL;
+    void *arg = s ? s->cb_arg : NULL;
+    pthread_mutex_unlock(&mu);
+    if (!cb) continue;
+    cb(hs[i], HVD_OK, arg);
+    pthread_mutex_lock(&mu);
+    s = lookup(hs[i]);
+    if (s) release_locked(s);
+    pthread_mutex_unlock(&mu);
+  }
+}
+
 hvd_status_t hvd_test(hvd_handle_t h, int *done) {
   pthread_mutex_lock(&mu);
   slot *s = lookup(h);
