@@ -301,10 +301,17 @@ static int run_mismatch(void) {
   if (hvd_allreduce_async("x", NULL, 5, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h) != HVD_ERR_INVALID) FAIL("null buffer accepted");
   if (hvd_broadcast_async("x", a, 1, HVD_FLOAT32, size, NULL, NULL, &h) != HVD_ERR_INVALID) FAIL("bad root accepted");
   /* the same name twice in flight */
+  /* (peers submit only after rank 0 queued both, so the first is still in
+   * flight when the second arrives) */
   hvd_handle_t h1, h2;
-  hvd_allreduce_async("twice", a, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h1);
-  hvd_allreduce_async("twice", a + 1, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h2);
-  if (hvd_wait(h2, 60) != HVD_ERR_INVALID || !strstr(hvd_last_error(), "already in flight")) FAIL("duplicate in flight: %s", hvd_last_error());
+  if (rank == 0) {
+    hvd_allreduce_async("twice", a, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h1);
+    hvd_allreduce_async("twice", a + 1, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h2);
+    if (hvd_wait(h2, 60) != HVD_ERR_INVALID || !strstr(hvd_last_error(), "already in flight"))
+      FAIL("duplicate in flight: %s", hvd_last_error());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank != 0) hvd_allreduce_async("twice", a, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h1);
   if (hvd_wait(h1, 60)) FAIL("twice (first): %s", hvd_last_error());
   return failures;
 }
