@@ -162,7 +162,9 @@ hvd_status_t hvd_test(hvd_handle_t h, int *done) {
   return HVD_OK;
 }
 
-hvd_status_t hvd_wait(hvd_handle_t h, double timeout_s) {
+/* Wait for h; with `out`, also take an allgather's result before the handle
+ * is released. */
+static hvd_status_t wait_impl(hvd_handle_t h, double timeout_s, void **out, size_t *total_rows, const char *fn) {
   struct timespec deadline;
   if (timeout_s >= 0) {
     clock_gettime(CLOCK_REALTIME, &deadline);
@@ -174,7 +176,7 @@ hvd_status_t hvd_wait(hvd_handle_t h, double timeout_s) {
   slot *s = lookup(h);
   if (!s || s->cb) {
     pthread_mutex_unlock(&mu);
-    hvd_set_last_error("hvd_wait: invalid or finished handle %lld%s", (long long)h,
+    hvd_set_last_error("%s: invalid or finished handle %lld%s", fn, (long long)h,
                        s ? " (it has a callback: it is finished when the callback returns)" : "");
     return HVD_ERR_INVALID;
   }
@@ -183,16 +185,40 @@ hvd_status_t hvd_wait(hvd_handle_t h, double timeout_s) {
     s = lookup(h); /* the table may have moved */
     if (rc == ETIMEDOUT && s->state != SLOT_DONE) {
       pthread_mutex_unlock(&mu);
-      hvd_set_last_error("hvd_wait: not complete after %g s", timeout_s);
+      hvd_set_last_error("%s: not complete after %g s", fn, timeout_s);
       return HVD_ERR_TIMEOUT;
     }
   }
   hvd_status_t st = s->status;
   if (st != HVD_OK) hvd_set_last_error("%s", s->msg ? s->msg : hvd_status_name(st));
+  if (out && st == HVD_OK) {
+    if (s->gathered) {
+      *out = s->gathered;
+      *total_rows = s->rows;
+      s->gathered = NULL;
+    } else {
+      hvd_set_last_error("%s: handle %lld is not an allgather", fn, (long long)h);
+      st = HVD_ERR_INVALID;
+    }
+  }
   release_locked(s);
   pthread_mutex_unlock(&mu);
   return st;
 }
+
+hvd_status_t hvd_wait(hvd_handle_t h, double timeout_s) { return wait_impl(h, timeout_s, NULL, NULL, "hvd_wait"); }
+
+hvd_status_t hvd_allgather_wait(hvd_handle_t h, double timeout_s, void **out, size_t *total_rows) {
+  if (!out || !total_rows) {
+    hvd_set_last_error("hvd_allgather_wait: null output pointer");
+    return HVD_ERR_INVALID;
+  }
+  *out = NULL;
+  *total_rows = 0;
+  return wait_impl(h, timeout_s, out, total_rows, "hvd_allgather_wait");
+}
+
+void hvd_free(void *p) { free(p); }
 
 hvd_status_t hvd_allgather_result(hvd_handle_t h, void **out, size_t *total_rows) {
   pthread_mutex_lock(&mu);

@@ -94,6 +94,12 @@ HVD_EXPORT hvd_status_t hvd_allgather_async(const char *name, const void *in, si
  * hvd_test() said done and before hvd_wait(). */
 HVD_EXPORT hvd_status_t hvd_allgather_result(hvd_handle_t handle, void **out, size_t *total_rows);
 
+/* hvd_wait for an allgather that also hands over its result (free it with
+ * hvd_free) when the status is HVD_OK: one call instead of test/result/wait. */
+HVD_EXPORT hvd_status_t hvd_allgather_wait(hvd_handle_t handle, double timeout_s, void **out, size_t *total_rows);
+/* free() for buffers the library allocated (callers without a libc, e.g. ctypes). */
+HVD_EXPORT void hvd_free(void *ptr);
+
 /* Wait up to timeout_s seconds (< 0: no limit).  Returns the operation's
  * status and finishes the handle, or HVD_ERR_TIMEOUT and keeps it. */
 HVD_EXPORT hvd_status_t hvd_wait(hvd_handle_t handle, double timeout_s);
@@ -117,6 +123,23 @@ typedef struct {
   double comm_seconds;     /* time in MPI data movement and copies */
 } hvd_stats_t;
 HVD_EXPORT void hvd_get_stats(hvd_stats_t *stats);
+
+/* For framework adapters (the PyTorch glue), usable before hvd_init. */
+/* Rank, size, local rank and size: the engine's once initialized, else the
+ * launcher's environment (a process not started by a launcher: 0 of 1). */
+HVD_EXPORT void hvd_launch_info(int *rank, int *size, int *local_rank, int *local_size);
+/* "dormant", "disabled", "armed", "active", "forked child" or "finalized". */
+HVD_EXPORT const char *hvd_role_now(void);
+/* Effective value of a setting, by HVDSHIM_* name or Horovod alias, in
+ * normalized form (booleans "0"/"1", choices as listed, plain numbers); NULL
+ * for an unknown name. */
+HVD_EXPORT const char *hvd_config_value(const char *name);
+/* One line through hvdshim's logger (prefix, rank, HVDSHIM_LOG_LEVEL);
+ * level 0 error, 1 warning, 2 info, 3 debug; `where` names the caller. */
+HVD_EXPORT void hvd_log_message(int level, const char *where, const char *msg);
+/* Print `msg` as an error and end the whole job (MPI_Abort once the engine
+ * runs, else exit(1)): for failures other ranks cannot see. */
+HVD_EXPORT void hvd_abort_job(const char *msg) __attribute__((noreturn));
 
 HVD_EXPORT const char *hvd_dtype_name(hvd_dtype_t dtype);
 HVD_EXPORT size_t hvd_dtype_size(hvd_dtype_t dtype);

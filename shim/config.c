@@ -26,6 +26,7 @@ typedef struct {
   int64_t ival;
   double dval;
   char text[HVD_CFG_TEXT_MAX];
+  char canon[HVD_CFG_TEXT_MAX]; /* normalized: 0/1, the choice word, a plain number */
   hvd_cfg_source src;
 } cfg_value;
 
@@ -159,6 +160,21 @@ static int store(hvd_cfg_id id, const char *text, hvd_cfg_source src, const char
   v->dval = dv;
   v->src = src;
   snprintf(v->text, sizeof v->text, "%s", text);
+  const hvd_cfg_desc *d = &hvd_cfg_table[id];
+  switch (d->type) {
+  case HVD_CT_BOOL: snprintf(v->canon, sizeof v->canon, "%d", iv ? 1 : 0); break;
+  case HVD_CT_INT:
+  case HVD_CT_SIZE: snprintf(v->canon, sizeof v->canon, "%lld", (long long)iv); break;
+  case HVD_CT_DOUBLE: snprintf(v->canon, sizeof v->canon, "%.17g", dv); break;
+  case HVD_CT_STRING: snprintf(v->canon, sizeof v->canon, "%s", text); break;
+  case HVD_CT_CHOICE: {
+    const char *p = d->choices;
+    for (int64_t k = 0; k < iv && strchr(p, '|'); k++) p = strchr(p, '|') + 1;
+    size_t len = strchr(p, '|') ? (size_t)(strchr(p, '|') - p) : strlen(p);
+    snprintf(v->canon, sizeof v->canon, "%.*s", (int)len, p);
+    break;
+  }
+  }
   return 0;
 }
 
@@ -209,6 +225,14 @@ int64_t hvd_cfg_int(hvd_cfg_id id) { ensure_loaded(); return values[id].ival; }
 double hvd_cfg_double(hvd_cfg_id id) { ensure_loaded(); return values[id].dval; }
 const char *hvd_cfg_str(hvd_cfg_id id) { ensure_loaded(); return values[id].text; }
 hvd_cfg_source hvd_cfg_src(hvd_cfg_id id) { ensure_loaded(); return values[id].src; }
+const char *hvd_cfg_canonical(hvd_cfg_id id) { ensure_loaded(); return values[id].canon; }
+
+int hvd_cfg_find(const char *name) {
+  for (int i = 0; name && i < HVD_CFG_COUNT; i++)
+    if (!strcmp(name, hvd_cfg_table[i].name) || (hvd_cfg_table[i].alias && !strcmp(name, hvd_cfg_table[i].alias)))
+      return i;
+  return -1;
+}
 
 /* Levenshtein distance, for "did you mean" suggestions. */
 static size_t edit_distance(const char *a, const char *b) {
@@ -233,7 +257,8 @@ static size_t edit_distance(const char *a, const char *b) {
 }
 
 /* Variables the shim itself sets or reads outside the table. */
-static const char *internal_vars[] = {"HVDSHIM_ACTIVE_PID", "HVDSHIM_PRELOAD", NULL};
+static const char *internal_vars[] = {"HVDSHIM_ACTIVE_PID", "HVDSHIM_PRELOAD", "HVDSHIM_PYTHONPATH_SAVED",
+                                      "HVDSHIM_PYTHONPATH_WAS_SET", NULL};
 
 void hvd_config_check_unknown(void (*warn)(const char *name, const char *suggestion)) {
   for (char **e = environ; e && *e; e++) {

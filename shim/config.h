@@ -43,6 +43,11 @@ int64_t hvd_cfg_int(hvd_cfg_id id);      /* BOOL, INT, SIZE, CHOICE (index) */
 double hvd_cfg_double(hvd_cfg_id id);    /* DOUBLE (and numeric others) */
 const char *hvd_cfg_str(hvd_cfg_id id);  /* raw text of the effective value */
 hvd_cfg_source hvd_cfg_src(hvd_cfg_id id);
+/* Normalized text: BOOL "0"/"1", CHOICE the choice word as declared, INT and
+ * SIZE a plain integer, DOUBLE "%.17g", STRING as given. */
+const char *hvd_cfg_canonical(hvd_cfg_id id);
+/* Id of a setting by its HVDSHIM_* name or Horovod alias, or -1. */
+int hvd_cfg_find(const char *name);
 /* Programmatic override (tests, autotune); returns 0 or -1 with err. */
 int hvd_cfg_set(hvd_cfg_id id, const char *text, char *err, size_t errlen);
 

@@ -25,6 +25,7 @@
 #include "../collectives/handles.h"
 #include "../collectives/hvdshim.h"
 #include "config.h"
+#include "../hooks/python.h"
 #include "log.h"
 #include "role.h"
 
@@ -66,6 +67,44 @@ int hvd_env_rank(int *local_rank) {
     lr = -1;
   if (local_rank) *local_rank = rank >= 0 ? lr : -1;
   return rank;
+}
+
+void hvd_launch_info(int *rank, int *size, int *local_rank, int *local_size) {
+  int r, s = -1, lr, ls = -1;
+  if (hvd_initialized()) {
+    r = hvd_rank(), s = hvd_size(), lr = hvd_local_rank(), ls = hvd_local_size();
+  } else {
+    r = hvd_env_rank(&lr);
+    if (r >= 0) {
+      if (!env_int("OMPI_COMM_WORLD_SIZE", &s) && !env_int("PMI_SIZE", &s) && !env_int("SLURM_NTASKS", &s)) s = -1;
+      if (!env_int("OMPI_COMM_WORLD_LOCAL_SIZE", &ls) && !env_int("MPI_LOCALNRANKS", &ls) &&
+          !env_int("PMI_LOCAL_SIZE", &ls))
+        ls = -1;
+    }
+    if (r < 0) r = 0, s = 1, lr = 0, ls = 1; /* not launched: one process */
+    if (s < 1) s = r + 1;
+    if (lr < 0) lr = 0;
+    if (ls < 1) ls = lr + 1;
+  }
+  if (rank) *rank = r;
+  if (size) *size = s;
+  if (local_rank) *local_rank = lr;
+  if (local_size) *local_size = ls;
+}
+
+const char *hvd_role_now(void) { return hvd_role_name(role); }
+
+void hvd_log_message(int level, const char *where, const char *msg) {
+  if (level < HVD_LOG_ERROR) level = HVD_LOG_ERROR;
+  if (level > HVD_LOG_DEBUG) level = HVD_LOG_DEBUG;
+  if (level <= hvd_log_threshold) hvd_log_write(level, where ? where : "?", 0, "%s", msg ? msg : "");
+}
+
+void hvd_abort_job(const char *msg) { hvd_fatal_at("adapter", 0, "%s", msg ? msg : "aborted"); }
+
+const char *hvd_config_value(const char *name) {
+  int id = hvd_cfg_find(name);
+  return id < 0 ? NULL : hvd_cfg_canonical((hvd_cfg_id)id);
 }
 
 static void warn_unknown(const char *name, const char *suggestion) {
@@ -136,6 +175,7 @@ __attribute__((constructor)) static void hvd_shim_ctor(void) {
   pthread_atfork(NULL, NULL, fork_child);
   role = HVD_ROLE_ARMED;
   say_role("a rank process");
+  hvd_python_arm();
 }
 
 static void at_exit(void) { hvd_shutdown(); }

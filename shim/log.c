@@ -23,7 +23,10 @@ static void vwrite_line(int level, const char *file, int line, const char *fmt, 
   else n = snprintf(buf, sizeof buf, "hvdshim: ");
   if (level <= HVD_LOG_WARN || level == HVD_LOG_DEBUG) {
     const char *base = strrchr(file, '/');
-    n += snprintf(buf + n, sizeof buf - (size_t)n, "%s (%s:%d): ", names[level], base ? base + 1 : file, line);
+    if (line > 0)
+      n += snprintf(buf + n, sizeof buf - (size_t)n, "%s (%s:%d): ", names[level], base ? base + 1 : file, line);
+    else
+      n += snprintf(buf + n, sizeof buf - (size_t)n, "%s (%s): ", names[level], base ? base + 1 : file);
   }
   n += vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
   if (n > (int)sizeof buf - 2) n = (int)sizeof buf - 2;

@@ -36,3 +36,26 @@ expect_ok_lines() {
 
 # stat FILE NAME: the first rank's value of a stats counter
 stat_of() { grep -m1 -o " $2=[0-9]*" "$1" | cut -d= -f2; }
+
+# PyTorch tests: the interpreter with torch (configure's PYTHON).
+need_torch() {
+  PYTHON=${PYTHON:-/usr/bin/python3}
+  "$PYTHON" -c 'import torch' 2>/dev/null ||
+    skip "PyTorch is not importable by $PYTHON (apt-get install python3-torch, or configure PYTHON=...)"
+  TORCH_DIR="$top_srcdir/tests/torch"
+  TRAIN="$TORCH_DIR/train.py"
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS-1} # the same intra-op threads on both sides of a comparison
+}
+
+# shim NP ARGS...: ARGS under mpirun with the shim preloaded and OMP_NUM_THREADS
+# and every HVDSHIM_* variable of this environment forwarded.
+shim() {
+  _np=$1
+  shift
+  set -- $(env | sed -n 's/^\(HVDSHIM_[A-Z0-9_]*\)=.*/-x \1/p') "$@"
+  [ -n "${OMP_NUM_THREADS-}" ] && set -- -x OMP_NUM_THREADS "$@"
+  LD_PRELOAD="$LIB" mpi "$_np" -x LD_PRELOAD "$@"
+}
+
+# same A.pt B.pt TOL: two checkpoints agree within TOL
+same() { "$PYTHON" "$TORCH_DIR/compare.py" "$@"; }

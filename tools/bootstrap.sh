@@ -1,13 +1,14 @@
 #!/bin/sh
 # Command one of the README: install what hvdshim needs from Debian, build
-# it, and run the bundled demo on 2 ranks.  Run from the source tree, as
-# root or with sudo available.  Set HVDSHIM_SKIP_DEMO=1 to only build.
+# it, and run the bundled example (an ordinary PyTorch script) on 2 ranks
+# under the shim.  Run from the source tree, as
+# root or with sudo available.  Set BOOTSTRAP_SKIP_DEMO=1 to only build.
 set -eu
 cd "$(dirname "$0")/.."
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 PKGS="build-essential autoconf automake libtool pkg-config openmpi-bin libopenmpi-dev libffi-dev
-python3 python3-numpy python3-torch libopenblas0-pthread procps binutils"
+python3 python3-numpy python3-torch libpython3-dev libopenblas0-pthread procps binutils"
 echo "bootstrap: installing: $(echo $PKGS)"
 $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
 $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $PKGS >/dev/null
@@ -16,7 +17,10 @@ echo "bootstrap: building"
 ./configure --quiet
 make -j"$(nproc)" >/dev/null
 make -j"$(nproc)" examples/engine_demo >/dev/null
-[ "${HVDSHIM_SKIP_DEMO:-0}" = 1 ] && exit 0
-echo "bootstrap: running the demo: mpirun -np 2 examples/engine_demo"
+[ "${BOOTSTRAP_SKIP_DEMO:-0}" = 1 ] && exit 0
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpirun --oversubscribe -np 2 examples/engine_demo </dev/null
+cmd="LD_PRELOAD=$PWD/.libs/libhvdshim.so mpirun -np 2 -x LD_PRELOAD /usr/bin/python3 examples/train.py"
+echo "bootstrap: running the example: $cmd"
+cd "$(mktemp -d)" # the example writes its checkpoint to the current directory
+LD_PRELOAD="$OLDPWD/.libs/libhvdshim.so" mpirun --oversubscribe -np 2 -x LD_PRELOAD \
+  /usr/bin/python3 "$OLDPWD/examples/train.py" </dev/null

@@ -1,0 +1,10 @@
+/* CPython bootstrap (hooks/python.c). */
+#ifndef HVD_HOOKS_PYTHON_H
+#define HVD_HOOKS_PYTHON_H
+
+/* Called by the constructor of an armed rank. */
+void hvd_python_arm(void);
+/* Directory of sitecustomize.py and the adapter, or NULL. */
+const char *hvd_python_dir(void);
+
+#endif

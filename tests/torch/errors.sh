@@ -1,0 +1,28 @@
+#!/bin/sh
+# What goes wrong gets one clear message on every rank, and no hang.
+. "$(dirname "$0")/../lib.sh"
+need_mpirun
+need_torch
+T=120
+# models that differ across ranks: the first difference is named
+LD_PRELOAD="$LIB" mpi 1 -x LD_PRELOAD "$PYTHON" "$TRAIN" --out "$TMP/a.pt" --hidden 32 : \
+  -np 1 -x LD_PRELOAD "$PYTHON" "$TRAIN" --out "$TMP/a.pt" --hidden 24 >"$TMP/out" 2>&1 &&
+  { cat "$TMP/out"; fail "different models were accepted"; }
+msg="model 0 (Sequential) differs across ranks: entry 0: rank 0 has 'p 0.weight 32x10 float32', rank 1 has 'p 0.weight 24x10 float32'"
+[ "$(grep -c "$msg" "$TMP/out")" = 2 ] || { cat "$TMP/out"; fail "expected the difference named on both ranks"; }
+pass "different models: $msg"
+# split mode with a batch size not divisible by the ranks
+HVDSHIM_DATA=split shim 4 "$PYTHON" "$TRAIN" --batch 30 --out "$TMP/a.pt" >"$TMP/out" 2>&1 &&
+  { cat "$TMP/out"; fail "batch 30 at np=4 was accepted in split mode"; }
+grep -q "HVDSHIM_DATA=split needs the DataLoader batch size (30) to be divisible by the number of ranks (4)" "$TMP/out" ||
+  { cat "$TMP/out"; fail "no clear split-mode error"; }
+pass "split mode: indivisible batch size named"
+# an iterable dataset: one warning per rank, the run completes
+shim 2 "$PYTHON" "$TRAIN" --case iterable --out "$TMP/a.pt" >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "iterable run failed"; }
+[ "$(grep -c "IterableDataset: hvdshim cannot shard it" "$TMP/out")" = 2 ] || { cat "$TMP/out"; fail "expected one warning per rank"; }
+pass "iterable dataset: warned once per rank"
+# a parameter without gradient on some ranks in some steps: no hang, same weights
+HVDSHIM_WORKER_STDOUT=1 shim 2 "$PYTHON" "$TRAIN" --case unused --epochs 3 --out "$TMP/a.pt" >"$TMP/out" 2>&1 ||
+  { cat "$TMP/out"; fail "unused-branch run failed"; }
+[ "$(grep -o 'checksum .*' "$TMP/out" | sort -u | wc -l)" = 1 ] || { cat "$TMP/out"; fail "ranks ended with different weights"; }
+pass "unused branch: finished, ranks agree"

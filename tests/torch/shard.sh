@@ -1,0 +1,47 @@
+#!/bin/sh
+# HVDSHIM_DATA=shard (the default): each rank sees 1/N of every epoch, the
+# epochs are reshuffled identically everywhere, every rank runs the same
+# number of batches (padded like DistributedSampler), and training learns.
+. "$(dirname "$0")/../lib.sh"
+need_mpirun
+need_torch
+export HVDSHIM_WORKER_STDOUT=1
+for np in 2 3; do
+  # 100 samples: not divisible by 3
+  shim $np "$PYTHON" "$TRAIN" --case seen --samples 100 --batch 16 --epochs 4 --out "$TMP/ck.pt" \
+    >"$TMP/out$np" 2>&1 || { cat "$TMP/out$np"; fail "np=$np shard run failed"; }
+  "$PYTHON" - "$TMP/out$np" $np 100 <<'PY' || { cat "$TMP/out$np"; fail "np=$np sharding is wrong"; }
+import re, sys
+lines, n, samples = open(sys.argv[1]).read().splitlines(), int(sys.argv[2]), int(sys.argv[3])
+seen = {}  # (rank, epoch) -> indices
+for line in lines:
+    m = re.match(r"(?:\[rank (\d+)\] )?seen (\d+) (.*)", line)
+    if m:
+        seen.setdefault((int(m.group(1) or 0), int(m.group(2))), []).extend(map(int, m.group(3).split()))
+per_rank = -(-samples // n)
+orders = []
+for epoch in range(4):
+    union = set()
+    for r in range(n):
+        got = seen.get((r, epoch), [])
+        assert len(got) == per_rank, "rank %d epoch %d saw %d samples, expected %d" % (r, epoch, len(got), per_rank)
+        union |= set(got)
+    assert union == set(range(samples)), "epoch %d: union of ranks misses %s" % (epoch, set(range(samples)) - union)
+    orders.append(seen[(0, epoch)])
+assert len(set(map(tuple, orders))) == 4, "epochs were not reshuffled"
+losses = {}
+sums = set()
+for line in lines:
+    m = re.match(r"(?:\[rank (\d+)\] )?epoch (\d+) loss (\S+)", line)
+    if m:
+        losses.setdefault(int(m.group(1) or 0), []).append(float(m.group(3)))
+    m = re.match(r"(?:\[rank (\d+)\] )?checksum (.*)", line)
+    if m:
+        sums.add(m.group(2))
+assert len(sums) == 1, "ranks ended with different weights: %s" % sums
+assert losses[0][-1] < losses[0][0], "loss did not go down: %s" % losses[0]
+print("np=%d: %d samples per rank per epoch, union complete, reshuffled, loss %.3f -> %.3f, weights equal"
+      % (n, per_rank, losses[0][0], losses[0][-1]))
+PY
+  pass "np=$np shard"
+done

@@ -1,0 +1,44 @@
+#!/bin/sh
+# Output, checkpoints, threads and learning rate under the shim, and the shim
+# preloaded where it must change nothing (no mpirun; one rank).
+. "$(dirname "$0")/../lib.sh"
+need_mpirun
+need_torch
+cd "$TMP"
+# stdout: rank 0 only; stderr: every rank, prefixed; checkpoint: rank 0 only
+shim 2 "$PYTHON" "$TRAIN" --stderr-line --out "$TMP/ck-%p.pt" >out 2>err || { cat out err; fail "np=2 run failed"; }
+[ "$(grep -c '^epoch' out)" = 2 ] || { cat out; fail "expected 2 epoch lines (rank 0 only) on stdout"; }
+grep -q '^\[rank 1\] a line on stderr' err && grep -q '^\[rank 0\] a line on stderr' err ||
+  { cat err; fail "stderr lines not kept with a rank prefix"; }
+[ "$(ls ck-*.pt | wc -l)" = 1 ] || { ls; fail "expected one checkpoint (rank 0)"; }
+pass "stdout and checkpoint from rank 0 only, stderr prefixed"
+rm -f ck-*.pt
+HVDSHIM_WORKER_STDOUT=1 HVDSHIM_SAVE_RANKS=all shim 2 "$PYTHON" "$TRAIN" --out "$TMP/ck-%p.pt" >out 2>&1 ||
+  { cat out; fail "np=2 run with WORKER_STDOUT/SAVE_RANKS failed"; }
+grep -q "^\[rank 1\] epoch 1" out && grep -q "^\[rank 0\] epoch 1" out && [ "$(ls ck-*.pt | wc -l)" = 2 ] ||
+  { cat out; ls; fail "HVDSHIM_WORKER_STDOUT=1 / HVDSHIM_SAVE_RANKS=all not honoured"; }
+pass "HVDSHIM_WORKER_STDOUT=1 keeps every rank's stdout, prefixed; HVDSHIM_SAVE_RANKS=all saves on both"
+# threads: cores / local ranks unless the user chose
+cores=$("$PYTHON" -c 'import torch; print(torch.get_num_threads())')
+want=$(( $(nproc --all) / 2 )); [ "$want" -ge 1 ] || want=1; [ "$want" -le "$cores" ] || want=$cores
+(unset OMP_NUM_THREADS; shim 2 "$PYTHON" "$TRAIN" --epochs 1 --print-threads --out ck.pt) >out 2>&1 ||
+  { cat out; fail "threads run failed"; }
+grep -q "^threads $want\$" out || { cat out; fail "expected $want intra-op threads per rank (2 local ranks)"; }
+OMP_NUM_THREADS=2 shim 2 "$PYTHON" "$TRAIN" --epochs 1 --print-threads --out ck.pt >out 2>&1
+grep -q "^threads 2\$" out || { cat out; fail "a user-set OMP_NUM_THREADS=2 was overridden"; }
+pass "intra-op threads: $want per rank by default, the user's OMP_NUM_THREADS kept"
+# learning rate scaling
+shim 2 "$PYTHON" "$TRAIN" --epochs 1 --print-lr --out ck.pt 2>&1 | grep -q '^lr 0.1$' || fail "lr changed without HVDSHIM_SCALE_LR"
+HVDSHIM_SCALE_LR=1 shim 2 "$PYTHON" "$TRAIN" --epochs 1 --print-lr --out ck.pt 2>&1 | grep -q '^lr 0.2$' ||
+  fail "HVDSHIM_SCALE_LR=1 did not double the lr at np=2"
+pass "HVDSHIM_SCALE_LR"
+# changes nothing: preloaded without mpirun, and at one rank
+"$PYTHON" "$TRAIN" --out plain.pt >plain.out 2>plain.err || fail "plain run failed"
+LD_PRELOAD="$LIB" "$PYTHON" "$TRAIN" --out pre.pt >pre.out 2>pre.err || fail "preloaded run failed"
+cmp -s plain.out pre.out && cmp -s plain.err pre.err && same plain.pt pre.pt 0 >/dev/null ||
+  { diff plain.out pre.out; cat pre.err; fail "preloading without mpirun changed the run"; }
+pass "preloaded without mpirun: identical output and weights"
+shim 1 "$PYTHON" "$TRAIN" --out one.pt >one.out 2>one.err || { cat one.err; fail "np=1 run failed"; }
+cmp -s plain.out one.out && same plain.pt one.pt 0 >/dev/null ||
+  { diff plain.out one.out; cat one.err; fail "np=1 under the shim changed the run"; }
+pass "np=1: identical output and weights"
