@@ -685,6 +685,8 @@ static void execute(void) {
 
 /* ------------------------------------------------------------------ the cycle */
 
+#define HVD_IDLE_CYCLE_S 0.1
+
 /* The per-cycle bitvector allreduce.  Peers may arrive up to a cycle later
  * (their timer, not a submission, wakes them), so instead of a blocking call
  * that busy-polls a core the training thread needs, poll a nonblocking one:
@@ -783,7 +785,13 @@ static void *engine_main(void *arg) {
   for (;;) {
     double start = now_s();
     if (!cycle()) break;
-    double deadline = start + E.cycle_s;
+    /* Idle (nothing in flight here, nothing being coordinated): sleep until
+     * a submission or HVD_IDLE_CYCLE_S instead of running a control round
+     * every cycle.  Peers with work wait in their round until this rank
+     * submits too (its submission wakes it), which they would anyway; the
+     * bounded idle period keeps stall reports and shutdown timely. */
+    int idle = E.npending == 0 && E.nout == 0 && !(E.rank == 0 && (E.chead || E.fatal_msg));
+    double deadline = start + (idle && E.cycle_s < HVD_IDLE_CYCLE_S ? HVD_IDLE_CYCLE_S : E.cycle_s);
     pthread_mutex_lock(&E.qmu);
     while (!E.stop_requested && !E.qhead) {
       double t = now_s();

@@ -1,0 +1,77 @@
+"""hvdshim vs hand-written DDP (gloo) and vs the plain script, same run.
+
+    python3 bench/run-torch-bench.py [--repeats 5] [--steps 60]
+    (make bench-torch)
+
+For each model (cnn, mlp), alternating runs of:
+  shim2  LD_PRELOAD=libhvdshim.so mpirun -np 2 python bench/torch_train.py
+  ddp2   mpirun -np 2 python bench/torch_train.py --ddp STORE
+  shim1  LD_PRELOAD=libhvdshim.so mpirun -np 1 python bench/torch_train.py
+  plain  python bench/torch_train.py
+Throughput is global samples/s (ranks x per-rank samples/s, same per-rank
+batch); medians over the repeats; ratios shim2/ddp2 (target >= 1.05) and
+shim1/plain (target >= 0.99).  OMP_NUM_THREADS=1 on every side."""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+here = os.path.dirname(os.path.abspath(__file__))
+top = os.path.dirname(here)
+ap = argparse.ArgumentParser()
+ap.add_argument("--repeats", type=int, default=5)
+ap.add_argument("--steps", type=int, default=60)
+ap.add_argument("--python", default=os.environ.get("PYTHON", "/usr/bin/python3"))
+ap.add_argument("--lib", default=os.path.join(os.environ.get("top_builddir", top), ".libs", "libhvdshim.so"))
+ap.add_argument("--models", default="cnn,mlp")
+ap.add_argument("--kinds", default="shim2,ddp2,shim1,plain", help="which of shim2,ddp2,shim1,plain to run")
+args = ap.parse_args()
+
+env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+mpirun = ["mpirun", "--oversubscribe", "-x", "OMP_NUM_THREADS"]
+for var in sorted(v for v in env if v.startswith("HVDSHIM_")):  # settings being compared
+    mpirun += ["-x", var]
+script = os.path.join(here, "torch_train.py")
+
+
+def run(kind, model):
+    common = [args.python, script, "--model", model, "--steps", str(args.steps)]
+    e = dict(env)
+    with tempfile.TemporaryDirectory() as tmp:
+        if kind == "plain":
+            cmd, ranks = common, 1
+        elif kind.startswith("shim"):
+            ranks = int(kind[4:])
+            e["LD_PRELOAD"] = args.lib
+            cmd = mpirun + ["-np", str(ranks), "-x", "LD_PRELOAD"] + common
+        else:
+            ranks = int(kind[3:])
+            cmd = mpirun + ["-np", str(ranks)] + common + ["--ddp", os.path.join(tmp, "store")]
+        out = subprocess.run(cmd, env=e, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+    m = re.search(r"samples/s ([\d.]+)", out.stdout)
+    if out.returncode or not m:
+        sys.exit("%s %s failed (exit %d):\n%s%s" % (kind, model, out.returncode, out.stdout, out.stderr))
+    return float(m.group(1)) * ranks
+
+
+print("hvdshim PyTorch benchmark: %d repeats x %d timed steps, batch 64 per rank, OMP_NUM_THREADS=1"
+      % (args.repeats, args.steps))
+for model in args.models.split(","):
+    results = {k: [] for k in args.kinds.split(",")}
+    for i in range(args.repeats):
+        order = list(results) if i % 2 == 0 else list(reversed(results))
+        for kind in order:
+            results[kind].append(run(kind, model))
+        print("  %s repeat %d: %s" % (model, i + 1, "  ".join("%s %.0f" % (k, v[-1]) for k, v in results.items())),
+              flush=True)
+    med = {k: statistics.median(v) for k, v in results.items()}
+    spread = {k: (min(v), max(v)) for k, v in results.items()}
+    print("%s medians (samples/s): %s" % (model, "  ".join("%s %.0f [%.0f-%.0f]" % (k, med[k], *spread[k])
+                                                           for k in results)))
+    if "shim2" in med and "ddp2" in med:
+        print("%s ratio shim np=2 / DDP np=2: %.3f (target >= 1.05)" % (model, med["shim2"] / med["ddp2"]))
+    if "shim1" in med and "plain" in med:
+        print("%s ratio shim np=1 / plain:    %.3f (target >= 0.99)" % (model, med["shim1"] / med["plain"]))

@@ -1,0 +1,72 @@
+"""Benchmark workload: an ordinary single-process training loop (a small CNN
+or an MLP on synthetic data) that reports its own throughput.  With --ddp it
+is the same model converted to DistributedDataParallel (gloo) by hand, as a
+user would without hvdshim.
+
+    python3 bench/torch_train.py --model cnn            # plain / under hvdshim
+    mpirun -np 2 python3 bench/torch_train.py --model cnn --ddp STORE
+
+Prints "samples/s <local>": samples this process trained per second over the
+timed steps (after --warmup steps)."""
+import argparse
+import os
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--model", choices=["cnn", "mlp"], default="cnn")
+ap.add_argument("--batch", type=int, default=64)
+ap.add_argument("--steps", type=int, default=60)
+ap.add_argument("--warmup", type=int, default=10)
+ap.add_argument("--ddp", metavar="STORE_FILE", help="distribute with DDP (gloo), rendezvous through this file")
+args = ap.parse_args()
+
+rank, size = 0, 1
+if args.ddp:
+    import torch.distributed as dist
+    from torch.utils.data.distributed import DistributedSampler
+    rank, size = int(os.environ["OMPI_COMM_WORLD_RANK"]), int(os.environ["OMPI_COMM_WORLD_SIZE"])
+    dist.init_process_group("gloo", init_method="file://" + args.ddp, rank=rank, world_size=size)
+
+torch.manual_seed(0)
+n = 4096
+if args.model == "cnn":
+    X, Y = torch.randn(n, 3, 32, 32), torch.randint(0, 10, (n,))
+    model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Flatten(), nn.Linear(64 * 8 * 8, 128), nn.ReLU(), nn.Linear(128, 10))
+else:
+    X, Y = torch.randn(n, 784), torch.randint(0, 10, (n,))
+    model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+data = TensorDataset(X, Y)
+if args.ddp:
+    loader = DataLoader(data, batch_size=args.batch, sampler=DistributedSampler(data), drop_last=True)
+    model = nn.parallel.DistributedDataParallel(model)
+else:
+    loader = DataLoader(data, batch_size=args.batch, shuffle=True, drop_last=True)
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+step, epoch, start = 0, 0, None
+while step < args.warmup + args.steps:
+    if args.ddp:
+        loader.sampler.set_epoch(epoch)
+    for x, y in loader:
+        if step == args.warmup:
+            start = time.perf_counter()
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        step += 1
+        if step == args.warmup + args.steps:
+            break
+    epoch += 1
+elapsed = time.perf_counter() - start
+if rank == 0:
+    print("samples/s %.1f" % (args.batch * args.steps / elapsed), flush=True)
+if args.ddp:
+    dist.barrier()
+    os._exit(0)  # torch 1.13 + gloo can deadlock at interpreter exit
