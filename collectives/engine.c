@@ -686,23 +686,28 @@ static void execute(void) {
 /* ------------------------------------------------------------------ the cycle */
 
 #define HVD_IDLE_CYCLE_S 0.1
+/* Longest sleep between polls of a control round: peers that are late are
+ * usually computing, and every wake-up takes time from a training thread. */
+#define HVD_POLL_NAP_MAX_NS 320000L
 
 /* The per-cycle bitvector allreduce.  Peers may arrive up to a cycle later
  * (their timer, not a submission, wakes them), so instead of a blocking call
  * that busy-polls a core the training thread needs, poll a nonblocking one:
- * spin briefly (the common, aligned case), then back off with short sleeps. */
+ * spin briefly (the common, aligned case), then sleep, doubling the sleep
+ * from 20 us up to HVD_POLL_NAP_MAX_NS. */
 static void control_allreduce(uint64_t *v) {
   MPI_Request req;
   mpi_check(MPI_Iallreduce(MPI_IN_PLACE, v, E.nwords, MPI_UINT64_T, MPI_BAND, E.comm, &req), "MPI_Iallreduce (cycle)");
   int done = 0;
   double t0 = now_s();
-  for (long spins = 0; !done; spins++) {
+  long nap_ns = 20000;
+  for (;;) {
     mpi_check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test (cycle)");
     if (done) break;
-    double waited = now_s() - t0;
-    if (waited > 50e-6) {
-      struct timespec ts = {0, waited > 5e-3 ? 200000 : 20000};
+    if (now_s() - t0 > 50e-6) {
+      struct timespec ts = {0, nap_ns};
       nanosleep(&ts, NULL);
+      if (nap_ns < HVD_POLL_NAP_MAX_NS) nap_ns *= 2;
     }
   }
 }

@@ -33,16 +33,24 @@ static int has_bootstrap(const char *dir) {
   return access(path, R_OK) == 0;
 }
 
-/* The library in a build tree lives in .libs/ and uses the source copy of
- * the Python files; an installed one uses $(pkgdatadir)/python. */
+/* Where the Python files are, first match wins.  A library in a build
+ * tree (.libs/) uses the source copy; an installed one uses
+ * <libdir>/../share/hvdshim/python (so a relocated or DESTDIR install
+ * works), then the configured $(pkgdatadir)/python. */
 const char *hvd_python_dir(void) {
+  static char rel[PATH_MAX];
   Dl_info info;
-  int in_build_tree = 0;
-  if (dladdr((void *)hvd_python_dir, &info) && info.dli_fname) in_build_tree = strstr(info.dli_fname, "/.libs/") != NULL;
-  const char *first = in_build_tree ? HVD_PYDIR_SOURCE : HVD_PYDIR_INSTALLED;
-  const char *second = in_build_tree ? HVD_PYDIR_INSTALLED : HVD_PYDIR_SOURCE;
-  if (has_bootstrap(first)) return first;
-  if (has_bootstrap(second)) return second;
+  const char *lib = NULL;
+  if (dladdr((void *)hvd_python_dir, &info) && info.dli_fname) lib = info.dli_fname;
+  if (lib && strstr(lib, "/.libs/") && has_bootstrap(HVD_PYDIR_SOURCE)) return HVD_PYDIR_SOURCE;
+  if (lib) {
+    const char *slash = strrchr(lib, '/');
+    if (slash && snprintf(rel, sizeof rel, "%.*s/../share/hvdshim/python", (int)(slash - lib), lib) < (int)sizeof rel &&
+        has_bootstrap(rel))
+      return rel;
+  }
+  if (has_bootstrap(HVD_PYDIR_INSTALLED)) return HVD_PYDIR_INSTALLED;
+  if (has_bootstrap(HVD_PYDIR_SOURCE)) return HVD_PYDIR_SOURCE;
   return NULL;
 }
 

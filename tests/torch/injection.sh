@@ -26,6 +26,15 @@ HVDSHIM_LOG_LEVEL=info shim 2 "$PYTHON" "$TMP/probe.py" torch >"$TMP/out" 2>&1 |
 grep -q "^PYTHONPATH=None" "$TMP/out" && grep -q "^adapter=True" "$TMP/out" &&
   grep -q "model 0 (Linear): 2 parameters and buffers broadcast" "$TMP/out" || { cat "$TMP/out"; fail "adapter not loaded on import torch"; }
 pass "adapter loaded on import torch (static libpython: $PYTHON)"
+# an installed layout, moved elsewhere: the library finds ../share/hvdshim/python
+mkdir -p "$TMP/prefix/lib" "$TMP/prefix/share/hvdshim/python"
+cp "$LIB" "$TMP/prefix/lib/libhvdshim.so"
+cp "$top_srcdir"/hooks/python/*.py "$TMP/prefix/share/hvdshim/python/"
+HVDSHIM_LOG_LEVEL=debug LIB="$TMP/prefix/lib/libhvdshim.so" shim 2 "$PYTHON" "$TMP/probe.py" torch >"$TMP/out" 2>&1 ||
+  { cat "$TMP/out"; fail "probe with the installed layout failed"; }
+grep -q "python: bootstrap from $TMP/prefix/lib/../share/hvdshim/python" "$TMP/out" && grep -q "^adapter=True" "$TMP/out" ||
+  { cat "$TMP/out"; fail "installed layout: bootstrap not found next to the library"; }
+pass "installed layout: bootstrap found at <libdir>/../share/hvdshim/python"
 # the same with an interpreter linked against the shared libpython
 PYSHARED="$top_builddir/tests/torch/pyshared"
 [ -x "$PYSHARED" ] || skip "tests/torch/pyshared not built (no shared libpython: apt-get install libpython3-dev); the static case passed"
