@@ -188,6 +188,7 @@ class _State:
         self.scale_lr = False
         self.models = []            # registered root modules (weak)
         self.known = weakref.WeakSet()      # every module of a registered root
+        self.roots = weakref.WeakSet()      # the registered roots
         self.paramless = weakref.WeakSet()  # roots without parameters or buffers
         self.by_param = weakref.WeakKeyDictionary()  # parameter -> _Param
         self.params = []            # _Param, index = position in the used-bitmap
@@ -327,6 +328,7 @@ def _register_root(module):
         for buf, t in copies:
             t.copy_(buf)
     _S.models.append(weakref.ref(module))
+    _S.roots.add(module)
     _S.known.update(module.modules())
     sparse = set()
     for m in module.modules():
@@ -363,7 +365,7 @@ def _hook_unfrozen():
 
 def _forward_pre_hook(module, inputs):
     if module in _S.known:
-        if _S.frozen:
+        if _S.frozen and module in _S.roots:  # parameters unfrozen since the last forward
             _hook_unfrozen()
         return None
     if not _S.enabled or module in _S.paramless:
