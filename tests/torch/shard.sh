@@ -45,3 +45,11 @@ print("np=%d: %d samples per rank per epoch, union complete, reshuffled, loss %.
 PY
   pass "np=$np shard"
 done
+# HVDSHIM_DATA=off: loaders untouched, every rank reads the whole epoch
+HVDSHIM_DATA=off shim 2 "$PYTHON" "$TRAIN" --case seen --samples 100 --batch 16 --epochs 1 --out "$TMP/ck.pt" \
+  >"$TMP/off" 2>&1 || { cat "$TMP/off"; fail "HVDSHIM_DATA=off run failed"; }
+for r in 0 1; do
+  n=$(grep "^\[rank $r\] seen 0 " "$TMP/off" | sed 's/^\[rank [0-9]*\] seen 0 //' | wc -w)
+  [ "$n" = 100 ] || { cat "$TMP/off"; fail "HVDSHIM_DATA=off: rank $r saw $n samples, expected all 100"; }
+done
+pass "HVDSHIM_DATA=off: every rank reads the whole epoch"
