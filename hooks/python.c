@@ -63,9 +63,9 @@ void hvd_python_arm(void) {
     return;
   }
   const char *old = getenv("PYTHONPATH");
-  /* The bootstrap puts the user's value back (unset stays unset). */
-  setenv("HVDSHIM_PYTHONPATH_SAVED", old ? old : "", 1);
-  setenv("HVDSHIM_PYTHONPATH_WAS_SET", old ? "1" : "0", 1);
+  /* The bootstrap puts the user's value back; no saved value = was unset. */
+  if (old) setenv("HVDSHIM_PYTHONPATH_SAVED", old, 1);
+  else unsetenv("HVDSHIM_PYTHONPATH_SAVED");
   size_t n = strlen(dir) + (old ? strlen(old) + 1 : 0) + 1;
   char *val = malloc(n);
   if (!val) return;

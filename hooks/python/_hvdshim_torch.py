@@ -473,9 +473,9 @@ def _end_of_backward():
     try:
         # Which parameters got a gradient on any rank in this backward: the
         # ones that did not here contribute their current gradient (or zeros).
-        mine = torch.frombuffer(bytearray(_S.used), dtype=torch.uint8) if _S.used else torch.zeros(0, dtype=torch.uint8)
-        anywhere = mine.clone()
-        if anywhere.numel():
+        mine = torch.frombuffer(bytearray(_S.used), dtype=torch.uint8) if _S.used else None
+        if mine is not None:
+            anywhere = mine.clone()
             flags = _Pending()
             _allreduce(b"hvdshim.used.%d" % anywhere.numel(), anywhere, _MAX, flags, "agreeing on used parameters")
             flags.wait()
@@ -486,8 +486,7 @@ def _end_of_backward():
         _finish_sparse()
     finally:
         _S.submitted.clear()
-        for i in range(len(_S.used)):
-            _S.used[i] = 0
+        _S.used[:] = bytes(len(_S.used))
 
 
 def _average_loss(loss):

@@ -14,10 +14,9 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 def _restore_environment():
     saved = os.environ.pop("HVDSHIM_PYTHONPATH_SAVED", None)
-    was_set = os.environ.pop("HVDSHIM_PYTHONPATH_WAS_SET", None)
-    if was_set == "1":
-        os.environ["PYTHONPATH"] = saved or ""
-    elif was_set == "0":
+    if saved is not None:
+        os.environ["PYTHONPATH"] = saved
+    else:
         os.environ.pop("PYTHONPATH", None)
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
@@ -71,10 +70,8 @@ def _chain():
             sys.modules["sitecustomize"] = me
 
 
+# Only an armed rank gets this file on its path (and the adapter checks the
+# role again), so no test of the process is needed here.
 _restore_environment()
-if os.environ.get("HVDSHIM_ACTIVE_PID") == str(os.getpid()) or os.environ.get("HVDSHIM_ACTIVE_PID") is None:
-    if "torch" in sys.modules:
-        _load_adapter()
-    else:
-        sys.meta_path.insert(0, _TorchWatcher())
+sys.meta_path.insert(0, _TorchWatcher())
 _chain()
