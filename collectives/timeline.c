@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../shim/outfile.h"
 #include "strmap.h"
 #include "wire.h"
 
@@ -23,9 +24,10 @@ static const char trailer[] = "\n]\n";
 int hvd_timeline_enabled(void) { return fd >= 0; }
 
 int hvd_timeline_open(const char *path, char *err, size_t errlen) {
-  fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  char why[512];
+  fd = hvd_open_output(path, why, sizeof why);
   if (fd < 0) {
-    snprintf(err, errlen, "cannot open timeline '%s': %m", path);
+    snprintf(err, errlen, "timeline: %s", why);
     return -1;
   }
   static const char head[] = "[";

@@ -1,0 +1,14 @@
+/* Files the shim writes (timeline; metrics and logs later) are opened only
+ * through here: never through a symlink (O_NOFOLLOW), only a regular file
+ * with a single link (a planted hard link or a FIFO/device is refused),
+ * created with mode 0644 (less the umask), close-on-exec. */
+#ifndef HVD_OUTFILE_H
+#define HVD_OUTFILE_H
+
+#include <stddef.h>
+
+/* Opens `path` for writing and empties it.  Returns the fd, or -1 with a
+ * message in err naming the path and the reason. */
+int hvd_open_output(const char *path, char *err, size_t errlen);
+
+#endif
