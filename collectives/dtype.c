@@ -3,6 +3,7 @@
  * tricks follow F. Giesen's public-domain float/half notes). */
 #include "dtype.h"
 
+#include <math.h>
 #include <string.h>
 
 static inline uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
@@ -154,5 +155,28 @@ void hvd_scale_copy(void *dst, const void *src, size_t n, hvd_dtype_t dtype, int
     for (size_t i = 0; i < n; i++) d[i] = (uint8_t)(x[i] / divisor);
     break;
   }
+  }
+}
+
+#define FILL(T, v)                                 \
+  do {                                             \
+    T *p_ = buf, v_ = (v);                         \
+    for (size_t i = 0; i < n; i++) p_[i] = v_;      \
+  } while (0)
+
+void hvd_fill_identity(void *buf, size_t n, hvd_dtype_t dtype, hvd_op_t op) {
+  if (op != HVD_MIN && op != HVD_MAX) {
+    memset(buf, 0, n * hvd_dtype_size(dtype));
+    return;
+  }
+  int hi = op == HVD_MIN; /* MIN's identity is the largest value */
+  switch (dtype) {
+  case HVD_FLOAT32: FILL(float, hi ? INFINITY : -INFINITY); break;
+  case HVD_FLOAT64: FILL(double, hi ? (double)INFINITY : -(double)INFINITY); break;
+  case HVD_FLOAT16: FILL(uint16_t, hi ? 0x7c00u : 0xfc00u); break;
+  case HVD_BFLOAT16: FILL(uint16_t, hi ? 0x7f80u : 0xff80u); break;
+  case HVD_INT32: FILL(int32_t, hi ? INT32_MAX : INT32_MIN); break;
+  case HVD_INT64: FILL(int64_t, hi ? INT64_MAX : INT64_MIN); break;
+  case HVD_UINT8: FILL(uint8_t, hi ? 255u : 0u); break;
   }
 }

@@ -30,4 +30,9 @@ void hvd_reduce_into(void *acc, const void *in, size_t n, hvd_dtype_t dtype, hvd
  * dst may equal src. */
 void hvd_scale_copy(void *dst, const void *src, size_t n, hvd_dtype_t dtype, int divisor);
 
+/* Fills n elements with the identity of `op` (0 for SUM/AVG, the largest
+ * value for MIN, the smallest for MAX; +-inf for floats): the contribution
+ * of a rank that has finished (joined) and takes part without data. */
+void hvd_fill_identity(void *buf, size_t n, hvd_dtype_t dtype, hvd_op_t op);
+
 #endif

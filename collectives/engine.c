@@ -30,11 +30,17 @@
  *     and reduced (backend_mpi.c); then handles complete.
  *  5. Rank 0 runs the stall inspector over its table.
  *
- * A rank that stops (hvd_shutdown) first drains its pending work for up to
- * HVDSHIM_SHUTDOWN_TIMEOUT_SECONDS, then raises the shutdown flag with its
- * rank bit; every rank sees it in the same cycle, finishes that cycle and
- * leaves the loop; whatever is still pending fails with HVD_ERR_SHUTDOWN
- * naming the ranks that left, and later submissions fail at once.
+ * Join.  A rank that stops (hvd_shutdown, or the program's normal exit)
+ * takes no new submissions, drains its pending work for up to
+ * HVDSHIM_SHUTDOWN_TIMEOUT_SECONDS, then raises its bit in the joined-rank
+ * words of the control vector.  From that cycle on it takes part in every
+ * operation the others agree on without contributing (a "phantom" request:
+ * the identity of the reduction, zero rows, a receive-only buffer), its cache
+ * bits count as ready, the coordinator counts it as present, and averages
+ * divide by the ranks still submitting (as Horovod's join).  A broadcast
+ * whose root has joined fails on every rank; root HVD_ROOT_FIRST_ACTIVE
+ * resolves to the lowest rank still submitting.  When every rank has joined,
+ * all leave in the same cycle.  A dead peer is the watchdog's (liveness.c).
  *
  * Ownership: `qmu` guards the queue, `accepting`, `stop_requested` and
  * `closed_msg`.  Everything else in `E` below the marked line is touched by
@@ -51,6 +57,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../shim/config.h"
 #include "../shim/log.h"
@@ -59,12 +66,14 @@
 #include "dtype.h"
 #include "fusion.h"
 #include "handles.h"
+#include "liveness.h"
 #include "strmap.h"
 #include "timeline.h"
 #include "wire.h"
 
 #define HVD_NAME_MAX 1024
-enum { F_SLOW = 1, F_SHUTDOWN = 2 };
+enum { F_SLOW = 1 };
+#define HVD_NO_HANDLE ((hvd_handle_t)-1) /* a phantom's: completes nothing */
 
 typedef struct hvd_req {
   hvd_handle_t handle;
@@ -74,6 +83,7 @@ typedef struct hvd_req {
   const void *in;
   double t_submit, t_ready;
   int cache_bit;
+  int phantom; /* a joined rank's stand-in: buf is ours, no handle */
   struct hvd_req *next;
 } hvd_req;
 
@@ -99,7 +109,7 @@ static struct {
   int started;
   double t0;
   int cache_cap, wc, wr, nwords;
-  double cycle_s, stall_warn, stall_shutdown, stale_age, shutdown_timeout;
+  double cycle_s, stall_warn, stall_shutdown, stale_age, shutdown_timeout, peer_timeout;
   size_t fusion, chunk;
   pthread_t thread;
 
@@ -135,6 +145,10 @@ static struct {
   coord_entry *chead, *ctail;
   char *fatal_msg;
   double last_stall_check;
+  /* join: the agreed set of ranks that finished, updated every cycle */
+  int joined_self;
+  uint8_t *joined;
+  int njoined;
 } E = {.qmu = PTHREAD_MUTEX_INITIALIZER, .qcv = PTHREAD_COND_INITIALIZER};
 
 static hvd_stats_t stats; /* written by the engine thread, read racily by hvd_get_stats */
@@ -155,10 +169,18 @@ static int mpi_check(int rc, const char *what) {
   HVD_FATAL("%s failed: %s", what, msg);
 }
 
+static void *abort_deadline(void *arg) {
+  struct timespec ts = {10, 0};
+  nanosleep(&ts, NULL);
+  _exit((int)(intptr_t)arg); /* MPI_Abort did not end us: leave anyway */
+}
+
 static void abort_job(int code) {
   int up = 0, down = 0;
   MPI_Initialized(&up);
   MPI_Finalized(&down);
+  pthread_t t;
+  if (pthread_create(&t, NULL, abort_deadline, (void *)(intptr_t)code) == 0) pthread_detach(t);
   if (up && !down) MPI_Abort(MPI_COMM_WORLD, code);
 }
 
@@ -184,6 +206,7 @@ static void finish(hvd_req *r, hvd_status_t st, const char *msg, void *gathered,
     E.npending--;
   }
   hvd_handles_complete(r->handle, st, msg, gathered, rows);
+  if (r->phantom) free(r->buf);
   free(r->name);
   free(r);
 }
@@ -197,6 +220,21 @@ static void collect(const char *key, void *value, void *ctx) {
   (void)key;
   req_list *l = ctx;
   l->v[l->n++] = value;
+}
+
+/* Fails everything admitted on this rank (pending, cached or in the outbox). */
+static void fail_pending(const char *why) {
+  char msg[HVD_NAME_MAX + 600];
+  for (int b = 0; b < E.cache.cap; b++) E.cache.e[b].pending = NULL;
+  E.nout = 0;
+  req_list l = {malloc(sizeof(hvd_req *) * (E.npending + 1)), 0};
+  if (!l.v) return;
+  hvd_strmap_each(E.pending, collect, &l);
+  for (size_t i = 0; i < l.n; i++) {
+    snprintf(msg, sizeof msg, "%s '%s' cannot complete: %s", hvd_kind_name(l.v[i]->sig.kind), l.v[i]->name, why);
+    finish(l.v[i], HVD_ERR_SHUTDOWN, msg, NULL, 0);
+  }
+  free(l.v);
 }
 
 /* Ends the engine's service: later submissions fail with `why`, and so does
@@ -216,16 +254,31 @@ static void fail_everything(const char *why) {
     free(q->name);
     free(q);
   }
-  for (int b = 0; b < E.cache.cap; b++) E.cache.e[b].pending = NULL;
-  E.nout = 0;
-  req_list l = {malloc(sizeof(hvd_req *) * (E.npending + 1)), 0};
-  if (!l.v) return;
-  hvd_strmap_each(E.pending, collect, &l);
-  for (size_t i = 0; i < l.n; i++) {
-    snprintf(msg, sizeof msg, "%s '%s' cannot complete: %s", hvd_kind_name(l.v[i]->sig.kind), l.v[i]->name, why);
-    finish(l.v[i], HVD_ERR_SHUTDOWN, msg, NULL, 0);
+  fail_pending(why);
+}
+
+/* A joined rank's stand-in for an operation the others agreed on: the
+ * identity of the reduction (allreduce), a receive buffer (broadcast), no
+ * rows (allgather). */
+static hvd_req *phantom(const char *name, const hvd_sig *sig) {
+  hvd_req *r = calloc(1, sizeof *r);
+  if (!r || !(r->name = strdup(name))) HVD_FATAL("out of memory (joined rank)");
+  r->sig = *sig;
+  r->phantom = 1;
+  r->handle = HVD_NO_HANDLE;
+  r->cache_bit = -1;
+  r->t_submit = r->t_ready = now_s();
+  if (sig->kind == HVD_KIND_ALLGATHER) {
+    r->sig.count = 0;
+  } else if (sig->kind != HVD_KIND_BARRIER && sig->count > 0) {
+    r->buf = malloc((size_t)sig->count * hvd_dtype_size((hvd_dtype_t)sig->dtype));
+    if (!r->buf) HVD_FATAL("out of memory: a joined rank's stand-in for '%s'", name);
+    hvd_fill_identity(r->buf, (size_t)sig->count, (hvd_dtype_t)sig->dtype,
+                      sig->kind == HVD_KIND_ALLREDUCE ? (hvd_op_t)sig->op : HVD_SUM);
   }
-  free(l.v);
+  if (hvd_strmap_put(E.pending, r->name, r) != 0) HVD_FATAL("out of memory (pending)");
+  E.npending++;
+  return r;
 }
 
 /* ------------------------------------------------------------------ cache */
@@ -311,20 +364,30 @@ static int field_differs(int field, const hvd_sig *a, const hvd_sig *b) {
   }
 }
 
-/* Returns NULL when every rank agrees, else a malloc'd message naming the
- * tensor, the first field that differs and which ranks hold which value. */
+static const hvd_sig *first_present(const coord_entry *c) {
+  for (int r = 0; r < E.size; r++)
+    if (c->present[r]) return &c->sigs[r];
+  return &c->sigs[0];
+}
+
+/* Returns NULL when every submitting rank agrees, else a malloc'd message
+ * naming the tensor, the first field that differs and which ranks hold which
+ * value.  Joined ranks that did not submit it are not compared. */
 static char *check_agreement(const coord_entry *c) {
   static const char *fields[] = {"operation", "dtype", "reduction op", "root", "count", "row size"};
+  const hvd_sig *ref = first_present(c);
   for (int f = 0; f < 6; f++) {
     int differs = 0;
-    for (int r = 1; r < E.size && !differs; r++) differs = field_differs(f, &c->sigs[0], &c->sigs[r]);
+    for (int r = 0; r < E.size && !differs; r++) differs = c->present[r] && field_differs(f, ref, &c->sigs[r]);
     if (!differs) continue;
     size_t cap = 512 + strlen(c->name) + (size_t)E.size * 16, len;
     char *msg = malloc(cap);
     uint8_t *done = calloc((size_t)E.size, 1), *group = calloc((size_t)E.size, 1);
     if (!msg || !done || !group) HVD_FATAL("out of memory (mismatch report)");
-    len = (size_t)snprintf(msg, cap, "%s '%s': ranks disagree on the %s:", hvd_kind_name(c->sigs[0].kind), c->name,
+    len = (size_t)snprintf(msg, cap, "%s '%s': ranks disagree on the %s:", hvd_kind_name(ref->kind), c->name,
                            fields[f]);
+    for (int r = 0; r < E.size; r++) done[r] = !c->present[r];
+    int first = 1;
     for (int r = 0; r < E.size; r++) {
       if (done[r]) continue;
       memset(group, 0, (size_t)E.size);
@@ -333,8 +396,9 @@ static char *check_agreement(const coord_entry *c) {
       char val[64], ranks[256];
       describe_value(val, sizeof val, f, &c->sigs[r]);
       rank_list(group, 1, ranks, sizeof ranks);
-      len += (size_t)snprintf(msg + len, cap - len, "%s %s on rank%s %s", r ? ";" : "", val,
+      len += (size_t)snprintf(msg + len, cap - len, "%s %s on rank%s %s", first ? "" : ";", val,
                               strpbrk(ranks, ",-") ? "s" : "", ranks);
+      first = 0;
     }
     free(done);
     free(group);
@@ -353,6 +417,28 @@ static void coord_unlink(coord_entry *c) {
   free(c->sigs);
   free(c->present);
   free(c);
+}
+
+/* Every rank submitted c or has joined: answer it (EXEC or ERROR) and drop
+ * it from the table. */
+static void coord_try_respond(coord_entry *c) {
+  for (int r = 0; r < E.size; r++)
+    if (!c->present[r] && !E.joined[r]) return;
+  const hvd_sig *ref = first_present(c);
+  char *msg = check_agreement(c);
+  if (msg) {
+    hvd_wire_put_resp(&E.resp, HVD_RESP_ERROR, ref, c->name, msg, NULL, 0);
+    free(msg);
+  } else if (ref->kind == HVD_KIND_ALLGATHER) {
+    int64_t *rows = malloc(sizeof(int64_t) * (size_t)E.size);
+    if (!rows) HVD_FATAL("out of memory (allgather rows)");
+    for (int r = 0; r < E.size; r++) rows[r] = c->present[r] ? c->sigs[r].count : 0;
+    hvd_wire_put_resp(&E.resp, HVD_RESP_EXEC, ref, c->name, NULL, rows, E.size);
+    free(rows);
+  } else {
+    hvd_wire_put_resp(&E.resp, HVD_RESP_EXEC, ref, c->name, NULL, NULL, 0);
+  }
+  coord_unlink(c);
 }
 
 static void coordinate_one(int rank, const hvd_wire_req *w, double now) {
@@ -386,21 +472,8 @@ static void coordinate_one(int rank, const hvd_wire_req *w, double now) {
   if (c->present[rank]) return;
   c->present[rank] = 1;
   c->sigs[rank] = w->sig;
-  if (++c->npresent < E.size) return;
-  char *msg = check_agreement(c);
-  if (msg) {
-    hvd_wire_put_resp(&E.resp, HVD_RESP_ERROR, &c->sigs[0], name, msg, NULL, 0);
-    free(msg);
-  } else if (c->sigs[0].kind == HVD_KIND_ALLGATHER) {
-    int64_t *rows = malloc(sizeof(int64_t) * (size_t)E.size);
-    if (!rows) HVD_FATAL("out of memory (allgather rows)");
-    for (int r = 0; r < E.size; r++) rows[r] = c->sigs[r].count;
-    hvd_wire_put_resp(&E.resp, HVD_RESP_EXEC, &c->sigs[0], name, NULL, rows, E.size);
-    free(rows);
-  } else {
-    hvd_wire_put_resp(&E.resp, HVD_RESP_EXEC, &c->sigs[0], name, NULL, NULL, 0);
-  }
-  coord_unlink(c);
+  c->npresent++;
+  coord_try_respond(c);
 }
 
 static void coordinate(double now) {
@@ -413,6 +486,11 @@ static void coordinate(double now) {
       coordinate_one(r, &w, now);
     }
   }
+  if (E.njoined) /* a rank that joined completes what waited only for it */
+    for (coord_entry *c = E.chead, *next; c; c = next) {
+      next = c->next;
+      coord_try_respond(c);
+    }
   if (E.fatal_msg) {
     hvd_sig none = {0};
     hvd_wire_put_resp(&E.resp, HVD_RESP_FATAL, &none, "", E.fatal_msg, NULL, 0);
@@ -423,12 +501,6 @@ static void coordinate(double now) {
   if (!E.round_invalidated || E.resp.bad) HVD_FATAL("out of memory (responses)");
 }
 
-static const hvd_sig *first_present(const coord_entry *c) {
-  for (int r = 0; r < E.size; r++)
-    if (c->present[r]) return &c->sigs[r];
-  return &c->sigs[0];
-}
-
 static void stall_check(double now) {
   if (now - E.last_stall_check < 0.1) return;
   E.last_stall_check = now;
@@ -436,8 +508,10 @@ static void stall_check(double now) {
     double age = now - c->first_seen;
     if (age < E.stall_warn) continue;
     char have[256], missing[256], msg[HVD_NAME_MAX + 1024];
+    uint8_t covered[E.size];
+    for (int r = 0; r < E.size; r++) covered[r] = c->present[r] || E.joined[r];
     rank_list(c->present, 1, have, sizeof have);
-    rank_list(c->present, 0, missing, sizeof missing);
+    rank_list(covered, 0, missing, sizeof missing);
     snprintf(msg, sizeof msg,
              "stall: %s '%s' submitted by rank(s) %s has waited %.1f s for rank(s) %s "
              "(one rank skipped an operation or submitted it under another name)",
@@ -520,6 +594,10 @@ static void slow_path(double now) {
       continue;
     }
     hvd_req *r = hvd_strmap_get(E.pending, name);
+    if (!r && E.joined_self) {
+      if (w.type == HVD_RESP_ERROR) continue; /* the submitting ranks report it */
+      r = phantom(name, &w.sig);
+    }
     if (!r || r->cache_bit >= 0)
       HVD_FATAL("internal error: the coordinator answered '%s', which this rank has not submitted", name);
     if (w.type == HVD_RESP_ERROR) {
@@ -559,7 +637,7 @@ static void run_allreduce_group(size_t i, size_t j) {
     hvd_req *r = E.exec[i + k].req;
     E.fuse[k].ptr = r->buf;
     E.fuse[k].bytes = (size_t)r->sig.count * es;
-    E.fuse[k].divisor = r->sig.op == HVD_AVG ? E.size : 1;
+    E.fuse[k].divisor = r->sig.op == HVD_AVG ? E.size - E.njoined : 1; /* over the ranks still submitting */
     total += E.fuse[k].bytes;
   }
   if (n > 1) {
@@ -602,6 +680,7 @@ static void run_allreduce_group(size_t i, size_t j) {
     E.handles[k] = r->handle;
     hvd_strmap_del(E.pending, r->name);
     E.npending--;
+    if (r->phantom) free(r->buf);
     free(r->name);
     free(r);
   }
@@ -646,12 +725,22 @@ static void execute(void) {
         end++;
       }
       run_allreduce_group(i, end);
+      hvd_liveness_tick();
       i = end;
       continue;
     }
     double start = now_s();
-    if (r->sig.kind == HVD_KIND_BROADCAST) {
-      mpi_check(hvd_mpi_broadcast(r->buf, (size_t)r->sig.count, (hvd_dtype_t)r->sig.dtype, r->sig.root, E.comm),
+    int root = r->sig.root;
+    if (r->sig.kind == HVD_KIND_BROADCAST && root == HVD_ROOT_FIRST_ACTIVE)
+      for (root = 0; root < E.size - 1 && E.joined[root]; root++) {}
+    if (r->sig.kind == HVD_KIND_BROADCAST && E.joined[root]) {
+      char msg[HVD_NAME_MAX + 200];
+      snprintf(msg, sizeof msg, "broadcast '%s': root rank %d has finished (joined) and has no data to send; "
+               "broadcast from a rank still running, or from HVD_ROOT_FIRST_ACTIVE", r->name, root);
+      if (!r->phantom) HVD_ERROR("%s", msg);
+      finish(r, HVD_ERR_SHUTDOWN, msg, NULL, 0);
+    } else if (r->sig.kind == HVD_KIND_BROADCAST) {
+      mpi_check(hvd_mpi_broadcast(r->buf, (size_t)r->sig.count, (hvd_dtype_t)r->sig.dtype, root, E.comm),
                 "MPI_Bcast");
       if (hvd_timeline_enabled()) hvd_timeline_span(r->name, "MPI_BCAST", us_since_start(start), (now_s() - start) * 1e6);
       finish(r, HVD_OK, NULL, NULL, 0);
@@ -678,6 +767,7 @@ static void execute(void) {
       finish(r, HVD_OK, NULL, NULL, 0); /* barrier: negotiation was the barrier */
     }
     stats.comm_seconds += now_s() - start;
+    hvd_liveness_tick();
     i++;
   }
   E.nexec = 0;
@@ -712,6 +802,17 @@ static void control_allreduce(uint64_t *v) {
   }
 }
 
+/* Words 1..wr of the control vector hold ~joined bits: after the BAND a
+ * cleared bit means that rank has joined. */
+static int agree_joined(const uint64_t *v) {
+  int n = 0;
+  for (int r = 0; r < E.size; r++) {
+    E.joined[r] = !(v[1 + r / 64] & ((uint64_t)1 << (r % 64)));
+    n += E.joined[r];
+  }
+  return n;
+}
+
 static int cycle(void) {
   double now = now_s();
   pthread_mutex_lock(&E.qmu);
@@ -726,32 +827,50 @@ static int cycle(void) {
     admit(q);
   }
   stats.cycles++;
-  int leave = stopping && (E.npending == 0 || now - stop_time >= E.shutdown_timeout);
-  if (leave && E.npending)
-    HVD_WARN("leaving with %zu operation(s) in flight: peers did not submit them within "
-             "HVDSHIM_SHUTDOWN_TIMEOUT_SECONDS=%g", E.npending, E.shutdown_timeout);
+  if (stopping && !E.joined_self && (E.npending == 0 || now - stop_time >= E.shutdown_timeout)) {
+    if (E.npending) {
+      HVD_WARN("joining with %zu operation(s) in flight: peers did not submit them within "
+               "HVDSHIM_SHUTDOWN_TIMEOUT_SECONDS=%g", E.npending, E.shutdown_timeout);
+      fail_pending("this rank finished (hvd_shutdown or exit) before every rank submitted it");
+    }
+    E.joined_self = 1;
+  }
 
   uint64_t *v = E.vec, flags = 0;
   if (E.nout > 0 || (E.rank == 0 && E.fatal_msg)) flags |= F_SLOW;
-  if (leave) flags |= F_SHUTDOWN;
   v[0] = ~flags;
   for (int w = 0; w < E.wr; w++) v[1 + w] = ~(uint64_t)0;
-  if (leave) v[1 + E.rank / 64] &= ~((uint64_t)1 << (E.rank % 64));
+  if (E.joined_self) v[1 + E.rank / 64] &= ~((uint64_t)1 << (E.rank % 64));
   uint64_t *ready = v + 1 + E.wr, *invalid = ready + E.wc;
-  for (int w = 0; w < E.wc; w++) ready[w] = 0, invalid[w] = ~(uint64_t)0;
-  for (int b = 0; b < E.cache.cap; b++) {
+  for (int w = 0; w < E.wc; w++) ready[w] = E.joined_self ? ~(uint64_t)0 : 0, invalid[w] = ~(uint64_t)0;
+  for (int b = 0; b < E.cache.cap && !E.joined_self; b++) {
     hvd_req *r = E.cache.e[b].pending;
     if (!r) continue;
     ready[b / 64] |= (uint64_t)1 << (b % 64);
     if (now - r->t_submit > E.stale_age) invalid[b / 64] &= ~((uint64_t)1 << (b % 64));
   }
+  hvd_liveness_busy(1);
   control_allreduce(v);
+  hvd_liveness_tick();
   flags = ~v[0];
+  int before = E.njoined;
+  E.njoined = agree_joined(v);
+  if (E.njoined == E.size) { /* everyone finished: all leave in this cycle */
+    hvd_liveness_busy(0);
+    fail_everything("every rank has finished (hvd_shutdown or exit) before it was submitted everywhere");
+    return 0;
+  }
+  if (E.njoined != before && E.rank == 0) {
+    char list[256];
+    rank_list(E.joined, 1, list, sizeof list);
+    HVD_INFO("rank(s) %s finished; the others go on (averages over %d rank(s))", list, E.size - E.njoined);
+  }
 
   for (int b = 0; b < E.cache.cap; b++) {
     uint64_t m = (uint64_t)1 << (b % 64);
     if (ready[b / 64] & m) {
       hvd_req *r = E.cache.e[b].pending;
+      if (!r && E.joined_self && E.cache.e[b].name) r = phantom(E.cache.e[b].name, &E.cache.e[b].sig);
       if (!r) HVD_FATAL("internal error: cache bit %d ready everywhere but not pending here", b);
       E.cache.e[b].pending = NULL;
       r->cache_bit = -1;
@@ -762,25 +881,15 @@ static int cycle(void) {
       cache_erase(b);
     }
   }
-  if (flags & F_SLOW) slow_path(now);
+  /* A change in the joined set goes through the coordinator on every rank,
+   * so what waited only for the new joiners is answered. */
+  if ((flags & F_SLOW) || E.njoined != before) slow_path(now);
   execute();
+  hvd_liveness_busy(0);
   if (E.rank == 0) stall_check(now_s());
   if (hvd_timeline_enabled()) {
     if (hvd_cfg_int(HVD_CFG_TIMELINE_MARK_CYCLES)) hvd_timeline_instant("CYCLE_START", us_since_start(now));
     hvd_timeline_flush();
-  }
-  if (flags & F_SHUTDOWN) {
-    uint8_t *gone = calloc((size_t)E.size, 1);
-    char list[256] = "?", why[400];
-    if (gone) {
-      for (int r = 0; r < E.size; r++) gone[r] = !(v[1 + r / 64] & ((uint64_t)1 << (r % 64)));
-      rank_list(gone, 1, list, sizeof list);
-      free(gone);
-    }
-    snprintf(why, sizeof why, "rank(s) %s shut down (finished or left the job)", list);
-    if (!leave) HVD_INFO("%s; this rank's engine stops too", why);
-    fail_everything(why);
-    return 0;
   }
   return 1;
 }
@@ -795,10 +904,10 @@ static void *engine_main(void *arg) {
      * every cycle.  Peers with work wait in their round until this rank
      * submits too (its submission wakes it), which they would anyway; the
      * bounded idle period keeps stall reports and shutdown timely. */
-    int idle = E.npending == 0 && E.nout == 0 && !(E.rank == 0 && (E.chead || E.fatal_msg));
+    int idle = !E.joined_self && E.npending == 0 && E.nout == 0 && !(E.rank == 0 && (E.chead || E.fatal_msg));
     double deadline = start + (idle && E.cycle_s < HVD_IDLE_CYCLE_S ? HVD_IDLE_CYCLE_S : E.cycle_s);
     pthread_mutex_lock(&E.qmu);
-    while (!E.stop_requested && !E.qhead) {
+    while (!(E.stop_requested && !E.joined_self) && !E.qhead) { /* a stop request needs one more cycle to join */
       double t = now_s();
       if (t >= deadline) break;
       struct timespec ts;
@@ -832,6 +941,8 @@ static void free_state(void) {
   E.caphandles = 0;
   free(E.staging);
   free(E.fatal_msg);
+  free(E.joined);
+  E.joined = NULL;
   E.outbox = NULL, E.vec = NULL, E.lens = NULL, E.exec = NULL, E.fuse = NULL, E.staging = NULL;
   E.fatal_msg = NULL;
   E.capout = E.capexec = E.capfuse = E.staging_cap = 0;
@@ -890,6 +1001,7 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
   E.stall_warn = hvd_cfg_double(HVD_CFG_STALL_WARNING_SECONDS);
   E.stall_shutdown = hvd_cfg_double(HVD_CFG_STALL_SHUTDOWN_SECONDS);
   E.shutdown_timeout = hvd_cfg_double(HVD_CFG_SHUTDOWN_TIMEOUT_SECONDS);
+  E.peer_timeout = hvd_cfg_double(HVD_CFG_PEER_TIMEOUT_SECONDS);
   E.stale_age = E.stall_warn / 2 < 1.0 ? E.stall_warn / 2 : 1.0;
   E.wc = (cache_cap + 63) / 64;
   E.wr = (E.size + 63) / 64;
@@ -900,8 +1012,11 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
   E.pending = hvd_strmap_new();
   E.ctable = hvd_strmap_new();
   E.round_invalidated = hvd_strmap_new();
+  E.joined = calloc((size_t)E.size, 1);
+  E.joined_self = 0;
+  E.njoined = 0;
   int cache_rc = hvd_cache_init(&E.cache, cache_cap);
-  if (!E.vec || cache_rc || !E.lens || !E.pending || !E.ctable || !E.round_invalidated) {
+  if (!E.vec || cache_rc || !E.lens || !E.pending || !E.ctable || !E.round_invalidated || !E.joined) {
     snprintf(err, errlen, "out of memory starting the engine");
     free_state();
     return HVD_ERR_INTERNAL;
@@ -912,9 +1027,14 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
   const char *tl = hvd_cfg_str(HVD_CFG_TIMELINE);
   if (E.rank == 0 && tl[0] && hvd_timeline_open(tl, err, errlen) != 0) HVD_WARN("%s; timeline disabled", err);
 
+  if (hvd_liveness_start(E.comm, E.rank, E.size, E.peer_timeout, err, errlen) != 0) {
+    free_state();
+    return HVD_ERR_INTERNAL;
+  }
   pthread_mutex_lock(&E.qmu);
   E.accepting = 1;
   E.stop_requested = 0;
+  E.closed_msg[0] = 0;
   pthread_mutex_unlock(&E.qmu);
   if (pthread_create(&E.thread, NULL, engine_main, NULL) != 0) {
     snprintf(err, errlen, "cannot start the engine thread");
@@ -940,9 +1060,12 @@ void hvd_engine_stop(void) {
     E.stop_requested = 1;
     E.stop_time = now_s();
   }
+  E.accepting = 0; /* in-flight work drains; new work is refused */
+  snprintf(E.closed_msg, sizeof E.closed_msg, "this rank has finished (hvd_shutdown)");
   pthread_cond_signal(&E.qcv);
   pthread_mutex_unlock(&E.qmu);
-  pthread_join(E.thread, NULL);
+  pthread_join(E.thread, NULL); /* returns when every rank has joined */
+  hvd_liveness_stop();
   hvd_timeline_close();
   free_state();
   hvd_mpi_backend_fini();
@@ -960,6 +1083,7 @@ void hvd_engine_forked_child(void) {
   E.qmu = m;
   E.qcv = c;
   init_mu = m;
+  hvd_liveness_forked_child();
   E.accepting = 0;
   E.started = 0;
   snprintf(E.closed_msg, sizeof E.closed_msg, "this is a forked child of a rank; hvdshim is inert here");
@@ -1025,11 +1149,12 @@ static hvd_status_t submit(const char *name, hvd_sig *sig, void *buf, const void
     free(r);
     return reject(st, "%s '%s': %s", hvd_kind_name(sig->kind), name, why);
   }
-  if (sig->kind == HVD_KIND_BROADCAST && (sig->root < 0 || sig->root >= E.size)) {
+  if (sig->kind == HVD_KIND_BROADCAST && (sig->root < HVD_ROOT_FIRST_ACTIVE || sig->root >= E.size)) {
     pthread_mutex_unlock(&E.qmu);
     free(r->name);
     free(r);
-    return reject(HVD_ERR_INVALID, "broadcast '%s': root %d is not a rank (0..%d)", name, sig->root, E.size - 1);
+    return reject(HVD_ERR_INVALID, "broadcast '%s': root %d is not a rank (0..%d, or HVD_ROOT_FIRST_ACTIVE)", name,
+                  sig->root, E.size - 1);
   }
   hvd_status_t st = hvd_handles_new(cb, cb_arg, &r->handle);
   if (st != HVD_OK) {

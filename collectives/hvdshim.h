@@ -67,8 +67,13 @@ typedef void (*hvd_callback_t)(hvd_handle_t handle, hvd_status_t status, void *a
  * adopt the program's MPI (a dup of MPI_COMM_WORLD), then the background
  * thread.  Idempotent; attempted once: later calls return the first result. */
 HVD_EXPORT hvd_status_t hvd_init(void);
-/* Drain in-flight work (bounded by HVDSHIM_SHUTDOWN_TIMEOUT_SECONDS), stop
- * the thread and finalize what hvd_init initialized.  Also run at exit. */
+/* Join, then stop: new submissions from this rank are refused, in-flight
+ * work drains (bounded by HVDSHIM_SHUTDOWN_TIMEOUT_SECONDS), then this rank
+ * takes part in the other ranks' operations without contributing (the
+ * identity of the reduction, no allgather rows; averages divide by the ranks
+ * still submitting) until every rank has called hvd_shutdown; then the thread
+ * stops and what hvd_init initialized is finalized.  Run at a normal exit
+ * (status 0) too; an exit with another status ends the whole job instead. */
 HVD_EXPORT void hvd_shutdown(void);
 HVD_EXPORT int hvd_initialized(void);
 HVD_EXPORT int hvd_rank(void);
@@ -79,7 +84,10 @@ HVD_EXPORT int hvd_local_size(void);
 /* In-place allreduce of `count` elements at `buf`. */
 HVD_EXPORT hvd_status_t hvd_allreduce_async(const char *name, void *buf, size_t count, hvd_dtype_t dtype,
                                             hvd_op_t op, hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle);
-/* In-place broadcast from `root`. */
+/* In-place broadcast from `root`: a rank, or HVD_ROOT_FIRST_ACTIVE for the
+ * lowest rank that has not finished (see hvd_shutdown).  A broadcast whose
+ * root has finished fails with HVD_ERR_SHUTDOWN on every rank. */
+#define HVD_ROOT_FIRST_ACTIVE (-1)
 HVD_EXPORT hvd_status_t hvd_broadcast_async(const char *name, void *buf, size_t count, hvd_dtype_t dtype, int root,
                                             hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle);
 /* Allgather along the first dimension: this rank contributes `rows` rows of

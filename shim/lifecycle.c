@@ -178,7 +178,22 @@ __attribute__((constructor)) static void hvd_shim_ctor(void) {
   hvd_python_arm();
 }
 
-static void at_exit(void) { hvd_shutdown(); }
+/* Exit of the rank process (on_exit, so the status is known).  Status 0
+ * (the script ended normally, maybe before the others' loops): join and
+ * wait for every rank.  Any other status (an uncaught Python exception,
+ * sys.exit(n), exit(n)): end the whole job now, so no rank waits for this
+ * one.  Forked children and exec'd programs inherit nothing to do. */
+static pid_t active_pid;
+
+static void at_exit(int status, void *arg) {
+  (void)arg;
+  if (role != HVD_ROLE_ACTIVE || getpid() != active_pid) return;
+  if (status != 0) {
+    hvd_fatal_at("lifecycle", 0, "this rank is exiting with status %d (an uncaught exception, sys.exit(%d) or "
+                 "exit(%d)); ending the job so no rank waits for it", status, status, status);
+  }
+  hvd_shutdown();
+}
 
 hvd_status_t hvd_init(void) {
   pthread_mutex_lock(&init_mu);
@@ -209,7 +224,8 @@ hvd_status_t hvd_init(void) {
   char pid[32];
   snprintf(pid, sizeof pid, "%ld", (long)getpid());
   setenv("HVDSHIM_ACTIVE_PID", pid, 1);
-  atexit(at_exit);
+  active_pid = getpid();
+  on_exit(at_exit, NULL);
   if (hvd_rank() == 0) HVD_INFO("hvdshim %s active on %d rank(s)", HVDSHIM_VERSION, hvd_size());
 out:
   pthread_mutex_unlock(&init_mu);

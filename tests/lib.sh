@@ -59,3 +59,30 @@ shim() {
 
 # same A.pt B.pt TOL: two checkpoints agree within TOL
 same() { "$PYTHON" "$TORCH_DIR/compare.py" "$@"; }
+
+# Fault tests: a job in the background and its processes.
+FAULT_TRAIN="$top_srcdir/tests/faults/fault_train.py"
+# rank_pid TAG R: pid of the Python rank R whose command line holds TAG
+rank_pid() {
+  for _p in $(pgrep -f -- "--tag $1" || true); do
+    grep -q python "/proc/$_p/cmdline" 2>/dev/null || continue
+    tr '\0' '\n' <"/proc/$_p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$_p"; return 0; }
+  done
+  return 1
+}
+# wait_for FILE PATTERN SECONDS: until FILE holds PATTERN
+wait_for() {
+  _i=0
+  while ! grep -q -- "$2" "$1" 2>/dev/null; do
+    _i=$((_i + 1))
+    [ "$_i" -le $(($3 * 10)) ] || { cat "$1"; fail "'$2' did not appear within $3 s"; }
+    sleep 0.1
+  done
+}
+# no_leftovers TAG: no process of the job is left
+no_leftovers() {
+  sleep 1
+  _left=$(pgrep -f -- "--tag $1" || true)
+  [ -z "$_left" ] || { ps -o pid,stat,args -p $_left; fail "processes left behind: $_left"; }
+}
+now_ms() { date +%s%3N; }

@@ -40,8 +40,10 @@ _HVD_DTYPES = {
     torch.int64: 5,
     torch.uint8: 6,
 }
+_GRAD_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _UINT8, _INT64 = 6, 5
 _SUM, _AVG, _MAX = 0, 1, 3
+_ROOT_FIRST_ACTIVE = -1  # hvdshim.h HVD_ROOT_FIRST_ACTIVE
 _ERR_TIMEOUT = 4
 
 
@@ -146,9 +148,10 @@ def _allreduce(name, tensor, op, pending, what, on_done=None):
 
 
 def _broadcast_bytes(name, tensor, pending, what):
-    """Broadcast a contiguous CPU tensor from rank 0, as raw bytes."""
+    """Broadcast a contiguous CPU tensor as raw bytes from rank 0, or from
+    the lowest rank still running when rank 0 has finished (joined)."""
     h = _submit(_lib.hvd_broadcast_async, what, name, tensor.data_ptr(), tensor.numel() * tensor.element_size(),
-                _UINT8, 0, None, None)
+                _UINT8, _ROOT_FIRST_ACTIVE, None, None)
     pending.add(h, what, tensor)
 
 
@@ -313,6 +316,10 @@ def _register_root(module):
         if t.layout != torch.strided:
             raise HvdShimError("hvdshim: %s: '%s' has layout %s; only dense parameters are supported"
                                % (what, n, t.layout))
+        if kind == "p" and t.requires_grad and t.dtype not in _GRAD_DTYPES:
+            raise HvdShimError("hvdshim: %s: parameter '%s' is %s; hvdshim averages float32, float64, float16 and "
+                               "bfloat16 gradients (freeze it with requires_grad=False, or keep it out of the model)"
+                               % (what, n, str(t.dtype).replace("torch.", "")))
     _verify_same_everywhere("m%d" % k, what, _signature(entries))
     pending = _Pending()
     copies = []
@@ -437,7 +444,7 @@ def _submit_grad(prm):
     if g.is_sparse:
         _submit_sparse(prm, p, g)
         return
-    if g.dtype not in _HVD_DTYPES or g.dtype in (torch.int32, torch.int64, torch.uint8):
+    if g.dtype not in _GRAD_DTYPES:
         raise HvdShimError("hvdshim: parameter '%s' has a %s gradient; hvdshim averages float32, float64, "
                            "float16 and bfloat16 gradients" % (prm.name, str(g.dtype).replace("torch.", "")))
     if g.is_contiguous():

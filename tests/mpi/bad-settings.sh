@@ -1,5 +1,6 @@
 #!/bin/sh
-# Every setting of the table fed malformed values under mpirun: each must
+# Every setting of the table fed malformed values under mpirun (not a
+# number, negative, out of range, unknown choice, empty): each must
 # end the job before any work, non-zero, with one line per rank naming the
 # variable, the value and what is accepted.  An unknown HVDSHIM_* variable
 # gets a warning with the nearest valid name, and the job runs.
@@ -17,21 +18,17 @@ while read -r var type; do
   choice) bad="loud|" ;;
   *) continue ;;
   esac
-  old_ifs=$IFS
-  IFS='|'
-  for value in $bad; do
-    IFS=$old_ifs
+  printf '%s\n' "$bad" | tr '|' '\n' >"$TMP/values" # the last value is the empty string
+  while IFS= read -r value; do
     tried=$((tried + 1))
     env "$var=$value" sh -c '"$@"' sh timeout -k 5 60 "$MPIRUN" --oversubscribe -np 2 -x "$var" "$ENGINE_TEST" random 1 2 1 1 </dev/null >"$TMP/out" 2>&1 &&
       { cat "$TMP/out"; fail "$var='$value' was accepted"; }
     n=$(grep -c "error.*invalid $var='$value': .*accepted" "$TMP/out" || true)
     [ "$n" = 2 ] || { cat "$TMP/out"; fail "$var='$value': expected one error line per rank, got $n"; }
     grep -q " OK stats" "$TMP/out" && fail "$var='$value': work ran despite the bad setting"
-    IFS='|'
-  done
-  IFS=$old_ifs
+  done <"$TMP/values"
 done <"$TMP/table"
-[ "$tried" -ge 20 ] || fail "only $tried bad values tried"
+[ "$tried" -ge 40 ] || fail "only $tried bad values tried"
 HVDSHIM_FUSION_TRESHOLD=1 mpi 2 -x HVDSHIM_FUSION_TRESHOLD "$ENGINE_TEST" random 1 2 1 1 >"$TMP/unknown" 2>&1 || { cat "$TMP/unknown"; fail "unknown variable broke the job"; }
 grep -q "unknown setting HVDSHIM_FUSION_TRESHOLD (did you mean HVDSHIM_FUSION_THRESHOLD?)" "$TMP/unknown" || { cat "$TMP/unknown"; fail "no suggestion"; }
 pass "$tried malformed values rejected; unknown variable warned"

@@ -9,7 +9,7 @@
  *   engine_test mismatch        count/dtype/op disagreements, bad arguments
  *   engine_test stall-warn S    the last rank submits S seconds late
  *   engine_test stall-abort     the last rank never submits
- *   engine_test shutdown        the last rank leaves early
+ *   engine_test join J          rank J finishes early (joins)
  *   engine_test memory ITERS    RSS after warm-up vs after ITERS steps
  *   engine_test adopt           the program initializes and finalizes MPI
  *
@@ -347,22 +347,65 @@ static int run_stall_abort(void) {
   return 1;
 }
 
-static int run_shutdown(void) {
+/* Rank `j` finishes early (hvd_shutdown joins): an operation it had in
+ * flight drains, then the others' allreduces (sum, avg, min, max; new and
+ * cached), allgather, broadcasts and a barrier complete without it; averages
+ * divide by the ranks still running; a broadcast from j fails on every rank;
+ * j's hvd_shutdown returns when all have finished and refuses new work. */
+static int run_join(int j) {
   if (hvd_barrier(60)) FAIL("barrier: %s", hvd_last_error());
-  if (rank == size - 1) {
-    hvd_shutdown(); /* leaves early */
-    float x = 1;
-    hvd_handle_t h;
-    if (hvd_allreduce_async("after_leaving", &x, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h) == HVD_OK) FAIL("submission accepted after shutdown");
+  float d = 5;
+  hvd_handle_t hd, h;
+  hvd_allreduce_async("drained", &d, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &hd);
+  if (rank == j) {
+    hvd_shutdown(); /* returns once every rank has finished */
+    if (hvd_wait(hd, 1) != HVD_OK || d != 5.0f * size) FAIL("in-flight 'drained' at shutdown: %g (%s)", d, hvd_last_error());
+    if (hvd_allreduce_async("after_leaving", &d, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h) != HVD_ERR_SHUTDOWN)
+      FAIL("submission accepted after shutdown");
+    else if (!strstr(hvd_last_error(), "finished")) FAIL("refusal does not say why: %s", hvd_last_error());
     return failures;
   }
-  float x = 1;
-  hvd_handle_t h;
-  hvd_allreduce_async("orphan", &x, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h);
-  char who[32];
-  snprintf(who, sizeof who, "rank(s) %d shut down", size - 1);
-  expect_error(HVD_ERR_SHUTDOWN, h, "orphan", who);
-  if (hvd_allreduce_async("later", &x, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h) != HVD_ERR_SHUTDOWN) FAIL("later submission not refused");
+  if (hvd_wait(hd, 60) != HVD_OK || d != 5.0f * size) FAIL("drained: %g (%s)", d, hvd_last_error());
+  int n = size - 1, first = j == 0 ? 1 : 0, top = j == size - 1 ? size - 2 : size - 1;
+  for (int it = 0; it < 4; it++) { /* again and again: the cached fast path too */
+    float s = (float)(rank + 1);
+    double a = rank + 1;
+    int32_t mn = rank + 10, mx = rank + 10;
+    hvd_handle_t hs[4];
+    hvd_allreduce_async("j.sum", &s, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &hs[0]);
+    hvd_allreduce_async("j.avg", &a, 1, HVD_FLOAT64, HVD_AVG, NULL, NULL, &hs[1]);
+    hvd_allreduce_async("j.min", &mn, 1, HVD_INT32, HVD_MIN, NULL, NULL, &hs[2]);
+    hvd_allreduce_async("j.max", &mx, 1, HVD_INT32, HVD_MAX, NULL, NULL, &hs[3]);
+    for (int k = 0; k < 4; k++)
+      if (hvd_wait(hs[k], 60) != HVD_OK) FAIL("iteration %d op %d: %s", it, k, hvd_last_error());
+    double want_sum = size * (size + 1) / 2.0 - (j + 1);
+    if (s != (float)want_sum) FAIL("j.sum %g, expected %g (the finished rank contributed)", s, want_sum);
+    if (fabs(a - want_sum / n) > 1e-12) FAIL("j.avg %g, expected %g (average over the %d running ranks)", a, want_sum / n, n);
+    if (mn != 10 + first) FAIL("j.min %d, expected %d", mn, 10 + first);
+    if (mx != 10 + top) FAIL("j.max %d, expected %d", mx, 10 + top);
+  }
+  int32_t rows[64];
+  for (int k = 0; k <= rank && k < 64; k++) rows[k] = rank;
+  hvd_allgather_async("j.gather", rows, (size_t)rank + 1, 1, HVD_INT32, NULL, NULL, &h);
+  void *out = NULL;
+  size_t total = 0;
+  if (hvd_allgather_wait(h, 60, &out, &total) != HVD_OK) FAIL("j.gather: %s", hvd_last_error());
+  else {
+    size_t want = (size_t)(size * (size + 1) / 2 - (j + 1)), at = 0;
+    if (total != want) FAIL("j.gather: %zu rows, expected %zu", total, want);
+    for (int r = 0; r < size && total == want; r++)
+      for (int k = 0; r != j && k <= r; k++, at++)
+        if (((int32_t *)out)[at] != r) FAIL("j.gather row %zu: %d, expected %d", at, ((int32_t *)out)[at], r);
+    hvd_free(out);
+  }
+  double b = 100 + rank;
+  hvd_broadcast_async("j.first", &b, 1, HVD_FLOAT64, HVD_ROOT_FIRST_ACTIVE, NULL, NULL, &h);
+  if (hvd_wait(h, 60) != HVD_OK || b != 100 + first) FAIL("j.first: %g, expected %d (%s)", b, 100 + first, hvd_last_error());
+  char why[64];
+  snprintf(why, sizeof why, "root rank %d has finished", j);
+  hvd_broadcast_async("j.deadroot", &b, 1, HVD_FLOAT64, j, NULL, NULL, &h);
+  expect_error(HVD_ERR_SHUTDOWN, h, "j.deadroot", why);
+  if (hvd_barrier(60)) FAIL("barrier after the join: %s", hvd_last_error());
   return failures;
 }
 
@@ -431,7 +474,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "mismatch")) run_mismatch();
   else if (!strcmp(mode, "stall-warn")) run_stall_warn(argc > 2 ? atof(argv[2]) : 2);
   else if (!strcmp(mode, "stall-abort")) run_stall_abort();
-  else if (!strcmp(mode, "shutdown")) run_shutdown();
+  else if (!strcmp(mode, "join")) run_join(argc > 2 ? atoi(argv[2]) : size - 1);
   else if (!strcmp(mode, "memory")) run_memory(argc > 2 ? atoi(argv[2]) : 10000);
   else if (adopt) run_adopt();
   else {

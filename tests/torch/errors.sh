@@ -26,3 +26,10 @@ HVDSHIM_WORKER_STDOUT=1 shim 2 "$PYTHON" "$TRAIN" --case unused --epochs 3 --out
   { cat "$TMP/out"; fail "unused-branch run failed"; }
 [ "$(grep -o 'checksum .*' "$TMP/out" | sort -u | wc -l)" = 1 ] || { cat "$TMP/out"; fail "ranks ended with different weights"; }
 pass "unused branch: finished, ranks agree"
+# a parameter of a dtype the shim cannot average (complex): named, before training
+shim 2 "$PYTHON" "$top_srcdir/tests/faults/fault_train.py" --fault complex >"$TMP/out" 2>&1 &&
+  { cat "$TMP/out"; fail "a complex parameter was accepted"; }
+[ "$(grep -c "parameter 'phase' is complex64; hvdshim averages float32" "$TMP/out")" = 2 ] ||
+  { cat "$TMP/out"; fail "expected the complex parameter named on both ranks"; }
+grep -q "\] step 1$" "$TMP/out" && fail "training started despite the complex parameter"
+pass "complex parameter named before the first step"

@@ -1,0 +1,49 @@
+#!/bin/sh
+# How a rank's script ends decides the job's end (np=3, unmodified script):
+#  - an uncaught exception on one rank: the job ends at once, non-zero, the
+#    traceback shown;
+#  - sys.exit(3) in the middle of an epoch: the same;
+#  - sys.exit(0) in the middle of an epoch: that rank joins; the others
+#    finish their training and the job exits 0;
+#  - a stopping rule on the local loss (ranks stop at different steps):
+#    each joins when it stops, the job exits 0, and at every step all ranks
+#    still training hold the same weights.
+# No case leaves a process behind.
+. "$(dirname "$0")/../lib.sh"
+need_mpirun
+need_torch
+T=120
+tag="exits-$$"
+
+t0=$(now_ms)
+shim 3 "$PYTHON" "$FAULT_TRAIN" --fault raise --fault-rank 1 --fault-at 5 --steps 100000 --tag "$tag" >"$TMP/raise" 2>&1 &&
+  { cat "$TMP/raise"; fail "exception: the job exited 0"; }
+took=$(($(now_ms) - t0))
+grep -q "Traceback" "$TMP/raise" && grep -q "RuntimeError: injected fault at step 5" "$TMP/raise" ||
+  { cat "$TMP/raise"; fail "exception: no traceback"; }
+grep -q "hvdshim\[1\]: error (lifecycle): this rank is exiting with status 1" "$TMP/raise" ||
+  { cat "$TMP/raise"; fail "exception: the shim did not say why the job ends"; }
+[ "$took" -lt 30000 ] || fail "exception: the job took $took ms"
+no_leftovers "$tag"
+echo "exception: job ended after $took ms with the traceback"
+
+shim 3 "$PYTHON" "$FAULT_TRAIN" --fault exit --exit-code 3 --fault-rank 2 --fault-at 5 --steps 100000 --tag "$tag" >"$TMP/exit3" 2>&1 &&
+  { cat "$TMP/exit3"; fail "sys.exit(3): the job exited 0"; }
+grep -q "hvdshim\[2\]: error (lifecycle): this rank is exiting with status 3" "$TMP/exit3" || { cat "$TMP/exit3"; fail "sys.exit(3): no message"; }
+no_leftovers "$tag"
+
+shim 3 "$PYTHON" "$FAULT_TRAIN" --fault exit --exit-code 0 --fault-rank 1 --fault-at 5 --steps 30 --tag "$tag" >"$TMP/exit0" 2>&1 ||
+  { cat "$TMP/exit0"; fail "sys.exit(0) mid-epoch: the job failed"; }
+grep -q "\[rank 1\] exiting at step 5 with status 0" "$TMP/exit0" || { cat "$TMP/exit0"; fail "rank 1 did not exit early"; }
+[ "$(grep -c "\] done 30" "$TMP/exit0")" = 2 ] || { cat "$TMP/exit0"; fail "sys.exit(0): the other ranks did not finish"; }
+no_leftovers "$tag"
+
+HVDSHIM_LOG_LEVEL=info shim 3 "$PYTHON" "$FAULT_TRAIN" --fault stop-on-loss --checksums --steps 60 --tag "$tag" >"$TMP/stop" 2>&1 ||
+  { cat "$TMP/stop"; fail "stopping rule: the job failed"; }
+stops=$(grep -c "stopping at step" "$TMP/stop" || true)
+[ "$stops" -ge 1 ] || { cat "$TMP/stop"; fail "stopping rule: no rank stopped early"; }
+grep -q "rank(s) .* finished; the others go on" "$TMP/stop" || { cat "$TMP/stop"; fail "stopping rule: no join reported"; }
+bad=$(sed -n 's/.*\] ck \([0-9]*\) \(.*\)/\1 \2/p' "$TMP/stop" | sort -u | awk '{n[$1]++} END {for (k in n) if (n[k] > 1) print k}')
+[ -z "$bad" ] || { cat "$TMP/stop"; fail "ranks still training disagree on the weights at step(s) $bad"; }
+no_leftovers "$tag"
+pass "exception and sys.exit(3) end the job; sys.exit(0) and a local stopping rule ($stops rank(s) stopped early) join, exit 0, weights agree"

@@ -1,0 +1,44 @@
+#!/bin/sh
+# A rank killed with SIGKILL in the middle of training (an unmodified
+# script under the shim, np=3): every other rank is gone within 30 s, the
+# lost rank is named, no process is left behind.
+#  1. mpirun's default policy (it aborts the job itself; it names the rank);
+#  2. mpirun --enable-recovery (it does not abort: the shim's watchdog must
+#     notice, name the rank and end the job);
+#  3. as 2, the victim is rank 0 (coordinator, timeline writer): the
+#     timeline it was writing is still valid JSON.
+. "$(dirname "$0")/../lib.sh"
+need_mpirun
+need_torch
+run() { # run NAME VICTIM MPIRUN-OPTIONS...
+  _name=$1 _victim=$2
+  shift 2
+  tag="kill-$_name-$$"
+  T=120 shim 3 "$@" "$PYTHON" "$FAULT_TRAIN" --steps 100000 --step-sleep 0.02 --tag "$tag" >"$TMP/$_name" 2>&1 &
+  job=$!
+  wait_for "$TMP/$_name" "\[rank $_victim\] step 20" 60
+  pid=$(rank_pid "$tag" "$_victim") || { cat "$TMP/$_name"; fail "$_name: rank $_victim not found"; }
+  t0=$(now_ms)
+  kill -9 "$pid"
+  wait "$job"
+  rc=$?
+  took=$(($(now_ms) - t0))
+  [ "$took" -lt 30000 ] || { cat "$TMP/$_name"; fail "$_name: the job took $took ms to end"; }
+  no_leftovers "$tag"
+  echo "$_name: rank $_victim (pid $pid) killed; job ended after $took ms, mpirun status $rc"
+}
+run default 1
+[ "$rc" != 0 ] || { cat "$TMP/default"; fail "default: mpirun exited 0"; }
+grep -q "process rank 1 with PID .* exited on signal 9\|lost rank 1 " "$TMP/default" || { cat "$TMP/default"; fail "default: the lost rank is not named"; }
+run recovery 1 --enable-recovery
+grep -q "lost rank 1 (pid $pid on .*): the process is gone" "$TMP/recovery" || { cat "$TMP/recovery"; fail "recovery: the shim did not name the lost rank"; }
+export HVDSHIM_TIMELINE="$TMP/timeline.json"
+run coordinator 0 --enable-recovery
+grep -q "lost rank 0 (pid $pid on .*): the process is gone" "$TMP/coordinator" || { cat "$TMP/coordinator"; fail "coordinator: the shim did not name the lost rank"; }
+"$PYTHON" - "$TMP/timeline.json" <<'PY' || fail "the timeline of the killed rank 0 is not valid JSON"
+import json, sys
+ev = json.load(open(sys.argv[1]))
+assert len(ev) > 10, len(ev)
+print("timeline of the killed writer: valid JSON, %d events" % len(ev))
+PY
+pass "SIGKILL: ranks ended within 30 s, lost rank named, no leftovers (default and --enable-recovery)"
