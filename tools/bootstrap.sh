@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 PKGS="build-essential autoconf automake libtool pkg-config openmpi-bin libopenmpi-dev libffi-dev
-python3 python3-numpy python3-torch libpython3-dev libopenblas0-pthread procps binutils"
+python3 python3-numpy python3-torch libpython3-dev libopenblas0-pthread procps binutils
+clang libclang-rt-14-dev valgrind"
 echo "bootstrap: installing: $(echo $PKGS)"
 $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
 $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $PKGS >/dev/null

@@ -347,6 +347,18 @@ static int run_stall_abort(void) {
   return 1;
 }
 
+/* A numeric field of /proc/self/status ("VmRSS:", "Threads:"), or -1. */
+static long status_field(const char *key) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long v = -1;
+  size_t n = strlen(key);
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, key, n)) v = atol(line + n);
+  if (f) fclose(f);
+  return v;
+}
+
 /* Rank `j` finishes early (hvd_shutdown joins): an operation it had in
  * flight drains, then the others' allreduces (sum, avg, min, max; new and
  * cached), allgather, broadcasts and a barrier complete without it; averages
@@ -359,6 +371,9 @@ static int run_join(int j) {
   hvd_allreduce_async("drained", &d, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &hd);
   if (rank == j) {
     hvd_shutdown(); /* returns once every rank has finished */
+    long th = status_field("Threads:");
+    if (th != 1) FAIL("%ld threads left after hvd_shutdown (engine, watchdog and MPI's should be gone)", th);
+    else printf("engine_test[%d]: 1 thread left after hvd_shutdown\n", rank);
     if (hvd_wait(hd, 1) != HVD_OK || d != 5.0f * size) FAIL("in-flight 'drained' at shutdown: %g (%s)", d, hvd_last_error());
     if (hvd_allreduce_async("after_leaving", &d, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h) != HVD_ERR_SHUTDOWN)
       FAIL("submission accepted after shutdown");
@@ -409,16 +424,6 @@ static int run_join(int j) {
   return failures;
 }
 
-static long rss_kib(void) {
-  FILE *f = fopen("/proc/self/status", "r");
-  char line[256];
-  long v = -1;
-  while (f && fgets(line, sizeof line, f))
-    if (!strncmp(line, "VmRSS:", 6)) v = atol(line + 6);
-  if (f) fclose(f);
-  return v;
-}
-
 static int run_memory(int iters) {
   enum { N = 20 };
   static float bufs[N][256];
@@ -432,10 +437,10 @@ static int run_memory(int iters) {
       if (hvd_allreduce_async(n, bufs[t], 256, HVD_FLOAT32, HVD_AVG, NULL, NULL, &h[t])) FAIL("submit: %s", hvd_last_error());
     }
     for (int t = 0; t < N; t++) hvd_wait(h[t], 60);
-    if (it == iters / 10) warm = rss_kib(), hvd_get_stats(&s0);
+    if (it == iters / 10) warm = status_field("VmRSS:"), hvd_get_stats(&s0);
   }
   hvd_get_stats(&s1);
-  long end = rss_kib();
+  long end = status_field("VmRSS:");
   printf("engine_test[%d]: memory: RSS %ld KiB after warm-up, %ld KiB after %d steps (%llu cycles)\n", rank, warm, end,
          iters, (unsigned long long)(s1.cycles - s0.cycles));
   if (s1.cycles - s0.cycles < 9000) FAIL("only %llu cycles measured", (unsigned long long)(s1.cycles - s0.cycles));

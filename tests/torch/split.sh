@@ -27,4 +27,5 @@ check 2 accumulate                    # two backwards per optimizer step
 check 2 gan                           # two models, two optimizers
 check 2 sparse                        # nn.Embedding(sparse=True)
 check 2 frozen                        # first layer frozen in epoch 0, unfrozen in epoch 1
+check 2 noncontig                     # a parameter (and its gradient) not contiguous
 check 3 full --batch 48 --samples 240 # a batch of 48 split in 3

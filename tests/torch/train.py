@@ -18,7 +18,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--out", required=True, help="checkpoint path; %%p is replaced by the process id")
 ap.add_argument("--case", default="full",
                 choices=["full", "no-optimizer", "lbfgs", "accumulate", "gan", "unused", "sparse", "frozen",
-                         "seen", "iterable"])
+                         "seen", "iterable", "noncontig"])
 ap.add_argument("--epochs", type=int, default=2)
 ap.add_argument("--samples", type=int, default=256)
 ap.add_argument("--batch", type=int, default=32)
@@ -128,6 +128,10 @@ if args.case == "gan":
         print("epoch", epoch, "loss", lossD.item(), lossG.item())
 else:
     model = Branchy() if args.case == "unused" else Bag() if args.case == "sparse" else mlp()
+    if args.case == "noncontig":  # a weight stored transposed: parameter and gradient not contiguous
+        w = model[0].weight
+        model[0].weight = nn.Parameter(w.detach().t().contiguous().t())
+        assert not model[0].weight.is_contiguous()
     models = {"model": model}
     if args.case == "frozen":
         for p in model[0].parameters():

@@ -1,0 +1,39 @@
+#!/bin/sh
+# make check-all: the whole test suite, as the README's command two and CI
+# run it: `make check` (unit, multi-rank, PyTorch), `make check-faults`
+# (killed, stalled, interrupted ranks), `make fuzz` (every parser, libFuzzer)
+# and `make check-sanitize` (ASan+UBSan, valgrind).  Ends with one line
+# "N passed, N failed, N skipped" and a non-zero status if anything failed.
+# Usage: check-all.sh MAKE  (from the top build directory)
+MAKE=${1:-make}
+pass=0 fail=0 skip=0
+tally_automake() { # LOG: the "# PASS: n" lines automake prints
+  for k in PASS FAIL ERROR XPASS SKIP; do
+    n=$(sed -n "s/^# $k: *\([0-9]*\).*/\1/p" "$1" | tail -1)
+    n=${n:-0}
+    case $k in PASS) pass=$((pass + n)) ;; SKIP) skip=$((skip + n)) ;; *) fail=$((fail + n)) ;; esac
+  done
+}
+for part in check check-faults; do
+  $MAKE $part >"check-all-$part.log" 2>&1
+  rc=$?
+  grep -E '^(PASS|FAIL|SKIP|ERROR|XPASS):' "check-all-$part.log"
+  before=$fail
+  tally_automake "check-all-$part.log"
+  if [ $rc -ne 0 ]; then
+    for f in $(grep -l -E '^(FAIL|ERROR)' $(find tests -name '*.log') 2>/dev/null); do echo "---- $f"; tail -40 "$f"; done
+    [ $fail -eq $before ] && fail=$((fail + 1)) # make itself failed
+  fi
+done
+for part in fuzz check-sanitize; do
+  $MAKE $part >"check-all-$part.log" 2>&1
+  rc=$?
+  grep -E '^(fuzz|check-sanitize): ' "check-all-$part.log"
+  p=$(grep -c -E '^(fuzz|check-sanitize): .*(no crash|passed|clean)' "check-all-$part.log")
+  s=$(grep -c -E '^(fuzz|check-sanitize): .*SKIPPED' "check-all-$part.log")
+  f=$(grep -c -E '^(fuzz|check-sanitize): .*FAILED' "check-all-$part.log")
+  [ $rc -ne 0 ] && [ "$f" -eq 0 ] && { tail -30 "check-all-$part.log"; f=1; }
+  pass=$((pass + p)) skip=$((skip + s)) fail=$((fail + f))
+done
+echo "$pass passed, $fail failed, $skip skipped"
+[ $fail -eq 0 ]
