@@ -291,6 +291,34 @@ static void test_wire(void) {
   hvd_buf_free(&b);
 }
 
+/* A joined rank contributes the identity of the reduction: combining it
+ * with any value leaves the value, for every dtype and op. */
+static void test_identity(void) {
+  static const double samples[] = {-3.5, 0, 1, 250, -1e30, 1e30};
+  for (int dt = 0; dt < HVD_DTYPE_COUNT; dt++)
+    for (int op = 0; op < HVD_OP_COUNT; op++) {
+      unsigned char id[8 * 6], acc[8 * 6];
+      hvd_fill_identity(id, 6, (hvd_dtype_t)dt, (hvd_op_t)op);
+      for (int i = 0; i < 6; i++) { /* acc = the samples in this dtype */
+        double v = samples[i];
+        switch (dt) {
+        case HVD_FLOAT32: ((float *)acc)[i] = (float)v; break;
+        case HVD_FLOAT64: ((double *)acc)[i] = v; break;
+        case HVD_FLOAT16: ((uint16_t *)acc)[i] = hvd_float_to_half((float)v); break;
+        case HVD_BFLOAT16: ((uint16_t *)acc)[i] = hvd_float_to_bf16((float)v); break;
+        case HVD_INT32: ((int32_t *)acc)[i] = (int32_t)(fabs(v) < 1e9 ? v : v > 0 ? 1e9 : -1e9); break;
+        case HVD_INT64: ((int64_t *)acc)[i] = (int64_t)(fabs(v) < 1e18 ? v : v > 0 ? 1e18 : -1e18); break;
+        case HVD_UINT8: ((uint8_t *)acc)[i] = (uint8_t)(v >= 0 && v < 256 ? v : 7); break;
+        }
+      }
+      unsigned char before[8 * 6];
+      size_t bytes = 6 * hvd_dtype_size((hvd_dtype_t)dt);
+      memcpy(before, acc, bytes);
+      hvd_reduce_into(acc, id, 6, (hvd_dtype_t)dt, (hvd_op_t)op);
+      if (memcmp(before, acc, bytes) != 0) CHECK_FAIL_("identity of %s changed a %s value", hvd_op_name(op), hvd_dtype_name((hvd_dtype_t)dt));
+    }
+}
+
 int main(void) {
   static const check_test tests[] = {
       {"settings: defaults", test_settings_defaults},
@@ -305,6 +333,7 @@ int main(void) {
       {"response cache: insert, LRU eviction, erase", test_cache},
       {"string map", test_strmap},
       {"negotiation records", test_wire},
+      {"identity contributions of a joined rank", test_identity},
       {NULL, NULL},
   };
   return check_run(tests);
