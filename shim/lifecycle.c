@@ -7,10 +7,12 @@
  *                   register the fork handler.
  *   hvd_init()   -> first real use: MPI initialized or adopted, the engine
  *                   thread started, HVDSHIM_ACTIVE_PID exported so programs
- *                   this rank executes stay dormant, atexit handler added.
- *   exit         -> the atexit handler (or the MPI_Finalize hook, whichever
- *                   comes first) drains and stops the engine and finalizes
- *                   what hvd_init initialized.
+ *                   this rank executes stay dormant, exit handler added.
+ *   exit         -> the on_exit handler (or the MPI_Finalize hook, whichever
+ *                   comes first): status 0 joins (the rank takes part without
+ *                   data until every rank has finished), then stops the
+ *                   engine and finalizes what hvd_init initialized; any other
+ *                   status ends the whole job.
  * `role` is written by the constructor, hvd_init (under init_mu) and the
  * fork handler; readers tolerate a stale value. */
 #include <errno.h>
