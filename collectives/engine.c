@@ -109,7 +109,7 @@ static struct {
   int started;
   double t0;
   int cache_cap, wc, wr, nwords;
-  double cycle_s, stall_warn, stall_shutdown, stale_age, shutdown_timeout, peer_timeout;
+  double cycle_s, stall_warn, stall_shutdown, stale_age, shutdown_timeout;
   size_t fusion, chunk;
   pthread_t thread;
 
@@ -200,15 +200,19 @@ static void rank_list(const uint8_t *flags, int want, char *out, size_t n) {
 
 /* ------------------------------------------------------------------ completion */
 
+static void req_free(hvd_req *r) {
+  if (r->phantom) free(r->buf);
+  free(r->name);
+  free(r);
+}
+
 static void finish(hvd_req *r, hvd_status_t st, const char *msg, void *gathered, size_t rows) {
   if (hvd_strmap_get(E.pending, r->name) == r) {
     hvd_strmap_del(E.pending, r->name);
     E.npending--;
   }
   hvd_handles_complete(r->handle, st, msg, gathered, rows);
-  if (r->phantom) free(r->buf);
-  free(r->name);
-  free(r);
+  req_free(r);
 }
 
 typedef struct {
@@ -251,8 +255,7 @@ static void fail_everything(const char *why) {
     n = q->next;
     snprintf(msg, sizeof msg, "%s '%s' cannot complete: %s", hvd_kind_name(q->sig.kind), q->name, why);
     hvd_handles_complete(q->handle, HVD_ERR_SHUTDOWN, msg, NULL, 0);
-    free(q->name);
-    free(q);
+    req_free(q);
   }
   fail_pending(why);
 }
@@ -325,8 +328,7 @@ static void admit(hvd_req *r) {
     snprintf(msg, sizeof msg, "tensor '%s' is already in flight on this rank: wait for it before submitting again",
              r->name);
     hvd_handles_complete(r->handle, HVD_ERR_INVALID, msg, NULL, 0);
-    free(r->name);
-    free(r);
+    req_free(r);
     return;
   }
   if (hvd_strmap_put(E.pending, r->name, r) != 0) HVD_FATAL("out of memory (pending)");
@@ -422,6 +424,7 @@ static void coord_unlink(coord_entry *c) {
 /* Every rank submitted c or has joined: answer it (EXEC or ERROR) and drop
  * it from the table. */
 static void coord_try_respond(coord_entry *c) {
+  if (c->npresent < E.size - E.njoined) return; /* cheap test first: some rank is missing */
   for (int r = 0; r < E.size; r++)
     if (!c->present[r] && !E.joined[r]) return;
   const hvd_sig *ref = first_present(c);
@@ -680,9 +683,7 @@ static void run_allreduce_group(size_t i, size_t j) {
     E.handles[k] = r->handle;
     hvd_strmap_del(E.pending, r->name);
     E.npending--;
-    if (r->phantom) free(r->buf);
-    free(r->name);
-    free(r);
+    req_free(r);
   }
   hvd_handles_complete_ok(E.handles, n);
 }
@@ -730,20 +731,23 @@ static void execute(void) {
       continue;
     }
     double start = now_s();
-    int root = r->sig.root;
-    if (r->sig.kind == HVD_KIND_BROADCAST && root == HVD_ROOT_FIRST_ACTIVE)
-      for (root = 0; root < E.size - 1 && E.joined[root]; root++) {}
-    if (r->sig.kind == HVD_KIND_BROADCAST && E.joined[root]) {
-      char msg[HVD_NAME_MAX + 200];
-      snprintf(msg, sizeof msg, "broadcast '%s': root rank %d has finished (joined) and has no data to send; "
-               "broadcast from a rank still running, or from HVD_ROOT_FIRST_ACTIVE", r->name, root);
-      if (!r->phantom) HVD_ERROR("%s", msg);
-      finish(r, HVD_ERR_SHUTDOWN, msg, NULL, 0);
-    } else if (r->sig.kind == HVD_KIND_BROADCAST) {
-      mpi_check(hvd_mpi_broadcast(r->buf, (size_t)r->sig.count, (hvd_dtype_t)r->sig.dtype, root, E.comm),
-                "MPI_Bcast");
-      if (hvd_timeline_enabled()) hvd_timeline_span(r->name, "MPI_BCAST", us_since_start(start), (now_s() - start) * 1e6);
-      finish(r, HVD_OK, NULL, NULL, 0);
+    if (r->sig.kind == HVD_KIND_BROADCAST) {
+      int root = r->sig.root;
+      if (root == HVD_ROOT_FIRST_ACTIVE) /* the lowest rank still running (one always is) */
+        for (root = 0; E.joined[root]; root++) {}
+      if (E.joined[root]) {
+        char msg[HVD_NAME_MAX + 200];
+        snprintf(msg, sizeof msg, "broadcast '%s': root rank %d has finished (joined) and has no data to send; "
+                 "broadcast from a rank still running, or from HVD_ROOT_FIRST_ACTIVE", r->name, root);
+        if (!r->phantom) HVD_ERROR("%s", msg);
+        finish(r, HVD_ERR_SHUTDOWN, msg, NULL, 0);
+      } else {
+        mpi_check(hvd_mpi_broadcast(r->buf, (size_t)r->sig.count, (hvd_dtype_t)r->sig.dtype, root, E.comm),
+                  "MPI_Bcast");
+        if (hvd_timeline_enabled())
+          hvd_timeline_span(r->name, "MPI_BCAST", us_since_start(start), (now_s() - start) * 1e6);
+        finish(r, HVD_OK, NULL, NULL, 0);
+      }
     } else if (r->sig.kind == HVD_KIND_ALLGATHER) {
       int64_t rows[E.size], total_rows = 0;
       memcpy(rows, E.exec[i].rows, sizeof rows);
@@ -1001,7 +1005,6 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
   E.stall_warn = hvd_cfg_double(HVD_CFG_STALL_WARNING_SECONDS);
   E.stall_shutdown = hvd_cfg_double(HVD_CFG_STALL_SHUTDOWN_SECONDS);
   E.shutdown_timeout = hvd_cfg_double(HVD_CFG_SHUTDOWN_TIMEOUT_SECONDS);
-  E.peer_timeout = hvd_cfg_double(HVD_CFG_PEER_TIMEOUT_SECONDS);
   E.stale_age = E.stall_warn / 2 < 1.0 ? E.stall_warn / 2 : 1.0;
   E.wc = (cache_cap + 63) / 64;
   E.wr = (E.size + 63) / 64;
@@ -1024,13 +1027,12 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
   E.npending = 0;
   E.t0 = now_s();
   memset(&stats, 0, sizeof stats);
-  const char *tl = hvd_cfg_str(HVD_CFG_TIMELINE);
-  if (E.rank == 0 && tl[0] && hvd_timeline_open(tl, err, errlen) != 0) HVD_WARN("%s; timeline disabled", err);
-
-  if (hvd_liveness_start(E.comm, E.rank, E.size, E.peer_timeout, err, errlen) != 0) {
+  if (hvd_liveness_start(E.comm, E.rank, E.size, hvd_cfg_double(HVD_CFG_PEER_TIMEOUT_SECONDS), err, errlen) != 0) {
     free_state();
     return HVD_ERR_INTERNAL;
   }
+  const char *tl = hvd_cfg_str(HVD_CFG_TIMELINE);
+  if (E.rank == 0 && tl[0] && hvd_timeline_open(tl, err, errlen) != 0) HVD_WARN("%s; timeline disabled", err);
   pthread_mutex_lock(&E.qmu);
   E.accepting = 1;
   E.stop_requested = 0;
@@ -1145,22 +1147,19 @@ static hvd_status_t submit(const char *name, hvd_sig *sig, void *buf, const void
     snprintf(why, sizeof why, "%s", E.closed_msg[0] ? E.closed_msg : "hvd_init() has not been called");
     hvd_status_t st = E.closed_msg[0] ? HVD_ERR_SHUTDOWN : HVD_ERR_NOT_INIT;
     pthread_mutex_unlock(&E.qmu);
-    free(r->name);
-    free(r);
+    req_free(r);
     return reject(st, "%s '%s': %s", hvd_kind_name(sig->kind), name, why);
   }
   if (sig->kind == HVD_KIND_BROADCAST && (sig->root < HVD_ROOT_FIRST_ACTIVE || sig->root >= E.size)) {
     pthread_mutex_unlock(&E.qmu);
-    free(r->name);
-    free(r);
+    req_free(r);
     return reject(HVD_ERR_INVALID, "broadcast '%s': root %d is not a rank (0..%d, or HVD_ROOT_FIRST_ACTIVE)", name,
                   sig->root, E.size - 1);
   }
   hvd_status_t st = hvd_handles_new(cb, cb_arg, &r->handle);
   if (st != HVD_OK) {
     pthread_mutex_unlock(&E.qmu);
-    free(r->name);
-    free(r);
+    req_free(r);
     return st;
   }
   int was_empty = E.qhead == NULL;

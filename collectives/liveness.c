@@ -40,10 +40,8 @@ static int64_t mono_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-void hvd_liveness_busy(int busy) {
-  int64_t t = busy ? mono_ns() : 0;
-  if (busy) __atomic_store_n(&last_tick_ns, t, __ATOMIC_RELAXED);
-  __atomic_store_n(&busy_since_ns, t, __ATOMIC_RELEASE);
+void hvd_liveness_busy(int busy) { /* judge() counts from the later of this and the last tick */
+  __atomic_store_n(&busy_since_ns, busy ? mono_ns() : 0, __ATOMIC_RELEASE);
 }
 
 void hvd_liveness_tick(void) {

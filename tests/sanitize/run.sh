@@ -64,7 +64,7 @@ vrun() { # vrun NP ARGS...: engine_test under memcheck on every rank
   shift
   runs=$((runs + 1))
   if ! timeout -k 5 600 mpirun --oversubscribe -np "$_np" $vg "$et" "$@" </dev/null >"$sb/vg.out" 2>&1; then
-    cat "$sb/vg.out" | head -80
+    head -80 "$sb/vg.out"
     echo "check-sanitize: valgrind: engine_test $* at np=$_np FAILED"
     status=1
   fi
