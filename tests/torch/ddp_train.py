@@ -27,6 +27,7 @@ for epoch in range(2):
         opt.zero_grad()
         nn.functional.binary_cross_entropy_with_logits(model(x), y).backward()
         opt.step()
-print("rank %d of %d batches %d" % (rank, size, len(loader)), flush=True)
+sys.stdout.write("rank %d of %d batches %d\n" % (rank, size, len(loader)))  # one write
+sys.stdout.flush()
 dist.barrier()
 os._exit(0)  # torch 1.13 + gloo can deadlock at interpreter exit
