@@ -1,56 +1,16 @@
 /* Element types and their arithmetic.  See dtype.h.  The half conversions
- * round to nearest even and keep infinities, NaNs and subnormals (the bit
- * tricks follow F. Giesen's public-domain float/half notes). */
+ * are elem.h's (shared with the GPU kernels). */
 #include "dtype.h"
+
+#include "elem.h"
 
 #include <math.h>
 #include <string.h>
 
-static inline uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static inline float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-
-uint16_t hvd_float_to_half(float f) {
-  const uint32_t f32inf = 255u << 23, f16max = (127u + 16u) << 23;
-  const uint32_t denorm_magic = ((127u - 15u) + (23u - 10u) + 1u) << 23;
-  uint32_t u = f2u(f);
-  uint32_t sign = u & 0x80000000u;
-  uint16_t o;
-  u ^= sign;
-  if (u >= f16max) {
-    o = u > f32inf ? 0x7e00 : 0x7c00; /* NaN stays NaN; overflow -> inf */
-  } else if (u < (113u << 23)) {       /* result is subnormal or zero */
-    u = f2u(u2f(u) + u2f(denorm_magic));
-    o = (uint16_t)(u - denorm_magic);
-  } else {
-    uint32_t mant_odd = (u >> 13) & 1u;
-    u += ((uint32_t)(15 - 127) << 23) + 0xfffu + mant_odd;
-    o = (uint16_t)(u >> 13);
-  }
-  return (uint16_t)(o | (sign >> 16));
-}
-
-float hvd_half_to_float(uint16_t h) {
-  const uint32_t shifted_exp = 0x7c00u << 13;
-  uint32_t o = ((uint32_t)h & 0x7fffu) << 13;
-  uint32_t exp = shifted_exp & o;
-  o += (uint32_t)(127 - 15) << 23;
-  if (exp == shifted_exp) {
-    o += (uint32_t)(128 - 16) << 23; /* inf / NaN */
-  } else if (exp == 0) {             /* zero / subnormal: renormalize */
-    o += 1u << 23;
-    o = f2u(u2f(o) - u2f(113u << 23));
-  }
-  return u2f(o | (((uint32_t)h & 0x8000u) << 16));
-}
-
-uint16_t hvd_float_to_bf16(float f) {
-  uint32_t u = f2u(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
-float hvd_bf16_to_float(uint16_t h) { return u2f((uint32_t)h << 16); }
+uint16_t hvd_float_to_half(float f) { return hvd_elem_f2h(f); }
+float hvd_half_to_float(uint16_t h) { return hvd_elem_h2f(h); }
+uint16_t hvd_float_to_bf16(float f) { return hvd_elem_f2bf(f); }
+float hvd_bf16_to_float(uint16_t h) { return hvd_elem_bf2f(h); }
 
 int hvd_dtype_valid(int dtype) { return dtype >= 0 && dtype < HVD_DTYPE_COUNT; }
 int hvd_op_valid(int op) { return op >= 0 && op < HVD_OP_COUNT; }

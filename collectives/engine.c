@@ -65,6 +65,7 @@
 #include "cache.h"
 #include "dtype.h"
 #include "fusion.h"
+#include "gpu.h"
 #include "handles.h"
 #include "liveness.h"
 #include "strmap.h"
@@ -84,6 +85,8 @@ typedef struct hvd_req {
   double t_submit, t_ready;
   int cache_bit;
   int phantom; /* a joined rank's stand-in: buf is ours, no handle */
+  void *stream;         /* GPU: the producing and consuming stream */
+  hvd_gpu_event *ready; /* GPU: recorded on `stream` at submission */
   struct hvd_req *next;
 } hvd_req;
 
@@ -136,6 +139,9 @@ static struct {
   size_t nexec, capexec;
   hvd_fuse_entry *fuse;
   size_t capfuse;
+  hvd_gpu_item *gpu_items;
+  size_t capgpu;
+  int gpu_nccl; /* HVDSHIM_GPU_OPERATIONS=NCCL */
   hvd_handle_t *handles;
   size_t caphandles;
   char *staging;
@@ -198,20 +204,44 @@ static void rank_list(const uint8_t *flags, int want, char *out, size_t n) {
   }
 }
 
+/* Grows an engine-thread array to at least n elements (fatal when out of
+ * memory). */
+static void grow(void *arr, size_t *cap, size_t n, size_t elem, const char *what) {
+  if (n <= *cap) return;
+  void *p = realloc(*(void **)arr, n * elem);
+  if (!p) HVD_FATAL("out of memory (%s)", what);
+  *(void **)arr = p;
+  *cap = n;
+}
+
 /* ------------------------------------------------------------------ completion */
 
 static void req_free(hvd_req *r) {
-  if (r->phantom) free(r->buf);
+  if (r->phantom && r->sig.place) hvd_gpu_free(r->buf);
+  else if (r->phantom) free(r->buf);
+  hvd_gpu_event_put(r->ready);
   free(r->name);
   free(r);
 }
 
-static void finish(hvd_req *r, hvd_status_t st, const char *msg, void *gathered, size_t rows) {
+static void unpend(hvd_req *r) {
   if (hvd_strmap_get(E.pending, r->name) == r) {
     hvd_strmap_del(E.pending, r->name);
     E.npending--;
   }
+}
+
+static void finish(hvd_req *r, hvd_status_t st, const char *msg, void *gathered, size_t rows) {
+  unpend(r);
   hvd_handles_complete(r->handle, st, msg, gathered, rows);
+  req_free(r);
+}
+
+/* A GPU operation done on the engine stream: the handle carries the event. */
+static void finish_gpu(hvd_req *r, hvd_gpu_event *done) {
+  unpend(r);
+  hvd_handles_complete_ok(&r->handle, 1, done);
+  hvd_gpu_event_put(done);
   req_free(r);
 }
 
@@ -273,6 +303,11 @@ static hvd_req *phantom(const char *name, const hvd_sig *sig) {
   r->t_submit = r->t_ready = now_s();
   if (sig->kind == HVD_KIND_ALLGATHER) {
     r->sig.count = 0;
+  } else if (sig->kind != HVD_KIND_BARRIER && sig->count > 0 && sig->place) {
+    char err[512];
+    r->buf = hvd_gpu_identity((size_t)sig->count, (hvd_dtype_t)sig->dtype,
+                              sig->kind == HVD_KIND_ALLREDUCE ? (hvd_op_t)sig->op : HVD_SUM, err, sizeof err);
+    if (!r->buf) HVD_FATAL("this rank has finished but must take part in GPU operation '%s': %s", name, err);
   } else if (sig->kind != HVD_KIND_BARRIER && sig->count > 0) {
     r->buf = malloc((size_t)sig->count * hvd_dtype_size((hvd_dtype_t)sig->dtype));
     if (!r->buf) HVD_FATAL("out of memory: a joined rank's stand-in for '%s'", name);
@@ -319,7 +354,7 @@ static void cache_insert(const char *name, const hvd_sig *sig) {
 
 static int sig_equal(const hvd_sig *a, const hvd_sig *b) {
   return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->root == b->root &&
-         a->count == b->count && a->row_elems == b->row_elems;
+         a->count == b->count && a->row_elems == b->row_elems && a->place == b->place;
 }
 
 static void admit(hvd_req *r) {
@@ -351,7 +386,8 @@ static void describe_value(char *out, size_t n, int field, const hvd_sig *s) {
   case 2: snprintf(out, n, "%s", hvd_op_name(s->op)); break;
   case 3: snprintf(out, n, "root %d", s->root); break;
   case 4: snprintf(out, n, "%lld elements", (long long)s->count); break;
-  default: snprintf(out, n, "%lld elements per row", (long long)s->row_elems); break;
+  case 5: snprintf(out, n, "%lld elements per row", (long long)s->row_elems); break;
+  default: snprintf(out, n, "%s", s->place ? "GPU memory" : "host memory"); break;
   }
 }
 
@@ -362,7 +398,8 @@ static int field_differs(int field, const hvd_sig *a, const hvd_sig *b) {
   case 2: return a->kind == HVD_KIND_ALLREDUCE && a->op != b->op;
   case 3: return a->kind == HVD_KIND_BROADCAST && a->root != b->root;
   case 4: return a->kind != HVD_KIND_ALLGATHER && a->count != b->count;
-  default: return a->kind == HVD_KIND_ALLGATHER && a->row_elems != b->row_elems;
+  case 5: return a->kind == HVD_KIND_ALLGATHER && a->row_elems != b->row_elems;
+  default: return a->place != b->place;
   }
 }
 
@@ -376,9 +413,9 @@ static const hvd_sig *first_present(const coord_entry *c) {
  * naming the tensor, the first field that differs and which ranks hold which
  * value.  Joined ranks that did not submit it are not compared. */
 static char *check_agreement(const coord_entry *c) {
-  static const char *fields[] = {"operation", "dtype", "reduction op", "root", "count", "row size"};
+  static const char *fields[] = {"operation", "dtype", "reduction op", "root", "count", "row size", "memory"};
   const hvd_sig *ref = first_present(c);
-  for (int f = 0; f < 6; f++) {
+  for (int f = 0; f < 7; f++) {
     int differs = 0;
     for (int r = 0; r < E.size && !differs; r++) differs = c->present[r] && field_differs(f, ref, &c->sigs[r]);
     if (!differs) continue;
@@ -619,19 +656,25 @@ static void slow_path(double now) {
 /* ------------------------------------------------------------------ execution */
 
 static int fusable(const hvd_req *a, const hvd_req *b) {
-  if (b->sig.kind != HVD_KIND_ALLREDUCE || a->sig.dtype != b->sig.dtype) return 0;
+  if (b->sig.kind != HVD_KIND_ALLREDUCE || a->sig.dtype != b->sig.dtype || a->sig.place != b->sig.place) return 0;
   int sa = a->sig.op == HVD_SUM || a->sig.op == HVD_AVG, sb = b->sig.op == HVD_SUM || b->sig.op == HVD_AVG;
   return sa ? sb : a->sig.op == b->sig.op;
 }
 
+/* The host fusion buffer: one pipeline piece, or the whole group. */
+static void cpu_staging(size_t total) {
+  size_t need = E.chunk && E.chunk < total ? E.chunk : total;
+  if (need > E.staging_cap) {
+    free(E.staging);
+    E.staging = malloc(need);
+    if (!E.staging) HVD_FATAL("out of memory: fusion buffer of %zu bytes", need);
+    E.staging_cap = need;
+  }
+}
+
 static void run_allreduce_group(size_t i, size_t j) {
   size_t n = j - i, total = 0;
-  if (n > E.capfuse) {
-    hvd_fuse_entry *p = realloc(E.fuse, n * sizeof *p);
-    if (!p) HVD_FATAL("out of memory (fusion)");
-    E.fuse = p;
-    E.capfuse = n;
-  }
+  grow(&E.fuse, &E.capfuse, n, sizeof *E.fuse, "fusion");
   hvd_dtype_t dt = (hvd_dtype_t)E.exec[i].req->sig.dtype;
   size_t es = hvd_dtype_size(dt);
   hvd_op_t op = (hvd_op_t)E.exec[i].req->sig.op;
@@ -643,18 +686,24 @@ static void run_allreduce_group(size_t i, size_t j) {
     E.fuse[k].divisor = r->sig.op == HVD_AVG ? E.size - E.njoined : 1; /* over the ranks still submitting */
     total += E.fuse[k].bytes;
   }
-  if (n > 1) {
-    size_t need = E.chunk && E.chunk < total ? E.chunk : total;
-    if (need > E.staging_cap) {
-      free(E.staging);
-      E.staging = malloc(need);
-      if (!E.staging) HVD_FATAL("out of memory: fusion buffer of %zu bytes", need);
-      E.staging_cap = need;
-    }
-  }
   hvd_phase_times t = {0, 0, 0};
+  hvd_gpu_event *done = NULL;
   double start = now_s();
-  mpi_check(hvd_mpi_allreduce_group(E.fuse, n, dt, op, E.chunk, E.staging, E.comm, &t), "MPI_Allreduce");
+  if (E.exec[i].req->sig.place) {
+    grow(&E.gpu_items, &E.capgpu, n, sizeof *E.gpu_items, "GPU group");
+    for (size_t k = 0; k < n; k++) {
+      hvd_req *r = E.exec[i + k].req;
+      E.gpu_items[k] = (hvd_gpu_item){r->buf, (size_t)r->sig.count, E.fuse[k].divisor, r->ready};
+    }
+    char err[512];
+    int all_avg = E.njoined == 0;
+    for (size_t k = 0; k < n && all_avg; k++) all_avg = E.exec[i + k].req->sig.op == HVD_AVG;
+    if (hvd_gpu_allreduce(E.gpu_items, n, dt, op, all_avg, E.comm, E.chunk, &done, &t, err, sizeof err) != 0)
+      HVD_FATAL("GPU allreduce of '%s'%s: %s", E.exec[i].req->name, n > 1 ? " and the tensors fused with it" : "", err);
+  } else {
+    if (n > 1) cpu_staging(total);
+    mpi_check(hvd_mpi_allreduce_group(E.fuse, n, dt, op, E.chunk, E.staging, E.comm, &t), "MPI_Allreduce");
+  }
   double end = now_s();
   stats.groups++;
   stats.bytes_reduced += total;
@@ -667,17 +716,13 @@ static void run_allreduce_group(size_t i, size_t j) {
       hvd_timeline_span(r->name, "QUEUE", us_since_start(r->t_ready), s - us_since_start(r->t_ready));
       double at = s;
       if (n > 1) hvd_timeline_span(r->name, "MEMCPY_IN_FUSION_BUFFER", at, t.copy_in_us), at += t.copy_in_us;
-      hvd_timeline_span(r->name, "MPI_ALLREDUCE", at, t.reduce_us), at += t.reduce_us;
+      hvd_timeline_span(r->name, !r->sig.place ? "MPI_ALLREDUCE" : E.gpu_nccl ? "NCCL_ALLREDUCE" : "MPI_ALLREDUCE_STAGED",
+                        at, t.reduce_us), at += t.reduce_us;
       if (t.copy_out_us > 0)
         hvd_timeline_span(r->name, n > 1 ? "MEMCPY_OUT_FUSION_BUFFER" : "SCALE", at, t.copy_out_us);
     }
   }
-  if (n > E.caphandles) {
-    hvd_handle_t *p = realloc(E.handles, n * sizeof *p);
-    if (!p) HVD_FATAL("out of memory (completions)");
-    E.handles = p;
-    E.caphandles = n;
-  }
+  grow(&E.handles, &E.caphandles, n, sizeof *E.handles, "completions");
   for (size_t k = 0; k < n; k++) {
     hvd_req *r = E.exec[i + k].req;
     E.handles[k] = r->handle;
@@ -685,7 +730,8 @@ static void run_allreduce_group(size_t i, size_t j) {
     E.npending--;
     req_free(r);
   }
-  hvd_handles_complete_ok(E.handles, n);
+  hvd_handles_complete_ok(E.handles, n, done);
+  hvd_gpu_event_put(done); /* the handles hold their own references */
 }
 
 static void note_start(hvd_req *r) {
@@ -741,6 +787,16 @@ static void execute(void) {
                  "broadcast from a rank still running, or from HVD_ROOT_FIRST_ACTIVE", r->name, root);
         if (!r->phantom) HVD_ERROR("%s", msg);
         finish(r, HVD_ERR_SHUTDOWN, msg, NULL, 0);
+      } else if (r->sig.place) {
+        hvd_gpu_item item = {r->buf, (size_t)r->sig.count, 1, r->ready};
+        hvd_gpu_event *done = NULL;
+        char err[512];
+        if (hvd_gpu_broadcast(&item, (hvd_dtype_t)r->sig.dtype, root, E.comm, &done, err, sizeof err) != 0)
+          HVD_FATAL("GPU broadcast of '%s': %s", r->name, err);
+        if (hvd_timeline_enabled())
+          hvd_timeline_span(r->name, E.gpu_nccl ? "NCCL_BCAST" : "MPI_BCAST_STAGED", us_since_start(start),
+                            (now_s() - start) * 1e6);
+        finish_gpu(r, done);
       } else {
         mpi_check(hvd_mpi_broadcast(r->buf, (size_t)r->sig.count, (hvd_dtype_t)r->sig.dtype, root, E.comm),
                   "MPI_Bcast");
@@ -889,6 +945,8 @@ static int cycle(void) {
    * so what waited only for the new joiners is answered. */
   if ((flags & F_SLOW) || E.njoined != before) slow_path(now);
   execute();
+  char gerr[512];
+  if (hvd_gpu_check_async(gerr, sizeof gerr) != 0) HVD_FATAL("%s", gerr);
   hvd_liveness_busy(0);
   if (E.rank == 0) stall_check(now_s());
   if (hvd_timeline_enabled()) {
@@ -923,10 +981,40 @@ static void *engine_main(void *arg) {
     }
     pthread_mutex_unlock(&E.qmu);
   }
+  hvd_liveness_busy(1); /* every rank is here in the same cycle: NCCL's teardown is bounded by the watchdog */
+  hvd_gpu_engine_stop();
+  hvd_liveness_busy(0);
   return NULL;
 }
 
 /* ------------------------------------------------------------------ lifecycle */
+
+/* Settings that shape the collectives every rank issues (how tensors are
+ * grouped and cut into pieces, the control vector's length, the GPU
+ * backend): a rank that differs would make the others' MPI calls mismatch,
+ * so a difference ends the start on every rank with one line naming it. */
+static int settings_agree(char *err, size_t errlen) {
+  static const hvd_cfg_id ids[] = {HVD_CFG_FUSION_THRESHOLD, HVD_CFG_PIPELINE_CHUNK, HVD_CFG_CACHE_CAPACITY,
+                                   HVD_CFG_GPU_OPERATIONS, HVD_CFG_COMPRESSION};
+  enum { N = sizeof ids / sizeof *ids };
+  int64_t mine[N], *all = malloc(sizeof mine * (size_t)E.size);
+  if (!all) return snprintf(err, errlen, "out of memory starting the engine"), -1;
+  for (int k = 0; k < N; k++) mine[k] = hvd_cfg_int(ids[k]);
+  int rc = MPI_Allgather(mine, N, MPI_INT64_T, all, N, MPI_INT64_T, E.comm);
+  for (int r = 0; r < E.size && rc == MPI_SUCCESS; r++)
+    for (int k = 0; k < N; k++) {
+      if (all[r * N + k] == all[k]) continue;
+      char a[64], b[64];
+      snprintf(err, errlen, "%s differs across ranks (%s on rank 0, %s on rank %d); it must be the same on every rank",
+               hvd_cfg_table[ids[k]].name, hvd_cfg_format(ids[k], all[k], a, sizeof a),
+               hvd_cfg_format(ids[k], all[r * N + k], b, sizeof b), r);
+      free(all);
+      return -1;
+    }
+  free(all);
+  if (rc != MPI_SUCCESS) return snprintf(err, errlen, "MPI_Allgather (settings check) failed"), -1;
+  return 0;
+}
 
 static void free_state(void) {
   hvd_cache_free(&E.cache);
@@ -940,6 +1028,9 @@ static void free_state(void) {
   free(E.lens);
   free(E.exec);
   free(E.fuse);
+  free(E.gpu_items);
+  E.gpu_items = NULL;
+  E.capgpu = 0;
   free(E.handles);
   E.handles = NULL;
   E.caphandles = 0;
@@ -998,6 +1089,9 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
     return HVD_ERR_INTERNAL;
   }
 
+  if (settings_agree(err, errlen) != 0) return HVD_ERR_INVALID;
+  E.gpu_nccl = hvd_cfg_int(HVD_CFG_GPU_OPERATIONS) == 0;
+  hvd_gpu_configure(E.rank, E.size, E.gpu_nccl, (int)hvd_cfg_int(HVD_CFG_COMPRESSION));
   E.cycle_s = hvd_cfg_double(HVD_CFG_CYCLE_TIME) / 1000.0;
   E.fusion = (size_t)hvd_cfg_int(HVD_CFG_FUSION_THRESHOLD);
   E.chunk = (size_t)hvd_cfg_int(HVD_CFG_PIPELINE_CHUNK);
@@ -1115,8 +1209,8 @@ static hvd_status_t reject(hvd_status_t st, const char *fmt, ...) {
   return st;
 }
 
-static hvd_status_t submit(const char *name, hvd_sig *sig, void *buf, const void *in, hvd_callback_t cb,
-                           void *cb_arg, hvd_handle_t *handle) {
+static hvd_status_t submit(const char *name, hvd_sig *sig, void *buf, const void *in, int device, void *stream,
+                           hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
   if (!handle && !cb) return reject(HVD_ERR_INVALID, "%s: pass a handle pointer or a callback", hvd_kind_name(sig->kind));
   if (!name || !name[0]) return reject(HVD_ERR_INVALID, "%s: the tensor name is empty", hvd_kind_name(sig->kind));
   size_t nl = strnlen(name, HVD_NAME_MAX + 1);
@@ -1140,6 +1234,15 @@ static hvd_status_t submit(const char *name, hvd_sig *sig, void *buf, const void
   r->in = in;
   r->cache_bit = -1;
   r->t_submit = now_s();
+  if (device >= 0) {
+    char err[512];
+    sig->place = r->sig.place = 1;
+    r->stream = stream;
+    if (hvd_gpu_mark_ready(device, stream, &r->ready, err, sizeof err) != 0) {
+      req_free(r);
+      return reject(HVD_ERR_INVALID, "%s '%s': GPU buffer: %s", hvd_kind_name(sig->kind), name, err);
+    }
+  }
   size_t bytes = (size_t)sig->count * (sig->row_elems ? (size_t)sig->row_elems : 1) * hvd_dtype_size((hvd_dtype_t)sig->dtype);
   pthread_mutex_lock(&E.qmu);
   if (!E.accepting) {
@@ -1156,7 +1259,7 @@ static hvd_status_t submit(const char *name, hvd_sig *sig, void *buf, const void
     return reject(HVD_ERR_INVALID, "broadcast '%s': root %d is not a rank (0..%d, or HVD_ROOT_FIRST_ACTIVE)", name,
                   sig->root, E.size - 1);
   }
-  hvd_status_t st = hvd_handles_new(cb, cb_arg, &r->handle);
+  hvd_status_t st = hvd_handles_new(cb, cb_arg, r->stream, &r->handle);
   if (st != HVD_OK) {
     pthread_mutex_unlock(&E.qmu);
     req_free(r);
@@ -1173,20 +1276,54 @@ static hvd_status_t submit(const char *name, hvd_sig *sig, void *buf, const void
   return HVD_OK;
 }
 
-hvd_status_t hvd_allreduce_async(const char *name, void *buf, size_t count, hvd_dtype_t dtype, hvd_op_t op,
-                                 hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
+static hvd_status_t allreduce(const char *name, void *buf, size_t count, hvd_dtype_t dtype, hvd_op_t op, int device,
+                              void *stream, hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
   if (!buf && count) return reject(HVD_ERR_INVALID, "allreduce '%s': null buffer", name ? name : "");
   hvd_sig s = {.kind = HVD_KIND_ALLREDUCE, .dtype = (uint8_t)dtype, .op = (uint8_t)op, .count = (int64_t)count};
   if ((unsigned)dtype >= 256 || (unsigned)op >= 256) s.dtype = 255, s.op = 255;
-  return submit(name, &s, buf, NULL, cb, cb_arg, handle);
+  return submit(name, &s, buf, NULL, device, stream, cb, cb_arg, handle);
+}
+
+static hvd_status_t broadcast(const char *name, void *buf, size_t count, hvd_dtype_t dtype, int root, int device,
+                              void *stream, hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
+  if (!buf && count) return reject(HVD_ERR_INVALID, "broadcast '%s': null buffer", name ? name : "");
+  hvd_sig s = {.kind = HVD_KIND_BROADCAST, .dtype = (uint8_t)dtype, .root = root, .count = (int64_t)count};
+  if ((unsigned)dtype >= 256) s.dtype = 255;
+  return submit(name, &s, buf, NULL, device, stream, cb, cb_arg, handle);
+}
+
+hvd_status_t hvd_allreduce_async(const char *name, void *buf, size_t count, hvd_dtype_t dtype, hvd_op_t op,
+                                 hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
+  return allreduce(name, buf, count, dtype, op, -1, NULL, cb, cb_arg, handle);
 }
 
 hvd_status_t hvd_broadcast_async(const char *name, void *buf, size_t count, hvd_dtype_t dtype, int root,
                                  hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
-  if (!buf && count) return reject(HVD_ERR_INVALID, "broadcast '%s': null buffer", name ? name : "");
-  hvd_sig s = {.kind = HVD_KIND_BROADCAST, .dtype = (uint8_t)dtype, .root = root, .count = (int64_t)count};
-  if ((unsigned)dtype >= 256) s.dtype = 255;
-  return submit(name, &s, buf, NULL, cb, cb_arg, handle);
+  return broadcast(name, buf, count, dtype, root, -1, NULL, cb, cb_arg, handle);
+}
+
+static hvd_status_t bad_device(const char *what, const char *name, int device) {
+  return reject(HVD_ERR_INVALID, "%s '%s': device %d is not a CUDA device ordinal", what, name ? name : "", device);
+}
+
+hvd_status_t hvd_allreduce_gpu_async(const char *name, void *buf, size_t count, hvd_dtype_t dtype, hvd_op_t op,
+                                     int device, void *stream, hvd_callback_t cb, void *cb_arg,
+                                     hvd_handle_t *handle) {
+  if (device < 0) return bad_device("allreduce", name, device);
+  return allreduce(name, buf, count, dtype, op, device, stream, cb, cb_arg, handle);
+}
+
+hvd_status_t hvd_broadcast_gpu_async(const char *name, void *buf, size_t count, hvd_dtype_t dtype, int root,
+                                     int device, void *stream, hvd_callback_t cb, void *cb_arg,
+                                     hvd_handle_t *handle) {
+  if (device < 0) return bad_device("broadcast", name, device);
+  return broadcast(name, buf, count, dtype, root, device, stream, cb, cb_arg, handle);
+}
+
+int hvd_gpu_status(char *out, size_t n) {
+  char err[8];
+  hvd_gpu_describe(out, n);
+  return hvd_gpu_ready(err, sizeof err) == 0;
 }
 
 hvd_status_t hvd_allgather_async(const char *name, const void *in, size_t rows, size_t row_elems, hvd_dtype_t dtype,
@@ -1194,7 +1331,7 @@ hvd_status_t hvd_allgather_async(const char *name, const void *in, size_t rows, 
   if (!in && rows && row_elems) return reject(HVD_ERR_INVALID, "allgather '%s': null buffer", name ? name : "");
   hvd_sig s = {.kind = HVD_KIND_ALLGATHER, .dtype = (uint8_t)dtype, .count = (int64_t)rows, .row_elems = (int64_t)row_elems};
   if ((unsigned)dtype >= 256) s.dtype = 255;
-  return submit(name, &s, NULL, in, cb, cb_arg, handle);
+  return submit(name, &s, NULL, in, -1, NULL, cb, cb_arg, handle);
 }
 
 hvd_status_t hvd_barrier(double timeout_s) {
@@ -1203,7 +1340,7 @@ hvd_status_t hvd_barrier(double timeout_s) {
   snprintf(name, sizeof name, "hvdshim.barrier.%llu", (unsigned long long)__atomic_fetch_add(&seq, 1, __ATOMIC_SEQ_CST));
   hvd_sig s = {.kind = HVD_KIND_BARRIER, .dtype = HVD_UINT8};
   hvd_handle_t h;
-  hvd_status_t st = submit(name, &s, NULL, NULL, NULL, NULL, &h);
+  hvd_status_t st = submit(name, &s, NULL, NULL, -1, NULL, NULL, NULL, &h);
   if (st != HVD_OK) return st;
   return hvd_wait(h, timeout_s);
 }

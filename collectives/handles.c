@@ -3,6 +3,8 @@
  * thread writes state DONE and user threads read it, both under `mu`. */
 #include "handles.h"
 
+#include "gpu.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -22,6 +24,8 @@ typedef struct {
   size_t rows;
   hvd_callback_t cb;
   void *cb_arg;
+  hvd_gpu_event *ev; /* a GPU operation's "done" event (one reference) */
+  void *stream;      /* the stream that waits on it */
 } slot;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -51,6 +55,8 @@ static slot *lookup(hvd_handle_t h) {
 }
 
 static void release_locked(slot *s) {
+  hvd_gpu_event_put(s->ev); /* never waited on (an error, or a callback already did) */
+  s->ev = NULL;
   free(s->msg);
   free(s->gathered);
   s->msg = NULL;
@@ -61,7 +67,7 @@ static void release_locked(slot *s) {
   live--;
 }
 
-hvd_status_t hvd_handles_new(hvd_callback_t cb, void *cb_arg, hvd_handle_t *out) {
+hvd_status_t hvd_handles_new(hvd_callback_t cb, void *cb_arg, void *stream, hvd_handle_t *out) {
   pthread_mutex_lock(&mu);
   if (free_top == 0) {
     uint32_t n = nslots ? nslots * 2 : 256;
@@ -86,6 +92,8 @@ hvd_status_t hvd_handles_new(hvd_callback_t cb, void *cb_arg, hvd_handle_t *out)
   s->cb = cb;
   s->cb_arg = cb_arg;
   s->rows = 0;
+  s->ev = NULL;
+  s->stream = stream;
   live++;
   *out = make(idx, s->gen);
   pthread_mutex_unlock(&mu);
@@ -121,7 +129,7 @@ void hvd_handles_complete(hvd_handle_t h, hvd_status_t st, const char *msg, void
   pthread_mutex_unlock(&mu);
 }
 
-void hvd_handles_complete_ok(const hvd_handle_t *hs, size_t n) {
+void hvd_handles_complete_ok(const hvd_handle_t *hs, size_t n, hvd_gpu_event *ev) {
   size_t ncb = 0;
   pthread_mutex_lock(&mu);
   for (size_t i = 0; i < n; i++) {
@@ -129,6 +137,10 @@ void hvd_handles_complete_ok(const hvd_handle_t *hs, size_t n) {
     if (!s) continue;
     s->status = HVD_OK;
     s->state = SLOT_DONE;
+    if (ev) {
+      hvd_gpu_event_hold(ev, 1);
+      s->ev = ev;
+    }
     ncb += s->cb != NULL;
   }
   pthread_cond_broadcast(&cv);
@@ -139,8 +151,15 @@ void hvd_handles_complete_ok(const hvd_handle_t *hs, size_t n) {
     slot *s = lookup(hs[i]);
     hvd_callback_t cb = s ? s->cb : NULL;
     void *arg = s ? s->cb_arg : NULL;
+    hvd_gpu_event *sev = NULL;
+    void *stream = NULL;
+    if (cb) {
+      sev = s->ev, stream = s->stream;
+      s->ev = NULL;
+    }
     pthread_mutex_unlock(&mu);
     if (!cb) continue;
+    hvd_gpu_consume(sev, stream); /* the stream waits before the callback runs */
     cb(hs[i], HVD_OK, arg);
     pthread_mutex_lock(&mu);
     s = lookup(hs[i]);
@@ -201,8 +220,12 @@ static hvd_status_t wait_impl(hvd_handle_t h, double timeout_s, void **out, size
       st = HVD_ERR_INVALID;
     }
   }
+  hvd_gpu_event *ev = st == HVD_OK ? s->ev : NULL;
+  void *stream = s->stream;
+  if (ev) s->ev = NULL;
   release_locked(s);
   pthread_mutex_unlock(&mu);
+  hvd_gpu_consume(ev, stream); /* a GPU result: ordered before later work on the submitting stream */
   return st;
 }
 

@@ -5,16 +5,21 @@
 #ifndef HVD_HANDLES_H
 #define HVD_HANDLES_H
 
+#include "gpu.h"
 #include "hvdshim.h"
 
-hvd_status_t hvd_handles_new(hvd_callback_t cb, void *cb_arg, hvd_handle_t *out);
+/* stream: a GPU operation's stream (made to wait for the result when the
+ * handle is finished), else NULL. */
+hvd_status_t hvd_handles_new(hvd_callback_t cb, void *cb_arg, void *stream, hvd_handle_t *out);
 /* Marks the handle done (msg may be NULL; gathered: a malloc'd buffer whose
  * ownership passes to the table, freed at release unless taken), then runs
  * the callback if any and releases the handle after it. */
 void hvd_handles_complete(hvd_handle_t h, hvd_status_t st, const char *msg, void *gathered, size_t rows);
 /* Completes n handles with HVD_OK under one lock and one wake-up (a fused
- * group); callbacks, if any, run afterwards without the lock. */
-void hvd_handles_complete_ok(const hvd_handle_t *hs, size_t n);
+ * group); callbacks, if any, run afterwards without the lock.  ev: a GPU
+ * group's "done" event (each handle takes a reference; its stream waits on
+ * it when the handle is finished), or NULL. */
+void hvd_handles_complete_ok(const hvd_handle_t *hs, size_t n, hvd_gpu_event *ev);
 /* Thread-local last error message. */
 void hvd_set_last_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Pending (not yet completed) handles: for the memory test and stats. */

@@ -102,6 +102,26 @@ HVD_EXPORT hvd_status_t hvd_allgather_async(const char *name, const void *in, si
  * hvd_test() said done and before hvd_wait(). */
 HVD_EXPORT hvd_status_t hvd_allgather_result(hvd_handle_t handle, void **out, size_t *total_rows);
 
+/* GPU buffers (CUDA device memory).  `device` is the CUDA device ordinal as
+ * this process sees it (one GPU per rank: the first one used); `stream` the
+ * cudaStream_t that produced the buffer (NULL: the legacy default stream).
+ * The operation starts after the work queued on `stream` so far; finishing
+ * the handle (hvd_wait, or before the callback runs) makes `stream` wait for
+ * the result, so later work on `stream` sees it.  The host does not wait for
+ * the GPU: synchronize the stream before reading the buffer from the host.
+ * Reduced by NCCL, or by MPI through pinned host memory
+ * (HVDSHIM_GPU_OPERATIONS).  Without a CUDA runtime and a GPU, the call
+ * fails with HVD_ERR_INVALID and the reason in hvd_last_error(). */
+HVD_EXPORT hvd_status_t hvd_allreduce_gpu_async(const char *name, void *buf, size_t count, hvd_dtype_t dtype,
+                                                hvd_op_t op, int device, void *stream, hvd_callback_t cb,
+                                                void *cb_arg, hvd_handle_t *handle);
+HVD_EXPORT hvd_status_t hvd_broadcast_gpu_async(const char *name, void *buf, size_t count, hvd_dtype_t dtype,
+                                                int root, int device, void *stream, hvd_callback_t cb,
+                                                void *cb_arg, hvd_handle_t *handle);
+/* 1 when GPU buffers can be handled here; `out` gets what was found (CUDA
+ * runtime and NCCL with their paths, the device kernels) or why not. */
+HVD_EXPORT int hvd_gpu_status(char *out, size_t n);
+
 /* hvd_wait for an allgather that also hands over its result (free it with
  * hvd_free) when the status is HVD_OK: one call instead of test/result/wait. */
 HVD_EXPORT hvd_status_t hvd_allgather_wait(hvd_handle_t handle, double timeout_s, void **out, size_t *total_rows);

@@ -45,7 +45,7 @@ const char *hvd_kind_name(int kind) {
 }
 
 static void put_sig(hvd_buf *b, const hvd_sig *s) {
-  uint8_t head[4] = {s->kind, s->dtype, s->op, 0};
+  uint8_t head[4] = {s->kind, s->dtype, s->op, s->place};
   hvd_buf_put(b, head, 4);
   hvd_buf_put(b, &s->root, 4);
   hvd_buf_put(b, &s->count, 8);
@@ -58,6 +58,7 @@ static void get_sig(hvd_buf *b, hvd_sig *s) {
   s->kind = head[0];
   s->dtype = head[1];
   s->op = head[2];
+  s->place = head[3];
   hvd_buf_get(b, &s->root, 4);
   hvd_buf_get(b, &s->count, 8);
   hvd_buf_get(b, &s->row_elems, 8);

@@ -1,10 +1,10 @@
 /* Byte buffers and the records exchanged during negotiation.
  *
  * Request (rank -> coordinator, in the slow path):
- *   u8 kind, u8 dtype, u8 op, u8 pad, i32 root, i64 count, i64 row_elems,
+ *   u8 kind, u8 dtype, u8 op, u8 place, i32 root, i64 count, i64 row_elems,
  *   f64 age_seconds, u32 name_len, name bytes
  * Response (coordinator -> all, broadcast):
- *   u8 type, u8 kind, u8 dtype, u8 op, i32 root, i64 count, i64 row_elems,
+ *   u8 type, u8 kind, u8 dtype, u8 op, u8 place, i32 root, i64 count, i64 row_elems,
  *   u32 name_len, name, u32 msg_len, msg, then for an allgather EXEC one
  *   i64 row count per rank.
  * Native byte order: every rank of a job runs on the same architecture. */
@@ -33,6 +33,7 @@ enum { HVD_RESP_EXEC = 0, HVD_RESP_ERROR = 1, HVD_RESP_INVALIDATE = 2, HVD_RESP_
 /* What every rank must agree on for one tensor. */
 typedef struct {
   uint8_t kind, dtype, op;
+  uint8_t place; /* 0 host memory, 1 GPU memory */
   int32_t root;
   int64_t count;     /* elements (allgather: this rank's rows) */
   int64_t row_elems; /* allgather only */

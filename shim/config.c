@@ -227,6 +227,22 @@ const char *hvd_cfg_str(hvd_cfg_id id) { ensure_loaded(); return values[id].text
 hvd_cfg_source hvd_cfg_src(hvd_cfg_id id) { ensure_loaded(); return values[id].src; }
 const char *hvd_cfg_canonical(hvd_cfg_id id) { ensure_loaded(); return values[id].canon; }
 
+const char *hvd_cfg_format(hvd_cfg_id id, int64_t v, char *buf, size_t n) {
+  const hvd_cfg_desc *d = &hvd_cfg_table[id];
+  if (d->type != HVD_CT_CHOICE) {
+    snprintf(buf, n, "%lld", (long long)v);
+    return buf;
+  }
+  const char *p = d->choices;
+  for (int64_t i = 0; i < v && p; i++) {
+    p = strchr(p, '|');
+    if (p) p++;
+  }
+  if (!p) p = "?";
+  snprintf(buf, n, "%.*s", (int)strcspn(p, "|"), p);
+  return buf;
+}
+
 int hvd_cfg_find(const char *name) {
   for (int i = 0; name && i < HVD_CFG_COUNT; i++)
     if (!strcmp(name, hvd_cfg_table[i].name) || (hvd_cfg_table[i].alias && !strcmp(name, hvd_cfg_table[i].alias)))

@@ -46,6 +46,9 @@ hvd_cfg_source hvd_cfg_src(hvd_cfg_id id);
 /* Normalized text: BOOL "0"/"1", CHOICE the choice word as declared, INT and
  * SIZE a plain integer, DOUBLE "%.17g", STRING as given. */
 const char *hvd_cfg_canonical(hvd_cfg_id id);
+/* An integer value of setting `id` (hvd_cfg_int's form) as text: a choice
+ * by its word, a number as a number. */
+const char *hvd_cfg_format(hvd_cfg_id id, int64_t v, char *buf, size_t n);
 /* Id of a setting by its HVDSHIM_* name or Horovod alias, or -1. */
 int hvd_cfg_find(const char *name);
 /* Programmatic override (tests, autotune); returns 0 or -1 with err. */

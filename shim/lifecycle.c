@@ -27,6 +27,7 @@
 #include "../collectives/handles.h"
 #include "../collectives/hvdshim.h"
 #include "config.h"
+#include "../hooks/cuda_hooks.h"
 #include "../hooks/python.h"
 #include "log.h"
 #include "role.h"
@@ -177,6 +178,7 @@ __attribute__((constructor)) static void hvd_shim_ctor(void) {
   pthread_atfork(NULL, NULL, fork_child);
   role = HVD_ROLE_ARMED;
   say_role("a rank process");
+  hvd_cuda_arm(local_rank);
   hvd_python_arm();
 }
 

@@ -67,6 +67,12 @@ def _load_library():
         "hvd_allgather_async": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
                                                ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                                                ctypes.POINTER(c_handle)]),
+        "hvd_allreduce_gpu_async": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                                   ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                                   ctypes.c_void_p, ctypes.POINTER(c_handle)]),
+        "hvd_broadcast_gpu_async": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                                   ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                                   ctypes.c_void_p, ctypes.POINTER(c_handle)]),
         "hvd_wait": (ctypes.c_int, [c_handle, ctypes.c_double]),
         "hvd_allgather_wait": (ctypes.c_int, [c_handle, ctypes.c_double, ctypes.POINTER(ctypes.c_void_p),
                                               ctypes.POINTER(ctypes.c_size_t)]),
@@ -141,17 +147,32 @@ def _submit(fn, what, *args):
     return h.value
 
 
+def _stream_of(tensor):
+    """The CUDA stream that produced `tensor` (the current one on its device:
+    the autograd thread's, in a gradient hook) and will consume the result."""
+    return torch.cuda.current_stream(tensor.device).cuda_stream
+
+
 def _allreduce(name, tensor, op, pending, what, on_done=None):
-    h = _submit(_lib.hvd_allreduce_async, what, name, tensor.data_ptr(), tensor.numel(),
-                _HVD_DTYPES[tensor.dtype], op, None, None)
+    if tensor.is_cuda:  # the engine orders itself after this stream, and the stream after the result
+        h = _submit(_lib.hvd_allreduce_gpu_async, what, name, tensor.data_ptr(), tensor.numel(),
+                    _HVD_DTYPES[tensor.dtype], op, tensor.get_device(), _stream_of(tensor), None, None)
+    else:
+        h = _submit(_lib.hvd_allreduce_async, what, name, tensor.data_ptr(), tensor.numel(),
+                    _HVD_DTYPES[tensor.dtype], op, None, None)
     pending.add(h, what, tensor, on_done)
 
 
 def _broadcast_bytes(name, tensor, pending, what):
-    """Broadcast a contiguous CPU tensor as raw bytes from rank 0, or from
-    the lowest rank still running when rank 0 has finished (joined)."""
-    h = _submit(_lib.hvd_broadcast_async, what, name, tensor.data_ptr(), tensor.numel() * tensor.element_size(),
-                _UINT8, _ROOT_FIRST_ACTIVE, None, None)
+    """Broadcast a contiguous tensor as raw bytes from rank 0, or from the
+    lowest rank still running when rank 0 has finished (joined)."""
+    nbytes = tensor.numel() * tensor.element_size()
+    if tensor.is_cuda:
+        h = _submit(_lib.hvd_broadcast_gpu_async, what, name, tensor.data_ptr(), nbytes, _UINT8, _ROOT_FIRST_ACTIVE,
+                    tensor.get_device(), _stream_of(tensor), None, None)
+    else:
+        h = _submit(_lib.hvd_broadcast_async, what, name, tensor.data_ptr(), nbytes, _UINT8, _ROOT_FIRST_ACTIVE,
+                    None, None)
     pending.add(h, what, tensor)
 
 
@@ -310,9 +331,9 @@ def _register_root(module):
     what = "model %d (%s)" % (k, type(module).__name__)
     entries = _tensor_entries(module)
     for kind, n, t in entries:
-        if t.device.type != "cpu":
-            raise HvdShimError("hvdshim: %s: '%s' is on %s; this build reduces CPU tensors only "
-                               "(the GPU path is not implemented yet)" % (what, n, t.device))
+        if t.device.type not in ("cpu", "cuda"):
+            raise HvdShimError("hvdshim: %s: '%s' is on %s; hvdshim handles CPU and CUDA tensors"
+                               % (what, n, t.device))
         if t.layout != torch.strided:
             raise HvdShimError("hvdshim: %s: '%s' has layout %s; only dense parameters are supported"
                                % (what, n, t.layout))
@@ -437,8 +458,8 @@ def _submit_grad(prm):
                                         torch.zeros((0,) + tuple(p.shape[1:]), dtype=p.dtype), p.shape)
         else:
             g = p.grad = torch.zeros_like(p)
-    if g.device.type != "cpu":
-        raise HvdShimError("hvdshim: parameter '%s' has its gradient on %s; this build reduces CPU tensors only"
+    if g.device.type not in ("cpu", "cuda"):
+        raise HvdShimError("hvdshim: parameter '%s' has its gradient on %s; hvdshim handles CPU and CUDA tensors"
                            % (prm.name, g.device))
     _S.submitted.add(prm.index)
     if g.is_sparse:
@@ -457,8 +478,8 @@ def _submit_grad(prm):
 
 def _submit_sparse(prm, p, g):
     g = g.coalesce()
-    idx = g._indices().t().contiguous()
-    vals = g._values().contiguous()
+    idx = g._indices().t().contiguous().cpu()  # gathered through host memory (rows differ per rank)
+    vals = g._values().contiguous().cpu()
     what = "gathering the sparse gradient of '%s'" % prm.name
     hi = _allgather_start(prm.bname + b".idx", idx, what)
     hv = _allgather_start(prm.bname + b".val", vals, what)
@@ -472,7 +493,7 @@ def _finish_sparse():
         all_idx = _allgather_finish(hi, idx, what)
         all_vals = _allgather_finish(hv, vals, what)
         with torch.no_grad():
-            p.grad = torch.sparse_coo_tensor(all_idx.t(), all_vals / _S.size, shape).coalesce()
+            p.grad = torch.sparse_coo_tensor(all_idx.t(), all_vals / _S.size, shape).coalesce().to(p.device)
 
 
 def _end_of_backward():
@@ -502,9 +523,9 @@ def _average_loss(loss):
     if not _S.enabled or not _S.started:
         return loss
     if isinstance(loss, torch.Tensor):
-        if loss.numel() != 1 or loss.dtype not in (torch.float32, torch.float64) or loss.device.type != "cpu":
+        if loss.numel() != 1 or loss.dtype not in (torch.float32, torch.float64):
             return loss
-        out = loss.detach().clone().contiguous()
+        out = loss.detach().to("cpu", copy=True).contiguous()
     elif isinstance(loss, (int, float)):
         out = torch.tensor([float(loss)], dtype=torch.float64)
     else:
@@ -512,7 +533,7 @@ def _average_loss(loss):
     pending = _Pending()
     _allreduce(b"hvdshim.closure-loss", out, _AVG, pending, "averaging the closure's loss")
     pending.wait()
-    return out if isinstance(loss, torch.Tensor) else float(out)
+    return out.to(loss.device) if isinstance(loss, torch.Tensor) else float(out)
 
 
 def _wrap_step(cls):

@@ -459,6 +459,31 @@ static int run_adopt(void) {
   return failures;
 }
 
+/* Where no GPU can be used: a GPU buffer is refused with the reason, on the
+ * caller's thread, and CPU work goes on unaffected. */
+static int run_gpu_refused(void) {
+  char what[512];
+  int usable = hvd_gpu_status(what, sizeof what);
+  printf("engine_test[%d]: gpu status %d: %s\n", rank, usable, what);
+  if (usable) {
+    printf("engine_test[%d]: a GPU is usable here; nothing to refuse\n", rank);
+    return failures;
+  }
+  float fake[4];
+  hvd_handle_t h = -1;
+  hvd_status_t st = hvd_allreduce_gpu_async("gpu.grad", fake, 4, HVD_FLOAT32, HVD_AVG, 0, NULL, NULL, NULL, &h);
+  if (st != HVD_ERR_INVALID) FAIL("GPU allreduce without a GPU: status %d, expected HVD_ERR_INVALID", st);
+  printf("engine_test[%d]: refused: %s\n", rank, hvd_last_error());
+  if (!strstr(hvd_last_error(), "allreduce 'gpu.grad': GPU buffer: ")) FAIL("message: %s", hvd_last_error());
+  st = hvd_broadcast_gpu_async("gpu.w", fake, 4, HVD_FLOAT32, 0, -2, NULL, NULL, NULL, &h);
+  if (st != HVD_ERR_INVALID || !strstr(hvd_last_error(), "device -2 is not a CUDA device"))
+    FAIL("negative device: %d %s", st, hvd_last_error());
+  double x = rank + 1;
+  hvd_allreduce_async("cpu.after", &x, 1, HVD_FLOAT64, HVD_SUM, NULL, NULL, &h);
+  if (hvd_wait(h, 60) || x != size * (size + 1) / 2.0) FAIL("CPU allreduce after the refusal: %g", x);
+  return failures;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "random";
   int adopt = !strcmp(mode, "adopt");
@@ -481,6 +506,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "stall-abort")) run_stall_abort();
   else if (!strcmp(mode, "join")) run_join(argc > 2 ? atoi(argv[2]) : size - 1);
   else if (!strcmp(mode, "memory")) run_memory(argc > 2 ? atoi(argv[2]) : 10000);
+  else if (!strcmp(mode, "gpu-refused")) run_gpu_refused();
   else if (adopt) run_adopt();
   else {
     fprintf(stderr, "engine_test: unknown mode %s\n", mode);

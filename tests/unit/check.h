@@ -25,6 +25,11 @@ static int check_failures;
     double a_ = (a), b_ = (b);                                                  \
     if (!(fabs(a_ - b_) <= (tol))) CHECK_FAIL_("%s == %.9g, expected %.9g (tol %g)", #a, a_, b_, (double)(tol)); \
   } while (0)
+#define CHECK_STR(s, want)                                                      \
+  do {                                                                          \
+    const char *s_ = (s);                                                       \
+    if (!s_ || strcmp(s_, (want)) != 0) CHECK_FAIL_("%s == \"%s\", expected \"%s\"", #s, s_ ? s_ : "(null)", want); \
+  } while (0)
 #define CHECK_STR_HAS(s, sub)                                                   \
   do {                                                                          \
     const char *s_ = (s);                                                       \

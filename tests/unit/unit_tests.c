@@ -7,9 +7,12 @@
 
 #include "../../collectives/cache.h"
 #include "../../collectives/dtype.h"
+#include "../../collectives/elem.h"
+#include "../../collectives/gpu_desc.h"
 #include "../../collectives/fusion.h"
 #include "../../collectives/strmap.h"
 #include "../../collectives/wire.h"
+#include "../../hooks/cuda_hooks.h"
 #include "../../shim/config.h"
 #include "check.h"
 
@@ -319,6 +322,66 @@ static void test_identity(void) {
     }
 }
 
+/* ---------------------------------------------------------------- GPU path, host-testable parts */
+
+/* hvd_elem_move is what the device kernel runs per element: casts for
+ * compression, the average folded into the copy-out. */
+static void test_elem_move(void) {
+  float f[4] = {1.0f, -2.5f, 65520.0f, 3.0f}, back[4];
+  uint16_t h[4], b[4];
+  for (int i = 0; i < 4; i++) hvd_elem_move(h, HVD_E_F16, (uint64_t)i, f, HVD_E_F32, (uint64_t)i, 1, 1.0f);
+  CHECK_INT(h[0], 0x3c00);
+  CHECK_INT(h[2], 0x7c00); /* float16 overflow: inf, as a cast does */
+  for (int i = 0; i < 4; i++) hvd_elem_move(back, HVD_E_F32, (uint64_t)i, h, HVD_E_F16, (uint64_t)i, 2, 0.5f);
+  CHECK(back[0] == 0.5f && back[1] == -1.25f && back[3] == 1.5f);
+  for (int i = 0; i < 4; i++) hvd_elem_move(b, HVD_E_BF16, (uint64_t)i, f, HVD_E_F32, (uint64_t)i, 1, 1.0f);
+  CHECK_INT(b[0], 0x3f80);
+  for (int i = 0; i < 4; i++) hvd_elem_move(back, HVD_E_F32, (uint64_t)i, b, HVD_E_BF16, (uint64_t)i, 4, 0.25f);
+  CHECK(back[1] == -0.625f && back[2] == 16384.0f); /* 65520 rounds to 65536 in bfloat16 */
+  /* the same results as the CPU path's scaled copy, for every type */
+  for (int dt = 0; dt < HVD_DTYPE_COUNT; dt++) {
+    unsigned char src[8 * 5], a[8 * 5], c[8 * 5];
+    for (size_t i = 0; i < sizeof src; i++) src[i] = (unsigned char)(i * 37 + 11);
+    if (dt == HVD_FLOAT32 || dt == HVD_FLOAT64 || dt == HVD_FLOAT16 || dt == HVD_BFLOAT16)
+      hvd_fill_identity(src, 1, (hvd_dtype_t)dt, HVD_MIN), hvd_fill_identity(src + 8 * 4, 0, (hvd_dtype_t)dt, HVD_MIN);
+    hvd_scale_copy(a, src, 5, (hvd_dtype_t)dt, 3);
+    for (uint64_t i = 0; i < 5; i++) hvd_elem_move(c, dt, i, src, dt, i, 3, 1.0f / 3.0f);
+    if (memcmp(a, c, 5 * hvd_dtype_size((hvd_dtype_t)dt)) != 0)
+      CHECK_FAIL_("device element move differs from hvd_scale_copy for %s", hvd_dtype_name((hvd_dtype_t)dt));
+  }
+  /* the kernel argument stays under the 4 KiB parameter limit */
+  CHECK(sizeof(hvd_gpu_move_args) <= 4096);
+  CHECK_INT(sizeof(hvd_gpu_desc), 32);
+}
+
+static void test_pin_pick(void) {
+  char out[64];
+  int shared;
+  CHECK_INT(hvd_pin_pick(NULL, 4, 1, 4, out, sizeof out, &shared), 0);
+  CHECK_STR(out, "1");
+  CHECK_INT(shared, 0);
+  CHECK_INT(hvd_pin_pick("", 2, 3, 4, out, sizeof out, &shared), 0); /* "" = no list */
+  CHECK_STR(out, "1");
+  CHECK_INT(shared, 1);
+  CHECK_INT(hvd_pin_pick("3,5", 8, 0, 2, out, sizeof out, &shared), 0);
+  CHECK_STR(out, "3");
+  CHECK_INT(hvd_pin_pick("3, 5", 8, 1, 2, out, sizeof out, &shared), 0);
+  CHECK_STR(out, "5");
+  CHECK_INT(hvd_pin_pick("GPU-aa11,GPU-bb22", 0, 3, 4, out, sizeof out, &shared), 0);
+  CHECK_STR(out, "GPU-bb22");
+  CHECK_INT(shared, 1);
+  CHECK_INT(hvd_pin_pick(NULL, 0, 0, 1, out, sizeof out, &shared), -1); /* no GPU: nothing set */
+  CHECK_INT(hvd_pin_pick(NULL, 2, -1, 1, out, sizeof out, &shared), -1);
+  CHECK_INT(hvd_pin_pick("0,,1", 0, 1, 3, out, sizeof out, &shared), -1); /* an empty entry is not guessed at */
+}
+
+static void test_cfg_format(void) {
+  char buf[32];
+  CHECK_STR(hvd_cfg_format(HVD_CFG_GPU_OPERATIONS, 1, buf, sizeof buf), "MPI");
+  CHECK_STR(hvd_cfg_format(HVD_CFG_COMPRESSION, 2, buf, sizeof buf), "bf16");
+  CHECK_STR(hvd_cfg_format(HVD_CFG_FUSION_THRESHOLD, 1048576, buf, sizeof buf), "1048576");
+}
+
 int main(void) {
   static const check_test tests[] = {
       {"settings: defaults", test_settings_defaults},
@@ -334,6 +397,9 @@ int main(void) {
       {"string map", test_strmap},
       {"negotiation records", test_wire},
       {"identity contributions of a joined rank", test_identity},
+      {"GPU element moves (casts, averages) match the CPU path", test_elem_move},
+      {"GPU pinning: CUDA_VISIBLE_DEVICES choice", test_pin_pick},
+      {"settings: integer values as text", test_cfg_format},
       {NULL, NULL},
   };
   return check_run(tests);

@@ -1,0 +1,75 @@
+/* The GPU path (collectives/gpu.c): the CUDA runtime and NCCL resolved at
+ * run time, events that order the engine's work between the framework's
+ * streams, a device fusion buffer with batched copies, and the reduction by
+ * NCCL or by MPI through pinned host memory.  A build without the CUDA
+ * headers keeps the same interface: every device request is refused with
+ * the reason. */
+#ifndef HVD_GPU_H
+#define HVD_GPU_H
+
+#include <mpi.h>
+#include <stddef.h>
+
+#include "backend_mpi.h"
+#include "hvdshim.h"
+
+/* A CUDA event with a reference count (one per waiter). */
+typedef struct hvd_gpu_event hvd_gpu_event;
+
+/* Any thread.  0 when a CUDA runtime is loaded and shows a GPU (decided
+ * once: later calls return the first answer), else -1 with the reason. */
+int hvd_gpu_ready(char *err, size_t errlen);
+/* Device ordinal of a pointer the runtime knows as device (or managed)
+ * memory, else -1 (host memory, or no CUDA runtime). */
+int hvd_gpu_pointer_device(const void *ptr);
+
+/* Submission, on the caller's thread: `device` must be this rank's GPU (the
+ * first one used); records an event on `stream`, the producer of the buffer.
+ * 0, or -1 with the reason. */
+int hvd_gpu_mark_ready(int device, void *stream, hvd_gpu_event **ev, char *err, size_t errlen);
+void hvd_gpu_event_hold(hvd_gpu_event *ev, int n);
+void hvd_gpu_event_put(hvd_gpu_event *ev);
+/* Consumer side: `stream` waits for the event (no host synchronization),
+ * then the reference is dropped. */
+void hvd_gpu_consume(hvd_gpu_event *ev, void *stream);
+
+/* ---- engine thread only ---- */
+typedef struct {
+  void *ptr;
+  size_t count;           /* elements */
+  int divisor;            /* 1, or the ranks still submitting (average) */
+  hvd_gpu_event *ready;   /* may be NULL (a joined rank's stand-in) */
+} hvd_gpu_item;
+
+/* Allreduce a group of same-dtype device buffers (sum/avg mixed, or one of
+ * min/max), in place.  `use_nccl`: NCCL, else MPI through pinned host
+ * memory.  Returns 0 with *done (one reference, recorded on the engine
+ * stream after the results are written), or -1 with the reason (fatal: the
+ * ranks' streams may be out of step). */
+int hvd_gpu_allreduce(const hvd_gpu_item *it, size_t n, hvd_dtype_t dtype, hvd_op_t op, int all_avg_over_size,
+                      MPI_Comm comm, size_t chunk, hvd_gpu_event **done, hvd_phase_times *t, char *err,
+                      size_t errlen);
+int hvd_gpu_broadcast(const hvd_gpu_item *it, hvd_dtype_t dtype, int root, MPI_Comm comm, hvd_gpu_event **done,
+                      char *err, size_t errlen);
+/* A device buffer of `count` identity elements of `op` (a joined rank's
+ * contribution); NULL with the reason. */
+void *hvd_gpu_identity(size_t count, hvd_dtype_t dtype, hvd_op_t op, char *err, size_t errlen);
+void hvd_gpu_free(void *p);
+/* Benchmark hook (bench/bench_gpu.py, at one rank before any traffic):
+ * bandwidth of the engine's copy into the fusion buffer and of one
+ * device-to-device cudaMemcpyAsync per tensor over the same buffers, in
+ * GB/s of payload.  Exported but not public API. */
+__attribute__((visibility("default"))) int hvd_gpu_bench_copy_in(void *const *ptrs, const size_t *bytes, int n,
+                                                                 int iters, double *kernel_gbs, double *memcpy_gbs);
+/* NCCL's asynchronous errors: 0, or -1 with the reason. */
+int hvd_gpu_check_async(char *err, size_t errlen);
+/* At the engine's end (every rank at the same point): wait for the engine
+ * stream, release the communicator and the buffers. */
+void hvd_gpu_engine_stop(void);
+/* Set up from the engine start: rank, size, GPU operations (1 = NCCL) and
+ * compression (0 none, 1 fp16, 2 bf16). */
+void hvd_gpu_configure(int rank, int size, int use_nccl, int compression);
+/* "CUDA runtime 13.0 (path), NCCL 2.28.3 (path), kernels: yes" or why not. */
+void hvd_gpu_describe(char *out, size_t n);
+
+#endif

@@ -1,0 +1,48 @@
+"""An unmodified single-GPU training script (tests/gpu/device.sh): an MLP on
+synthetic data, SGD, a shuffling DataLoader; prints a checksum of the final
+weights.  --amp: autocast + GradScaler; --mixed: one layer kept on the CPU."""
+import argparse
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--amp", action="store_true")
+ap.add_argument("--mixed", action="store_true")
+ap.add_argument("--epochs", type=int, default=2)
+args = ap.parse_args()
+
+torch.manual_seed(0)
+X = torch.randn(512, 32)
+Y = (X[:, :4].sum(1) > 0).long()
+loader = DataLoader(TensorDataset(X, Y), batch_size=64, shuffle=True, generator=torch.Generator().manual_seed(1))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU()).cuda()
+        self.head = nn.Linear(64, 2)
+        if not args.mixed:
+            self.head = self.head.cuda()
+
+    def forward(self, x):
+        h = self.body(x.cuda())
+        return self.head(h.cpu() if args.mixed else h)
+
+
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+scaler = torch.cuda.amp.GradScaler(enabled=args.amp)
+for epoch in range(args.epochs):
+    for x, y in loader:
+        opt.zero_grad()
+        with torch.autocast("cuda", dtype=torch.float16, enabled=args.amp):
+            out = model(x)
+            loss = nn.functional.cross_entropy(out.float(), y.to(out.device))
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    print("epoch", epoch, "loss %.5f" % loss.item(), flush=True)
+print("checksum", " ".join("%.7f" % float(p.detach().double().sum()) for p in model.parameters()), flush=True)

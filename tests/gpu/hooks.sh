@@ -1,0 +1,29 @@
+#!/bin/sh
+# The CUDA runtime hooks without a GPU: a stand-in libcudart.so.13 (with its
+# version node, as the real one) reached through a library loaded with
+# RTLD_LOCAL.  Calls must pass through unchanged, the shim must see the
+# stream, and the same holds in a dormant process and in a rank.
+. "$(dirname "$0")/../lib.sh"
+need_mpirun
+CC=${CC:-cc}
+command -v "$CC" >/dev/null 2>&1 || skip "no C compiler ($CC) to build the stand-in runtime"
+printf 'libcudart.so.13 { global: *; };\n' >"$TMP/cudart.map"
+$CC -shared -fPIC -o "$TMP/libcudart.so.13" -Wl,-soname,libcudart.so.13 -Wl,--version-script="$TMP/cudart.map" \
+  "$top_srcdir/tests/gpu/fake_cudart.c" || fail "building the stand-in libcudart"
+$CC -shared -fPIC -o "$TMP/libfakefw.so" "$top_srcdir/tests/gpu/fake_fw.c" "$TMP/libcudart.so.13" \
+  -Wl,-rpath,"$TMP" || fail "building the stand-in framework"
+objdump -T "$TMP/libfakefw.so" | grep -q 'cudaLaunchKernel' || fail "framework does not import cudaLaunchKernel"
+$CC -o "$TMP/hook_probe" "$top_srcdir/tests/gpu/hook_probe.c" -ldl || fail "building the probe"
+
+want="probe calls=2 stream=0x1234 grid=123 rc=7"
+out=$("$TMP/hook_probe" "$TMP/libfakefw.so") || fail "probe without the shim failed"
+case $out in "$want hooked=-1 seen=(nil)") ;; *) fail "without the shim: $out" ;; esac
+pass "stand-in runtime works without the shim: $out"
+
+out=$(LD_PRELOAD="$LIB" "$TMP/hook_probe" "$TMP/libfakefw.so") || fail "probe under the shim (dormant) failed"
+case $out in "$want hooked=2 seen=0x1234") ;; *) fail "dormant process under the shim: $out" ;; esac
+pass "dormant process: calls pass through, stream seen ($out)"
+
+out=$(LD_PRELOAD="$LIB" mpi 1 -x LD_PRELOAD "$TMP/hook_probe" "$TMP/libfakefw.so" 2>&1) || fail "probe as a rank failed: $out"
+case $out in *"$want hooked=2 seen=0x1234"*) ;; *) fail "rank process: $out" ;; esac
+pass "rank process: calls pass through, stream seen"
