@@ -18,6 +18,9 @@ for part in check check-faults; do
   $MAKE $part >"check-all-$part.log" 2>&1
   rc=$?
   grep -E '^(PASS|FAIL|SKIP|ERROR|XPASS):' "check-all-$part.log"
+  for t in $(sed -n 's/^SKIP: //p' "check-all-$part.log"); do # say why
+    [ -f "${t%.sh}.log" ] && sed -n 's/^SKIP: /  skipped because: /p' "${t%.sh}.log" | head -1
+  done
   before=$fail
   tally_automake "check-all-$part.log"
   if [ $rc -ne 0 ]; then
