@@ -32,7 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef HVD_HAVE_CUDA_HEADERS
+#if defined(HVD_HAVE_CUDA_HEADERS) && !defined(HVD_GPU_STUBS) /* HVD_GPU_STUBS: tests/unit/gpu-stubs.sh */
 
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -242,14 +242,16 @@ void hvd_gpu_describe(char *out, size_t n) {
 #ifdef HVD_HAVE_GPU_KERNELS
   kernels = 1;
 #endif
-  snprintf(out, n, "CUDA runtime %d.%d (%s); NCCL %s%s%s; device kernels %s", G.runtime_version / 1000,
-           (G.runtime_version % 1000) / 10, G.cudart_path, G.nccl_version ? "" : "not found",
-           G.nccl_version ? G.nccl_path : "", G.nccl_version ? "" : "", kernels ? "built in" : "not built (no nvcc)");
+  char nccl[600] = "NCCL not found";
+  if (G.nccl_version) snprintf(nccl, sizeof nccl, "NCCL %d (%s)", G.nccl_version, G.nccl_path);
+  snprintf(out, n, "CUDA runtime %d.%d (%s); %s; device kernel %s", G.runtime_version / 1000,
+           (G.runtime_version % 1000) / 10, G.cudart_path, nccl, kernels ? "built in" : "not built (no nvcc)");
 }
 
 /* ------------------------------------------------------------------ events */
 
-/* The caller's current device is `device` for the duration of f. */
+/* An event from the pool (or a new one, created on the caller's current
+ * device), holding one reference. */
 static cudaError_t event_new(hvd_gpu_event **out) {
   pthread_mutex_lock(&G.mu);
   hvd_gpu_event *e = G.free_events;
@@ -770,50 +772,6 @@ void *hvd_gpu_identity(size_t count, hvd_dtype_t dtype, hvd_op_t op, char *err, 
   hvd_gpu_ready(err, errlen);
   return NULL;
 }
-int hvd_gpu_bench_copy_in(void *const *ptrs, const size_t *bytes, int n, int iters, double *kernel_gbs,
-                          double *memcpy_gbs) {
-  char err[512];
-  if (engine_setup(err, sizeof err) != 0) {
-    fprintf(stderr, "hvd_gpu_bench_copy_in: %s\n", err);
-    return -1;
-  }
-  load_kernels();
-  size_t total = 0;
-  for (int k = 0; k < n; k++) total += ALIGN16(bytes[k]);
-  if (ensure(&G.fusion, &G.fusion_cap, total, 0, err, sizeof err) != 0) return -1;
-  cudaEvent_t a, b;
-  p_cudaEventCreate(&a);
-  p_cudaEventCreate(&b);
-  for (int pass = 0; pass < 2; pass++) { /* 0: the engine's copy-in, 1: one D2D cudaMemcpyAsync per tensor */
-    if (pass == 0 && !G.k_move) {
-      *kernel_gbs = 0;
-      continue;
-    }
-    for (int rep = -1; rep < iters; rep++) { /* rep -1: warm-up */
-      if (rep == 0) p_cudaEventRecord(a, G.stream);
-      hvd_gpu_move_args args;
-      args.n = 0;
-      args.src_dt = args.dst_dt = HVD_UINT8;
-      size_t off = 0;
-      for (int k = 0; k < n; k++) {
-        if (pass == 0) add_move(&args, ptrs[k], G.fusion + off, bytes[k], 1, err, sizeof err);
-        else p_cudaMemcpyAsync(G.fusion + off, ptrs[k], bytes[k], cudaMemcpyDeviceToDevice, G.stream);
-        off += ALIGN16(bytes[k]);
-      }
-      if (pass == 0 && launch_moves(&args, err, sizeof err) != 0) return -1;
-    }
-    p_cudaEventRecord(b, G.stream);
-    p_cudaEventSynchronize(b);
-    float ms = 0;
-    p_cudaEventElapsedTime(&ms, a, b);
-    double gbs = ms > 0 ? (double)total * iters / (ms * 1e-3) / 1e9 : 0;
-    *(pass == 0 ? kernel_gbs : memcpy_gbs) = gbs;
-  }
-  p_cudaEventDestroy(a);
-  p_cudaEventDestroy(b);
-  return 0;
-}
-
 void hvd_gpu_free(void *p) { (void)p; }
 int hvd_gpu_bench_copy_in(void *const *ptrs, const size_t *bytes, int n, int iters, double *kernel_gbs,
                           double *memcpy_gbs) {

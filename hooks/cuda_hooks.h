@@ -20,7 +20,7 @@ void hvd_cuda_arm(int local_rank);
  * memset on through the CUDA runtime, or NULL (the legacy default stream)
  * if none was seen: the producer of a device buffer handed to a native hook. */
 __attribute__((visibility("default"))) void *hvd_cuda_thread_stream(void);
-/* Calls made through the runtime hooks (all threads): for tests.  Both are
+/* Calls made through the runtime hooks on this thread: for tests.  Both are
  * exported (not in hvdshim.h) so tests/gpu/hook_probe can find them. */
 __attribute__((visibility("default"))) unsigned long hvd_cuda_hook_calls(void);
 
