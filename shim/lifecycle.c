@@ -28,6 +28,7 @@
 #include "../collectives/hvdshim.h"
 #include "config.h"
 #include "../hooks/cuda_hooks.h"
+#include "../hooks/native.h"
 #include "../hooks/python.h"
 #include "log.h"
 #include "role.h"
@@ -180,6 +181,7 @@ __attribute__((constructor)) static void hvd_shim_ctor(void) {
   say_role("a rank process");
   hvd_cuda_arm(local_rank);
   hvd_python_arm();
+  hvd_native_arm();
 }
 
 /* Exit of the rank process (on_exit, so the status is known).  Status 0

@@ -3,12 +3,18 @@
  *   hvdshim-info              version, build options, settings with values
  *   hvdshim-info --markdown   the settings table as Markdown (the README's)
  *   hvdshim-info --check      validate the environment's settings; exit 1
- *                             with the error line if one is invalid */
+ *                             with the error line if one is invalid
+ *   hvdshim-info --check-hooks [SPEC]
+ *                             parse a hook spec (a file, or the spec text;
+ *                             default $HVDSHIM_HOOKS) and say what each hook
+ *                             does; exit 1 with the error line if invalid */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../config.h"
 #include "../shim/config.h"
+#include "../hooks/hookspec.h"
 
 static const char *type_name(hvd_cfg_type t) {
   static const char *n[] = {"bool", "int", "number", "bytes", "choice", "string"};
@@ -43,6 +49,44 @@ static void markdown(void) {
   }
 }
 
+static int check_hooks(const char *value) {
+  if (!value || !value[0]) {
+    fprintf(stderr, "hvdshim-info: --check-hooks needs a spec file (or HVDSHIM_HOOKS set)\n");
+    return 2;
+  }
+  char err[640], *text;
+  size_t len;
+  const char *where;
+  hvd_hookspec spec;
+  if (hvd_hookspec_read(value, &text, &len, &where, err, sizeof err) != 0) {
+    fprintf(stderr, "hvdshim-info: %s\n", err);
+    return 1;
+  }
+  int rc = hvd_hookspec_parse(text, len, where, &spec, err, sizeof err);
+  free(text);
+  if (rc != 0) {
+    char msg[700];
+    fprintf(stderr, "hvdshim-info: %s\n", hvd_hookspec_error(where, err, msg, sizeof msg));
+    return 1;
+  }
+  for (int i = 0; i < spec.n; i++) {
+    const hvd_hs_hook *h = &spec.hooks[i];
+    printf("%s %s%s%s(", h->ret.text, h->name, h->version[0] ? "@" : "", h->version);
+    for (int a = 0; a < h->nargs; a++) {
+      const char *t = h->args[a].text;
+      int star = t[0] && t[strlen(t) - 1] == '*';
+      printf("%s%s%s%s", a ? ", " : "", t, h->argname[a][0] && !star ? " " : "", h->argname[a]);
+    }
+    printf(")\n");
+    for (int a = 0; a < h->nactions; a++) {
+      char d[256];
+      printf("  %s\n", hvd_hs_describe(h, &h->act[a], d, sizeof d));
+    }
+  }
+  hvd_hookspec_free(&spec);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   char err[512];
   int rc = hvd_config_load(err, sizeof err);
@@ -54,8 +98,9 @@ int main(int argc, char **argv) {
     if (rc) fprintf(stderr, "hvdshim-info: %s\n", err);
     return rc ? 1 : 0;
   }
+  if (argc > 1 && !strcmp(argv[1], "--check-hooks")) return check_hooks(argc > 2 ? argv[2] : getenv("HVDSHIM_HOOKS"));
   if (argc > 1) {
-    fprintf(stderr, "usage: hvdshim-info [--markdown | --check]\n");
+    fprintf(stderr, "usage: hvdshim-info [--markdown | --check | --check-hooks [SPEC]]\n");
     return 2;
   }
   printf("hvdshim %s\n", PACKAGE_VERSION);

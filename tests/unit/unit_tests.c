@@ -15,6 +15,7 @@
 #include "../../hooks/cuda_hooks.h"
 #include "../../shim/config.h"
 #include "check.h"
+#include "../../hooks/hookspec.h"
 
 /* ---------------------------------------------------------------- settings */
 
@@ -382,6 +383,65 @@ static void test_cfg_format(void) {
   CHECK_STR(hvd_cfg_format(HVD_CFG_FUSION_THRESHOLD, 1048576, buf, sizeof buf), "1048576");
 }
 
+/* Hook specs: types, defaults and expressions over real argument values. */
+static void test_hookspec(void) {
+  const char *text = "long f(const float *g, int *n, unsigned short rows, long cols, void *raw)\n"
+                     "  g: allreduce count=*n * rows + cols/2 - 1 op=sum after\n"
+                     "  raw: broadcast count=cols dtype=bfloat16 root=1 every\n"
+                     "  cols: shard block total=rows % 7\n";
+  hvd_hookspec s;
+  char err[512];
+  CHECK_INT(hvd_hookspec_parse(text, strlen(text), "t.hooks", &s, err, sizeof err), 0);
+  if (s.n != 1) return;
+  const hvd_hs_hook *h = &s.hooks[0];
+  CHECK_STR(h->name, "f");
+  CHECK_INT(h->nargs, 5);
+  CHECK_STR(h->args[0].text, "const float *");
+  CHECK_INT(h->args[0].dtype, HVD_FLOAT32);
+  CHECK_INT(h->args[2].cls, HVD_HS_UINT);
+  CHECK_INT(h->args[2].size, 2);
+  CHECK_INT(h->ret.size, 8);
+  CHECK_INT(h->act[0].after, 1);
+  CHECK_INT(h->act[0].op, HVD_SUM);
+  CHECK_INT(h->act[1].dtype, HVD_BFLOAT16);
+  CHECK_INT(h->act[1].root, 1);
+  CHECK_INT(h->act[1].every, 1);
+  CHECK_INT(h->act[2].block, 1);
+  float g[4];
+  int n = 3;
+  int *np = &n;
+  unsigned short rows = 65535; /* read unsigned */
+  long cols = 10;
+  void *raw = NULL;
+  const float *gp = g;
+  void *args[] = {&gp, &np, &rows, &cols, &raw};
+  int64_t v;
+  CHECK_INT(hvd_hs_eval(&h->act[0].count, h, args, &v, err, sizeof err), 0);
+  CHECK_INT(v, 3LL * 65535 + 5 - 1);
+  CHECK_INT(hvd_hs_eval(&h->act[2].count, h, args, &v, err, sizeof err), 0);
+  CHECK_INT(v, 65535 % 7);
+  np = NULL; /* *n of a null pointer: an error, not a crash */
+  CHECK_INT(hvd_hs_eval(&h->act[0].count, h, args, &v, err, sizeof err), -1);
+  CHECK_STR_HAS(err, "is a null pointer");
+  hvd_hookspec_free(&s);
+  text = "void f(long a, long b); a: shard block total=a/b; b: shard block total=a*a*a*a";
+  CHECK_INT(hvd_hookspec_parse(text, strlen(text), "t", &s, err, sizeof err), 0);
+  if (s.n != 1) return;
+  long a = 5, b = 0;
+  void *args2[] = {&a, &b};
+  CHECK_INT(hvd_hs_eval(&s.hooks[0].act[0].count, &s.hooks[0], args2, &v, err, sizeof err), -1);
+  CHECK_STR(err, "'a/b' in f divides by zero");
+  a = 1L << 20;
+  CHECK_INT(hvd_hs_eval(&s.hooks[0].act[1].count, &s.hooks[0], args2, &v, err, sizeof err), -1);
+  CHECK_STR(err, "'a*a*a*a' in f overflows 64-bit integers");
+  int16_t w = -2;
+  hvd_hs_type t16 = {.cls = HVD_HS_SINT, .size = 2};
+  CHECK_INT(hvd_hs_arg_int(&t16, &w), -2);
+  hvd_hs_set_int(&t16, &w, 70000); /* truncated to the argument's width */
+  CHECK_INT(w, (int16_t)(70000 & 0xffff));
+  hvd_hookspec_free(&s);
+}
+
 int main(void) {
   static const check_test tests[] = {
       {"settings: defaults", test_settings_defaults},
@@ -400,6 +460,7 @@ int main(void) {
       {"GPU element moves (casts, averages) match the CPU path", test_elem_move},
       {"GPU pinning: CUDA_VISIBLE_DEVICES choice", test_pin_pick},
       {"settings: integer values as text", test_cfg_format},
+      {"hook specs: types, defaults, expressions", test_hookspec},
       {NULL, NULL},
   };
   return check_run(tests);

@@ -1,0 +1,13 @@
+/* Native function hooks (hooks/native.c): HVDSHIM_HOOKS applied to a C or
+ * C++ program by patching the GOT entries that call the named functions. */
+#ifndef HVD_HOOKS_NATIVE_H
+#define HVD_HOOKS_NATIVE_H
+
+#include <stddef.h>
+
+/* Constructor of an armed rank: read HVDSHIM_HOOKS (a spec file, or the
+ * spec itself when the value contains '('), patch every loaded object and
+ * watch dlopen.  A spec error ends the process with one line. */
+void hvd_native_arm(void);
+
+#endif
