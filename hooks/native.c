@@ -548,26 +548,46 @@ static void *wrap_dlopen(const char *file, int flags) {
 
 /* ------------------------------------------------------------------ arming */
 
+/* Why a named function has no slot here, as one sentence. */
+static void why_unreached(const native_hook *nh, char *buf, size_t n) {
+  const char *name = nh->spec->name;
+  void *def = definition(name, nh->spec->version);
+  Dl_info di;
+  if (def && dladdr(def, &di) && di.dli_fname) {
+    snprintf(buf, n, "hook %s: defined in %s, but no loaded object calls it through a GOT/PLT entry: calls made "
+             "inside one object to its own functions can't be hooked (move %s to a shared library the caller "
+             "links); it will be hooked in libraries loaded later that call it",
+             name, di.dli_fname[0] ? di.dli_fname : "the executable", name);
+  } else {
+    snprintf(buf, n, "hook %s: not found in any loaded object: a typo, a C++ name that needs its mangled form, a "
+             "function the executable defines and calls itself (such calls don't go through the GOT and can't be "
+             "hooked: move it to a shared library), or a library loaded later (hooked when dlopen loads it)", name);
+  }
+}
+
+/* One warning per host (local rank 0).  A process that calls none of the
+ * spec's functions is most likely a wrapper that starts the trainer (sh,
+ * valgrind, env): one line, with the first function's reason in case it is
+ * the trainer after all. */
 static void warn_unreached(void) {
   int local;
   hvd_env_rank(&local);
-  if (local > 0) return; /* one warning per host */
+  if (local > 0) return;
+  int matched = 0;
+  for (int k = 0; k < N.n; k++) matched += N.hooks[k].slots > 0;
+  char why[1024];
+  extern char *program_invocation_short_name;
+  if (!matched) {
+    why_unreached(&N.hooks[0], why, sizeof why);
+    HVD_WARN("HVDSHIM_HOOKS: %s calls none of the spec's %d function(s) through a GOT/PLT slot; fine if it is a "
+             "wrapper that starts the trainer (sh, valgrind, env); otherwise: %s", program_invocation_short_name,
+             N.n, why);
+    return;
+  }
   for (int k = 0; k < N.n; k++) {
-    native_hook *nh = &N.hooks[k];
-    if (nh->slots) continue;
-    const char *name = nh->spec->name;
-    void *def = definition(name, nh->spec->version);
-    Dl_info di;
-    if (def && dladdr(def, &di) && di.dli_fname) {
-      const char *obj = di.dli_fname[0] ? di.dli_fname : "the executable";
-      HVD_WARN("hook %s: defined in %s, but no loaded object calls it through a GOT/PLT entry: calls made inside "
-               "one object to its own functions can't be hooked (move %s to a shared library the caller links); "
-               "it will be hooked in libraries loaded later that call it", name, obj, name);
-    } else {
-      HVD_WARN("hook %s: not found in any loaded object: a typo, a C++ name that needs its mangled form, a "
-               "function the executable defines and calls itself (such calls don't go through the GOT and can't be "
-               "hooked: move it to a shared library), or a library loaded later (hooked when dlopen loads it)", name);
-    }
+    if (N.hooks[k].slots) continue;
+    why_unreached(&N.hooks[k], why, sizeof why);
+    HVD_WARN("%s", why);
   }
 }
 

@@ -4,7 +4,7 @@
 # RELRO (every slot read-only after start: patched through mprotect), and
 # -fno-plt (calls through GLOB_DAT slots in the RELRO .got).  readelf checks
 # that each build really is what it claims, then each runs at np=2 against
-# the plain run with a 2x batch.
+# the plain run with a 2x batch.  Last, a library with versioned symbols.
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
 . "$(dirname "$0")/native-lib.sh"
@@ -47,3 +47,24 @@ for v in norelro pie fullrelro noplt; do
   same "$TMP/ref.bin" "$TMP/$v.bin" || fail "train-$v differs from the plain run"
   pass "train-$v ($kind slots) matches the plain run with a 2x batch"
 done
+
+# Versioned symbols: libmlp with a version node, so the trainer's references
+# are sgd_update@MLP_1.0.  name@MLP_1.0 is hooked; name@MLP_2.0 is not (a
+# warning names it, and the ranks train apart).
+V="$BIN/versioned"
+mkdir -p "$V"
+printf 'MLP_1.0 { global: *; };\n' >"$V/mlp.map"
+$CC -O2 -g -fPIC -shared -Wl,--version-script="$V/mlp.map" -o "$V/libmlp.so" "$EX/mlp.c" -lm || fail "versioned libmlp"
+build_train "$V" train
+readelf -rW "$V/train" | grep -q 'sgd_update@MLP_1.0' || fail "the trainer's reference is not versioned"
+sed 's/^void sgd_update(/void sgd_update@MLP_1.0(/' "$SPEC" >"$TMP/v1.hooks"
+sed 's/^void sgd_update(/void sgd_update@MLP_2.0(/' "$SPEC" >"$TMP/v2.hooks"
+grep -q 'sgd_update@MLP_1.0(' "$TMP/v1.hooks" || fail "sed did not version the spec"
+native 2 "$TMP/v1.hooks" "$V/train" --steps 150 --batch 16 --out "$TMP/v1.bin" >"$TMP/v1.log" 2>&1 ||
+  { cat "$TMP/v1.log"; fail "versioned hook"; }
+same "$TMP/ref.bin" "$TMP/v1.bin" || fail "sgd_update@MLP_1.0 differs from the plain run"
+native 2 "$TMP/v2.hooks" "$V/train" --steps 150 --batch 16 --out "$TMP/v2.bin" >"$TMP/v2.log" 2>&1 ||
+  { cat "$TMP/v2.log"; fail "hook with another version"; }
+grep -q "hook sgd_update: not found in any loaded object" "$TMP/v2.log" || { cat "$TMP/v2.log"; fail "no warning for @MLP_2.0"; }
+differ "$TMP/ref.bin" "$TMP/v2.bin" || fail "sgd_update@MLP_2.0 was hooked anyway"
+pass "versioned symbols: @MLP_1.0 hooked and matches the plain run; @MLP_2.0 left alone with a warning"
