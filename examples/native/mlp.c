@@ -42,7 +42,7 @@ void data_batch(long index, int batch, float *x, float *y) {
 
 float mlp_grad(const float *p, const float *x, const float *y, int batch, float *grad) {
   const float *w1 = p, *b1 = p + MLP_HIDDEN * MLP_IN, *w2 = b1 + MLP_HIDDEN, *b2 = w2 + MLP_HIDDEN;
-  double acc[NP];
+  static double acc[NP];
   memset(acc, 0, sizeof acc);
   double loss = 0;
   for (int k = 0; k < batch; k++) {

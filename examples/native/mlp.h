@@ -5,8 +5,12 @@
 #ifndef MLP_H
 #define MLP_H
 
+#ifndef MLP_IN /* sizes can be set at build time (bench/run-native-bench.sh) */
 #define MLP_IN 16
+#endif
+#ifndef MLP_HIDDEN
 #define MLP_HIDDEN 32
+#endif
 
 /* Number of parameters (weights and biases, one flat float array). */
 long mlp_nparams(void);
