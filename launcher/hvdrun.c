@@ -1,0 +1,356 @@
+/* hvdrun: start a command on N ranks with hvdshim preloaded.
+ *
+ *   hvdrun -np N [-H host[:slots],...] [--hostfile FILE] [--oversubscribe]
+ *          [--verbose] [--dry-run] [--] command [args...]
+ *
+ * Builds an mpirun command line (or srun's, inside a SLURM allocation) that
+ * preloads libhvdshim.so in every rank, local or remote (-x LD_PRELOAD), and
+ * forwards every HVDSHIM_* and HOROVOD_* variable of this environment (and
+ * OMP_NUM_THREADS, PYTHONPATH when set); adds --allow-run-as-root only when
+ * run as root; binds nothing (--bind-to none --map-by slot: the frameworks
+ * run their own threads).  --verbose prints the command it runs, --dry-run
+ * prints it and stops.  Every mistake is one line naming it and the fix.
+ *
+ * Environment: HVDRUN_MPIRUN (mpirun to use), HVDRUN_SRUN (srun to use),
+ * HVDRUN_LIB (libhvdshim.so to preload). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef HVD_LIBDIR
+#define HVD_LIBDIR "/usr/local/lib"
+#endif
+
+extern char **environ;
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("hvdrun: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  exit(2);
+}
+
+static void usage(FILE *f) {
+  fputs("usage: hvdrun -np N [-H host[:slots],...] [--hostfile FILE] [--oversubscribe] [--verbose] [--dry-run]\n"
+        "              [--] command [args...]\n"
+        "Runs command on N ranks with libhvdshim.so preloaded (mpirun, or srun inside a SLURM allocation).\n"
+        "  -np, -n N          number of ranks\n"
+        "  -H, --hosts LIST   hosts and their slots: a:4,b:4 (a host without :slots has 1)\n"
+        "  --hostfile FILE    an Open MPI hostfile ('host slots=N' per line)\n"
+        "  --oversubscribe    allow more ranks than slots\n"
+        "  --verbose          print the command line before running it\n"
+        "  --dry-run          print the command line and exit\n"
+        "Environment: HVDRUN_MPIRUN, HVDRUN_SRUN, HVDRUN_LIB (what to run and preload); every HVDSHIM_* and\n"
+        "HOROVOD_* variable is forwarded to the ranks.\n",
+        f);
+}
+
+/* ------------------------------------------------------------------ argv */
+
+typedef struct {
+  char **v;
+  int n, cap;
+} argv_t;
+
+static void push(argv_t *a, const char *s) {
+  if (a->n + 2 > a->cap) {
+    a->cap = a->cap ? a->cap * 2 : 64;
+    a->v = realloc(a->v, (size_t)a->cap * sizeof *a->v);
+    if (!a->v) die("out of memory");
+  }
+  a->v[a->n] = strdup(s);
+  if (!a->v[a->n]) die("out of memory");
+  a->v[++a->n] = NULL;
+}
+
+static void pushf(argv_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void pushf(argv_t *a, const char *fmt, ...) {
+  char *s;
+  va_list ap;
+  va_start(ap, fmt);
+  if (vasprintf(&s, fmt, ap) < 0) die("out of memory");
+  va_end(ap);
+  push(a, s);
+  free(s);
+}
+
+/* One argument as a POSIX shell would need it quoted. */
+static void print_quoted(FILE *f, const char *s) {
+  int plain = *s != 0;
+  for (const char *p = s; *p; p++)
+    if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@%", *p)) plain = 0;
+  if (plain) {
+    fputs(s, f);
+    return;
+  }
+  fputc('\'', f);
+  for (const char *p = s; *p; p++) {
+    if (*p == '\'') fputs("'\\''", f);
+    else fputc(*p, f);
+  }
+  fputc('\'', f);
+}
+
+static void print_argv(FILE *f, const argv_t *a) {
+  for (int i = 0; i < a->n; i++) {
+    if (i) fputc(' ', f);
+    print_quoted(f, a->v[i]);
+  }
+  fputc('\n', f);
+}
+
+/* ------------------------------------------------------------------ lookups */
+
+static char *find_in_path(const char *name) {
+  const char *path = getenv("PATH");
+  if (!path || !*path) return NULL;
+  char *copy = strdup(path), *save = NULL;
+  if (!copy) return NULL;
+  char *found = NULL;
+  for (char *d = strtok_r(copy, ":", &save); d && !found; d = strtok_r(NULL, ":", &save)) {
+    char *p;
+    if (asprintf(&p, "%s/%s", *d ? d : ".", name) < 0) break;
+    if (access(p, X_OK) == 0) found = p;
+    else free(p);
+  }
+  free(copy);
+  return found;
+}
+
+static int readable(const char *p) { return access(p, R_OK) == 0; }
+
+/* libhvdshim.so: HVDRUN_LIB, else next to this program (installed:
+ * bin/../lib; build tree: launcher/../.libs), else the configured libdir. */
+static char *find_library(char *looked, size_t n) {
+  const char *env = getenv("HVDRUN_LIB");
+  if (env && *env) {
+    if (!readable(env)) die("HVDRUN_LIB=%s: %s", env, strerror(errno));
+    char cwd[PATH_MAX], *r;
+    if (env[0] == '/' || !getcwd(cwd, sizeof cwd)) return strdup(env);
+    if (asprintf(&r, "%s/%s", cwd, env) < 0) die("out of memory");
+    return r; /* remote ranks need an absolute path */
+  }
+  char self[PATH_MAX];
+  ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+  const char *rel[] = {"/../lib/libhvdshim.so", "/../.libs/libhvdshim.so", NULL};
+  looked[0] = 0;
+  char *dir = NULL;
+  if (k > 0) {
+    self[k] = 0;
+    char *slash = strrchr(self, '/');
+    if (slash) *slash = 0;
+    dir = realpath(self, NULL);
+  }
+  for (int i = 0; dir && rel[i]; i++) {
+    char *p;
+    if (asprintf(&p, "%s%s", dir, rel[i]) < 0) die("out of memory");
+    char *canon = NULL; /* the folder resolved, the file name kept (not the .so.0.0.0 it links to) */
+    char *cut = strrchr(p, '/');
+    *cut = 0;
+    char *d = realpath(p, NULL);
+    *cut = '/';
+    if (d && asprintf(&canon, "%s%s", d, cut) < 0) die("out of memory");
+    free(d);
+    size_t used = strlen(looked);
+    snprintf(looked + used, n - used, "%s%s", used ? ", " : "", canon ? canon : p);
+    free(p);
+    if (canon && readable(canon)) {
+      free(dir);
+      return canon;
+    }
+    free(canon);
+  }
+  free(dir);
+  char *p;
+  if (asprintf(&p, "%s/libhvdshim.so", HVD_LIBDIR) < 0) die("out of memory");
+  size_t used = strlen(looked);
+  snprintf(looked + used, n - used, "%s%s", used ? ", " : "", p);
+  if (readable(p)) return p;
+  free(p);
+  return NULL;
+}
+
+static long parse_count(const char *what, const char *s) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < 1 || v > 1 << 20)
+    die("%s: '%s' is not a positive number", what, s);
+  return v;
+}
+
+/* Slots of a -H list ("a:4,b,c:2"). */
+static long hosts_slots(const char *list) {
+  long total = 0;
+  char *copy = strdup(list), *save = NULL;
+  if (!copy) die("out of memory");
+  for (char *h = strtok_r(copy, ",", &save); h; h = strtok_r(NULL, ",", &save)) {
+    char *colon = strrchr(h, ':');
+    if (colon == h || !*h) die("-H %s: an empty host name", list);
+    if (colon) {
+      char what[300];
+      snprintf(what, sizeof what, "-H %s (slots of host %.*s)", list, (int)(colon - h), h);
+      total += parse_count(what, colon + 1);
+    } else {
+      total += 1;
+    }
+  }
+  free(copy);
+  if (total == 0) die("-H '%s' names no host", list);
+  return total;
+}
+
+/* Slots of an Open MPI hostfile ("host [slots=N] [max_slots=M]" lines). */
+static long hostfile_slots(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) die("--hostfile %s: %s", path, strerror(errno));
+  char line[1024];
+  long total = 0;
+  int lineno = 0;
+  while (fgets(line, sizeof line, f)) {
+    lineno++;
+    char *hash = strchr(line, '#');
+    if (hash) *hash = 0;
+    char *save = NULL, *host = strtok_r(line, " \t\r\n", &save);
+    if (!host) continue;
+    long slots = 1;
+    for (char *w = strtok_r(NULL, " \t\r\n", &save); w; w = strtok_r(NULL, " \t\r\n", &save)) {
+      if (!strncmp(w, "slots=", 6)) {
+        char what[1200];
+        snprintf(what, sizeof what, "--hostfile %s:%d (slots of host %s)", path, lineno, host);
+        slots = parse_count(what, w + 6);
+      }
+    }
+    total += slots;
+  }
+  fclose(f);
+  if (total == 0) die("--hostfile %s names no host", path);
+  return total;
+}
+
+/* ------------------------------------------------------------------ main */
+
+int main(int argc, char **argv) {
+  long np = 0;
+  const char *hosts = NULL, *hostfile = NULL;
+  int oversub = 0, verbose = 0, dry = 0, i = 1;
+  for (; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--")) {
+      i++;
+      break;
+    }
+    if (a[0] != '-') break;
+    const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "-np") || !strcmp(a, "-n") || !strcmp(a, "--np")) {
+      if (!val) die("%s needs a number of ranks", a);
+      np = parse_count("-np", val), i++;
+    } else if (!strcmp(a, "-H") || !strcmp(a, "--hosts") || !strcmp(a, "--host")) {
+      if (!val) die("%s needs a host list such as a:4,b:4", a);
+      hosts = val, i++;
+    } else if (!strcmp(a, "--hostfile") || !strcmp(a, "-hostfile")) {
+      if (!val) die("%s needs a file", a);
+      hostfile = val, i++;
+    } else if (!strcmp(a, "--oversubscribe")) {
+      oversub = 1;
+    } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
+      verbose = 1;
+    } else if (!strcmp(a, "--dry-run")) {
+      dry = 1;
+    } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout);
+      return 0;
+    } else {
+      die("unknown option '%s' (hvdrun --help lists them; put '--' before a command that starts with '-')", a);
+    }
+  }
+  if (!np) die("-np N is required: the number of ranks (hvdrun -np 2 python3 train.py)");
+  if (i >= argc) die("no command to run (hvdrun -np %ld python3 train.py)", np);
+  if (hosts && hostfile) die("give -H or --hostfile, not both");
+
+  char looked[4096];
+  char *lib = find_library(looked, sizeof looked);
+  if (!lib)
+    die("libhvdshim.so not found (looked in %s); build it (make) or set HVDRUN_LIB=/path/to/libhvdshim.so", looked);
+
+  argv_t cmd = {0};
+  const char *slurm = getenv("SLURM_JOB_ID");
+  const char *srun_env = getenv("HVDRUN_SRUN");
+  char *srun = slurm && *slurm && !hosts && !hostfile ? (srun_env && *srun_env ? strdup(srun_env) : find_in_path("srun"))
+                                                      : NULL;
+  const char *pre = getenv("LD_PRELOAD");
+  char *preload;
+  if (asprintf(&preload, "%s%s%s", lib, pre && *pre ? ":" : "", pre && *pre ? pre : "") < 0) die("out of memory");
+  if (srun) {
+    /* srun passes the whole environment by default; LD_PRELOAD is set for
+     * the tasks only, not for srun itself. */
+    push(&cmd, srun);
+    pushf(&cmd, "--ntasks=%ld", np);
+    if (oversub) push(&cmd, "--overcommit");
+    pushf(&cmd, "--export=ALL,LD_PRELOAD=%s", preload);
+  } else {
+    const char *m = getenv("HVDRUN_MPIRUN");
+    char *mpirun = m && *m ? strdup(m) : find_in_path("mpirun");
+    if (!mpirun || access(mpirun, X_OK) != 0)
+      die("mpirun not found%s (apt-get install openmpi-bin, or set HVDRUN_MPIRUN=/path/to/mpirun)",
+          m && *m ? " at HVDRUN_MPIRUN" : " on PATH");
+    long slots;
+    char where[64];
+    if (hosts) slots = hosts_slots(hosts), snprintf(where, sizeof where, "in -H");
+    else if (hostfile) slots = hostfile_slots(hostfile), snprintf(where, sizeof where, "in the hostfile");
+    else {
+      slots = sysconf(_SC_NPROCESSORS_ONLN);
+      if (slots < 1) slots = 1;
+      snprintf(where, sizeof where, "(%ld CPUs on this host)", slots);
+    }
+    if (np > slots && !oversub)
+      die("-np %ld needs %ld slots, but there are %ld %s; add --oversubscribe to run more ranks than slots%s", np, np,
+          slots, where, hosts || hostfile ? "" : ", or hosts with -H");
+    push(&cmd, mpirun);
+    free(mpirun);
+    if (geteuid() == 0) push(&cmd, "--allow-run-as-root");
+    push(&cmd, "-np");
+    pushf(&cmd, "%ld", np);
+    if (oversub) push(&cmd, "--oversubscribe");
+    if (hosts) push(&cmd, "-H"), push(&cmd, hosts);
+    if (hostfile) push(&cmd, "--hostfile"), push(&cmd, hostfile);
+    push(&cmd, "--bind-to"), push(&cmd, "none");
+    push(&cmd, "--map-by"), push(&cmd, "slot");
+    push(&cmd, "-x");
+    pushf(&cmd, "LD_PRELOAD=%s", preload);
+    for (char **e = environ; *e; e++) {
+      const char *eq = strchr(*e, '=');
+      if (!eq) continue;
+      int len = (int)(eq - *e);
+      if (!strncmp(*e, "HVDSHIM_", 8) || !strncmp(*e, "HOROVOD_", 8) || (len == 15 && !strncmp(*e, "OMP_NUM_THREADS", 15)) ||
+          (len == 10 && !strncmp(*e, "PYTHONPATH", 10))) {
+        push(&cmd, "-x");
+        pushf(&cmd, "%.*s", len, *e);
+      }
+    }
+  }
+  free(srun);
+  free(preload);
+  free(lib);
+  for (; i < argc; i++) push(&cmd, argv[i]);
+  if (dry) {
+    print_argv(stdout, &cmd);
+    return 0;
+  }
+  if (verbose) {
+    fputs("hvdrun: ", stderr);
+    print_argv(stderr, &cmd);
+  }
+  fflush(NULL);
+  execv(cmd.v[0], cmd.v);
+  die("cannot run %s: %s", cmd.v[0], strerror(errno));
+}
