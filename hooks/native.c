@@ -422,16 +422,16 @@ static void patch_object(struct dl_phdr_info *info) {
       if ((type != HVD_R_JUMP_SLOT && type != HVD_R_GLOB_DAT) || symidx == 0) continue;
       const char *sname = o.strtab + o.symtab[symidx].st_name;
       void **slot = (void **)(o.base + r->r_offset);
-      void *cur = *slot;
-      if (ours(cur)) continue;
       if (!strcmp(sname, "dlopen")) {
-        if (write_slot(&o, slot, (void *)wrap_dlopen) >= 0) N.dlopen_slots++;
+        if (*slot != (void *)wrap_dlopen && write_slot(&o, slot, (void *)wrap_dlopen) >= 0) N.dlopen_slots++;
         continue;
       }
       for (int k = 0; k < N.n; k++) {
         native_hook *nh = &N.hooks[k];
         const hvd_hs_hook *h = nh->spec;
         if (strcmp(sname, h->name)) continue;
+        void *cur = *slot; /* checked after the name: most relocations name other symbols */
+        if (ours(cur)) break;
         if (h->version[0] && strcmp(needed_version(&o, symidx), h->version)) continue;
         /* a bound slot outside its own object already names the definition */
         void *orig = (uintptr_t)cur >= o.lo && (uintptr_t)cur < o.hi ? NULL : cur;

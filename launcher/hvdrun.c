@@ -141,35 +141,21 @@ static char *find_library(char *looked, size_t n) {
   }
   char self[PATH_MAX];
   ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
-  const char *rel[] = {"/../lib/libhvdshim.so", "/../.libs/libhvdshim.so", NULL};
+  const char *rel[] = {"/../lib", "/../.libs", NULL}; /* installed; build tree */
   looked[0] = 0;
-  char *dir = NULL;
-  if (k > 0) {
-    self[k] = 0;
-    char *slash = strrchr(self, '/');
-    if (slash) *slash = 0;
-    dir = realpath(self, NULL);
-  }
-  for (int i = 0; dir && rel[i]; i++) {
-    char *p;
-    if (asprintf(&p, "%s%s", dir, rel[i]) < 0) die("out of memory");
-    char *canon = NULL; /* the folder resolved, the file name kept (not the .so.0.0.0 it links to) */
-    char *cut = strrchr(p, '/');
-    *cut = 0;
-    char *d = realpath(p, NULL);
-    *cut = '/';
-    if (d && asprintf(&canon, "%s%s", d, cut) < 0) die("out of memory");
-    free(d);
+  char *slash = k > 0 ? (self[k] = 0, strrchr(self, '/')) : NULL;
+  if (slash) *slash = 0;
+  for (int i = 0; slash && rel[i]; i++) {
+    char *d, *p; /* the folder resolved, the name kept (not the .so.0.0.0 it links to) */
+    if (asprintf(&d, "%s%s", self, rel[i]) < 0) die("out of memory");
+    char *real = realpath(d, NULL);
+    if (asprintf(&p, "%s/libhvdshim.so", real ? real : d) < 0) die("out of memory");
+    free(real), free(d);
     size_t used = strlen(looked);
-    snprintf(looked + used, n - used, "%s%s", used ? ", " : "", canon ? canon : p);
+    snprintf(looked + used, n - used, "%s%s", used ? ", " : "", p);
+    if (readable(p)) return p;
     free(p);
-    if (canon && readable(canon)) {
-      free(dir);
-      return canon;
-    }
-    free(canon);
   }
-  free(dir);
   char *p;
   if (asprintf(&p, "%s/libhvdshim.so", HVD_LIBDIR) < 0) die("out of memory");
   size_t used = strlen(looked);
