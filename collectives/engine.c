@@ -30,6 +30,14 @@
  *     and reduced (backend_mpi.c); then handles complete.
  *  5. Rank 0 runs the stall inspector over its table.
  *
+ * Autotune (HVDSHIM_AUTOTUNE=1).  Fusion threshold and cycle time change
+ * while the job runs, but every rank must group the same list the same way,
+ * so rank 0 alone decides (autotune.c, fed with the throughput it measures
+ * between step marks) and the pair travels in two more words of the control
+ * vector: rank 0 puts its values there, the others all ones, and the BAND
+ * leaves rank 0's.  Every rank applies them in the same cycle, before
+ * grouping.
+ *
  * Join.  A rank that stops (hvd_shutdown, or the program's normal exit)
  * takes no new submissions, drains its pending work for up to
  * HVDSHIM_SHUTDOWN_TIMEOUT_SECONDS, then raises its bit in the joined-rank
@@ -61,6 +69,7 @@
 
 #include "../shim/config.h"
 #include "../shim/log.h"
+#include "autotune.h"
 #include "backend_mpi.h"
 #include "cache.h"
 #include "dtype.h"
@@ -68,6 +77,7 @@
 #include "gpu.h"
 #include "handles.h"
 #include "liveness.h"
+#include "metrics.h"
 #include "strmap.h"
 #include "timeline.h"
 #include "wire.h"
@@ -155,6 +165,15 @@ static struct {
   int joined_self;
   uint8_t *joined;
   int njoined;
+  /* autotune: tw = index of its two control words; rank 0 runs the tuner */
+  int autotune, tw, tune_mode; /* tune_mode: 0 undecided, 1 steps/s, 2 bytes/s */
+  hvd_tuner tuner;
+  double win_t;
+  uint64_t win_steps, win_bytes;
+  /* published for hvd_engine_tuning (atomics: read by user threads) */
+  size_t pub_fusion;
+  uint64_t pub_cycle_ns;
+  int pub_tune; /* 0 off, 1 tuning, 2 fixed */
 } E = {.qmu = PTHREAD_MUTEX_INITIALIZER, .qcv = PTHREAD_COND_INITIALIZER};
 
 static hvd_stats_t stats; /* written by the engine thread, read racily by hvd_get_stats */
@@ -873,6 +892,65 @@ static int agree_joined(const uint64_t *v) {
   return n;
 }
 
+/* Every rank, same cycle: the pair rank 0 sent in the control vector. */
+static void apply_tuning(uint64_t fusion, uint64_t cycle_ns) {
+  E.fusion = (size_t)fusion;
+  E.cycle_s = (double)cycle_ns * 1e-9;
+  __atomic_store_n(&E.pub_fusion, E.fusion, __ATOMIC_RELAXED);
+  __atomic_store_n(&E.pub_cycle_ns, cycle_ns, __ATOMIC_RELAXED);
+}
+
+static void format_bytes(size_t b, char *out, size_t n) {
+  if (b >= (1u << 20) && b % (1u << 20) == 0) snprintf(out, n, "%zuM", b >> 20);
+  else if (b >= 1024 && b % 1024 == 0) snprintf(out, n, "%zuK", b >> 10);
+  else snprintf(out, n, "%zu", b);
+}
+
+/* Rank 0, after each cycle: close a measurement window once it holds
+ * HVDSHIM_AUTOTUNE_STEPS_PER_SAMPLE step marks (or, in a program that marks
+ * no steps, 0.2 s with some bytes reduced) and feed its throughput to the
+ * tuner; its next pair goes out with the next cycle. */
+#define HVD_TUNE_WINDOW_S 0.2
+static void tune(double now) {
+  if (hvd_tuner_done(&E.tuner)) return;
+  uint64_t steps = hvd_metrics_steps(), bytes = stats.bytes_reduced;
+  if (E.win_t == 0) {
+    E.win_t = now, E.win_steps = steps, E.win_bytes = bytes;
+    return;
+  }
+  double dt = now - E.win_t;
+  if (E.tune_mode == 0 && steps > E.win_steps) E.tune_mode = 1;
+  if (E.tune_mode == 0 && dt >= HVD_TUNE_WINDOW_S && bytes > E.win_bytes) E.tune_mode = 2;
+  uint64_t per = (uint64_t)hvd_cfg_int(HVD_CFG_AUTOTUNE_STEPS_PER_SAMPLE);
+  if (E.tune_mode == 0 || (E.tune_mode == 1 && steps - E.win_steps < per) ||
+      (E.tune_mode == 2 && (dt < HVD_TUNE_WINDOW_S || bytes == E.win_bytes)))
+    return;
+  double score = E.tune_mode == 1 ? (double)(steps - E.win_steps) / dt : (double)(bytes - E.win_bytes) / dt;
+  E.win_t = now, E.win_steps = steps, E.win_bytes = bytes;
+  if (!hvd_tuner_feed(&E.tuner, score)) return;
+  char f[32];
+  format_bytes(E.tuner.fusion, f, sizeof f);
+  if (!hvd_tuner_done(&E.tuner)) {
+    HVD_DEBUG("autotune: trying fusion threshold %s, cycle time %g ms", f, E.tuner.cycle_ms);
+    return;
+  }
+  __atomic_store_n(&E.pub_tune, 2, __ATOMIC_RELAXED);
+  /* a result the user asked for: printed as info, but at the default level (warn) too */
+  if (hvd_log_threshold >= HVD_LOG_WARN)
+    hvd_log_write(HVD_LOG_INFO, __FILE__, __LINE__,
+                "autotune: fixed HVDSHIM_FUSION_THRESHOLD=%s and HVDSHIM_CYCLE_TIME=%g (ms) after %d measurements; "
+                "%.4g %s with them",
+                f, E.tuner.cycle_ms, E.tuner.measured, E.tuner.chosen_score,
+                E.tune_mode == 1 ? "steps/s" : "bytes/s");
+}
+
+void hvd_engine_tuning(hvd_tuning_now *out) {
+  static const char *st[] = {"off", "tuning", "fixed"};
+  out->fusion = __atomic_load_n(&E.pub_fusion, __ATOMIC_RELAXED);
+  out->cycle_ms = (double)__atomic_load_n(&E.pub_cycle_ns, __ATOMIC_RELAXED) * 1e-6;
+  out->autotune = st[__atomic_load_n(&E.pub_tune, __ATOMIC_RELAXED)];
+}
+
 static int cycle(void) {
   double now = now_s();
   pthread_mutex_lock(&E.qmu);
@@ -909,8 +987,13 @@ static int cycle(void) {
     ready[b / 64] |= (uint64_t)1 << (b % 64);
     if (now - r->t_submit > E.stale_age) invalid[b / 64] &= ~((uint64_t)1 << (b % 64));
   }
+  if (E.autotune) {
+    v[E.tw] = E.rank == 0 ? (uint64_t)E.tuner.fusion : ~(uint64_t)0;
+    v[E.tw + 1] = E.rank == 0 ? (uint64_t)llround(E.tuner.cycle_ms * 1e6) : ~(uint64_t)0;
+  }
   hvd_liveness_busy(1);
   control_allreduce(v);
+  if (E.autotune) apply_tuning(v[E.tw], v[E.tw + 1]);
   hvd_liveness_tick();
   flags = ~v[0];
   int before = E.njoined;
@@ -949,6 +1032,7 @@ static int cycle(void) {
   if (hvd_gpu_check_async(gerr, sizeof gerr) != 0) HVD_FATAL("%s", gerr);
   hvd_liveness_busy(0);
   if (E.rank == 0) stall_check(now_s());
+  if (E.autotune && E.rank == 0) tune(now_s());
   if (hvd_timeline_enabled()) {
     if (hvd_cfg_int(HVD_CFG_TIMELINE_MARK_CYCLES)) hvd_timeline_instant("CYCLE_START", us_since_start(now));
     hvd_timeline_flush();
@@ -995,7 +1079,7 @@ static void *engine_main(void *arg) {
  * so a difference ends the start on every rank with one line naming it. */
 static int settings_agree(char *err, size_t errlen) {
   static const hvd_cfg_id ids[] = {HVD_CFG_FUSION_THRESHOLD, HVD_CFG_PIPELINE_CHUNK, HVD_CFG_CACHE_CAPACITY,
-                                   HVD_CFG_GPU_OPERATIONS, HVD_CFG_COMPRESSION};
+                                   HVD_CFG_GPU_OPERATIONS, HVD_CFG_COMPRESSION, HVD_CFG_AUTOTUNE};
   enum { N = sizeof ids / sizeof *ids };
   int64_t mine[N], *all = malloc(sizeof mine * (size_t)E.size);
   if (!all) return snprintf(err, errlen, "out of memory starting the engine"), -1;
@@ -1102,7 +1186,20 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
   E.stale_age = E.stall_warn / 2 < 1.0 ? E.stall_warn / 2 : 1.0;
   E.wc = (cache_cap + 63) / 64;
   E.wr = (E.size + 63) / 64;
-  E.nwords = 1 + E.wr + 2 * E.wc;
+  E.tw = 1 + E.wr + 2 * E.wc;
+  E.autotune = (int)hvd_cfg_int(HVD_CFG_AUTOTUNE);
+  int tune_fusion = hvd_cfg_src(HVD_CFG_FUSION_THRESHOLD) == HVD_SRC_DEFAULT,
+      tune_cycle = hvd_cfg_src(HVD_CFG_CYCLE_TIME) == HVD_SRC_DEFAULT;
+  if (E.autotune && !tune_fusion && !tune_cycle && E.rank == 0)
+    HVD_WARN("HVDSHIM_AUTOTUNE=1 has nothing to tune: the fusion threshold and the cycle time are both set "
+             "explicitly; they stay as set");
+  hvd_tuner_init(&E.tuner, E.fusion, E.cycle_s * 1e3, tune_fusion, tune_cycle);
+  E.win_t = 0;
+  E.tune_mode = 0;
+  __atomic_store_n(&E.pub_fusion, E.fusion, __ATOMIC_RELAXED);
+  __atomic_store_n(&E.pub_cycle_ns, (uint64_t)llround(E.cycle_s * 1e9), __ATOMIC_RELAXED);
+  __atomic_store_n(&E.pub_tune, E.autotune ? (hvd_tuner_done(&E.tuner) ? 2 : 1) : 0, __ATOMIC_RELAXED);
+  E.nwords = E.tw + (E.autotune ? 2 : 0);
   E.vec = calloc((size_t)E.nwords, sizeof *E.vec);
   E.lens = calloc((size_t)E.size * 2, sizeof *E.lens);
   E.displs = E.lens ? E.lens + E.size : NULL;
@@ -1127,6 +1224,9 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
   }
   const char *tl = hvd_cfg_str(HVD_CFG_TIMELINE);
   if (E.rank == 0 && tl[0] && hvd_timeline_open(tl, err, errlen) != 0) HVD_WARN("%s; timeline disabled", err);
+  const char *mp = hvd_cfg_str(HVD_CFG_METRICS);
+  hvd_metrics_reset();
+  if (E.rank == 0 && mp[0] && hvd_metrics_open(mp, err, errlen) != 0) HVD_WARN("%s; metrics disabled", err);
   pthread_mutex_lock(&E.qmu);
   E.accepting = 1;
   E.stop_requested = 0;
@@ -1163,6 +1263,7 @@ void hvd_engine_stop(void) {
   pthread_join(E.thread, NULL); /* returns when every rank has joined */
   hvd_liveness_stop();
   hvd_timeline_close();
+  hvd_metrics_close();
   free_state();
   hvd_mpi_backend_fini();
   int down = 0;
@@ -1196,6 +1297,7 @@ int hvd_local_size(void) { return E.started ? E.local_size : -1; }
 void hvd_get_stats(hvd_stats_t *out) {
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   *out = stats;
+  out->blocked_seconds = (double)hvd_handles_blocked_ns() * 1e-9;
 }
 
 static hvd_status_t reject(hvd_status_t st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

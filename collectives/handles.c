@@ -183,6 +183,16 @@ hvd_status_t hvd_test(hvd_handle_t h, int *done) {
 
 /* Wait for h; with `out`, also take an allgather's result before the handle
  * is released. */
+static uint64_t blocked_ns; /* time user threads spent waiting for completions */
+
+uint64_t hvd_handles_blocked_ns(void) { return __atomic_load_n(&blocked_ns, __ATOMIC_RELAXED); }
+
+static uint64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static hvd_status_t wait_impl(hvd_handle_t h, double timeout_s, void **out, size_t *total_rows, const char *fn) {
   struct timespec deadline;
   if (timeout_s >= 0) {
@@ -199,15 +209,18 @@ static hvd_status_t wait_impl(hvd_handle_t h, double timeout_s, void **out, size
                        s ? " (it has a callback: it is finished when the callback returns)" : "");
     return HVD_ERR_INVALID;
   }
+  uint64_t blocked_from = s->state != SLOT_DONE ? mono_ns() : 0;
   while (s->state != SLOT_DONE) {
     int rc = timeout_s >= 0 ? pthread_cond_timedwait(&cv, &mu, &deadline) : pthread_cond_wait(&cv, &mu);
     s = lookup(h); /* the table may have moved */
     if (rc == ETIMEDOUT && s->state != SLOT_DONE) {
       pthread_mutex_unlock(&mu);
+      __atomic_fetch_add(&blocked_ns, mono_ns() - blocked_from, __ATOMIC_RELAXED);
       hvd_set_last_error("%s: not complete after %g s", fn, timeout_s);
       return HVD_ERR_TIMEOUT;
     }
   }
+  if (blocked_from) __atomic_fetch_add(&blocked_ns, mono_ns() - blocked_from, __ATOMIC_RELAXED);
   hvd_status_t st = s->status;
   if (st != HVD_OK) hvd_set_last_error("%s", s->msg ? s->msg : hvd_status_name(st));
   if (out && st == HVD_OK) {

@@ -24,6 +24,9 @@ void hvd_handles_complete_ok(const hvd_handle_t *hs, size_t n, hvd_gpu_event *ev
 void hvd_set_last_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Pending (not yet completed) handles: for the memory test and stats. */
 size_t hvd_handles_live(void);
+/* Nanoseconds user threads have spent blocked in hvd_wait (and the
+ * allgather wait) for operations not yet complete, summed over threads. */
+uint64_t hvd_handles_blocked_ns(void);
 void hvd_handles_reset(void); /* after fork: the child gets an empty table */
 
 #endif

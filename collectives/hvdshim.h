@@ -149,8 +149,17 @@ typedef struct {
   uint64_t fused_tensors;  /* tensors that went through a fusion buffer */
   uint64_t bytes_reduced;  /* allreduce payload bytes */
   double comm_seconds;     /* time in MPI data movement and copies */
+  double blocked_seconds;  /* time callers spent blocked in hvd_wait on unfinished operations */
 } hvd_stats_t;
 HVD_EXPORT void hvd_get_stats(hvd_stats_t *stats);
+
+/* One training step has ended on this rank (its gradients are reduced):
+ * `samples` is the number this rank processed in it, or -1 when unknown.
+ * Rank 0 writes a line to the HVDSHIM_METRICS file (see the README's
+ * schema), and autotune measures throughput in steps.  Framework adapters
+ * and native hooks call it; a program using the C API may too.  A no-op
+ * before hvd_init. */
+HVD_EXPORT void hvd_step_mark(int64_t samples);
 
 /* For framework adapters (the PyTorch glue), usable before hvd_init. */
 /* Rank, size, local rank and size: the engine's once initialized, else the

@@ -200,11 +200,14 @@ static void run_actions(native_hook *nh, void **args, int after, unsigned long c
     if (st != HVD_OK) HVD_FATAL("hook %s: %s", h->name, hvd_last_error());
     which[nh_++] = a;
   }
+  int reduced = 0;
   for (int k = 0; k < nh_; k++) {
     hvd_status_t st = hvd_wait(hs[k], -1);
     if (st != HVD_OK)
       HVD_FATAL("hook %s: %s failed: %s", h->name, hvd_hs_describe(h, which[k], err, sizeof err), hvd_last_error());
+    reduced |= which[k]->verb == HVD_HA_ALLREDUCE;
   }
+  if (reduced) hvd_step_mark(-1); /* a call that reduces is a training step (metrics, autotune) */
 }
 
 /* Once the engine runs: stdout of ranks other than 0 goes to /dev/null

@@ -77,6 +77,7 @@ def _load_library():
         "hvd_allgather_wait": (ctypes.c_int, [c_handle, ctypes.c_double, ctypes.POINTER(ctypes.c_void_p),
                                               ctypes.POINTER(ctypes.c_size_t)]),
         "hvd_free": (None, [ctypes.c_void_p]),
+        "hvd_step_mark": (None, [ctypes.c_int64]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)  # AttributeError: not preloaded, caught by install()
@@ -227,6 +228,8 @@ class _State:
         self.warned = set()
         self.stdout_saved = None
         self.stderr_orig = None
+        self.samples = 0            # training samples seen by the roots since the last optimizer step
+        self.in_step = 0            # optimizer.step depth (a subclass may call its parent's step)
 
 
 _S = _State()
@@ -391,7 +394,16 @@ def _hook_unfrozen():
     _S.frozen = still
 
 
+def _count_samples(module, inputs):
+    """A training forward of a model: its batch counts toward the step's samples."""
+    if module in _S.roots and module.training and inputs and torch.is_grad_enabled():
+        x = inputs[0]
+        if isinstance(x, torch.Tensor) and x.dim() > 0:
+            _S.samples += x.shape[0]
+
+
 def _forward_pre_hook(module, inputs):
+    _count_samples(module, inputs)
     if module in _S.known:
         if _S.frozen and module in _S.roots:  # parameters unfrozen since the last forward
             _hook_unfrozen()
@@ -405,6 +417,7 @@ def _forward_pre_hook(module, inputs):
     if not _S.enabled:
         return None
     _register_root(module)
+    _count_samples(module, inputs)
     return None
 
 
@@ -536,15 +549,28 @@ def _average_loss(loss):
     return out.to(loss.device) if isinstance(loss, torch.Tensor) else float(out)
 
 
+def _mark_step():
+    """An optimizer step ended: one line of HVDSHIM_METRICS, a tick for autotune."""
+    if _S.enabled and _S.started:
+        _lib.hvd_step_mark(_S.samples if _S.samples else -1)
+    _S.samples = 0
+
+
 def _wrap_step(cls):
     def make_step(orig):
         def step(self, closure=None, *args, **kwargs):
-            if closure is None or not _S.enabled:
-                return orig(self, closure, *args, **kwargs)
+            _S.in_step += 1
+            try:
+                if closure is None or not _S.enabled:
+                    return orig(self, closure, *args, **kwargs)
 
-            def averaged():
-                return _average_loss(closure())
-            return orig(self, averaged, *args, **kwargs)
+                def averaged():
+                    return _average_loss(closure())
+                return orig(self, averaged, *args, **kwargs)
+            finally:
+                _S.in_step -= 1
+                if _S.in_step == 0:
+                    _mark_step()
         return step
     _wrap(cls, "step", make_step)
 

@@ -12,6 +12,9 @@
  *   engine_test join J          rank J finishes early (joins)
  *   engine_test memory ITERS    RSS after warm-up vs after ITERS steps
  *   engine_test adopt           the program initializes and finalizes MPI
+ *   engine_test steps S K E     S training-like steps: K float32 allreduces
+ *                               of E elements each, checked, then
+ *                               hvd_step_mark(32) (metrics, autotune)
  *
  * Prints "engine_test: ... OK" and exits 0, or names what was wrong and
  * exits 1.  The last line of every rank carries its stats for the scripts. */
@@ -484,6 +487,40 @@ static int run_gpu_refused(void) {
   return failures;
 }
 
+static void run_steps(int steps, int k, size_t elems) {
+  float *bufs = malloc(sizeof(float) * (size_t)k * elems);
+  hvd_handle_t *hs = malloc(sizeof *hs * (size_t)k);
+  if (!bufs || !hs) {
+    FAIL("out of memory");
+    return;
+  }
+  char name[64];
+  for (int s = 0; s < steps && !failures; s++) {
+    for (int t = 0; t < k; t++) {
+      float *b = bufs + (size_t)t * elems;
+      for (size_t i = 0; i < elems; i++) b[i] = (float)value(t, i, rank, HVD_FLOAT32);
+      snprintf(name, sizeof name, "step.%d", t);
+      if (hvd_allreduce_async(name, b, elems, HVD_FLOAT32, HVD_SUM, NULL, NULL, &hs[t]) != HVD_OK)
+        FAIL("submit %s: %s", name, hvd_last_error());
+    }
+    for (int t = 0; t < k; t++) {
+      if (hvd_wait(hs[t], 60) != HVD_OK) FAIL("wait step.%d: %s", t, hvd_last_error());
+      float *b = bufs + (size_t)t * elems;
+      for (size_t i = 0; i < elems; i++) {
+        int want = 0;
+        for (int r = 0; r < size; r++) want += value(t, i, r, HVD_FLOAT32);
+        if (b[i] != (float)want) {
+          FAIL("step %d tensor %d element %zu: %g, expected %d", s, t, i, b[i], want);
+          break;
+        }
+      }
+    }
+    hvd_step_mark(32);
+  }
+  free(bufs);
+  free(hs);
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "random";
   int adopt = !strcmp(mode, "adopt");
@@ -507,6 +544,9 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "join")) run_join(argc > 2 ? atoi(argv[2]) : size - 1);
   else if (!strcmp(mode, "memory")) run_memory(argc > 2 ? atoi(argv[2]) : 10000);
   else if (!strcmp(mode, "gpu-refused")) run_gpu_refused();
+  else if (!strcmp(mode, "steps"))
+    run_steps(argc > 2 ? atoi(argv[2]) : 100, argc > 3 ? atoi(argv[3]) : 64,
+              argc > 4 ? (size_t)atoll(argv[4]) : 256);
   else if (adopt) run_adopt();
   else {
     fprintf(stderr, "engine_test: unknown mode %s\n", mode);

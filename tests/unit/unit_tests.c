@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../collectives/autotune.h"
 #include "../../collectives/cache.h"
 #include "../../collectives/dtype.h"
 #include "../../collectives/elem.h"
@@ -442,6 +443,64 @@ static void test_hookspec(void) {
   hvd_hookspec_free(&s);
 }
 
+/* A synthetic throughput landscape: best at 4M and 0.5 ms, every step away
+ * on the grid at least 10% worse; each measurement gets +-3% noise and every
+ * seventh one is an outlier at a third (a pause), which the median absorbs. */
+static double landscape(size_t fusion, double cycle_ms, unsigned *seed) {
+  double lf = log2((double)fusion / (4 << 20)), lc = log2(cycle_ms / 0.5);
+  double v = 1000.0 / (1.0 + 0.1 * lf * lf) / (1.0 + 0.15 * lc * lc);
+  *seed = *seed * 1103515245u + 12345u;
+  double noise = 1.0 + 0.03 * (((*seed >> 16) % 2001) / 1000.0 - 1.0);
+  return ((*seed >> 8) % 7 == 0 ? v / 3 : v) * noise;
+}
+
+static void test_autotune(void) {
+  hvd_tuner t;
+  unsigned seed = 7;
+  int changes = 0, feeds = 0;
+  hvd_tuner_init(&t, 128u << 20, 1.0, 1, 1);
+  CHECK(!hvd_tuner_done(&t));
+  CHECK_INT(t.fusion, 64u << 10); /* the search starts at the grid's first threshold */
+  while (!hvd_tuner_done(&t) && feeds < 1000) {
+    changes += hvd_tuner_feed(&t, landscape(t.fusion, t.cycle_ms, &seed));
+    feeds++;
+  }
+  CHECK(hvd_tuner_done(&t));
+  CHECK_INT(feeds, (HVD_TUNE_NFUSION + HVD_TUNE_NCYCLE) * (HVD_TUNE_WARMUP + HVD_TUNE_SAMPLES));
+  CHECK_INT(changes, HVD_TUNE_NFUSION + HVD_TUNE_NCYCLE);
+  CHECK_INT(t.fusion, 4u << 20);
+  CHECK_DBL(t.cycle_ms, 0.5, 0);
+  CHECK(t.chosen_score > 900);
+  CHECK_INT(hvd_tuner_feed(&t, 1.0), 0); /* done: fixed from now on */
+  CHECK_INT(t.fusion, 4u << 20);
+
+  /* an explicit fusion threshold (off the grid) stays; the cycle is tuned */
+  hvd_tuner_init(&t, 48u << 20, 1.0, 0, 1);
+  for (feeds = 0; !hvd_tuner_done(&t) && feeds < 1000; feeds++) {
+    CHECK_INT(t.fusion, 48u << 20);
+    hvd_tuner_feed(&t, landscape(4u << 20, t.cycle_ms, &seed));
+  }
+  CHECK_INT(feeds, HVD_TUNE_NCYCLE * (HVD_TUNE_WARMUP + HVD_TUNE_SAMPLES));
+  CHECK_INT(t.fusion, 48u << 20);
+  CHECK_DBL(t.cycle_ms, 0.5, 0);
+
+  /* an explicit cycle time: only the threshold is searched */
+  hvd_tuner_init(&t, 128u << 20, 3.0, 1, 0);
+  for (feeds = 0; !hvd_tuner_done(&t) && feeds < 1000; feeds++) {
+    CHECK_DBL(t.cycle_ms, 3.0, 0);
+    hvd_tuner_feed(&t, landscape(t.fusion, 0.5, &seed));
+  }
+  CHECK_INT(feeds, HVD_TUNE_NFUSION * (HVD_TUNE_WARMUP + HVD_TUNE_SAMPLES));
+  CHECK_INT(t.fusion, 4u << 20);
+
+  /* both explicit: nothing to do */
+  hvd_tuner_init(&t, 1u << 20, 2.0, 0, 0);
+  CHECK(hvd_tuner_done(&t));
+  CHECK_INT(hvd_tuner_feed(&t, 5.0), 0);
+  CHECK_INT(t.fusion, 1u << 20);
+  CHECK_DBL(t.cycle_ms, 2.0, 0);
+}
+
 int main(void) {
   static const check_test tests[] = {
       {"settings: defaults", test_settings_defaults},
@@ -461,6 +520,7 @@ int main(void) {
       {"GPU pinning: CUDA_VISIBLE_DEVICES choice", test_pin_pick},
       {"settings: integer values as text", test_cfg_format},
       {"hook specs: types, defaults, expressions", test_hookspec},
+      {"autotune search finds the best pair of a noisy landscape", test_autotune},
       {NULL, NULL},
   };
   return check_run(tests);

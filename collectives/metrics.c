@@ -1,0 +1,84 @@
+/* Per-step metrics; see metrics.h.  `mu` guards the file and the previous
+ * step's counters (steps may be marked from more than one thread). */
+#include "metrics.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "handles.h"
+#include "hvdshim.h"
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static FILE *out;
+static uint64_t steps; /* atomic: read by the engine thread */
+static double last_t, start_t;
+static hvd_stats_t prev;
+
+static double clock_s(clockid_t c) {
+  struct timespec ts;
+  clock_gettime(c, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void hvd_metrics_reset(void) {
+  pthread_mutex_lock(&mu);
+  __atomic_store_n(&steps, 0, __ATOMIC_RELAXED);
+  start_t = last_t = clock_s(CLOCK_MONOTONIC);
+  memset(&prev, 0, sizeof prev);
+  pthread_mutex_unlock(&mu);
+}
+
+int hvd_metrics_open(const char *path, char *err, size_t errlen) {
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    snprintf(err, errlen, "HVDSHIM_METRICS: cannot write '%s': %s", path, strerror(errno));
+    return -1;
+  }
+  pthread_mutex_lock(&mu);
+  out = f;
+  pthread_mutex_unlock(&mu);
+  return 0;
+}
+
+void hvd_metrics_close(void) {
+  pthread_mutex_lock(&mu);
+  if (out) fclose(out);
+  out = NULL;
+  pthread_mutex_unlock(&mu);
+}
+
+uint64_t hvd_metrics_steps(void) { return __atomic_load_n(&steps, __ATOMIC_RELAXED); }
+
+void hvd_step_mark(int64_t samples) {
+  if (!hvd_initialized()) return;
+  uint64_t n = __atomic_add_fetch(&steps, 1, __ATOMIC_RELAXED);
+  pthread_mutex_lock(&mu);
+  if (!out) {
+    pthread_mutex_unlock(&mu);
+    return;
+  }
+  double t = clock_s(CLOCK_MONOTONIC);
+  hvd_stats_t s;
+  hvd_get_stats(&s);
+  hvd_tuning_now tn;
+  hvd_engine_tuning(&tn);
+  int size = hvd_size();
+  char smp[32];
+  if (samples >= 0) snprintf(smp, sizeof smp, "%lld", (long long)samples * size);
+  else snprintf(smp, sizeof smp, "null");
+  fprintf(out,
+          "{\"step\":%llu,\"time\":%.6f,\"t\":%.6f,\"wall_s\":%.6f,\"samples\":%s,\"ranks\":%d,"
+          "\"bytes_reduced\":%llu,\"tensors\":%llu,\"fusion_buffers\":%llu,\"blocked_s\":%.6f,"
+          "\"fusion_threshold\":%zu,\"cycle_time_ms\":%g,\"autotune\":\"%s\"}\n",
+          (unsigned long long)n, clock_s(CLOCK_REALTIME), t - start_t, t - last_t, smp, size,
+          (unsigned long long)(s.bytes_reduced - prev.bytes_reduced), (unsigned long long)(s.tensors - prev.tensors),
+          (unsigned long long)(s.groups - prev.groups), s.blocked_seconds - prev.blocked_seconds, tn.fusion,
+          tn.cycle_ms, tn.autotune);
+  fflush(out);
+  prev = s;
+  last_t = t;
+  pthread_mutex_unlock(&mu);
+}

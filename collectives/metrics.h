@@ -1,0 +1,24 @@
+/* Per-step metrics (HVDSHIM_METRICS): a JSON Lines file written by rank 0,
+ * one object per hvd_step_mark.  The engine opens it at start and closes it
+ * at stop; hvd_step_mark (any thread) appends.  Schema: README "Metrics". */
+#ifndef HVD_METRICS_H
+#define HVD_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+int hvd_metrics_open(const char *path, char *err, size_t errlen);
+void hvd_metrics_close(void);
+/* Steps marked on this rank since the engine started (autotune's clock). */
+uint64_t hvd_metrics_steps(void);
+void hvd_metrics_reset(void);
+
+/* What the engine reports about its tunable settings, for each line. */
+typedef struct {
+  size_t fusion;
+  double cycle_ms;
+  const char *autotune; /* "off", "tuning" or "fixed" */
+} hvd_tuning_now;
+void hvd_engine_tuning(hvd_tuning_now *out);
+
+#endif
