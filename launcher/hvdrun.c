@@ -22,6 +22,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "libpath.h"
+
 #ifndef HVD_LIBDIR
 #define HVD_LIBDIR "/usr/local/lib"
 #endif
@@ -126,45 +128,6 @@ static char *find_in_path(const char *name) {
   return found;
 }
 
-static int readable(const char *p) { return access(p, R_OK) == 0; }
-
-/* libhvdshim.so: HVDRUN_LIB, else next to this program (installed:
- * bin/../lib; build tree: launcher/../.libs), else the configured libdir. */
-static char *find_library(char *looked, size_t n) {
-  const char *env = getenv("HVDRUN_LIB");
-  if (env && *env) {
-    if (!readable(env)) die("HVDRUN_LIB=%s: %s", env, strerror(errno));
-    char cwd[PATH_MAX], *r;
-    if (env[0] == '/' || !getcwd(cwd, sizeof cwd)) return strdup(env);
-    if (asprintf(&r, "%s/%s", cwd, env) < 0) die("out of memory");
-    return r; /* remote ranks need an absolute path */
-  }
-  char self[PATH_MAX];
-  ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
-  const char *rel[] = {"/../lib", "/../.libs", NULL}; /* installed; build tree */
-  looked[0] = 0;
-  char *slash = k > 0 ? (self[k] = 0, strrchr(self, '/')) : NULL;
-  if (slash) *slash = 0;
-  for (int i = 0; slash && rel[i]; i++) {
-    char *d, *p; /* the folder resolved, the name kept (not the .so.0.0.0 it links to) */
-    if (asprintf(&d, "%s%s", self, rel[i]) < 0) die("out of memory");
-    char *real = realpath(d, NULL);
-    if (asprintf(&p, "%s/libhvdshim.so", real ? real : d) < 0) die("out of memory");
-    free(real), free(d);
-    size_t used = strlen(looked);
-    snprintf(looked + used, n - used, "%s%s", used ? ", " : "", p);
-    if (readable(p)) return p;
-    free(p);
-  }
-  char *p;
-  if (asprintf(&p, "%s/libhvdshim.so", HVD_LIBDIR) < 0) die("out of memory");
-  size_t used = strlen(looked);
-  snprintf(looked + used, n - used, "%s%s", used ? ", " : "", p);
-  if (readable(p)) return p;
-  free(p);
-  return NULL;
-}
-
 static long parse_count(const char *what, const char *s) {
   char *end;
   errno = 0;
@@ -263,8 +226,9 @@ int main(int argc, char **argv) {
   if (i >= argc) die("no command to run (hvdrun -np %ld python3 train.py)", np);
   if (hosts && hostfile) die("give -H or --hostfile, not both");
 
-  char looked[4096];
-  char *lib = find_library(looked, sizeof looked);
+  char looked[4096], lerr[PATH_MAX + 64];
+  char *lib = hvd_find_library(HVD_LIBDIR, looked, sizeof looked, lerr, sizeof lerr);
+  if (!lib && lerr[0]) die("%s", lerr);
   if (!lib)
     die("libhvdshim.so not found (looked in %s); build it (make) or set HVDRUN_LIB=/path/to/libhvdshim.so", looked);
 

@@ -9,7 +9,7 @@ SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 PKGS="build-essential autoconf automake libtool pkg-config openmpi-bin libopenmpi-dev libffi-dev
 python3 python3-numpy python3-torch libpython3-dev libopenblas0-pthread procps binutils
-clang libclang-rt-14-dev valgrind"
+clang libclang-rt-14-dev valgrind iproute2 python3-matplotlib"
 echo "bootstrap: installing: $(echo $PKGS)"
 $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
 $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $PKGS >/dev/null
@@ -19,9 +19,6 @@ echo "bootstrap: building"
 make -j"$(nproc)" >/dev/null
 make -j"$(nproc)" examples/engine_demo >/dev/null
 [ "${BOOTSTRAP_SKIP_DEMO:-0}" = 1 ] && exit 0
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-cmd="LD_PRELOAD=$PWD/.libs/libhvdshim.so mpirun -np 2 -x LD_PRELOAD /usr/bin/python3 examples/train.py"
-echo "bootstrap: running the example: $cmd"
+echo "bootstrap: running the example: launcher/hvdrun -np 2 -- /usr/bin/python3 examples/train.py"
 cd "$(mktemp -d)" # the example writes its checkpoint to the current directory
-LD_PRELOAD="$OLDPWD/.libs/libhvdshim.so" mpirun --oversubscribe -np 2 -x LD_PRELOAD \
-  /usr/bin/python3 "$OLDPWD/examples/train.py" </dev/null
+"$OLDPWD/launcher/hvdrun" --oversubscribe -np 2 -- /usr/bin/python3 "$OLDPWD/examples/train.py" </dev/null

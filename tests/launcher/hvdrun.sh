@@ -2,8 +2,7 @@
 # launcher/hvdrun: argument handling, every error as one line with exit
 # status 2, the command lines it builds (mpirun, srun), and a real run of the
 # native example through it against the plain trainer.
-# Not covered here: several hosts (issue 7 asks for network namespaces; not
-# built yet).
+# Several hosts: tests/launcher/multihost.sh (network namespaces).
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
 HVDRUN="$top_builddir/launcher/hvdrun"
