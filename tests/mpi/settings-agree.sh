@@ -1,12 +1,12 @@
 #!/bin/sh
 # Settings that shape the collectives must be equal on every rank: a rank
-# started with another fusion threshold (or GPU backend) makes hvd_init fail
+# started with another fusion threshold (GPU backend, autotune) makes hvd_init fail
 # on every rank with one line naming the setting and both values, instead of
 # mismatched MPI calls later.
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
 export LD_PRELOAD="$LIB"
-for kv in HVDSHIM_FUSION_THRESHOLD=1M HVDSHIM_GPU_OPERATIONS=MPI HVDSHIM_CACHE_CAPACITY=64; do
+for kv in HVDSHIM_FUSION_THRESHOLD=1M HVDSHIM_GPU_OPERATIONS=MPI HVDSHIM_CACHE_CAPACITY=64 HVDSHIM_AUTOTUNE=1; do
   T=60 mpi 1 -x LD_PRELOAD "$ENGINE_TEST" collectives : -np 1 -x LD_PRELOAD -x "$kv" "$ENGINE_TEST" collectives \
     >"$TMP/out" 2>&1 && { cat "$TMP/out"; fail "$kv on rank 1 only: the job succeeded"; }
   name=${kv%%=*}
