@@ -54,13 +54,13 @@ const char *hvd_python_dir(void) {
   return NULL;
 }
 
-void hvd_python_arm(void) {
-  if (!dlsym(RTLD_DEFAULT, "Py_BytesMain")) return; /* not a Python interpreter */
+int hvd_python_arm(void) {
+  if (!dlsym(RTLD_DEFAULT, "Py_BytesMain")) return 0; /* not a Python interpreter */
   const char *dir = hvd_python_dir();
   if (!dir) {
     HVD_WARN("hvdshim's Python files are missing (looked in %s and %s): PyTorch scripts will not be distributed",
              HVD_PYDIR_INSTALLED, HVD_PYDIR_SOURCE);
-    return;
+    return 1;
   }
   const char *old = getenv("PYTHONPATH");
   /* The bootstrap puts the user's value back; no saved value = was unset. */
@@ -68,9 +68,10 @@ void hvd_python_arm(void) {
   else unsetenv("HVDSHIM_PYTHONPATH_SAVED");
   size_t n = strlen(dir) + (old ? strlen(old) + 1 : 0) + 1;
   char *val = malloc(n);
-  if (!val) return;
+  if (!val) return 1;
   snprintf(val, n, "%s%s%s", dir, old && *old ? ":" : "", old ? old : "");
   setenv("PYTHONPATH", val, 1);
   free(val);
   HVD_DEBUG("python: bootstrap from %s", dir);
+  return 1;
 }

@@ -2,8 +2,9 @@
 #ifndef HVD_HOOKS_PYTHON_H
 #define HVD_HOOKS_PYTHON_H
 
-/* Called by the constructor of an armed rank. */
-void hvd_python_arm(void);
+/* Called by the constructor of an armed rank; 1 when this process is a
+ * Python interpreter (the training program), else 0. */
+int hvd_python_arm(void);
 /* Directory of sitecustomize.py and the adapter, or NULL. */
 const char *hvd_python_dir(void);
 

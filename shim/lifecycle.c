@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "../collectives/engine.h"
@@ -31,6 +32,7 @@
 #include "../hooks/native.h"
 #include "../hooks/python.h"
 #include "log.h"
+#include "overlay.h"
 #include "role.h"
 
 static hvd_role_t role = HVD_ROLE_DORMANT;
@@ -180,8 +182,12 @@ __attribute__((constructor)) static void hvd_shim_ctor(void) {
   role = HVD_ROLE_ARMED;
   say_role("a rank process");
   hvd_cuda_arm(local_rank);
-  hvd_python_arm();
+  int python = hvd_python_arm();
   hvd_native_arm();
+  /* The training program's writes on ranks > 0 go to a private overlay;
+   * wrappers (a shell around the program) write real files. */
+  const char *hooks = hvd_cfg_str(HVD_CFG_HOOKS);
+  if (python || (hooks && *hooks)) hvd_overlay_arm(rank);
 }
 
 /* Exit of the rank process (on_exit, so the status is known).  Status 0
@@ -200,6 +206,28 @@ static void at_exit(int status, void *arg) {
   }
   hvd_shutdown();
 }
+
+/* _exit and _Exit skip on_exit handlers (Python's os._exit(0) ends many
+ * scripts, and every DataLoader worker).  In the active rank process, status
+ * 0 joins as exit(0) does, so the job ends 0 when every rank ended 0; any
+ * other status ends the job.  Everywhere else, and once the fatal path has
+ * begun (MPI_Abort may end through _exit), it is the plain system call. */
+static volatile int exit_started;
+
+__attribute__((visibility("default"), noreturn)) void _exit(int status) {
+  if (!exit_started && !hvd_fatal_started && role == HVD_ROLE_ACTIVE && getpid() == active_pid) {
+    exit_started = 1;
+    if (status != 0)
+      hvd_fatal_at("lifecycle", 0, "this rank called _exit(%d) (os._exit(%d) in Python); ending the job so no rank "
+                   "waits for it", status, status);
+    hvd_shutdown();
+  }
+  if (!hvd_fatal_started) hvd_overlay_cleanup();
+  syscall(SYS_exit_group, status);
+  __builtin_unreachable();
+}
+
+__attribute__((visibility("default"), noreturn)) void _Exit(int status) { _exit(status); }
 
 hvd_status_t hvd_init(void) {
   pthread_mutex_lock(&init_mu);

@@ -18,6 +18,8 @@ void hvd_log_write(int level, const char *file, int line, const char *fmt, ...)
 void hvd_fatal_at(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));
 void hvd_log_set_abort_hook(void (*hook)(int code));
+/* Set once the fatal path has begun (the _exit interposer then stands aside). */
+extern volatile int hvd_fatal_started;
 
 #define HVD_LOG(level, ...)                                              \
   do {                                                                   \

@@ -774,18 +774,7 @@ def _wrap(owner, name, make):
 
 
 def _patch():
-    import torch.serialization
     from torch.utils.data import DataLoader
-
-    def make_save(orig):
-        def save(obj, f, *args, **kwargs):
-            if _S.enabled and _S.rank != 0 and _S.save_ranks == "0":
-                _debug("torch.save skipped on rank %d (HVDSHIM_SAVE_RANKS=0)" % _S.rank)
-                return None
-            return orig(obj, f, *args, **kwargs)
-        return save
-    _wrap(torch, "save", make_save)
-    torch.serialization.save = torch.save
 
     def make_loader_init(orig):
         def __init__(self, *args, **kwargs):

@@ -1,0 +1,29 @@
+/* Rank-private file writes (HVDSHIM_SAVE_RANKS=0, the default).
+ *
+ * In a rank > 0 that is a training program (a Python interpreter, or a
+ * native program with a hook spec), every regular file the process creates
+ * or opens for writing lands in a private overlay folder instead of the real
+ * path, and the process's later opens, stats, renames, removals and
+ * directory listings of those paths see the overlay (a removed real file is
+ * remembered as a "whiteout" and hidden from this process only).  Rank 0
+ * and every other process are untouched.  The libc entry points are
+ * interposed here (open/openat/creat/fopen/freopen and their 64-bit names,
+ * the stat family, access, rename*, unlink*, mkdir*, rmdir, link, symlink,
+ * chmod, truncate, utimensat, opendir/readdir/closedir).  /dev, /proc, /sys,
+ * /run, anything that is not a regular file, and calls made by MPI, NCCL,
+ * CUDA and hvdshim's own code pass through.  The folder is removed at exit,
+ * and by a small watcher process if the rank dies without exiting.
+ * docs/ARCHITECTURE.md ("Rank-private files") has the reasoning. */
+#ifndef HVD_OVERLAY_H
+#define HVD_OVERLAY_H
+
+/* Turn the overlay on in this process (constructor of an armed rank > 0). */
+void hvd_overlay_arm(int rank);
+/* Remove the overlay folder now (owner process only; idempotent).  Not
+ * called on the fatal path: the watcher removes the folder when the rank's
+ * process is gone. */
+void hvd_overlay_cleanup(void);
+/* The overlay folder, or NULL while none has been created. */
+const char *hvd_overlay_root(void);
+
+#endif
