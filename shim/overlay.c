@@ -32,7 +32,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <stddef.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -64,6 +67,8 @@ static void (*r_rewinddir)(DIR *);
 static int (*r_dirfd)(DIR *);
 static long (*r_telldir)(DIR *);
 static void (*r_seekdir)(DIR *, long);
+static int (*r_bind)(int, const struct sockaddr *, socklen_t);
+static int (*r_connect)(int, const struct sockaddr *, socklen_t);
 
 static pthread_once_t resolved = PTHREAD_ONCE_INIT;
 
@@ -92,6 +97,8 @@ static void resolve(void) {
   GET(r_dirfd, "dirfd");
   GET(r_telldir, "telldir");
   GET(r_seekdir, "seekdir");
+  GET(r_bind, "bind");
+  GET(r_connect, "connect");
 #undef GET
 }
 #define REAL() pthread_once(&resolved, resolve)
@@ -727,6 +734,39 @@ EXPORT int linkat(int d1, const char *a, int d2, const char *b, int fl) {
   return link_common(d1, a, d2, b, fl, CALLER);
 }
 
+/* ------------------------------------------------------------ Unix sockets */
+/* A socket bound to a path in a folder this process made (multiprocessing's
+ * listener in its mkdtemp folder, which DataLoader workers use to pass
+ * shared memory) lives in the overlay too; connect finds it there. */
+static int unix_path(const struct sockaddr *addr, socklen_t len, char *out) {
+  if (!addr || addr->sa_family != AF_UNIX || len <= offsetof(struct sockaddr_un, sun_path)) return 0;
+  const struct sockaddr_un *u = (const struct sockaddr_un *)addr;
+  size_t n = len - offsetof(struct sockaddr_un, sun_path);
+  if (n > sizeof u->sun_path) n = sizeof u->sun_path;
+  if (!n || !u->sun_path[0]) return 0; /* unnamed or abstract */
+  memcpy(out, u->sun_path, n);
+  out[n] = 0;
+  return 1;
+}
+
+static int socket_common(int fd, const struct sockaddr *addr, socklen_t len, int binding, const void *caller) {
+  REAL();
+  int (*real)(int, const struct sockaddr *, socklen_t) = binding ? r_bind : r_connect;
+  char path[sizeof(((struct sockaddr_un *)0)->sun_path) + 1], m[PATH_MAX];
+  if (!on || !unix_path(addr, len, path)) return real(fd, addr, len);
+  int r = binding ? map_write(AT_FDCWD, path, O_CREAT | O_EXCL | O_WRONLY, caller, m) : map_read(AT_FDCWD, path, m);
+  if (r == FAIL) return errno == EEXIST ? (errno = EADDRINUSE, -1) : -1;
+  if (r == PASS) return real(fd, addr, len);
+  struct sockaddr_un u = {.sun_family = AF_UNIX};
+  if (strlen(m) >= sizeof u.sun_path) return errno = ENAMETOOLONG, -1;
+  strcpy(u.sun_path, m);
+  return real(fd, (const struct sockaddr *)&u, (socklen_t)sizeof u);
+}
+EXPORT int bind(int fd, const struct sockaddr *addr, socklen_t len) { return socket_common(fd, addr, len, 1, CALLER); }
+EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len) {
+  return socket_common(fd, addr, len, 0, CALLER);
+}
+
 /* ------------------------------------------------------------ merged folder listings */
 typedef struct {
   DIR *over, *real;
@@ -902,6 +942,16 @@ void hvd_overlay_cleanup(void) {
 }
 
 static void cleanup_at_exit(void) { hvd_overlay_cleanup(); }
+
+/* The script distributes itself (torch.distributed, Horovod): its ranks
+ * coordinate through files (a FileStore rendezvous) and choose what each
+ * writes, so from here on every write is real. */
+void hvd_overlay_off(void) {
+  if (!on) return;
+  hvd_overlay_cleanup();
+  on = 0;
+  HVD_DEBUG("rank-private files off: the script distributes itself");
+}
 
 void hvd_overlay_arm(int rank) {
   if (rank <= 0 || on) return;

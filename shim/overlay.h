@@ -9,7 +9,8 @@
  * and every other process are untouched.  The libc entry points are
  * interposed here (open/openat/creat/fopen/freopen and their 64-bit names,
  * the stat family, access, rename*, unlink*, mkdir*, rmdir, link, symlink,
- * chmod, truncate, utimensat, opendir/readdir/closedir).  /dev, /proc, /sys,
+ * chmod, truncate, utimensat, opendir/readdir/closedir, and bind/connect of
+ * Unix sockets named by a path).  /dev, /proc, /sys,
  * /run, anything that is not a regular file, and calls made by MPI, NCCL,
  * CUDA and hvdshim's own code pass through.  The folder is removed at exit,
  * and by a small watcher process if the rank dies without exiting.
@@ -23,6 +24,9 @@ void hvd_overlay_arm(int rank);
  * called on the fatal path: the watcher removes the folder when the rank's
  * process is gone. */
 void hvd_overlay_cleanup(void);
+/* Turn it off (exported: the adapter calls it when the script distributes
+ * itself); files already in the overlay are dropped. */
+__attribute__((visibility("default"))) void hvd_overlay_off(void);
 /* The overlay folder, or NULL while none has been created. */
 const char *hvd_overlay_root(void);
 

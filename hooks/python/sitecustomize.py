@@ -21,38 +21,68 @@ def _restore_environment():
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
 
-class _TorchWatcher:
-    """A meta path finder that wraps torch's loader once, then leaves."""
+class _ImportWatcher:
+    """A meta path finder that runs an action right after `import torch`
+    (load the adapter) and `import numpy` (seed its global generator), each
+    once, and leaves when both are done."""
+
+    def __init__(self, actions):
+        self.actions = actions  # module name -> function(module)
 
     def find_spec(self, name, path=None, target=None):
-        if name != "torch":
+        action = self.actions.pop(name, None)
+        if action is None:
             return None
-        try:
-            sys.meta_path.remove(self)
-        except ValueError:
-            pass
+        if not self.actions:
+            try:
+                sys.meta_path.remove(self)
+            except ValueError:
+                pass
         import importlib.util
-        spec = importlib.util.find_spec("torch")
+        spec = importlib.util.find_spec(name)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         real_exec = spec.loader.exec_module
 
         def exec_module(module):
             real_exec(module)
-            _load_adapter()
+            action(module)
 
         spec.loader.exec_module = exec_module
         return spec
 
 
+def _rng_seed():
+    """The job's seed for an unseeded script (see hvdshim_torch/rng.py), or
+    None: HVDSHIM_RNG=off, one rank, or no job id in the environment."""
+    if os.environ.get("HVDSHIM_RNG", "per-rank") == "off":
+        return None
+    for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"):
+        if os.environ.get(var, "").isdigit():
+            if int(os.environ[var]) <= 1:
+                return None
+            break
+    import hashlib
+    for keys in (("PMIX_NAMESPACE",), ("OMPI_MCA_ess_base_jobid",), ("SLURM_JOB_ID", "SLURM_STEP_ID"),
+                 ("PMI_KVSNAME",), ("HYDI_CONTROL_FD",)):
+        vals = [os.environ.get(k) for k in keys]
+        if all(vals):
+            text = "hvdshim-rng:" + ":".join(vals)
+            return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+    return None
+
+
 def _load_adapter():
+    """Import the adapter package from this directory (which is no longer on
+    sys.path) and install it."""
     import importlib.util
-    path = os.path.join(_HERE, "_hvdshim_torch.py")
-    spec = importlib.util.spec_from_file_location("_hvdshim_torch", path)
+    pkg = os.path.join(_HERE, "hvdshim_torch")
+    spec = importlib.util.spec_from_file_location("hvdshim_torch", os.path.join(pkg, "__init__.py"),
+                                                  submodule_search_locations=[pkg])
     module = importlib.util.module_from_spec(spec)
-    sys.modules["_hvdshim_torch"] = module
+    sys.modules["hvdshim_torch"] = module
     spec.loader.exec_module(module)
-    module.install()
+    module.install(rng_seed=_SEED)
 
 
 def _chain():
@@ -73,5 +103,11 @@ def _chain():
 # Only an armed rank gets this file on its path (and the adapter checks the
 # role again), so no test of the process is needed here.
 _restore_environment()
-sys.meta_path.insert(0, _TorchWatcher())
+_SEED = _rng_seed()
+_ACTIONS = {"torch": lambda _m: _load_adapter()}
+if _SEED is not None:
+    import random
+    random.seed(_SEED)  # before the script runs: a script that seeds it overrides this
+    _ACTIONS["numpy"] = lambda m: m.random.seed(_SEED & 0xFFFFFFFF)
+sys.meta_path.insert(0, _ImportWatcher(_ACTIONS))
 _chain()

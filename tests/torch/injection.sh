@@ -14,12 +14,12 @@ print("watchers=%s" % [type(f).__name__ for f in sys.meta_path if "Watcher" in t
 if len(sys.argv) > 1:
     import torch
     torch.nn.Linear(2, 1)(torch.ones(1, 2)).sum().backward()
-    print("adapter=%s" % ("_hvdshim_torch" in sys.modules))
+    print("adapter=%s" % ("hvdshim_torch" in sys.modules))
 PY
 PYTHONPATH="$TMP/user" HVDSHIM_LOG_LEVEL=info shim 2 -x PYTHONPATH "$PYTHON" "$TMP/probe.py" >"$TMP/out" 2>&1 ||
   { cat "$TMP/out"; fail "probe failed"; }
 grep -q "^PYTHONPATH=$TMP/user\$" "$TMP/out" && [ "$(grep -o 'user sitecustomize ran' "$TMP/out" | wc -l)" = 2 ] &&
-  grep -q "^watchers=\['_TorchWatcher'\]" "$TMP/out" || { cat "$TMP/out"; fail "bootstrap/chaining wrong"; }
+  grep -q "^watchers=\['_ImportWatcher'\]" "$TMP/out" || { cat "$TMP/out"; fail "bootstrap/chaining wrong"; }
 grep -q "engine started" "$TMP/out" && { cat "$TMP/out"; fail "the engine started without torch"; }
 pass "user sitecustomize chained, PYTHONPATH restored, nothing started without torch"
 HVDSHIM_LOG_LEVEL=info shim 2 "$PYTHON" "$TMP/probe.py" torch >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "probe with torch failed"; }
@@ -29,7 +29,7 @@ pass "adapter loaded on import torch (static libpython: $PYTHON)"
 # an installed layout, moved elsewhere: the library finds ../share/hvdshim/python
 mkdir -p "$TMP/prefix/lib" "$TMP/prefix/share/hvdshim/python"
 cp "$LIB" "$TMP/prefix/lib/libhvdshim.so"
-cp "$top_srcdir"/hooks/python/*.py "$TMP/prefix/share/hvdshim/python/"
+cp -r "$top_srcdir"/hooks/python/sitecustomize.py "$top_srcdir"/hooks/python/hvdshim_torch "$TMP/prefix/share/hvdshim/python/"
 HVDSHIM_LOG_LEVEL=debug LIB="$TMP/prefix/lib/libhvdshim.so" shim 2 "$PYTHON" "$TMP/probe.py" torch >"$TMP/out" 2>&1 ||
   { cat "$TMP/out"; fail "probe with the installed layout failed"; }
 grep -q "python: bootstrap from $TMP/prefix/lib/../share/hvdshim/python" "$TMP/out" && grep -q "^adapter=True" "$TMP/out" ||

@@ -1,0 +1,241 @@
+"""DataLoaders: sharded by use (HVDSHIM_DATA).
+
+Every map-style DataLoader that makes batches gets a _ShardedBatches in
+place of its batch sampler, whatever its sampler (random, sequential, a
+custom Sampler yielding indices) or batch sampler (a custom one yielding
+lists of indices).  Each iteration decides when it starts:
+  * in training (gradients enabled, and some model in training mode if the
+    adapter knows one): sharded.  Every rank draws the epoch's order as the
+    plain script would (random state advances alike), rank 0's is broadcast,
+    and this rank takes its part: shard = every N-th sample (padded as
+    DistributedSampler pads, so every rank runs the same number of batches),
+    split = slice r of every global batch.  A custom batch sampler's batches
+    are dealt out whole (shard: every N-th batch, padded) or cut (split).
+  * otherwise (evaluation under no_grad/inference_mode, or every model in
+    eval mode): the whole loader on every rank, exactly as plain.
+len(loader) answers for the mode in force when it is asked, so a schedule
+sized from len(train_loader) before training sees the sharded length.
+Loaders that cannot be sharded (IterableDataset, batch_size=None) warn once
+when they are iterated in training, naming where they were made.
+"""
+import os
+import sys
+
+import torch
+
+from .lib import HvdShimError, _Pending, _broadcast_bytes, _debug
+from .state import _S, _warn_once
+from .lifecycle import _start
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+
+
+def _training_now():
+    if not torch.is_grad_enabled():
+        return False
+    roots = list(_S.roots)
+    return not roots or any(m.training for m in roots)
+
+
+def _created_at():
+    """file:line of the script code that made the loader."""
+    f = sys._getframe(1)
+    while f is not None:
+        fn = os.path.abspath(f.f_code.co_filename)
+        if not fn.startswith((_HERE, _TORCH_DIR)):
+            return "%s:%d" % (os.path.basename(fn), f.f_lineno)
+        f = f.f_back
+    return "?"
+
+
+# ------------------------------------------------------------------ arithmetic (pure)
+def shard_count(n, size, batch, drop_last):
+    """Batches per rank of a sharded epoch of n samples."""
+    per_rank = -(-n // size)
+    return per_rank // batch if drop_last else -(-per_rank // batch)
+
+
+def shard_indices(order, size, rank, batch, drop_last):
+    """This rank's batches: every size-th sample of the order padded (from its
+    start) to a multiple of size, in batches of `batch`."""
+    order = list(order)
+    if not order:
+        return []
+    total = -(-len(order) // size) * size
+    while len(order) < total:
+        order += order[:total - len(order)]
+    mine = order[rank::size]
+    out = []
+    for i in range(0, len(mine), batch):
+        b = mine[i:i + batch]
+        if len(b) < batch and drop_last:
+            break
+        out.append(b)
+    return out
+
+
+def split_slice(batch, size, rank):
+    """Slice `rank` of one global batch: equal parts (sizes differ by at most
+    one; a batch shorter than size is padded from its start)."""
+    batch = list(batch)
+    while len(batch) < size:
+        batch = batch + batch[:size - len(batch)]
+    q, r = divmod(len(batch), size)
+    start = rank * q + min(rank, r)
+    return batch[start:start + q + (1 if rank < r else 0)]
+
+
+def deal_batches(batches, size, rank):
+    """A custom batch sampler's batches dealt out: every size-th batch, the
+    list padded (from its start) so every rank gets the same count."""
+    batches = list(batches)
+    if not batches:
+        return []
+    total = -(-len(batches) // size) * size
+    while len(batches) < total:
+        batches += batches[:total - len(batches)]
+    return batches[rank::size]
+
+
+# ------------------------------------------------------------------ broadcasting an epoch
+def _as_ints(seq):
+    try:
+        return [int(i) for i in seq]
+    except (TypeError, ValueError):
+        return None
+
+
+def _broadcast_ints(name, values, what):
+    t = torch.tensor(values, dtype=torch.int64)
+    pending = _Pending()
+    _broadcast_bytes(name, t, pending, what)
+    pending.wait()
+    return t.tolist()
+
+
+class _ShardedBatches:
+    """In place of a DataLoader's batch sampler (see the module's text)."""
+
+    def __init__(self, inner, tag, mode, where):
+        from torch.utils.data import BatchSampler
+        self._inner = inner
+        self._tag = tag
+        self._mode = mode
+        self._where = where
+        self._by_index = type(inner) is BatchSampler  # sampler, batch_size and drop_last are known
+
+    def __getattr__(self, name):  # sampler, batch_size, drop_last, set_epoch ... of the original
+        return getattr(self._inner, name)
+
+    def _sharding(self):
+        return _S.enabled and _training_now()
+
+    def __len__(self):
+        if not self._sharding():
+            return len(self._inner)
+        size = _S.size
+        if self._by_index:
+            n, b = len(self._inner.sampler), self._inner.batch_size
+            if self._mode == "shard":
+                return shard_count(n, size, b, self._inner.drop_last)
+            return n // b if self._inner.drop_last else -(-n // b)
+        nb = len(self._inner)
+        return -(-nb // size) if self._mode == "shard" else nb
+
+    def __iter__(self):
+        # Sharded or whole is decided here, when the loader's iterator is made;
+        # the epoch is drawn at the first batch, as the plain batch sampler
+        # draws it (after the loader's worker seed: random state stays in step).
+        if not self._sharding() or not _start():
+            return iter(self._inner)
+        return self._lazy()
+
+    def _lazy(self):
+        yield from (self._by_index_batches() if self._by_index else self._dealt_batches())
+
+    def _what(self):
+        return "DataLoader %d (%s)" % (self._tag, self._where)
+
+    def _by_index_batches(self):
+        inner = self._inner
+        order = list(iter(inner.sampler))  # drawn on every rank: random state advances as in the plain run
+        ints = _as_ints(order)
+        if ints is None:
+            _warn_once(("noint", self._tag), "%s: its sampler yields %s, not integer indices; each rank uses its "
+                       "own order (they agree only if the sampler is deterministic)"
+                       % (self._what(), type(order[0]).__name__))
+        else:
+            order = _broadcast_ints(b"hvdshim.data.%d.%d" % (self._tag, len(ints)), ints,
+                                    "broadcasting the epoch's sample order of " + self._what())
+        b, size, rank = inner.batch_size, _S.size, _S.rank
+        if self._mode == "shard":
+            return shard_indices(order, size, rank, b, inner.drop_last)
+        out = []
+        for i in range(0, len(order), b):
+            batch = order[i:i + b]
+            if len(batch) < b:
+                if inner.drop_last:
+                    break
+                if len(batch) % size:
+                    _warn_once("split-tail", "HVDSHIM_DATA=split: the last batch of an epoch has %d samples, not a "
+                               "multiple of %d ranks; that step averages per-rank means of unequal slices"
+                               % (len(batch), size))
+            out.append(split_slice(batch, size, rank))
+        return out
+
+    def _dealt_batches(self):
+        batches = [list(b) for b in self._inner]
+        flat = [i for b in batches for i in b]
+        ints = _as_ints(flat)
+        if ints is None:
+            _warn_once(("noint", self._tag), "%s: its batch sampler yields batches of %s, not integer indices; "
+                       "each rank uses its own batches" % (self._what(), type(flat[0]).__name__))
+        else:
+            what = "broadcasting the epoch's batches of " + self._what()
+            counts = _broadcast_ints(b"hvdshim.data.%d.n" % self._tag, [len(batches), len(ints)], what)
+            lengths = _broadcast_ints(b"hvdshim.data.%d.len.%d" % (self._tag, counts[0]),
+                                      [len(b) for b in batches] if _S.rank == 0 else [0] * counts[0], what)
+            ints = _broadcast_ints(b"hvdshim.data.%d.idx.%d" % (self._tag, counts[1]),
+                                   ints if _S.rank == 0 else [0] * counts[1], what)
+            batches, at = [], 0
+            for n in lengths:
+                batches.append(ints[at:at + n])
+                at += n
+        if self._mode == "shard":
+            return deal_batches(batches, _S.size, _S.rank)
+        return [split_slice(b, _S.size, _S.rank) for b in batches if b]
+
+
+def _prepare_loader(loader):
+    from torch.utils.data import IterableDataset
+    tag = _S.loaders
+    _S.loaders += 1
+    if not _S.enabled or _S.data_mode == "off" or _S.size == 1:
+        return
+    where = "made at %s" % _created_at()
+    if isinstance(loader.dataset, IterableDataset):
+        reason = "it reads an IterableDataset, which hvdshim cannot shard (shard it in the dataset)"
+    elif loader.batch_sampler is None:
+        reason = "it has batch_size=None, so hvdshim has no batches to deal out"
+    else:
+        bs = loader.batch_sampler
+        if _S.data_mode == "split" and type(bs).__name__ == "BatchSampler" and bs.batch_size % _S.size:
+            raise HvdShimError("hvdshim: HVDSHIM_DATA=split needs the DataLoader batch size (%d) to be divisible by "
+                               "the number of ranks (%d); choose a multiple of %d or use HVDSHIM_DATA=shard"
+                               % (bs.batch_size, _S.size, _S.size))
+        object.__setattr__(loader, "batch_sampler", _ShardedBatches(bs, tag, _S.data_mode, where))
+        if _S.rank == 0:
+            _debug("DataLoader %d (%s): %s across %d ranks when iterated in training"
+                   % (tag, where, _S.data_mode, _S.size))
+        return
+    object.__setattr__(loader, "_hvdshim_alone", (tag, where, reason))
+
+
+def _warn_if_alone(loader):
+    """An iteration of a loader hvdshim left alone, in training: once."""
+    alone = getattr(loader, "_hvdshim_alone", None)
+    if alone and _S.enabled and _training_now():
+        tag, where, reason = alone
+        _warn_once(("alone", tag), "DataLoader %d (%s) is iterated in training but not sharded: %s; every rank "
+                   "reads all of it (HVDSHIM_DATA=off silences this)" % (tag, where, reason))

@@ -1,0 +1,268 @@
+"""Gradients: each accumulated gradient goes to the engine as it is ready; the
+end of backward agrees on which parameters got one anywhere and waits;
+optimizer steps are wrapped (closure loss, metrics, hyperparameters)."""
+import weakref
+import torch
+
+from . import lib as _libmod
+from . import rng as _rng
+from .lib import _AVG, _MAX, _SUM, HvdShimError, _wrap, _GRAD_DTYPES, _Pending, _allgather_finish, _allgather_start, _allreduce
+from .state import _S, _info_once
+
+
+_HAS_POST_ACCUMULATE = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
+
+
+class _Param:
+    __slots__ = ("index", "name", "bname", "ref", "hooked", "acc", "handle", "sparse", "__weakref__")
+
+    def __init__(self, index, name, p, sparse):
+        self.index = index
+        self.name = name
+        self.bname = name.encode()
+        self.ref = weakref.ref(p)
+        self.hooked = False
+        self.acc = None
+        self.sparse = sparse  # gradient is a sparse COO tensor (embedding with sparse=True)
+
+    def hook(self):
+        p = self.ref()
+        idx = self.index
+        if _HAS_POST_ACCUMULATE:  # torch >= 2.1
+            self.handle = p.register_post_accumulate_grad_hook(lambda _p: _grad_ready(idx))
+        else:  # torch 1.x: a post-hook on the AccumulateGrad node (kept alive here)
+            with torch.enable_grad():
+                self.acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            self.handle = self.acc.register_hook(lambda *_: _grad_ready(idx))
+        self.hooked = True
+
+
+def _grad_ready(idx):
+    if not _S.in_backward:
+        _S.in_backward = True
+        torch.autograd.Variable._execution_engine.queue_callback(_end_of_backward)
+    if idx in _S.submitted:  # a second accumulation in one backward (retain_graph tricks)
+        _S.pending.wait()
+        _S.submitted.clear()
+    _S.used[idx] = 1
+    _submit_grad(_S.params[idx])
+
+
+def _submit_grad(prm):
+    p = prm.ref()
+    if p is None:
+        return
+    g = p.grad
+    if g is None:  # used on another rank, not here: contribute nothing (zeros)
+        if prm.sparse:
+            g = torch.sparse_coo_tensor(torch.zeros((1, 0), dtype=torch.int64),
+                                        torch.zeros((0,) + tuple(p.shape[1:]), dtype=p.dtype), p.shape)
+        else:
+            g = p.grad = torch.zeros_like(p)
+    if g.device.type not in ("cpu", "cuda"):
+        raise HvdShimError("hvdshim: parameter '%s' has its gradient on %s; hvdshim handles CPU and CUDA tensors"
+                           % (prm.name, g.device))
+    _S.submitted.add(prm.index)
+    if g.is_sparse:
+        _submit_sparse(prm, p, g)
+        return
+    if g.dtype not in _GRAD_DTYPES:
+        raise HvdShimError("hvdshim: parameter '%s' has a %s gradient; hvdshim averages float32, float64, "
+                           "float16 and bfloat16 gradients" % (prm.name, str(g.dtype).replace("torch.", "")))
+    if g.is_contiguous():
+        _allreduce(prm.bname, g, _AVG, _S.pending, "averaging the gradient of '%s'" % prm.name)
+    else:
+        buf = g.contiguous()
+        _allreduce(prm.bname, buf, _AVG, _S.pending, "averaging the gradient of '%s'" % prm.name,
+                   on_done=lambda: g.copy_(buf))
+
+
+def _submit_sparse(prm, p, g):
+    g = g.coalesce()
+    idx = g._indices().t().contiguous().cpu()  # gathered through host memory (rows differ per rank)
+    vals = g._values().contiguous().cpu()
+    what = "gathering the sparse gradient of '%s'" % prm.name
+    hi = _allgather_start(prm.bname + b".idx", idx, what)
+    hv = _allgather_start(prm.bname + b".val", vals, what)
+    _S.sparse.append((prm, p, idx, vals, hi, hv, g.shape))
+
+
+def _finish_sparse():
+    items, _S.sparse = _S.sparse, []
+    for prm, p, idx, vals, hi, hv, shape in items:
+        what = "gathering the sparse gradient of '%s'" % prm.name
+        all_idx = _allgather_finish(hi, idx, what)
+        all_vals = _allgather_finish(hv, vals, what)
+        with torch.no_grad():
+            p.grad = torch.sparse_coo_tensor(all_idx.t(), all_vals / _S.size, shape).coalesce().to(p.device)
+
+
+def _end_of_backward():
+    """One small float64 sum per backward carries two things: which
+    parameters got a gradient on any rank (the ones that did not here
+    contribute their current gradient, or zeros), and rank 0's scalar
+    hyperparameters (the other ranks contribute zeros), which every rank then
+    takes before its optimizer step."""
+    _S.in_backward = False
+    try:
+        slots = _hyper_slots()
+        n = len(_S.used)
+        vec = torch.zeros(n + len(slots), dtype=torch.float64)
+        if n:
+            vec[:n] = torch.frombuffer(bytearray(_S.used), dtype=torch.uint8)
+        if _S.rank == 0 and slots:
+            vec[n:] = torch.tensor([float(v) for _g, _k, _i, v in slots], dtype=torch.float64)
+        flags = _Pending()
+        _allreduce(b"hvdshim.used.%d.%d" % (n, len(slots)), vec, _SUM, flags,
+                   "agreeing on used parameters and hyperparameters")
+        flags.wait()
+        if n:
+            mine = vec.new_tensor(list(_S.used))
+            missing = ((vec[:n] > 0) & (mine == 0)).nonzero().flatten().tolist()
+            for i in missing:
+                _submit_grad(_S.params[i])
+        _apply_hyper(slots, vec[n:].tolist())
+        _S.pending.wait()
+        _finish_sparse()
+        _rng.diverge()
+    finally:
+        _S.submitted.clear()
+        _S.used[:] = bytes(len(_S.used))
+
+
+# ------------------------------------------------------------------ hyperparameters
+def _note_optimizer(opt):
+    if not any(ref() is opt for ref in _S.optimizers):
+        _S.optimizers.append(weakref.ref(opt))
+
+
+def _is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _hyper_slots():
+    """(group, key, index, value) for every scalar hyperparameter of every
+    optimizer alive, in creation order: numbers, tuples of numbers (betas) and
+    one-element tensors (a tensor lr).  Flags (bool) and None are left out."""
+    out, alive = [], []
+    for ref in _S.optimizers:
+        opt = ref()
+        if opt is None:
+            continue
+        alive.append(ref)
+        for g in opt.param_groups:
+            for k in sorted(g):
+                v = g[k]
+                if k == "params" or v is None:
+                    continue
+                if _is_number(v):
+                    out.append((g, k, None, v))
+                elif isinstance(v, tuple) and v and all(_is_number(x) for x in v):
+                    out.extend((g, k, i, x) for i, x in enumerate(v))
+                elif isinstance(v, torch.Tensor) and v.numel() == 1 and not v.requires_grad and v.is_floating_point():
+                    out.append((g, k, "tensor", float(v)))
+    _S.optimizers = alive
+    return out
+
+
+def _apply_hyper(slots, values):
+    """Every rank takes rank 0's values (a no-op on rank 0)."""
+    changed = []
+    for (g, k, i, old), new in zip(slots, values):
+        if new == old or (new != new and old != old):
+            continue
+        typed = type(old)(new) if i != "tensor" else new
+        if i is None:
+            g[k] = typed
+        elif i == "tensor":
+            with torch.no_grad():
+                g[k].fill_(new)
+        else:
+            t = list(g[k])
+            t[i] = typed
+            g[k] = tuple(t)
+        changed.append(k)
+    if changed:
+        _info_once("hyper", "rank %d's optimizer %s differed from rank 0's (a decision taken on this rank's own data, "
+                   "such as ReduceLROnPlateau fed its own loss); every rank follows rank 0's values"
+                   % (_S.rank, "/".join(sorted(set(changed)))))
+
+
+# ------------------------------------------------------------------ replica guard
+def _check_replicas():
+    """Every HVDSHIM_CHECK_STEPS optimizer steps: one float64 max over
+    [sums, -sums] of every hooked parameter; where max and min differ the
+    replicas have diverged, and every rank stops with the same message."""
+    if not _S.check_steps or _S.steps % _S.check_steps or not _S.params:
+        return
+    names, tensors = [], []
+    for prm in _S.params:
+        p = prm.ref()
+        if p is not None:
+            names.append(prm.name)
+            tensors.append(p.detach().double().sum().cpu())
+    if not tensors:
+        return
+    sums = torch.nan_to_num(torch.stack(tensors), nan=1.0e308, posinf=1.5e308, neginf=-1.5e308)
+    vec = torch.cat([sums, -sums])
+    pending = _Pending()
+    _allreduce(b"hvdshim.guard.%d" % len(names), vec, _MAX, pending, "comparing parameter checksums across ranks")
+    pending.wait()
+    hi, lo = vec[:len(names)], -vec[len(names):]
+    bad = (hi != lo).nonzero().flatten().tolist()
+    if bad:
+        i = bad[0]
+        raise HvdShimError("hvdshim: the ranks' models diverged by optimizer step %d: parameter '%s' differs across "
+                           "ranks (checksums from %.17g to %.17g; %d of %d parameters differ).  Something in the "
+                           "script made a rank-local change to the weights or the update (HVDSHIM_CHECK_STEPS=0 "
+                           "turns this check off)" % (_S.steps, names[i], float(lo[i]), float(hi[i]), len(bad),
+                                                      len(names)))
+
+
+def _average_loss(loss):
+    """The closure's loss averaged over ranks (LBFGS compares loss values to
+    decide how many evaluations a step takes: every rank must see the same)."""
+    if not _S.enabled or not _S.started:
+        return loss
+    if isinstance(loss, torch.Tensor):
+        if loss.numel() != 1 or loss.dtype not in (torch.float32, torch.float64):
+            return loss
+        out = loss.detach().to("cpu", copy=True).contiguous()
+    elif isinstance(loss, (int, float)):
+        out = torch.tensor([float(loss)], dtype=torch.float64)
+    else:
+        return loss
+    pending = _Pending()
+    _allreduce(b"hvdshim.closure-loss", out, _AVG, pending, "averaging the closure's loss")
+    pending.wait()
+    return out.to(loss.device) if isinstance(loss, torch.Tensor) else float(out)
+
+
+def _mark_step():
+    """An optimizer step ended: one line of HVDSHIM_METRICS, a tick for autotune."""
+    if _S.enabled and _S.started:
+        _libmod._lib.hvd_step_mark(_S.samples if _S.samples else -1)
+    _S.samples = 0
+
+
+def _wrap_step(cls):
+    def make_step(orig):
+        def step(self, closure=None, *args, **kwargs):
+            _S.in_step += 1
+            try:
+                if closure is None or not _S.enabled:
+                    result = orig(self, closure, *args, **kwargs)
+                else:
+                    def averaged():
+                        return _average_loss(closure())
+                    result = orig(self, averaged, *args, **kwargs)
+            finally:
+                _S.in_step -= 1
+                if _S.in_step == 0:
+                    _mark_step()
+            if _S.in_step == 0 and _S.enabled and _S.started:
+                _S.steps += 1
+                _check_replicas()
+            return result
+        return step
+    _wrap(cls, "step", make_step)

@@ -1,0 +1,123 @@
+"""Entry: patching torch and installing the adapter in a rank process."""
+import ctypes
+import os
+import sys
+import torch
+
+from . import lib as _libmod
+from .lib import _debug, _info, _load_library, _setting, _wrap
+from .state import _S
+from .output import _redirect_output, _set_threads
+from .lifecycle import _check_stand_aside, _other_distribution, _stand_aside
+from .grads import _HAS_POST_ACCUMULATE, _note_optimizer, _wrap_step
+from .rng import seed_torch_at_import as _seed_torch
+from .models import _forward_pre_hook
+from .data import _prepare_loader, _warn_if_alone
+
+
+def _patch():
+    from torch.utils.data import DataLoader
+
+    def make_loader_init(orig):
+        def __init__(self, *args, **kwargs):
+            orig(self, *args, **kwargs)
+            _prepare_loader(self)
+        return __init__
+    _wrap(DataLoader, "__init__", make_loader_init)
+
+    def make_loader_iter(orig):
+        def __iter__(self):
+            _warn_if_alone(self)
+            return orig(self)
+        return __iter__
+    _wrap(DataLoader, "__iter__", make_loader_iter)
+
+    def make_add_group(orig):
+        def add_param_group(self, param_group):
+            orig(self, param_group)
+            _note_optimizer(self)
+            group = self.param_groups[-1]
+            if _S.scale_lr and _S.enabled and "lr" in group:
+                group["lr"] = group["lr"] * _S.size
+        return add_param_group
+    _wrap(torch.optim.Optimizer, "add_param_group", make_add_group)
+
+    # Hogwild: the script trains a shared model in its own child processes,
+    # which hvdshim cannot reach; distributing only the parent would mix a
+    # broadcast and sharded evaluation into an undistributed run.
+    def make_share_memory(orig):
+        def share_memory(self):
+            _check_stand_aside("the script shares a model with its own child processes (Module.share_memory(), "
+                               "hogwild training)", undistributed=True)
+            return orig(self)
+        return share_memory
+    _wrap(torch.nn.Module, "share_memory", make_share_memory)
+
+    for name in dir(torch.optim):
+        cls = getattr(torch.optim, name)
+        if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer) and "step" in vars(cls):
+            _wrap_step(cls)
+
+    dist = getattr(torch, "distributed", None)
+    if dist is not None and hasattr(dist, "init_process_group"):
+        def make_init_pg(orig):
+            def init_process_group(*args, **kwargs):
+                _check_stand_aside("torch.distributed.init_process_group was called")
+                return orig(*args, **kwargs)
+            return init_process_group
+        _wrap(dist, "init_process_group", make_init_pg)
+
+    _S.hook_handles.append(torch.nn.modules.module.register_module_forward_pre_hook(_untraced(_forward_pre_hook)))
+
+
+def _untraced(fn):
+    """torch.compile must not trace the adapter's global hook (dynamo fails on
+    its module bookkeeping): it runs eagerly, outside the compiled graph."""
+    disable = getattr(getattr(torch, "compiler", None), "disable", None)
+    if disable is None:
+        disable = getattr(getattr(torch, "_dynamo", None), "disable", None)
+    return disable(fn) if disable is not None else fn
+
+
+class _HorovodWatcher:
+    """Stands aside the moment a script imports Horovod."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "horovod" and _S.enabled:
+            _check_stand_aside("Horovod is imported")
+        return None
+
+
+# ------------------------------------------------------------------ entry
+def install(rng_seed=None):
+    try:
+        _libmod._lib = _load_library()
+    except (OSError, AttributeError):
+        return  # libhvdshim.so is not preloaded in this process
+    if _libmod._lib.hvd_role_now() not in (b"armed", b"active"):
+        return
+    os.environ["HVDSHIM_ACTIVE_PID"] = str(os.getpid())  # this process is the rank
+    vals = [ctypes.c_int() for _ in range(4)]
+    _libmod._lib.hvd_launch_info(*[ctypes.byref(v) for v in vals])
+    _S.rank, _S.size, _S.local_rank, _S.local_size = (v.value for v in vals)
+    _S.data_mode = _setting("HVDSHIM_DATA") or "shard"
+    _S.save_ranks = _setting("HVDSHIM_SAVE_RANKS") or "0"
+    _S.scale_lr = _setting("HVDSHIM_SCALE_LR") == "1"
+    _S.rng_mode = _setting("HVDSHIM_RNG") or "per-rank"
+    _S.check_steps = int(_setting("HVDSHIM_CHECK_STEPS") or 0)
+    if _S.size <= 1:
+        _info("one rank: nothing to distribute")
+        return
+    _S.enabled = True
+    reason = _other_distribution()
+    if reason:
+        _stand_aside(reason)
+        return
+    _seed_torch(_S.rng_mode, rng_seed)
+    _redirect_output(_setting("HVDSHIM_WORKER_STDOUT") == "1")
+    _set_threads()
+    _patch()
+    sys.meta_path.insert(0, _HorovodWatcher())
+    _debug("PyTorch %s adapter installed (rank %d of %d, %s gradient hooks)"
+           % (torch.__version__, _S.rank, _S.size,
+              "post-accumulate" if _HAS_POST_ACCUMULATE else "AccumulateGrad"))

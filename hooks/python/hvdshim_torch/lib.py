@@ -1,0 +1,194 @@
+"""libhvdshim.so through ctypes: the library's functions, logging, settings,
+and the collectives the adapter uses (every byte moves in C)."""
+import ctypes
+import math
+import torch
+
+
+
+class HvdShimError(RuntimeError):
+    """Raised on every rank when the job cannot go on correctly."""
+
+
+_HVD_DTYPES = {
+    torch.float32: 0,
+    torch.float64: 1,
+    torch.float16: 2,
+    torch.bfloat16: 3,
+    torch.int32: 4,
+    torch.int64: 5,
+    torch.uint8: 6,
+}
+_GRAD_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+_UINT8, _INT64 = 6, 5
+_SUM, _AVG, _MAX = 0, 1, 3
+_ROOT_FIRST_ACTIVE = -1  # hvdshim.h HVD_ROOT_FIRST_ACTIVE
+_ERR_TIMEOUT = 4
+
+
+def _load_library():
+    lib = ctypes.CDLL(None)  # the preloaded libhvdshim.so is in the global scope
+    c_handle = ctypes.c_int64
+    sigs = {
+        "hvd_init": (ctypes.c_int, []),
+        "hvd_role_now": (ctypes.c_char_p, []),
+        "hvd_config_value": (ctypes.c_char_p, [ctypes.c_char_p]),
+        "hvd_launch_info": (None, [ctypes.POINTER(ctypes.c_int)] * 4),
+        "hvd_log_message": (None, [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p]),
+        "hvd_abort_job": (None, [ctypes.c_char_p]),
+        "hvd_last_error": (ctypes.c_char_p, []),
+        "hvd_allreduce_async": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                               ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                               ctypes.POINTER(c_handle)]),
+        "hvd_broadcast_async": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                               ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                               ctypes.POINTER(c_handle)]),
+        "hvd_allgather_async": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
+                                               ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                               ctypes.POINTER(c_handle)]),
+        "hvd_allreduce_gpu_async": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                                   ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                                   ctypes.c_void_p, ctypes.POINTER(c_handle)]),
+        "hvd_broadcast_gpu_async": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                                   ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                                   ctypes.c_void_p, ctypes.POINTER(c_handle)]),
+        "hvd_wait": (ctypes.c_int, [c_handle, ctypes.c_double]),
+        "hvd_allgather_wait": (ctypes.c_int, [c_handle, ctypes.c_double, ctypes.POINTER(ctypes.c_void_p),
+                                              ctypes.POINTER(ctypes.c_size_t)]),
+        "hvd_free": (None, [ctypes.c_void_p]),
+        "hvd_step_mark": (None, [ctypes.c_int64]),
+        "hvd_overlay_off": (None, []),
+    }
+    for name, (res, args) in sigs.items():
+        fn = getattr(lib, name)  # AttributeError: not preloaded, caught by install()
+        fn.restype = res
+        fn.argtypes = args
+    return lib
+
+
+_lib = None
+
+
+def _log(level, msg):
+    _lib.hvd_log_message(level, b"torch", msg.encode("utf-8", "replace"))
+
+
+def _error(msg):
+    _log(0, msg)
+
+
+def _warn(msg):
+    _log(1, msg)
+
+
+def _info(msg):
+    _log(2, msg)
+
+
+def _debug(msg):
+    _log(3, msg)
+
+
+def _setting(name):
+    v = _lib.hvd_config_value(name.encode())
+    return v.decode() if v is not None else None
+
+
+def _check(status, what):
+    if status != 0:
+        detail = (_lib.hvd_last_error() or b"").decode("utf-8", "replace")
+        raise HvdShimError("hvdshim: %s failed: %s" % (what, detail or "status %d" % status))
+
+
+class _Pending:
+    """Operations in flight, waited for together."""
+
+    def __init__(self):
+        self.items = []  # (handle, what, on_done or None); keeps tensors alive
+
+    def add(self, handle, what, keep=None, on_done=None):
+        self.items.append((handle, what, keep, on_done))
+
+    def wait(self):
+        items, self.items = self.items, []
+        first_error = None
+        for handle, what, _keep, on_done in items:
+            st = _lib.hvd_wait(handle, -1.0)
+            if st != 0 and first_error is None:
+                first_error = "%s: %s" % (what, (_lib.hvd_last_error() or b"").decode("utf-8", "replace"))
+            elif st == 0 and on_done is not None:
+                on_done()
+        if first_error:
+            raise HvdShimError("hvdshim: " + first_error)
+
+
+def _submit(fn, what, *args):
+    h = ctypes.c_int64(-1)
+    _check(fn(*args, ctypes.byref(h)), what)
+    return h.value
+
+
+def _stream_of(tensor):
+    """The CUDA stream that produced `tensor` (the current one on its device:
+    the autograd thread's, in a gradient hook) and will consume the result."""
+    return torch.cuda.current_stream(tensor.device).cuda_stream
+
+
+def _allreduce(name, tensor, op, pending, what, on_done=None):
+    if tensor.is_cuda:  # the engine orders itself after this stream, and the stream after the result
+        h = _submit(_lib.hvd_allreduce_gpu_async, what, name, tensor.data_ptr(), tensor.numel(),
+                    _HVD_DTYPES[tensor.dtype], op, tensor.get_device(), _stream_of(tensor), None, None)
+    else:
+        h = _submit(_lib.hvd_allreduce_async, what, name, tensor.data_ptr(), tensor.numel(),
+                    _HVD_DTYPES[tensor.dtype], op, None, None)
+    pending.add(h, what, tensor, on_done)
+
+
+def _broadcast_bytes(name, tensor, pending, what):
+    """Broadcast a contiguous tensor as raw bytes from rank 0, or from the
+    lowest rank still running when rank 0 has finished (joined)."""
+    nbytes = tensor.numel() * tensor.element_size()
+    if tensor.is_cuda:
+        h = _submit(_lib.hvd_broadcast_gpu_async, what, name, tensor.data_ptr(), nbytes, _UINT8, _ROOT_FIRST_ACTIVE,
+                    tensor.get_device(), _stream_of(tensor), None, None)
+    else:
+        h = _submit(_lib.hvd_broadcast_async, what, name, tensor.data_ptr(), nbytes, _UINT8, _ROOT_FIRST_ACTIVE,
+                    None, None)
+    pending.add(h, what, tensor)
+
+
+def _allgather_start(name, tensor, what):
+    """tensor: contiguous [rows, ...]; returns a handle."""
+    rows = tensor.shape[0] if tensor.dim() > 0 else 1
+    row_elems = tensor.numel() // rows if rows else int(math.prod(tensor.shape[1:]))
+    return _submit(_lib.hvd_allgather_async, what, name, tensor.data_ptr(), rows, row_elems,
+                   _HVD_DTYPES[tensor.dtype], None, None)
+
+
+def _allgather_finish(handle, like, what):
+    """Wait for an allgather; returns a new tensor [total_rows, *like.shape[1:]]."""
+    out = ctypes.c_void_p()
+    rows = ctypes.c_size_t()
+    st = _lib.hvd_allgather_wait(handle, -1.0, ctypes.byref(out), ctypes.byref(rows))
+    if st != 0:
+        raise HvdShimError("hvdshim: %s: %s" % (what, (_lib.hvd_last_error() or b"").decode("utf-8", "replace")))
+    try:
+        result = torch.empty((rows.value,) + tuple(like.shape[1:]), dtype=like.dtype)
+        if result.numel():
+            ctypes.memmove(result.data_ptr(), out.value, result.numel() * result.element_size())
+    finally:
+        _lib.hvd_free(out)
+    return result
+
+
+def _wrap(owner, name, make):
+    orig = getattr(owner, name)
+    wrapped = make(orig)
+    wrapped.__wrapped__ = orig
+    for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
+        try:
+            setattr(wrapped, attr, getattr(orig, attr))
+        except (AttributeError, TypeError):
+            pass
+    setattr(owner, name, wrapped)
+    return orig

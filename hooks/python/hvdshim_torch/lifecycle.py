@@ -1,0 +1,67 @@
+"""Starting the engine on first real use, and standing aside when the script
+distributes itself."""
+import sys
+import torch
+
+from . import lib as _libmod
+from .lib import HvdShimError, _check, _info, _warn
+from .state import _S
+from .output import _restore_output
+
+
+def _start():
+    """Activate the engine (MPI, thread) on first real use.  False when the
+    script turned out to distribute itself."""
+    if _S.started:
+        return True
+    _check_stand_aside()
+    if not _S.enabled:
+        return False
+    _check(_libmod._lib.hvd_init(), "starting the engine (hvd_init)")
+    _S.started = True
+    from .rng import take_rank0_states
+    take_rank0_states()
+    return True
+
+
+# ------------------------------------------------------------------ stand aside
+def _other_distribution():
+    if "horovod" in sys.modules or any(m.startswith("horovod.") for m in list(sys.modules)):
+        return "Horovod is imported"
+    dist = getattr(torch, "distributed", None)
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return "torch.distributed is initialized"
+    except Exception:
+        pass
+    return None
+
+
+def _check_stand_aside(reason=None, undistributed=False):
+    if not _S.enabled:
+        return
+    reason = reason or _other_distribution()
+    if reason:
+        _stand_aside(reason, undistributed)
+
+
+def _stand_aside(reason, undistributed=False):
+    """Leave the script alone.  undistributed: the script does not distribute
+    itself either (it trains in ways hvdshim cannot reach), so every rank runs
+    it whole: said as a warning, on rank 0."""
+    if _S.started and _S.models:
+        raise HvdShimError("hvdshim: %s after hvdshim started distributing this script; "
+                           "run it with HVDSHIM_DISABLE=1 to leave the distribution to the script" % reason)
+    _S.enabled = False
+    _S.aside_reason = reason
+    for h in _S.hook_handles:
+        h.remove()
+    _S.hook_handles = []
+    _restore_output()
+    if not undistributed:
+        _libmod._lib.hvd_overlay_off()  # the script's ranks choose their own files (and may meet through one)
+    if _S.rank == 0 and undistributed:
+        _warn("%s: hvdshim cannot distribute this script and stands aside; every rank runs it whole, "
+              "undistributed (launch it on one rank, or distribute it in the script)" % reason)
+    elif _S.rank == 0:
+        _info("%s: the script distributes itself; hvdshim stands aside" % reason)

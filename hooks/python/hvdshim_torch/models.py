@@ -1,0 +1,151 @@
+"""Models: the first forward of a root module checks that every rank has the
+same parameters and buffers, broadcasts rank 0's, and hooks the gradients."""
+import weakref
+import torch
+
+from .lib import HvdShimError, _GRAD_DTYPES, _Pending, _allgather_finish, _allgather_start, _broadcast_bytes, _info
+from .state import _S
+from .lifecycle import _check_stand_aside, _start
+from .grads import _Param
+
+
+def _tensor_entries(module):
+    out = [("p", n, t) for n, t in module.named_parameters()]
+    out += [("b", n, t) for n, t in module.named_buffers()]
+    return out
+
+
+def _signature(entries):
+    return "\n".join("%s %s %s %s" % (k, n, "x".join(map(str, t.shape)) or "scalar", str(t.dtype).replace("torch.", ""))
+                     for k, n, t in entries)
+
+
+def _first_difference(mine, theirs, rank):
+    a, b = mine.split("\n") if mine else [], theirs.split("\n") if theirs else []
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return "entry %d: rank 0 has '%s', rank %d has '%s'" % (i, x, rank, y)
+    if len(a) != len(b):
+        extra = a[len(b)] if len(a) > len(b) else b[len(a)]
+        return "rank 0 has %d parameters and buffers, rank %d has %d (first unmatched: '%s')" % (
+            len(a), rank, len(b), extra)
+    return None
+
+
+def _verify_same_everywhere(tag, what, sig):
+    """Every rank stops with the same message when any rank's `sig` differs
+    from rank 0's."""
+    data = torch.tensor(list(sig.encode()) + [0], dtype=torch.uint8)
+    h = _allgather_start(("hvdshim.sig.%s" % tag).encode(), data, "checking %s" % what)
+    allsig = _allgather_finish(h, data, "checking %s" % what)
+    parts = bytes(allsig.tolist()).split(b"\0")[:-1]
+    ref = parts[0].decode()
+    for r, p in enumerate(parts[1:], start=1):
+        diff = _first_difference(ref, p.decode(), r)
+        if diff:
+            raise HvdShimError("hvdshim: %s differs across ranks: %s" % (what, diff))
+
+
+def _register_root(module):
+    if not _start():
+        return
+    k = len(_S.models)
+    what = "model %d (%s)" % (k, type(module).__name__)
+    entries = _tensor_entries(module)
+    for kind, n, t in entries:
+        if t.device.type not in ("cpu", "cuda"):
+            raise HvdShimError("hvdshim: %s: '%s' is on %s; hvdshim handles CPU and CUDA tensors"
+                               % (what, n, t.device))
+        if t.layout != torch.strided:
+            raise HvdShimError("hvdshim: %s: '%s' has layout %s; only dense parameters are supported"
+                               % (what, n, t.layout))
+        if kind == "p" and t.requires_grad and t.dtype not in _GRAD_DTYPES:
+            raise HvdShimError("hvdshim: %s: parameter '%s' is %s; hvdshim averages float32, float64, float16 and "
+                               "bfloat16 gradients (freeze it with requires_grad=False, or keep it out of the model)"
+                               % (what, n, str(t.dtype).replace("torch.", "")))
+    _verify_same_everywhere("m%d" % k, what, _signature(entries))
+    pending = _Pending()
+    copies = []
+    with torch.no_grad():
+        for kind, n, t in entries:
+            if t in _S.by_param:  # shared with a model registered earlier
+                continue
+            buf = t if t.is_contiguous() else t.contiguous()
+            if buf is not t:
+                copies.append((buf, t))
+            _broadcast_bytes(("m%d.%s.%s" % (k, kind, n)).encode(), buf, pending, "broadcasting %s" % n)
+        pending.wait()
+        for buf, t in copies:
+            t.copy_(buf)
+    _S.models.append(weakref.ref(module))
+    _S.roots.add(module)
+    _S.known.update(module.modules())
+    sparse = set()
+    for m in module.modules():
+        if getattr(m, "sparse", False) is True and isinstance(getattr(m, "weight", None), torch.nn.Parameter):
+            sparse.add(m.weight)
+    for n, p in module.named_parameters():
+        if p in _S.by_param:
+            continue
+        prm = _Param(len(_S.params), "m%d.%s" % (k, n), p, p in sparse)
+        _S.by_param[p] = prm
+        _S.params.append(prm)
+        _S.used.append(0)
+        if p.requires_grad:
+            prm.hook()
+        else:
+            _S.frozen.append(prm)
+    if _S.rank == 0:
+        _info("%s: %d parameters and buffers broadcast from rank 0, %d gradients hooked"
+              % (what, len(entries), sum(1 for p in _S.params if p.hooked)))
+
+
+def _hook_unfrozen():
+    still = []
+    for prm in _S.frozen:
+        p = prm.ref()
+        if p is None:
+            continue
+        if p.requires_grad:
+            prm.hook()
+        else:
+            still.append(prm)
+    _S.frozen = still
+
+
+def _count_samples(module, inputs):
+    """A training forward of a model: its batch counts toward the step's samples."""
+    if module in _S.roots and module.training and inputs and torch.is_grad_enabled():
+        x = inputs[0]
+        if isinstance(x, torch.Tensor) and x.dim() > 0:
+            _S.samples += x.shape[0]
+
+
+def _forward_pre_hook(module, inputs):
+    _count_samples(module, inputs)
+    if module in _S.known:
+        if _S.frozen and module in _S.roots:  # parameters unfrozen since the last forward
+            _hook_unfrozen()
+        return None
+    if not _S.enabled or module in _S.paramless:
+        return None
+    if next(module.parameters(), None) is None and next(module.buffers(), None) is None:
+        _S.paramless.add(module)
+        return None
+    _check_stand_aside()
+    if _S.enabled and _in_functorch_transform():
+        _check_stand_aside("a model's first forward runs under a torch.func transform (grad, vjp, vmap); its "
+                           "gradients are returned by the transform and never reach .grad", undistributed=True)
+    if not _S.enabled:
+        return None
+    _register_root(module)
+    _count_samples(module, inputs)
+    return None
+
+
+def _in_functorch_transform():
+    level = getattr(getattr(torch._C, "_functorch", None), "maybe_current_level", None)
+    try:
+        return level is not None and level() is not None
+    except Exception:
+        return False

@@ -1,0 +1,107 @@
+"""Random state (HVDSHIM_RNG).
+
+An unseeded script draws different numbers in every process: a target
+function, an initial split, a random projection would differ per rank.  So
+every rank starts from one state:
+  * Python's `random` is seeded at interpreter start (sitecustomize.py) and
+    NumPy's global generator right after `import numpy`, torch's default
+    generators right after `import torch`, all from one seed derived from the
+    job's id (the same on every rank, different per job, as an unseeded run
+    differs per run).  A script that seeds them itself overrides this as in
+    the plain run.
+  * When the engine starts (the first forward of a model), rank 0's states
+    of all of them are broadcast, so even a launcher without a job id (or a
+    script that drew per-rank values on purpose before) agrees from there.
+  * per-rank (default): after the first backward each rank's streams are
+    made its own (rank 0's is unchanged, rank r's state is mixed with r), so
+    dropout masks, noise and augmentations differ per sample as they do
+    within one big batch.  same: the streams stay identical on every rank.
+    off: none of this.
+"""
+import hashlib
+import pickle
+import random
+import sys
+
+import torch
+
+from .lib import _Pending, _broadcast_bytes, _debug
+from .state import _S
+
+
+def seed_torch_at_import(mode, seed):
+    """Right after `import torch`: the job's seed (computed by sitecustomize.py
+    from the job's id), unless HVDSHIM_RNG=off or there is none."""
+    if mode != "off" and seed is not None:
+        torch.manual_seed(seed)  # CPU, and every CUDA device when CUDA starts
+
+
+def _numpy_random():
+    np = sys.modules.get("numpy")
+    return getattr(np, "random", None) if np is not None else None
+
+
+def _states():
+    """This rank's generator states, as one picklable object."""
+    st = {"torch": torch.get_rng_state(), "random": random.getstate()}
+    npr = _numpy_random()
+    if npr is not None:
+        st["numpy"] = npr.get_state()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        st["cuda"] = torch.cuda.get_rng_state_all()
+    return st
+
+
+def _set_states(st):
+    torch.set_rng_state(st["torch"])
+    random.setstate(st["random"])
+    npr = _numpy_random()
+    if npr is not None and "numpy" in st:
+        npr.set_state(st["numpy"])
+    if "cuda" in st and torch.cuda.is_available():
+        states = st["cuda"]
+        if len(states) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(states)
+
+
+def take_rank0_states():
+    """At engine start: every rank takes rank 0's generator states."""
+    if _S.rng_mode == "off" or _S.rng_synced:
+        return
+    _S.rng_synced = True
+    blob = pickle.dumps(_states(), protocol=4)
+    length = torch.tensor([len(blob)], dtype=torch.int64)
+    pending = _Pending()
+    _broadcast_bytes(b"hvdshim.rng.len", length, pending, "broadcasting rank 0's random state size")
+    pending.wait()
+    buf = torch.zeros(int(length[0]), dtype=torch.uint8)
+    if _S.rank == 0:
+        buf.copy_(torch.frombuffer(bytearray(blob), dtype=torch.uint8))
+    _broadcast_bytes(b"hvdshim.rng.state", buf, pending, "broadcasting rank 0's random state")
+    pending.wait()
+    if _S.rank != 0:
+        _set_states(pickle.loads(bytes(buf.numpy() if hasattr(buf, "numpy") else buf.tolist())))
+    _debug("random state: rank 0's (torch, random%s)" % (", numpy" if _numpy_random() is not None else ""))
+
+
+def mixed_seed(state_bytes, rank):
+    """A seed from a generator's state and the rank (deterministic)."""
+    h = hashlib.sha256(state_bytes + b"|rank|%d" % rank).digest()
+    return int.from_bytes(h[:8], "little")
+
+
+def diverge():
+    """After the first backward (HVDSHIM_RNG=per-rank): rank r > 0 mixes its
+    rank into every generator's state; rank 0's streams are unchanged."""
+    if _S.rng_mode != "per-rank" or _S.rng_diverged:
+        return
+    _S.rng_diverged = True
+    if _S.rank == 0:
+        return
+    r = _S.rank
+    torch.manual_seed(mixed_seed(bytes(torch.get_rng_state().tolist()), r) & ((1 << 63) - 1))
+    random.seed(mixed_seed(pickle.dumps(random.getstate()), r))
+    npr = _numpy_random()
+    if npr is not None:
+        npr.seed(mixed_seed(pickle.dumps(npr.get_state()), r) & 0xFFFFFFFF)
+    _debug("random state: rank %d's streams are its own from here on" % r)

@@ -1,0 +1,55 @@
+"""The adapter's state in this rank (one _State object, _S)."""
+import weakref
+
+from .lib import _Pending, _info, _warn
+
+
+class _State:
+    def __init__(self):
+        self.rank = self.size = self.local_rank = self.local_size = 0
+        self.enabled = False        # distributing this script (False: stood aside, or 1 rank)
+        self.started = False        # hvd_init done
+        self.aside_reason = None
+        self.data_mode = "shard"
+        self.save_ranks = "0"
+        self.scale_lr = False
+        self.models = []            # registered root modules (weak)
+        self.known = weakref.WeakSet()      # every module of a registered root
+        self.roots = weakref.WeakSet()      # the registered roots
+        self.paramless = weakref.WeakSet()  # roots without parameters or buffers
+        self.by_param = weakref.WeakKeyDictionary()  # parameter -> _Param
+        self.params = []            # _Param, index = position in the used-bitmap
+        self.frozen = []            # _Param not yet hooked (requires_grad False)
+        self.in_backward = False
+        self.used = bytearray()
+        self.pending = _Pending()
+        self.sparse = []            # (param, handles) gathered at the end of backward
+        self.submitted = set()
+        self.hook_handles = []
+        self.loaders = 0
+        self.warned = set()
+        self.stdout_saved = None
+        self.stderr_orig = None
+        self.samples = 0            # training samples seen by the roots since the last optimizer step
+        self.in_step = 0            # optimizer.step depth (a subclass may call its parent's step)
+        self.rng_mode = "per-rank"  # HVDSHIM_RNG
+        self.rng_synced = False     # rank 0's states taken (engine start)
+        self.rng_diverged = False   # per-rank streams from the first backward on
+        self.optimizers = []        # weak references, in creation order (hyperparameters follow rank 0)
+        self.steps = 0              # optimizer steps taken (replica guard)
+        self.check_steps = 0        # HVDSHIM_CHECK_STEPS
+
+
+_S = _State()
+
+
+def _warn_once(key, msg):
+    if key not in _S.warned:
+        _S.warned.add(key)
+        _warn(msg)
+
+
+def _info_once(key, msg):
+    if key not in _S.warned:
+        _S.warned.add(key)
+        _info(msg)
