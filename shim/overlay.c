@@ -36,6 +36,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <time.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -119,6 +120,7 @@ static const void *self_base; /* libhvdshim.so: its own calls pass through */
 static char root[PATH_MAX];   /* the overlay folder, "" until the first write */
 static size_t rootlen;
 static int watcher_fd = -1;   /* write end of the watcher's pipe */
+static struct timespec t0;    /* when the overlay was armed */
 static pthread_mutex_t mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 static char **wo;             /* whiteouts: absolute real paths this process removed */
 static size_t nwo, capwo;
@@ -604,7 +606,9 @@ static int remove_common(int d, const char *p, int flags, const void *caller) {
   } else if (!(flags & AT_REMOVEDIR) && S_ISDIR(sr.st_mode)) {
     rc = -1, err = EISDIR;
   }
-  if (rc == 0 && in_real) add_wo(a); /* hidden from this process; rank 0's file stays */
+  /* hidden from this process (rank 0's file stays), and so is whatever another
+   * process makes at this path later (rank 0's temporary of the same save) */
+  if (rc == 0) add_wo(a);
   pthread_mutex_unlock(&mu);
   if (rc) errno = err;
   return rc;
@@ -676,7 +680,7 @@ static int rename_common(int d1, const char *p1, int d2, const char *p2, unsigne
     }
     if (rc) err = errno;
     else {
-      if (in_reala) add_wo(a);
+      add_wo(a); /* as for a removal */
       unwhite(b);
     }
   }
@@ -821,6 +825,17 @@ EXPORT DIR *opendir(const char *p) {
   return res;
 }
 
+/* Made after this rank started, by another process (rank 0 writing the
+ * same files as this rank, a temporary of its save in flight): a merged
+ * listing leaves it out, as this rank alone would not have it.  Birth time
+ * where the file system keeps one, else the change time. */
+static int foreign(DIR *real, const char *name) {
+  struct statx sx;
+  if (!r_statx || r_statx(r_dirfd(real), name, AT_SYMLINK_NOFOLLOW, STATX_BTIME | STATX_CTIME, &sx) != 0) return 0;
+  struct statx_timestamp t = (sx.stx_mask & STATX_BTIME) ? sx.stx_btime : sx.stx_ctime;
+  return t.tv_sec > t0.tv_sec || (t.tv_sec == t0.tv_sec && (long)t.tv_nsec > t0.tv_nsec);
+}
+
 static struct dirent64 *merged_next(merged_dir *m) { /* under mu */
   struct dirent64 *e;
   char p[PATH_MAX];
@@ -845,7 +860,8 @@ static struct dirent64 *merged_next(merged_dir *m) { /* under mu */
     for (size_t i = 0; i < m->n && !dup; i++) dup = !strcmp(m->names[i], e->d_name);
     if (dup) continue;
     if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
-        snprintf(p, sizeof p, "%s/%s", strcmp(m->path, "/") ? m->path : "", e->d_name) < (int)sizeof p && whited(p))
+        ((snprintf(p, sizeof p, "%s/%s", strcmp(m->path, "/") ? m->path : "", e->d_name) < (int)sizeof p && whited(p)) ||
+         foreign(m->real, e->d_name)))
       continue;
     memcpy(&m->ent, e, sizeof m->ent);
     return &m->ent;
@@ -962,6 +978,7 @@ void hvd_overlay_arm(int rank) {
   if (dladdr((void *)hvd_overlay_arm, &self)) self_base = self.dli_fbase;
   owner = getpid();
   my_rank = rank;
+  clock_gettime(CLOCK_REALTIME, &t0);
   atexit(cleanup_at_exit);
   on = 1;
 }

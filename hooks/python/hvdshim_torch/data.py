@@ -149,10 +149,14 @@ class _ShardedBatches:
         # draws it (after the loader's worker seed: random state stays in step).
         if not self._sharding() or not _start():
             return iter(self._inner)
-        return self._lazy()
+        if self._by_index:
+            return self._lazy(self._by_index_batches)
+        it = iter(self._inner)  # made now, as the plain loader makes it (a sampler may draw here)
+        return self._lazy(lambda: self._dealt_batches(it))
 
-    def _lazy(self):
-        yield from (self._by_index_batches() if self._by_index else self._dealt_batches())
+    @staticmethod
+    def _lazy(make):
+        yield from make()
 
     def _what(self):
         return "DataLoader %d (%s)" % (self._tag, self._where)
@@ -184,8 +188,8 @@ class _ShardedBatches:
             out.append(split_slice(batch, size, rank))
         return out
 
-    def _dealt_batches(self):
-        batches = [list(b) for b in self._inner]
+    def _dealt_batches(self, it):
+        batches = [list(b) for b in it]
         flat = [i for b in batches for i in b]
         ints = _as_ints(flat)
         if ints is None:

@@ -220,8 +220,9 @@ def _check_replicas():
 
 
 def _average_loss(loss):
-    """The closure's loss averaged over ranks (LBFGS compares loss values to
-    decide how many evaluations a step takes: every rank must see the same)."""
+    """A loss averaged over ranks: the closure's (LBFGS compares loss values
+    to decide how many evaluations a step takes: every rank must see the
+    same) and the metric fed to ReduceLROnPlateau."""
     if not _S.enabled or not _S.started:
         return loss
     if isinstance(loss, torch.Tensor):

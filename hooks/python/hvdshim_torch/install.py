@@ -9,7 +9,7 @@ from .lib import _debug, _info, _load_library, _setting, _wrap
 from .state import _S
 from .output import _redirect_output, _set_threads
 from .lifecycle import _check_stand_aside, _other_distribution, _stand_aside
-from .grads import _HAS_POST_ACCUMULATE, _note_optimizer, _wrap_step
+from .grads import _HAS_POST_ACCUMULATE, _average_loss, _note_optimizer, _wrap_step
 from .rng import seed_torch_at_import as _seed_torch
 from .models import _forward_pre_hook
 from .data import _prepare_loader, _warn_if_alone
@@ -41,6 +41,18 @@ def _patch():
                 group["lr"] = group["lr"] * _S.size
         return add_param_group
     _wrap(torch.optim.Optimizer, "add_param_group", make_add_group)
+
+    # ReduceLROnPlateau fed a rank's own loss: it gets the mean over ranks
+    # (the loss of the whole epoch, as in the plain run), so every rank's
+    # scheduler takes the same decisions (hyperparameters also follow rank 0
+    # at every backward, for decisions the script takes by itself).
+    plateau = getattr(torch.optim.lr_scheduler, "ReduceLROnPlateau", None)
+    if plateau is not None:
+        def make_plateau_step(orig):
+            def step(self, metrics, *args, **kwargs):
+                return orig(self, _average_loss(metrics), *args, **kwargs)
+            return step
+        _wrap(plateau, "step", make_plateau_step)
 
     # Hogwild: the script trains a shared model in its own child processes,
     # which hvdshim cannot reach; distributing only the parent would mix a

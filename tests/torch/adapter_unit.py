@@ -1,0 +1,208 @@
+"""Unit tests of the PyTorch adapter (hooks/python/hvdshim_torch) that need
+no MPI: the package runs against a stub of libhvdshim.so that plays one rank
+of a job whose other ranks contributed fixed values."""
+import ctypes
+import io
+import os
+import sys
+import unittest
+
+import torch
+
+sys.path.insert(0, sys.argv.pop(1))  # hooks/python
+import hvdshim_torch  # noqa: E402
+from hvdshim_torch import data, grads, lib, models, output, rng  # noqa: E402
+from hvdshim_torch.state import _S  # noqa: E402
+
+
+class StubLib:
+    """Collectives complete at once.  allreduce: SUM adds `others` times the
+    value for `others` stand-in ranks contributing zeros (rank 0 stays), MAX
+    keeps the largest of this rank's values and `peer` (a list, if set)."""
+
+    def __init__(self):
+        self.calls = []
+        self.peer = None
+
+    def hvd_allreduce_async(self, name, ptr, n, dtype, op, cb, arg, handle):
+        self.calls.append(("allreduce", name, n, op))
+        if self.peer is not None and op == lib._MAX:
+            buf = (ctypes.c_double * n).from_address(ptr)
+            for i in range(n):
+                buf[i] = max(buf[i], self.peer[i])
+        handle._obj.value = len(self.calls)
+        return 0
+
+    def hvd_broadcast_async(self, name, ptr, n, dtype, root, cb, arg, handle):
+        self.calls.append(("broadcast", name, n))
+        handle._obj.value = len(self.calls)
+        return 0
+
+    def hvd_wait(self, handle, timeout):
+        return 0
+
+    def hvd_last_error(self):
+        return b""
+
+    def hvd_log_message(self, level, where, msg):
+        self.calls.append(("log", level, msg.decode()))
+
+
+class Arithmetic(unittest.TestCase):
+    def test_shard_covers_every_sample_with_equal_counts(self):
+        for n in range(1, 40):
+            for size in (1, 2, 3, 4):
+                for batch in (1, 3, 8):
+                    per = [data.shard_indices(range(n), size, r, batch, False) for r in range(size)]
+                    flat = [i for p in per for b in p for i in b]
+                    self.assertEqual(set(flat), set(range(n)))
+                    self.assertEqual(len(flat), -(-n // size) * size)  # padded as DistributedSampler
+                    self.assertEqual(len({len(p) for p in per}), 1)    # same number of batches everywhere
+                    self.assertEqual(len(per[0]), data.shard_count(n, size, batch, False))
+                    dl = [data.shard_indices(range(n), size, r, batch, True) for r in range(size)]
+                    self.assertEqual(len(dl[0]), data.shard_count(n, size, batch, True))
+                    self.assertTrue(all(len(b) == batch for p in dl for b in p))
+
+    def test_split_slices_partition_a_batch(self):
+        for n in range(1, 30):
+            for size in (1, 2, 3, 5):
+                parts = [data.split_slice(list(range(n)), size, r) for r in range(size)]
+                if n >= size:
+                    self.assertEqual([i for p in parts for i in p], list(range(n)))
+                self.assertTrue(all(p for p in parts))
+                self.assertLessEqual(max(map(len, parts)) - min(map(len, parts)), 1)
+
+    def test_dealt_batches_same_count_every_rank(self):
+        batches = [[i, i + 100] for i in range(7)]
+        per = [data.deal_batches(batches, 3, r) for r in range(3)]
+        self.assertEqual([len(p) for p in per], [3, 3, 3])
+        self.assertEqual(per[0][0], [0, 100])
+        self.assertEqual((per[1][2], per[2][2]), ([0, 100], [1, 101]))  # padded from the start
+        self.assertEqual(data.deal_batches([], 2, 0), [])
+
+
+class Signatures(unittest.TestCase):
+    def test_first_difference_names_entry_and_ranks(self):
+        a = models._signature(models._tensor_entries(torch.nn.Linear(10, 32)))
+        b = models._signature(models._tensor_entries(torch.nn.Linear(10, 24)))
+        self.assertIsNone(models._first_difference(a, a, 1))
+        self.assertEqual(models._first_difference(a, b, 1),
+                         "entry 0: rank 0 has 'p weight 32x10 float32', rank 1 has 'p weight 24x10 float32'")
+        c = models._signature(models._tensor_entries(torch.nn.Sequential(torch.nn.Linear(10, 32))))
+        self.assertIn("rank 0 has 'p weight", models._first_difference(a, c, 2))
+        short = models._signature(models._tensor_entries(torch.nn.Linear(10, 32, bias=False)))
+        self.assertIn("rank 0 has 2 parameters and buffers, rank 3 has 1", models._first_difference(a, short, 3))
+
+
+class Streams(unittest.TestCase):
+    def test_prefixed_lines_whole(self):
+        sink = io.StringIO()
+        s = output._PrefixedStream(sink, "[rank 1] ")
+        s.write("a")
+        s.write("b\nc\n")
+        s.write("d")
+        self.assertEqual(sink.getvalue(), "[rank 1] ab\n[rank 1] c\n")
+        s.flush()
+        self.assertEqual(sink.getvalue(), "[rank 1] ab\n[rank 1] c\n[rank 1] d")
+
+
+class Rules(unittest.TestCase):
+    def setUp(self):
+        self.stub = StubLib()
+        lib._lib = self.stub
+        _S.rank, _S.size, _S.enabled, _S.started = 1, 2, True, True
+        _S.optimizers, _S.warned = [], set()
+
+    def test_hyperparameter_slots_and_apply(self):
+        p = torch.nn.Parameter(torch.zeros(3))
+        adam = torch.optim.Adam([p], lr=0.01, betas=(0.9, 0.99), weight_decay=0.0)
+        sgd = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.5, momentum=0.9, nesterov=True)
+        grads._note_optimizer(adam)
+        grads._note_optimizer(sgd)
+        grads._note_optimizer(adam)  # once
+        slots = grads._hyper_slots()
+        keys = [(k, i) for _g, k, i, _v in slots]
+        self.assertIn(("betas", 0), keys)
+        self.assertIn(("betas", 1), keys)
+        self.assertNotIn("nesterov", [k for k, _ in keys])  # flags are not averaged or taken
+        self.assertNotIn("amsgrad", [k for k, _ in keys])
+        values = [v for *_x, v in slots]
+        at = keys.index(("lr", None))
+        values[at] = 0.02                    # rank 0's lr of the Adam group
+        values[keys.index(("betas", 1))] = 0.95
+        grads._apply_hyper(slots, values)
+        self.assertEqual(adam.param_groups[0]["lr"], 0.02)
+        self.assertEqual(adam.param_groups[0]["betas"], (0.9, 0.95))
+        self.assertEqual(sgd.param_groups[0]["lr"], 0.5)
+        self.assertTrue(sgd.param_groups[0]["nesterov"])
+        self.assertIsInstance(sgd.param_groups[0]["momentum"], float)
+
+    def test_replica_guard_names_first_differing_parameter(self):
+        model = torch.nn.Linear(3, 2)
+        _S.params = [grads._Param(i, "m0.%s" % n, p, False) for i, (n, p) in enumerate(model.named_parameters())]
+        _S.check_steps, _S.steps = 5, 5
+        sums = [float(p.double().sum()) for p in model.parameters()]
+        self.stub.peer = sums + [-s for s in sums]  # the other rank agrees
+        grads._check_replicas()
+        self.stub.peer = [sums[0], sums[1] + 1.0] + [-sums[0], -sums[1]]  # it differs in the bias
+        with self.assertRaisesRegex(hvdshim_torch.HvdShimError, "step 5: parameter 'm0.bias' differs"):
+            grads._check_replicas()
+        _S.steps = 6  # not a checking step: no traffic
+        n = len(self.stub.calls)
+        grads._check_replicas()
+        self.assertEqual(len(self.stub.calls), n)
+
+    def test_rng_streams_per_rank_and_deterministic(self):
+        self.assertNotEqual(rng.mixed_seed(b"state", 1), rng.mixed_seed(b"state", 2))
+        self.assertEqual(rng.mixed_seed(b"state", 1), rng.mixed_seed(b"state", 1))
+        _S.rng_mode, _S.rng_diverged, _S.rank = "per-rank", False, 0
+        torch.manual_seed(3)
+        before = torch.get_rng_state().clone()
+        rng.diverge()  # rank 0: unchanged
+        self.assertTrue(torch.equal(before, torch.get_rng_state()))
+        _S.rng_diverged, _S.rank = False, 1
+        rng.diverge()
+        a = torch.rand(3)
+        torch.set_rng_state(before)
+        _S.rng_diverged = False
+        rng.diverge()
+        self.assertTrue(torch.equal(a, torch.rand(3)))  # the same mixing every time
+        torch.set_rng_state(before)
+        self.assertFalse(torch.equal(a, torch.rand(3)))  # and not rank 0's stream
+        _S.rng_mode, _S.rng_diverged = "same", False
+        torch.set_rng_state(before)
+        rng.diverge()
+        self.assertTrue(torch.equal(before, torch.get_rng_state()))
+
+    def test_loader_sharded_in_training_whole_under_no_grad(self):
+        from torch.utils.data import DataLoader, Sampler
+
+        class Odd(Sampler):
+            def __init__(self):
+                pass
+
+            def __iter__(self):
+                return iter(range(1, 20, 2))
+
+            def __len__(self):
+                return 10
+
+        _S.data_mode, _S.loaders, _S.roots = "shard", 0, __import__("weakref").WeakSet()
+        loader = DataLoader(list(range(20)), batch_size=2, sampler=Odd())
+        data._prepare_loader(loader)
+        self.assertIsInstance(loader.batch_sampler, data._ShardedBatches)
+        self.assertEqual(loader.batch_size, 2)
+        self.assertEqual(len(loader), 3)  # 10 samples over 2 ranks in batches of 2
+        got = [b.tolist() for b in loader]
+        self.assertEqual(got, [[3, 7], [11, 15], [19]])  # rank 1: every 2nd sample from the 2nd
+        with torch.no_grad():
+            self.assertEqual(len(loader), 5)
+            self.assertEqual([b.tolist() for b in loader], [[1, 3], [5, 7], [9, 11], [13, 15], [17, 19]])
+        model = torch.nn.Linear(1, 1)
+        _S.roots.add(model)
+        model.eval()  # every known model in eval: whole
+        self.assertEqual(len(loader), 5)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

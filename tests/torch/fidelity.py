@@ -1,0 +1,303 @@
+"""Ordinary single-process scripts for the zero-code fidelity cases of
+tests/torch/fidelity.sh.  Nothing here knows about hvdshim or ranks (except
+the 'diverge' case, which fakes a rank-local bug on purpose)."""
+import argparse
+import io
+import os
+import random
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import BatchSampler, DataLoader, Sampler, TensorDataset
+
+ap = argparse.ArgumentParser()
+ap.add_argument("case")
+ap.add_argument("--dir", default=".")
+ap.add_argument("--out", default=None)
+ap.add_argument("--epochs", type=int, default=3)
+args = ap.parse_args()
+
+
+def mlp():
+    return nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 1))
+
+
+def data(n=128, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(n, 10, generator=g)
+    return X, (X[:, :3].sum(1, keepdim=True) > 0).float()
+
+
+def checksum(model):
+    return "%.9e" % float(sum(p.double().sum() for p in model.parameters()))
+
+
+def finish(model):
+    print("checksum", checksum(model), flush=True)
+    if args.out:
+        torch.save(model.state_dict(), args.out)
+
+
+def train_epoch(model, opt, loader):
+    total, n = 0.0, 0
+    for x, y in loader:
+        opt.zero_grad()
+        loss = F.binary_cross_entropy_with_logits(model(x), y)
+        loss.backward()
+        opt.step()
+        total += float(loss) * len(x)
+        n += len(x)
+    return total / n
+
+
+if args.case == "checkpoints":
+    # every checkpoint idiom of ordinary scripts, each epoch
+    torch.manual_seed(0)
+    X, Y = data()
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    loader = DataLoader(TensorDataset(X, Y), batch_size=16, shuffle=True)
+    ckdir = os.path.join(args.dir, "checkpoints", "run")
+    resume = os.path.join(ckdir, "last.pt")
+    start = 0
+    if os.path.exists(resume):  # resume-if-exists
+        state = torch.load(resume)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        start = state["epoch"] + 1
+        print("resumed at epoch", start)
+    for epoch in range(start, args.epochs):
+        train_epoch(model, opt, loader)
+        os.makedirs(ckdir, exist_ok=True)
+        # 1. open('wb') + torch.save(model, f), then load by path (word_language_model)
+        with open(os.path.join(args.dir, "model.pt"), "wb") as f:
+            torch.save(model, f)
+        with open(os.path.join(args.dir, "model.pt"), "rb") as f:
+            model.load_state_dict(torch.load(f).state_dict())
+        # 2. save then reload by path
+        torch.save(model.state_dict(), os.path.join(args.dir, "state.pt"))
+        model.load_state_dict(torch.load(os.path.join(args.dir, "state.pt")))
+        # 3. in-memory snapshot
+        buf = io.BytesIO()
+        torch.save(model.state_dict(), buf)
+        buf.seek(0)
+        model.load_state_dict(torch.load(buf))
+        # 4. tmp + os.replace into a folder made with os.makedirs
+        tmp = resume + ".tmp"
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "epoch": epoch}, tmp)
+        os.replace(tmp, resume)
+        assert not os.path.exists(tmp)
+        assert sorted(os.listdir(ckdir)) == ["last.pt"], os.listdir(ckdir)
+        # 5. rotate: keep the previous epoch's copy, remove the one before
+        prev = os.path.join(ckdir, "..", "epoch-%d.pt" % (epoch - 1))
+        if os.path.exists(prev):
+            os.remove(prev)
+        torch.save(model.state_dict(), os.path.join(ckdir, "..", "epoch-%d.pt" % epoch))
+        with open(os.path.join(args.dir, "log.txt"), "a") as f:
+            f.write("epoch %d %s\n" % (epoch, checksum(model)))
+    finish(model)
+
+elif args.case == "fail-after-write":
+    # writes a file on every rank, then the run fails (on rank 0 under the shim)
+    torch.save({"x": 1}, os.path.join(args.dir, "partial.pt"))
+    model = mlp()
+    model(torch.randn(4, 10))  # the engine starts here
+    if os.environ.get("FAIL_HERE") == "1":
+        raise SystemExit("failing on purpose")
+    print("done")
+
+elif args.case == "unseeded":
+    # pytorch/examples regression: an unseeded random target, fit until the
+    # loss is small (the run would never stop if each rank fitted its own)
+    W_target = torch.randn(4, 1) * 5
+    b_target = torch.randn(1) * 5
+    noise_scale = random.random() * 0  # draws from Python's random too
+
+    def features(x):
+        x = x.unsqueeze(1)
+        return torch.cat([x ** i for i in range(1, 5)], 1)
+
+    def get_batch(batch_size=32):
+        x = torch.randn(batch_size)
+        f = features(x)
+        return f, f.mm(W_target) + b_target.item() + noise_scale
+
+    fc = nn.Linear(4, 1)
+    for idx in range(1, 20001):
+        bx, by = get_batch()
+        fc.zero_grad()
+        loss = F.smooth_l1_loss(fc(bx), by)
+        loss.backward()
+        for p in fc.parameters():
+            p.data.add_(-0.1 * p.grad)
+        if float(loss) < 1e-3:
+            print("converged after %d batches" % idx)
+            break
+    else:
+        print("did not converge")
+        sys.exit(3)
+    print("target", " ".join("%.6f" % float(v) for v in torch.cat([W_target.flatten(), b_target])))
+
+elif args.case == "plateau":
+    # ReduceLROnPlateau fed the epoch's (per-rank) loss
+    torch.manual_seed(0)
+    X, Y = data(256)
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.5, patience=0, threshold=0.2)
+    loader = DataLoader(TensorDataset(X, Y), batch_size=16, shuffle=True)
+    for epoch in range(args.epochs):
+        loss = train_epoch(model, opt, loader)
+        sched.step(loss)
+    print("lr %.6g" % opt.param_groups[0]["lr"])
+    finish(model)
+
+elif args.case in ("sequential", "custom-sampler", "custom-batches"):
+    torch.manual_seed(0)
+    X, Y = data(96)
+    ds = TensorDataset(X, Y)
+
+    class EveryThirdFirst(Sampler):
+        """A custom order: 0, 3, 6, ..., then 1, 4, ..., then 2, 5, ..."""
+
+        def __init__(self, n):
+            self.n = n
+
+        def __iter__(self):
+            return iter([i for r in range(3) for i in range(r, self.n, 3)])
+
+        def __len__(self):
+            return self.n
+
+    class Buckets(Sampler):
+        """Batches of 8 from a shuffled order, then regrouped (a bucketing
+        batch sampler)."""
+
+        def __iter__(self):
+            order = torch.randperm(len(ds)).tolist()
+            return iter([order[i:i + 8] for i in range(0, len(order), 8)])
+
+        def __len__(self):
+            return len(ds) // 8
+
+    if args.case == "sequential":
+        loader = DataLoader(ds, batch_size=8)  # shuffle=False
+    elif args.case == "custom-sampler":
+        loader = DataLoader(ds, batch_size=8, sampler=EveryThirdFirst(len(ds)))
+    else:
+        loader = DataLoader(ds, batch_sampler=Buckets(ds))
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    steps_per_epoch = len(loader)  # sized before training, as schedules are
+    steps = 0
+    for epoch in range(args.epochs):
+        for x, y in loader:
+            opt.zero_grad()
+            F.binary_cross_entropy_with_logits(model(x), y).backward()
+            opt.step()
+            steps += 1
+    print("len %d steps %d" % (steps_per_epoch, steps))
+    assert steps == steps_per_epoch * args.epochs, (steps, steps_per_epoch)
+    finish(model)
+
+elif args.case == "eval":
+    # a shuffled validation loader evaluated under no_grad, before and after training
+    torch.manual_seed(0)
+    X, Y = data(200)
+    Xv, Yv = data(150, seed=1)
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    train = DataLoader(TensorDataset(X, Y), batch_size=20, shuffle=True)
+    val = DataLoader(TensorDataset(Xv, Yv), batch_size=20, shuffle=True)
+
+    def evaluate(tag):
+        model.eval()
+        correct, batches = 0, 0
+        with torch.no_grad():
+            for x, y in val:
+                correct += int(((model(x) > 0).float() == y).sum())
+                batches += 1
+        print("%s correct %d of %d in %d batches (len %d)" % (tag, correct, len(val.dataset), batches, len(val)))
+        model.train()
+
+    evaluate("before")
+    for epoch in range(args.epochs):
+        train_epoch(model, opt, train)
+    evaluate("after")
+    finish(model)
+
+elif args.case == "os-exit":
+    torch.manual_seed(0)
+    X, Y = data()
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    train_epoch(model, opt, DataLoader(TensorDataset(X, Y), batch_size=16, shuffle=True))
+    finish(model)
+    sys.stdout.flush()
+    os._exit(0)
+
+elif args.case == "hogwild":
+    # pytorch/examples mnist_hogwild: children train a shared model
+    import torch.multiprocessing as mp
+    torch.manual_seed(0)
+    X, Y = data(64)
+
+    def worker(model, seed):
+        torch.manual_seed(seed)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        train_epoch(model, opt, DataLoader(TensorDataset(X, Y), batch_size=16, shuffle=True))
+
+    if __name__ == "__main__":
+        model = mlp()
+        model.share_memory()
+        procs = [mp.Process(target=worker, args=(model, s)) for s in range(2)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        test = DataLoader(TensorDataset(X, Y), batch_size=16, shuffle=True)
+        with torch.no_grad():
+            n = sum(len(x) for x, _ in test)
+            model(X)
+        print("tested %d samples" % n)
+        finish(model)
+
+elif args.case == "diverge":
+    # a rank-local change to the weights (a bug the replica guard must catch)
+    torch.manual_seed(0)
+    X, Y = data()
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(X, Y), batch_size=8, shuffle=True)
+    for epoch in range(args.epochs):
+        for i, (x, y) in enumerate(loader):
+            opt.zero_grad()
+            F.binary_cross_entropy_with_logits(model(x), y).backward()
+            opt.step()
+            if epoch == 0 and i == 2 and os.environ.get("OMPI_COMM_WORLD_RANK") == "1":
+                with torch.no_grad():
+                    model[2].bias.add_(1e-3)
+    finish(model)
+
+elif args.case == "func":
+    tf = getattr(torch, "func", None)
+    if tf is None:
+        print("no torch.func")
+        sys.exit(0)
+    torch.manual_seed(0)
+    X, Y = data()
+    model = mlp()
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def loss_fn(p, x, y):
+        return F.binary_cross_entropy_with_logits(tf.functional_call(model, p, (x,)), y)
+
+    for _ in range(5):
+        g = tf.grad(loss_fn)(params, X, Y)
+        params = {k: params[k] - 0.1 * g[k] for k in params}
+    print("func done %.6f" % float(loss_fn(params, X, Y)))
+
+else:
+    sys.exit("unknown case " + args.case)

@@ -1,0 +1,113 @@
+#!/bin/sh
+# Zero-code fidelity: ordinary scripts (tests/torch/fidelity.py) that save
+# and reload files, draw unseeded random numbers, take decisions on their own
+# loss, use samplers of their own, evaluate under no_grad, end in os._exit,
+# train hogwild: run plain and under the shim, compared.
+. "$(dirname "$0")/../lib.sh"
+need_mpirun
+need_torch
+F="$TORCH_DIR/fidelity.py"
+export TMPDIR="$TMP/tmpdir" # the overlay folders of this test's ranks land here
+mkdir -p "$TMPDIR"
+no_overlay_left() { # the ranks' private folders are gone (within 5 s: the watcher's)
+  _i=0
+  while ls -d "$TMPDIR"/hvdshim-rank* >/dev/null 2>&1; do
+    _i=$((_i + 1))
+    [ "$_i" -le 50 ] || { ls -la "$TMPDIR"; fail "$1: an overlay folder was left behind"; }
+    sleep 0.1
+  done
+}
+run_plain() { "$PYTHON" "$F" "$@" >"$TMP/plain.out" 2>&1 || { cat "$TMP/plain.out"; fail "plain $*"; }; }
+run_shim() { shim "$@" >"$TMP/shim.out" 2>&1 || { cat "$TMP/shim.out"; fail "np=$1 ${3-} ${4-}"; }; }
+
+# --- checkpoints: open('wb')+torch.save(model, f)+load, save+reload by path,
+# BytesIO, tmp + os.replace into os.makedirs' folder, rotation, an appended
+# log, resume-if-exists (a second run); 5 times (the race lost 8 of 9 before)
+mkdir "$TMP/p"
+run_plain checkpoints --dir "$TMP/p" --epochs 2 --out "$TMP/p1.pt"
+run_plain checkpoints --dir "$TMP/p" --epochs 4 --out "$TMP/p.pt"
+grep -q "resumed at epoch 2" "$TMP/plain.out" || fail "plain run did not resume"
+for i in 1 2 3 4 5; do
+  rm -rf "$TMP/s" && mkdir "$TMP/s"
+  HVDSHIM_DATA=split run_shim 2 "$PYTHON" "$F" checkpoints --dir "$TMP/s" --epochs 2 --out "$TMP/s1.pt"
+  HVDSHIM_DATA=split run_shim 2 "$PYTHON" "$F" checkpoints --dir "$TMP/s" --epochs 4 --out "$TMP/s.pt"
+  grep -q "resumed at epoch 2" "$TMP/shim.out" || { cat "$TMP/shim.out"; fail "shim run $i did not resume"; }
+  same "$TMP/p.pt" "$TMP/s.pt" 1e-4 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "checkpoint loop $i differs from plain"; }
+  [ "$(wc -l <"$TMP/s/log.txt")" = 4 ] || { cat "$TMP/s/log.txt"; fail "log.txt: expected 4 lines (rank 0's)"; }
+  [ "$(cd "$TMP/s" && find . -type f | sort | tr '\n' ' ')" = \
+    "./checkpoints/epoch-3.pt ./checkpoints/run/last.pt ./log.txt ./model.pt ./state.pt " ] ||
+    { (cd "$TMP/s" && find .); fail "unexpected real files after run $i"; }
+  no_overlay_left "checkpoint loop $i"
+done
+pass "checkpoint idioms x5 at np=2: same weights as plain ($(cat "$TMP/cmp")), files written once, overlay removed"
+
+# --- a failing run: rank 1's private folder is removed all the same
+rm -rf "$TMP/f" && mkdir "$TMP/f"
+FAIL_HERE=1 shim 2 -x FAIL_HERE "$PYTHON" "$F" fail-after-write --dir "$TMP/f" >"$TMP/out" 2>&1 &&
+  { cat "$TMP/out"; fail "the failing run exited 0"; }
+[ -f "$TMP/f/partial.pt" ] || fail "rank 0's file is missing after the failure"
+no_overlay_left "failed run"
+pass "failed run: non-zero status, rank 0's file kept, overlay removed"
+
+# --- an unseeded script (random target): every rank fits the same function
+T=120 HVDSHIM_WORKER_STDOUT=1 run_shim 2 "$PYTHON" "$F" unseeded
+grep -q "^\[rank 0\] converged" "$TMP/shim.out" || { cat "$TMP/shim.out"; fail "unseeded regression did not converge"; }
+[ "$(grep -c '^\[rank .\] target' "$TMP/shim.out")" = 2 ] &&
+  [ "$(sed -n 's/^\[rank .\] target //p' "$TMP/shim.out" | sort -u | wc -l)" = 1 ] ||
+  { cat "$TMP/shim.out"; fail "the ranks drew different targets"; }
+pass "unseeded regression converges; both ranks drew one target ($(grep -m1 '^\[rank 0\] converged' "$TMP/shim.out"))"
+
+# --- ReduceLROnPlateau on each rank's own loss: ranks stay identical
+HVDSHIM_WORKER_STDOUT=1 run_shim 2 "$PYTHON" "$F" plateau --epochs 6
+[ "$(sed -n 's/^\[rank .\] \(lr\|checksum\) //p' "$TMP/shim.out" | sort -u | wc -l)" = 2 ] ||
+  { cat "$TMP/shim.out"; fail "plateau: the ranks' lr or weights differ"; }
+pass "plateau scheduler on local losses: lr and weights identical on both ranks"
+
+# --- samplers of every kind are sharded (split mode = the plain run)
+for c in sequential custom-sampler custom-batches; do
+  run_plain "$c" --out "$TMP/p-$c.pt"
+  HVDSHIM_DATA=split run_shim 2 "$PYTHON" "$F" "$c" --out "$TMP/s-$c.pt"
+  same "$TMP/p-$c.pt" "$TMP/s-$c.pt" 1e-4 >"$TMP/cmp" || { cat "$TMP/cmp" "$TMP/shim.out"; fail "$c differs"; }
+  pass "$c sampler, split at np=2: $(cat "$TMP/cmp")"
+done
+run_shim 3 "$PYTHON" "$F" custom-batches --epochs 2
+grep -q "^len 4 steps 8" "$TMP/shim.out" || { cat "$TMP/shim.out"; fail "custom batches at np=3: expected 4 per epoch"; }
+run_shim 2 "$PYTHON" "$F" sequential --epochs 1
+grep -q "^len 6 steps 6" "$TMP/shim.out" || { cat "$TMP/shim.out"; fail "shuffle=False at np=2: expected 6 batches"; }
+pass "shard mode: 12 custom batches dealt 4 per rank at np=3; shuffle=False sharded (6 of 12 batches per rank)"
+
+# --- a shuffled validation loader under no_grad stays whole
+run_plain eval
+HVDSHIM_DATA=split run_shim 2 "$PYTHON" "$F" eval
+for w in before after; do
+  a=$(grep "^$w " "$TMP/plain.out") b=$(grep "^$w " "$TMP/shim.out")
+  [ -n "$a" ] && [ "$a" = "$b" ] || { cat "$TMP/plain.out" "$TMP/shim.out"; fail "evaluation $w training differs"; }
+done
+pass "no_grad evaluation of a shuffled loader: the plain run's metric ($(grep '^before' "$TMP/plain.out"))"
+
+# --- os._exit(0) at the end
+run_shim 2 "$PYTHON" "$F" os-exit
+grep -q "^checksum" "$TMP/shim.out" || { cat "$TMP/shim.out"; fail "os._exit run printed nothing"; }
+pass "os._exit(0) on every rank: the job exits 0"
+
+# --- hogwild: stood aside with one warning, every rank runs it whole
+run_shim 2 "$PYTHON" "$F" hogwild
+[ "$(grep -c 'hogwild training): hvdshim cannot distribute' "$TMP/shim.out")" = 1 ] &&
+  grep -q "^tested 64 samples" "$TMP/shim.out" || { cat "$TMP/shim.out"; fail "hogwild not stood aside"; }
+pass "hogwild script: one warning, run whole"
+
+# --- the replica guard stops a job whose ranks diverged
+HVDSHIM_CHECK_STEPS=4 shim 2 "$PYTHON" "$F" diverge >"$TMP/out" 2>&1 && { cat "$TMP/out"; fail "diverged ranks not caught"; }
+grep -q "models diverged by optimizer step 4: parameter 'm0.2.bias' differs across ranks" "$TMP/out" ||
+  { cat "$TMP/out"; fail "no clear divergence message"; }
+HVDSHIM_CHECK_STEPS=0 run_shim 2 "$PYTHON" "$F" diverge
+pass "replica guard: divergence named at step 4 (HVDSHIM_CHECK_STEPS=4); off with 0"
+
+# --- torch.func (torch >= 2.0): stood aside with one line
+if "$PYTHON" -c 'import torch.func' 2>/dev/null; then
+  run_shim 2 "$PYTHON" "$F" func
+  [ "$(grep -c 'torch.func transform' "$TMP/shim.out")" = 1 ] || { cat "$TMP/shim.out"; fail "torch.func not stood aside"; }
+  pass "torch.func script: one line, run whole"
+else
+  echo "note: torch $("$PYTHON" -c 'import torch; print(torch.__version__)') has no torch.func or torch.compile; those cases run on torch 2.x only"
+fi
