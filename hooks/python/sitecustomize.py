@@ -64,7 +64,7 @@ def _rng_seed():
             break
     import hashlib
     for keys in (("PMIX_NAMESPACE",), ("OMPI_MCA_ess_base_jobid",), ("SLURM_JOB_ID", "SLURM_STEP_ID"),
-                 ("PMI_KVSNAME",), ("HYDI_CONTROL_FD",)):
+                 ("PMI_KVSNAME",)):
         vals = [os.environ.get(k) for k in keys]
         if all(vals):
             text = "hvdshim-rng:" + ":".join(vals)

@@ -74,11 +74,11 @@ class Arithmetic(unittest.TestCase):
 
     def test_dealt_batches_same_count_every_rank(self):
         batches = [[i, i + 100] for i in range(7)]
-        per = [data.deal_batches(batches, 3, r) for r in range(3)]
+        per = [data.every_nth(batches, 3, r) for r in range(3)]
         self.assertEqual([len(p) for p in per], [3, 3, 3])
         self.assertEqual(per[0][0], [0, 100])
         self.assertEqual((per[1][2], per[2][2]), ([0, 100], [1, 101]))  # padded from the start
-        self.assertEqual(data.deal_batches([], 2, 0), [])
+        self.assertEqual(data.every_nth([], 2, 0), [])
 
 
 class Signatures(unittest.TestCase):

@@ -57,6 +57,16 @@ grep -q "^\[rank 0\] converged" "$TMP/shim.out" || { cat "$TMP/shim.out"; fail "
   { cat "$TMP/shim.out"; fail "the ranks drew different targets"; }
 pass "unseeded regression converges; both ranks drew one target ($(grep -m1 '^\[rank 0\] converged' "$TMP/shim.out"))"
 
+# --- unseeded generators: one state on every rank of a job, another per job
+draw='import random, numpy, torch; print("draw", torch.initial_seed(), random.random(), numpy.random.rand())'
+HVDSHIM_WORKER_STDOUT=1 run_shim 2 "$PYTHON" -c "$draw"
+sed -n 's/^\[rank .\] draw //p' "$TMP/shim.out" >"$TMP/draw1"
+HVDSHIM_WORKER_STDOUT=1 run_shim 2 "$PYTHON" -c "$draw"
+sed -n 's/^\[rank .\] draw //p' "$TMP/shim.out" >"$TMP/draw2"
+[ "$(wc -l <"$TMP/draw1")" = 2 ] && [ "$(sort -u "$TMP/draw1" | wc -l)" = 1 ] && [ "$(sort -u "$TMP/draw2" | wc -l)" = 1 ] &&
+  ! cmp -s "$TMP/draw1" "$TMP/draw2" || { cat "$TMP/draw1" "$TMP/draw2"; fail "torch/random/numpy draws: expected equal per job, different across jobs"; }
+pass "unseeded torch, random and numpy: one state on both ranks, a different one in the next job"
+
 # --- ReduceLROnPlateau on each rank's own loss: ranks stay identical
 HVDSHIM_WORKER_STDOUT=1 run_shim 2 "$PYTHON" "$F" plateau --epochs 6
 [ "$(sed -n 's/^\[rank .\] \(lr\|checksum\) //p' "$TMP/shim.out" | sort -u | wc -l)" = 2 ] ||

@@ -56,16 +56,23 @@ def shard_count(n, size, batch, drop_last):
     return per_rank // batch if drop_last else -(-per_rank // batch)
 
 
-def shard_indices(order, size, rank, batch, drop_last):
-    """This rank's batches: every size-th sample of the order padded (from its
-    start) to a multiple of size, in batches of `batch`."""
-    order = list(order)
-    if not order:
+def every_nth(items, size, rank):
+    """Items rank, rank+size, ... of the list padded (repeating from its
+    start, as DistributedSampler pads) to a multiple of size, so every rank
+    gets the same count."""
+    items = list(items)
+    if not items:
         return []
-    total = -(-len(order) // size) * size
-    while len(order) < total:
-        order += order[:total - len(order)]
-    mine = order[rank::size]
+    total = -(-len(items) // size) * size
+    while len(items) < total:
+        items += items[:total - len(items)]
+    return items[rank::size]
+
+
+def shard_indices(order, size, rank, batch, drop_last):
+    """This rank's batches: its every_nth part of the order, in batches of
+    `batch`."""
+    mine = every_nth(order, size, rank)
     out = []
     for i in range(0, len(mine), batch):
         b = mine[i:i + batch]
@@ -84,18 +91,6 @@ def split_slice(batch, size, rank):
     q, r = divmod(len(batch), size)
     start = rank * q + min(rank, r)
     return batch[start:start + q + (1 if rank < r else 0)]
-
-
-def deal_batches(batches, size, rank):
-    """A custom batch sampler's batches dealt out: every size-th batch, the
-    list padded (from its start) so every rank gets the same count."""
-    batches = list(batches)
-    if not batches:
-        return []
-    total = -(-len(batches) // size) * size
-    while len(batches) < total:
-        batches += batches[:total - len(batches)]
-    return batches[rank::size]
 
 
 # ------------------------------------------------------------------ broadcasting an epoch
@@ -207,7 +202,7 @@ class _ShardedBatches:
                 batches.append(ints[at:at + n])
                 at += n
         if self._mode == "shard":
-            return deal_batches(batches, _S.size, _S.rank)
+            return every_nth(batches, _S.size, _S.rank)  # whole batches dealt out
         return [split_slice(b, _S.size, _S.rank) for b in batches if b]
 
 

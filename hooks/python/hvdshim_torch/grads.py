@@ -107,9 +107,10 @@ def _end_of_backward():
     try:
         slots = _hyper_slots()
         n = len(_S.used)
+        mine = torch.frombuffer(bytearray(_S.used), dtype=torch.uint8) if n else None
         vec = torch.zeros(n + len(slots), dtype=torch.float64)
         if n:
-            vec[:n] = torch.frombuffer(bytearray(_S.used), dtype=torch.uint8)
+            vec[:n] = mine
         if _S.rank == 0 and slots:
             vec[n:] = torch.tensor([float(v) for _g, _k, _i, v in slots], dtype=torch.float64)
         flags = _Pending()
@@ -117,7 +118,6 @@ def _end_of_backward():
                    "agreeing on used parameters and hyperparameters")
         flags.wait()
         if n:
-            mine = vec.new_tensor(list(_S.used))
             missing = ((vec[:n] > 0) & (mine == 0)).nonzero().flatten().tolist()
             for i in missing:
                 _submit_grad(_S.params[i])

@@ -80,7 +80,7 @@ def take_rank0_states():
     _broadcast_bytes(b"hvdshim.rng.state", buf, pending, "broadcasting rank 0's random state")
     pending.wait()
     if _S.rank != 0:
-        _set_states(pickle.loads(bytes(buf.numpy() if hasattr(buf, "numpy") else buf.tolist())))
+        _set_states(pickle.loads(bytes(buf.tolist())))
     _debug("random state: rank 0's (torch, random%s)" % (", numpy" if _numpy_random() is not None else ""))
 
 

@@ -43,13 +43,15 @@ class _State:
 _S = _State()
 
 
-def _warn_once(key, msg):
+def _say_once(key, say, msg):
     if key not in _S.warned:
         _S.warned.add(key)
-        _warn(msg)
+        say(msg)
+
+
+def _warn_once(key, msg):
+    _say_once(key, _warn, msg)
 
 
 def _info_once(key, msg):
-    if key not in _S.warned:
-        _S.warned.add(key)
-        _info(msg)
+    _say_once(key, _info, msg)
