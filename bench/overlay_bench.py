@@ -1,14 +1,15 @@
 """Cost of the rank-private overlay and the replica guard.
 
   python3 bench/overlay_bench.py saves DIR   -- a checkpoint-heavy loop:
-      torch.save of a ~4 MB state_dict then torch.load, 40 times, plus a
-      temporary + os.replace; prints saves/s.  Run it plain and under
-      hvdrun -np 2 with HVDSHIM_WORKER_STDOUT=1 to get rank 0 (real files)
-      and rank 1 (overlay) in one run.
+      torch.save of a ~4 MB state_dict to a temporary, os.replace, then
+      torch.load, 40 times; prints saves/s.  bench/run-overlay-bench.sh runs
+      it plain, as a rank 1 with the overlay and as a rank 1 writing real
+      files (HVDSHIM_SAVE_RANKS=all), alternating, in one process each (a
+      faked rank environment: the engine never starts), so only the
+      overlay's cost differs.
   python3 bench/overlay_bench.py steps      -- 400 optimizer steps of a small
-      MLP; prints ms/step.  Run under the shim with HVDSHIM_CHECK_STEPS=1
-      (a check every step) and =0: the difference is the guard's cost per
-      check.
+      MLP; prints ms/step.  Run at np=2 with HVDSHIM_CHECK_STEPS=1 (a check
+      every step) and =0: the difference is the guard's cost per check.
 """
 import os
 import sys
@@ -23,7 +24,7 @@ if mode == "saves":
     d = sys.argv[2]
     os.makedirs(d, exist_ok=True)
     model = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 512))  # ~4 MB
-    model(torch.randn(2, 512))  # registered (under the shim)
+    # no forward: run as a faked rank 1 (no launcher), the engine never starts
     n = 40
     t = time.perf_counter()
     for i in range(n):

@@ -1,0 +1,31 @@
+#!/bin/sh
+# The rank-private overlay's and the replica guard's costs (issue 14).
+#   bench/run-overlay-bench.sh [ROUNDS]     (from a build tree; make bench-overlay)
+# 1. saves/s of a checkpoint loop: plain, as rank 1 with the overlay, as
+#    rank 1 writing real files; ratios to plain.
+# 2. ms per optimizer step at np=2 with the guard every step vs off.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+top=${top_builddir:-$(cd "$here/.." && pwd)}
+LIB="$top/.libs/libhvdshim.so"
+PY=${PYTHON:-/usr/bin/python3}
+ROUNDS=${1:-5}
+B="$here/overlay_bench.py"
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+rate() { sed -n 's/^\(\[rank 1\] \)\{0,1\}saves\/s \([0-9.]*\).*/\2/p'; }
+as_rank1() { env LD_PRELOAD="$LIB" OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=1 \
+  OMPI_COMM_WORLD_LOCAL_SIZE=2 HVDSHIM_WORKER_STDOUT=1 TMPDIR="$TMP" "$@"; }
+for r in $(seq "$ROUNDS"); do
+  rm -rf "$TMP/d"; p=$("$PY" "$B" saves "$TMP/d" | rate)
+  rm -rf "$TMP/d"; o=$(as_rank1 "$PY" "$B" saves "$TMP/d" | rate)
+  rm -rf "$TMP/d"; a=$(as_rank1 HVDSHIM_SAVE_RANKS=all "$PY" "$B" saves "$TMP/d" | rate)
+  echo "saves/s plain $p  rank1-overlay $o  rank1-real $a  overlay/plain $(echo "$o $p" | awk '{printf "%.3f", $1/$2}')  overlay/real $(echo "$o $a" | awk '{printf "%.3f", $1/$2}')"
+done
+step() { HVDSHIM_CHECK_STEPS=$1 "$top/launcher/hvdrun" --oversubscribe -np 2 -- "$PY" "$B" steps 2>/dev/null |
+  sed -n 's/^ms\/step //p'; }
+for r in $(seq "$ROUNDS"); do
+  on=$(step 1) off=$(step 0)
+  echo "ms/step np=2 guard-every-step $on  guard-off $off  cost per check $(echo "$on $off" | awk '{printf "%.4f ms (%.3fx)", $1-$2, $1/$2}')"
+done
