@@ -560,32 +560,93 @@ static void coordinate(double now) {
   if (!E.round_invalidated || E.resp.bad) HVD_FATAL("out of memory (responses)");
 }
 
+/* Names of up to `max` entries (KIND 'name', ...) into out. */
+static void name_list(coord_entry **items, int n, int max, char *out, size_t len) {
+  size_t at = 0;
+  out[0] = 0;
+  for (int i = 0; i < n && i < max && at + 16 < len; i++)
+    at += (size_t)snprintf(out + at, len - at, "%s%s '%s'", i ? ", " : "", hvd_kind_name(first_present(items[i])->kind),
+                           items[i]->name);
+  if (n > max && at + 8 < len) snprintf(out + at, len - at, ", ...");
+}
+
+static int same_ranks(const coord_entry *a, const coord_entry *b) {
+  for (int r = 0; r < E.size; r++)
+    if (!a->present[r] != !b->present[r]) return 0;
+  return 1;
+}
+
+/* One warning line per stall: the stalled operations are grouped by which
+ * ranks submitted them, and the line tells a rank that is late (it submitted
+ * nothing else) from one that submitted something else (the ranks disagree on
+ * what to run). */
 static void stall_check(double now) {
   if (now - E.last_stall_check < 0.1) return;
   E.last_stall_check = now;
-  for (coord_entry *c = E.chead; c; c = c->next) {
-    double age = now - c->first_seen;
-    if (age < E.stall_warn) continue;
-    char have[256], missing[256], msg[HVD_NAME_MAX + 1024];
-    uint8_t covered[E.size];
-    for (int r = 0; r < E.size; r++) covered[r] = c->present[r] || E.joined[r];
-    rank_list(c->present, 1, have, sizeof have);
+  int n = 0;
+  for (coord_entry *c = E.chead; c; c = c->next) n += now - c->first_seen >= E.stall_warn;
+  if (!n) return;
+  coord_entry **stalled = malloc((size_t)n * sizeof *stalled), **group = malloc((size_t)n * sizeof *group);
+  if (!stalled || !group) HVD_FATAL("out of memory (stall inspector)");
+  n = 0;
+  for (coord_entry *c = E.chead; c; c = c->next)
+    if (now - c->first_seen >= E.stall_warn) stalled[n++] = c;
+  for (int i = 0; i < n; i++) {
+    if (!stalled[i]) continue;
+    int ng = 0, due = 0;
+    double age = 0;
+    const coord_entry *lead = stalled[i];
+    for (int j = i; j < n; j++) /* this group: the same submitting ranks */
+      if (stalled[j] && same_ranks(lead, stalled[j])) {
+        coord_entry *c = group[ng++] = stalled[j];
+        stalled[j] = NULL;
+        if (now - c->first_seen > age) age = now - c->first_seen;
+        due |= now - c->last_warn >= E.stall_warn || (E.stall_shutdown > 0 && age >= E.stall_shutdown);
+      }
+    if (!due) continue;
+    uint8_t covered[E.size], late[E.size];
+    for (int r = 0; r < E.size; r++) covered[r] = group[0]->present[r] || E.joined[r], late[r] = !covered[r];
+    /* what the late ranks submitted that the others did not (they disagree) */
+    coord_entry *other[3];
+    int nother = 0, more = 0;
+    for (coord_entry *c = E.chead; c; c = c->next) {
+      int theirs = 0;
+      for (int r = 0; r < E.size && !theirs; r++) theirs = late[r] && c->present[r];
+      if (!theirs || same_ranks(c, group[0])) continue;
+      if (nother < 3) other[nother++] = c;
+      else more = 1;
+    }
+    char have[256], missing[256], names[512], others[512], msg[HVD_NAME_MAX + 2048];
+    rank_list(group[0]->present, 1, have, sizeof have);
     rank_list(covered, 0, missing, sizeof missing);
-    snprintf(msg, sizeof msg,
-             "stall: %s '%s' submitted by rank(s) %s has waited %.1f s for rank(s) %s "
-             "(one rank skipped an operation or submitted it under another name)",
-             hvd_kind_name(first_present(c)->kind), c->name, have, age, missing);
+    name_list(group, ng, 3, names, sizeof names);
+    int at;
+    if (ng == 1)
+      at = snprintf(msg, sizeof msg, "stall: %s submitted by rank(s) %s has waited %.1f s for rank(s) %s", names, have,
+                    age, missing);
+    else
+      at = snprintf(msg, sizeof msg, "stall: %d operations submitted by rank(s) %s have waited up to %.1f s for rank(s) %s "
+                    "(%s)", ng, have, age, missing, names);
+    if (nother) {
+      name_list(other, nother + more, 3, others, sizeof others);
+      snprintf(msg + at, sizeof msg - (size_t)at, "; rank(s) %s submitted other operations instead (%s): the ranks "
+               "disagree on what to run (a rank skipped an operation or named it differently)", missing, others);
+    } else {
+      snprintf(msg + at, sizeof msg - (size_t)at, "; rank(s) %s submitted nothing else: late (still computing, blocked "
+               "outside hvdshim, or stopped)", missing);
+    }
+    for (int k = 0; k < ng; k++) group[k]->last_warn = now;
     if (E.stall_shutdown > 0 && age >= E.stall_shutdown && !E.fatal_msg) {
-      size_t n = strlen(msg) + 128;
-      E.fatal_msg = malloc(n);
+      size_t len = strlen(msg) + 128;
+      E.fatal_msg = malloc(len);
       if (E.fatal_msg)
-        snprintf(E.fatal_msg, n, "%s; ending the job after HVDSHIM_STALL_SHUTDOWN_SECONDS=%g", msg,
-                 E.stall_shutdown);
-    } else if (now - c->last_warn >= E.stall_warn) {
-      c->last_warn = now;
+        snprintf(E.fatal_msg, len, "%s; ending the job after HVDSHIM_STALL_SHUTDOWN_SECONDS=%g", msg, E.stall_shutdown);
+    } else {
       HVD_WARN("%s", msg);
     }
   }
+  free(stalled);
+  free(group);
 }
 
 /* ------------------------------------------------------------------ slow path */

@@ -8,6 +8,7 @@
  *                               per-rank row counts, barrier, callbacks, test
  *   engine_test mismatch        count/dtype/op disagreements, bad arguments
  *   engine_test stall-warn S    the last rank submits S seconds late
+ *   engine_test stall-other     the last rank submits another name than the others
  *   engine_test stall-abort     the last rank never submits
  *   engine_test join J          rank J finishes early (joins)
  *   engine_test memory ITERS    RSS after warm-up vs after ITERS steps
@@ -350,6 +351,22 @@ static int run_stall_abort(void) {
   return 1;
 }
 
+/* The last rank submits something else than the others (4 operations):
+ * the stall report is one line per group and says the ranks disagree; the
+ * shutdown limit ends the job. */
+static int run_stall_other(void) {
+  float x[4] = {1, 1, 1, 1};
+  hvd_handle_t h[4];
+  static const char *const names[] = {"expected_a", "expected_b", "expected_c", "expected_d"};
+  int n = rank == size - 1 ? 1 : 4;
+  for (int i = 0; i < n; i++)
+    hvd_allreduce_async(rank == size - 1 ? "something_else" : names[i], &x[i], 1, HVD_FLOAT32, HVD_SUM, NULL, NULL,
+                        &h[i]);
+  hvd_wait(h[0], 120);
+  FAIL("wait returned: the stall shutdown did not end the job");
+  return 1;
+}
+
 /* A numeric field of /proc/self/status ("VmRSS:", "Threads:"), or -1. */
 static long status_field(const char *key) {
   FILE *f = fopen("/proc/self/status", "r");
@@ -540,6 +557,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "collectives")) run_collectives();
   else if (!strcmp(mode, "mismatch")) run_mismatch();
   else if (!strcmp(mode, "stall-warn")) run_stall_warn(argc > 2 ? atof(argv[2]) : 2);
+  else if (!strcmp(mode, "stall-other")) run_stall_other();
   else if (!strcmp(mode, "stall-abort")) run_stall_abort();
   else if (!strcmp(mode, "join")) run_join(argc > 2 ? atoi(argv[2]) : size - 1);
   else if (!strcmp(mode, "memory")) run_memory(argc > 2 ? atoi(argv[2]) : 10000);
