@@ -125,6 +125,9 @@ static pthread_mutex_t mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 static char **wo;             /* whiteouts: absolute real paths this process removed */
 static size_t nwo, capwo;
 
+static char *seen[1024];      /* real files this process saw exist (stat/access), a ring */
+static size_t nseen;
+
 const char *hvd_overlay_root(void) { return root[0] ? root : NULL; }
 
 /* ------------------------------------------------------------ paths */
@@ -266,6 +269,23 @@ static void unwhite(const char *a) {
   r_closedir(d);
 }
 
+/* Real files this process has seen exist.  Another process (rank 0 running
+ * the same script) may remove one before this rank does: its removal then
+ * still succeeds here, as it would for a rank alone. */
+static void note_seen(const char *a) {
+  char *c = strdup(a);
+  if (!c) return;
+  size_t i = nseen++ % (sizeof seen / sizeof *seen);
+  free(seen[i]);
+  seen[i] = c;
+}
+
+static int was_seen(const char *a) {
+  for (size_t i = 0; i < sizeof seen / sizeof *seen; i++)
+    if (seen[i] && !strcmp(seen[i], a)) return 1;
+  return 0;
+}
+
 /* ------------------------------------------------------------ the folder (under mu) */
 static void spawn_watcher(void) {
   int p[2];
@@ -375,11 +395,14 @@ static int copy_file(const char *src, const char *dst, mode_t mode) {
 /* ------------------------------------------------------------ mapping */
 enum { MAPPED = 0, PASS = 1, FAIL = -1 };
 
-/* A read: the overlay's copy, ENOENT for a whiteout, or the real path. */
-static int map_read(int dirfd, const char *path, char *out) {
+/* A read: the overlay's copy, ENOENT for a whiteout, or the real path
+ * (then `abs`, when given, gets the absolute path; else it is ""). */
+static int map_read_abs(int dirfd, const char *path, char *out, char *abs) {
   char a[PATH_MAX];
   struct stat st;
+  if (abs) abs[0] = 0;
   if (!on || !dirty || absolute(dirfd, path, a) || excluded_path(a)) return PASS;
+  if (abs) strcpy(abs, a);
   int r = PASS;
   pthread_mutex_lock(&mu);
   if (!ovpath(a, out) && lexists(out, &st)) r = MAPPED;
@@ -389,6 +412,8 @@ static int map_read(int dirfd, const char *path, char *out) {
   if (r == FAIL) errno = ENOENT;
   return r;
 }
+
+static int map_read(int dirfd, const char *path, char *out) { return map_read_abs(dirfd, path, out, NULL); }
 
 /* A write with open(2) flags: the overlay path to use (created or copied
  * up as needed), PASS for what is not redirected, FAIL with errno. */
@@ -499,10 +524,17 @@ EXPORT FILE *freopen64(const char *path, const char *mode, FILE *f) { return fop
 /* ------------------------------------------------------------ stat, access */
 static int stat_common(int dirfd, const char *path, struct stat *st, int flags) {
   REAL();
-  char m[PATH_MAX];
-  int r = on && nonempty(path) ? map_read(dirfd, path, m) : PASS;
+  char m[PATH_MAX], a[PATH_MAX] = "";
+  int r = on && nonempty(path) ? map_read_abs(dirfd, path, m, a) : PASS;
   if (r == FAIL) return -1;
-  return r == PASS ? fstatat_(dirfd, path, st, flags) : fstatat_(AT_FDCWD, m, st, flags);
+  if (r != PASS) return fstatat_(AT_FDCWD, m, st, flags);
+  int rc = fstatat_(dirfd, path, st, flags);
+  if (rc == 0 && on && a[0] && S_ISREG(st->st_mode)) { /* a real file this rank saw (r == PASS sets a) */
+    pthread_mutex_lock(&mu);
+    note_seen(a);
+    pthread_mutex_unlock(&mu);
+  }
+  return rc;
 }
 EXPORT int stat(const char *p, struct stat *st) { return stat_common(AT_FDCWD, p, st, 0); }
 EXPORT int stat64(const char *p, struct stat64 *st) { return stat_common(AT_FDCWD, p, (struct stat *)st, 0); }
@@ -598,7 +630,8 @@ static int remove_common(int d, const char *p, int flags, const void *caller) {
   int in_ov = !ovpath(a, ov) && lexists(ov, &so);
   int in_real = !whited(a) && lexists(a, &sr);
   if (!in_ov && !in_real) {
-    rc = -1, err = ENOENT;
+    if (whited(a) || !was_seen(a) || (flags & AT_REMOVEDIR)) rc = -1, err = ENOENT;
+    /* else: seen here, since removed by another process: removed for this rank too */
   } else if (in_ov) {
     if (r_unlinkat(AT_FDCWD, ov, flags) != 0) rc = -1, err = errno;
   } else if ((flags & AT_REMOVEDIR) && !S_ISDIR(sr.st_mode)) {
@@ -762,9 +795,23 @@ static int socket_common(int fd, const struct sockaddr *addr, socklen_t len, int
   if (r == FAIL) return errno == EEXIST ? (errno = EADDRINUSE, -1) : -1;
   if (r == PASS) return real(fd, addr, len);
   struct sockaddr_un u = {.sun_family = AF_UNIX};
-  if (strlen(m) >= sizeof u.sun_path) return errno = ENAMETOOLONG, -1;
-  strcpy(u.sun_path, m);
-  return real(fd, (const struct sockaddr *)&u, (socklen_t)sizeof u);
+  if (strlen(m) < sizeof u.sun_path) {
+    strcpy(u.sun_path, m);
+    return real(fd, (const struct sockaddr *)&u, (socklen_t)sizeof u);
+  }
+  /* The overlay path is longer than a socket address may be: name the
+   * folder through /proc/self/fd/N instead (the kernel resolves it). */
+  char *slash = strrchr(m, '/');
+  *slash = 0;
+  int dfd = r_openat(AT_FDCWD, m, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return -1;
+  int rc = -1;
+  if (snprintf(u.sun_path, sizeof u.sun_path, "/proc/self/fd/%d/%s", dfd, slash + 1) >= (int)sizeof u.sun_path) errno = ENAMETOOLONG;
+  else rc = real(fd, (const struct sockaddr *)&u, (socklen_t)sizeof u);
+  int e = errno;
+  close(dfd);
+  errno = e;
+  return rc;
 }
 EXPORT int bind(int fd, const struct sockaddr *addr, socklen_t len) { return socket_common(fd, addr, len, 1, CALLER); }
 EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len) {

@@ -75,7 +75,7 @@ if args.case == "checkpoints":
         with open(os.path.join(args.dir, "model.pt"), "wb") as f:
             torch.save(model, f)
         with open(os.path.join(args.dir, "model.pt"), "rb") as f:
-            model.load_state_dict(torch.load(f).state_dict())
+            model.load_state_dict(torch.load(f, weights_only=False).state_dict())  # a whole model (torch >= 2.6)
         # 2. save then reload by path
         torch.save(model.state_dict(), os.path.join(args.dir, "state.pt"))
         model.load_state_dict(torch.load(os.path.join(args.dir, "state.pt")))
@@ -175,12 +175,15 @@ elif args.case in ("sequential", "custom-sampler", "custom-batches"):
         """Batches of 8 from a shuffled order, then regrouped (a bucketing
         batch sampler)."""
 
+        def __init__(self, ds):
+            self.ds = ds
+
         def __iter__(self):
-            order = torch.randperm(len(ds)).tolist()
+            order = torch.randperm(len(self.ds)).tolist()
             return iter([order[i:i + 8] for i in range(0, len(order), 8)])
 
         def __len__(self):
-            return len(ds) // 8
+            return len(self.ds) // 8
 
     if args.case == "sequential":
         loader = DataLoader(ds, batch_size=8)  # shuffle=False
@@ -279,6 +282,19 @@ elif args.case == "diverge":
             if epoch == 0 and i == 2 and os.environ.get("OMPI_COMM_WORLD_RANK") == "1":
                 with torch.no_grad():
                     model[2].bias.add_(1e-3)
+    finish(model)
+
+elif args.case == "compile":
+    # torch.compile (torch >= 2.0): a compiled model trains data-parallel
+    if not hasattr(torch, "compile"):
+        print("no torch.compile")
+        sys.exit(0)
+    torch.manual_seed(0)
+    X, Y = data()
+    model = mlp()
+    cmodel = torch.compile(model, backend=os.environ.get("COMPILE_BACKEND", "inductor"))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    train_epoch(cmodel, opt, DataLoader(TensorDataset(X, Y), batch_size=16, shuffle=True))
     finish(model)
 
 elif args.case == "func":

@@ -113,8 +113,15 @@ grep -q "models diverged by optimizer step 4: parameter 'm0.2.bias' differs acro
 HVDSHIM_CHECK_STEPS=0 run_shim 2 "$PYTHON" "$F" diverge
 pass "replica guard: divergence named at step 4 (HVDSHIM_CHECK_STEPS=4); off with 0"
 
-# --- torch.func (torch >= 2.0): stood aside with one line
+# --- torch.compile and torch.func (torch >= 2.0)
 if "$PYTHON" -c 'import torch.func' 2>/dev/null; then
+  # dynamo traces the model (and would trace the adapter's hook); aot_eager
+  # needs no C++ toolchain (Debian's torch ships no inductor headers)
+  export COMPILE_BACKEND=${COMPILE_BACKEND:-aot_eager}
+  run_plain compile --epochs 1 --out "$TMP/p-compile.pt"
+  T=300 HVDSHIM_DATA=split run_shim 2 "$PYTHON" "$F" compile --epochs 1 --out "$TMP/s-compile.pt"
+  same "$TMP/p-compile.pt" "$TMP/s-compile.pt" 1e-4 >"$TMP/cmp" || { cat "$TMP/cmp" "$TMP/shim.out"; fail "compile differs"; }
+  pass "torch.compile'd model, split at np=2: $(cat "$TMP/cmp")"
   run_shim 2 "$PYTHON" "$F" func
   [ "$(grep -c 'torch.func transform' "$TMP/shim.out")" = 1 ] || { cat "$TMP/shim.out"; fail "torch.func not stood aside"; }
   pass "torch.func script: one line, run whole"
