@@ -6,7 +6,7 @@ import torch
 
 from . import lib as _libmod
 from .lib import _debug, _info, _load_library, _setting, _wrap
-from .state import _S
+from .state import _S, _warn_once
 from .output import _redirect_output, _set_threads
 from .lifecycle import _check_stand_aside, _other_distribution, _stand_aside
 from .grads import _HAS_POST_ACCUMULATE, _average_loss, _note_optimizer, _wrap_step
@@ -59,8 +59,12 @@ def _patch():
     # broadcast and sharded evaluation into an undistributed run.
     def make_share_memory(orig):
         def share_memory(self):
-            _check_stand_aside("the script shares a model with its own child processes (Module.share_memory(), "
-                               "hogwild training)", undistributed=True)
+            reason = "the script shares a model with its own child processes (Module.share_memory(), hogwild training)"
+            if _S.started and _S.models:  # too late to stand aside: say so and go on
+                _warn_once("share-memory", reason + " after hvdshim started distributing it; what the children "
+                           "do to the model is not distributed")
+            else:
+                _check_stand_aside(reason, undistributed=True)
             return orig(self)
         return share_memory
     _wrap(torch.nn.Module, "share_memory", make_share_memory)
@@ -113,7 +117,6 @@ def install(rng_seed=None):
     _libmod._lib.hvd_launch_info(*[ctypes.byref(v) for v in vals])
     _S.rank, _S.size, _S.local_rank, _S.local_size = (v.value for v in vals)
     _S.data_mode = _setting("HVDSHIM_DATA") or "shard"
-    _S.save_ranks = _setting("HVDSHIM_SAVE_RANKS") or "0"
     _S.scale_lr = _setting("HVDSHIM_SCALE_LR") == "1"
     _S.rng_mode = _setting("HVDSHIM_RNG") or "per-rank"
     _S.check_steps = int(_setting("HVDSHIM_CHECK_STEPS") or 0)

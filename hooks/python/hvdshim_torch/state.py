@@ -11,7 +11,6 @@ class _State:
         self.started = False        # hvd_init done
         self.aside_reason = None
         self.data_mode = "shard"
-        self.save_ranks = "0"
         self.scale_lr = False
         self.models = []            # registered root modules (weak)
         self.known = weakref.WeakSet()      # every module of a registered root
