@@ -70,6 +70,7 @@ static long (*r_telldir)(DIR *);
 static void (*r_seekdir)(DIR *, long);
 static int (*r_bind)(int, const struct sockaddr *, socklen_t);
 static int (*r_connect)(int, const struct sockaddr *, socklen_t);
+static char *(*r_realpath)(const char *, char *);
 
 static pthread_once_t resolved = PTHREAD_ONCE_INIT;
 
@@ -100,6 +101,7 @@ static void resolve(void) {
   GET(r_seekdir, "seekdir");
   GET(r_bind, "bind");
   GET(r_connect, "connect");
+  GET(r_realpath, "realpath");
 #undef GET
 }
 #define REAL() pthread_once(&resolved, resolve)
@@ -449,6 +451,18 @@ static int map_write(int dirfd, const char *path, int flags, const void *caller,
   return r;
 }
 
+int hvd_overlay_write_path(const char *path, char *out, size_t len) {
+  REAL();
+  char m[PATH_MAX];
+  if (!on || !nonempty(path)) return 0;
+  int r = map_write(AT_FDCWD, path, O_WRONLY | O_CREAT | O_TRUNC, NULL, m);
+  if (r == PASS) return 0;
+  if (r == FAIL) return -1;
+  if (strlen(m) >= len) return errno = ENAMETOOLONG, -1;
+  strcpy(out, m);
+  return 1;
+}
+
 /* ------------------------------------------------------------ open, fopen */
 static int open_common(int dirfd, const char *path, int flags, mode_t mode, const void *caller) {
   REAL();
@@ -520,6 +534,50 @@ EXPORT FILE *fopen(const char *path, const char *mode) { return fopen_common(pat
 EXPORT FILE *fopen64(const char *path, const char *mode) { return fopen_common(path, mode, NULL, CALLER); }
 EXPORT FILE *freopen(const char *path, const char *mode, FILE *f) { return fopen_common(path, mode, f, CALLER); }
 EXPORT FILE *freopen64(const char *path, const char *mode, FILE *f) { return fopen_common(path, mode, f, CALLER); }
+
+/* ------------------------------------------------------------ realpath */
+/* glibc's realpath checks each component with its own internal calls, so a
+ * name that exists only in this rank's overlay (a file it wrote) fails with
+ * ENOENT; Rust's fs::canonicalize (safetensors' save_file) and C++'s
+ * filesystem::canonical call it on paths just written.  Such a name is
+ * given back as its real path: the canonical parent and the last name. */
+static char *overlay_realpath(const char *path, char *buf) {
+  char a[PATH_MAX], m[PATH_MAX], parent[PATH_MAX], out[PATH_MAX];
+  if (absolute(AT_FDCWD, path, a) || map_read(AT_FDCWD, a, m) != MAPPED) {
+    errno = ENOENT;
+    return NULL;
+  }
+  char *slash = strrchr(a, '/');
+  if (slash == a) strcpy(parent, "/");
+  else *slash = 0, strcpy(parent, a), *slash = '/';
+  char *p = realpath(parent, NULL); /* the parent may be this rank's own too */
+  if (!p) return NULL;
+  int n = snprintf(out, sizeof out, "%s/%s", strcmp(p, "/") ? p : "", slash + 1);
+  free(p);
+  if (n >= (int)sizeof out) {
+    errno = ENAMETOOLONG;
+    return NULL;
+  }
+  if (buf) return strcpy(buf, out);
+  return strdup(out);
+}
+static char *realpath_common(const char *path, char *buf, const void *caller) {
+  REAL();
+  int saved = errno;
+  char *r = r_realpath(path, buf);
+  if (r || errno != ENOENT || !on || !dirty || !nonempty(path) || excluded_caller(caller)) return r;
+  r = overlay_realpath(path, buf);
+  if (r) errno = saved;
+  else errno = ENOENT;
+  return r;
+}
+EXPORT char *realpath(const char *path, char *buf) { return realpath_common(path, buf, CALLER); }
+EXPORT char *canonicalize_file_name(const char *path) { return realpath_common(path, NULL, CALLER); }
+char *__realpath_chk(const char *path, char *buf, size_t len);
+EXPORT char *__realpath_chk(const char *path, char *buf, size_t len) {
+  if (len < PATH_MAX) abort(); /* glibc's check: the buffer must hold PATH_MAX */
+  return realpath_common(path, buf, CALLER);
+}
 
 /* ------------------------------------------------------------ stat, access */
 static int stat_common(int dirfd, const char *path, struct stat *st, int flags) {

@@ -27,6 +27,13 @@ void hvd_overlay_cleanup(void);
 /* Turn it off (exported: the adapter calls it when the script distributes
  * itself); files already in the overlay are dropped. */
 __attribute__((visibility("default"))) void hvd_overlay_off(void);
+/* Where a write of `path` really goes, for code that writes with raw system
+ * calls the overlay cannot see (safetensors' Rust tempfile-and-rename; the
+ * Python bootstrap hands it this path instead): 1 and the overlay path in
+ * out (its folders made), 0 when writes to `path` go to `path` itself, -1
+ * with errno.  Exported. */
+#include <stddef.h>
+__attribute__((visibility("default"))) int hvd_overlay_write_path(const char *path, char *out, size_t len);
 /* The overlay folder, or NULL while none has been created. */
 const char *hvd_overlay_root(void);
 

@@ -23,8 +23,9 @@ def _restore_environment():
 
 class _ImportWatcher:
     """A meta path finder that runs an action right after `import torch`
-    (load the adapter) and `import numpy` (seed its global generator), each
-    once, and leaves when both are done."""
+    (load the adapter), `import numpy` (seed its global generator) and the
+    import of safetensors' Rust module (see _private_serialize_file), each
+    once, and leaves when all are done."""
 
     def __init__(self, actions):
         self.actions = actions  # module name -> function(module)
@@ -69,6 +70,18 @@ def _rng_seed():
         if all(vals):
             text = "hvdshim-rng:" + ":".join(vals)
             return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+    # MPICH's Hydra names no job in the environment.  When every rank is on
+    # this host, they share one parent (hydra_pmi_proxy): its pid and start
+    # time name the job.  Across hosts: no seed (rank 0's states are taken
+    # when the engine starts).
+    if os.environ.get("PMI_RANK") and os.environ.get("MPI_LOCALNRANKS") == os.environ.get("PMI_SIZE"):
+        try:
+            with open("/proc/%d/stat" % os.getppid()) as f:
+                start = f.read().rsplit(")", 1)[1].split()[19]
+        except (OSError, IndexError):
+            return None
+        text = "hvdshim-rng:hydra:%d:%s" % (os.getppid(), start)
+        return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
     return None
 
 
@@ -83,6 +96,35 @@ def _load_adapter():
     sys.modules["hvdshim_torch"] = module
     spec.loader.exec_module(module)
     module.install(rng_seed=_SEED)
+
+
+def _private_serialize_file(rust):
+    """safetensors writes through the Rust tempfile crate, which renames with
+    raw system calls that libhvdshim's file overlay cannot see: on a rank
+    whose writes are private (ranks > 0), its serialize_file gets the
+    overlay's path for the file instead, where the write and the rename
+    both happen for real.  Reads find the file there through libc as usual."""
+    real = getattr(rust, "serialize_file", None)
+    if real is None:
+        return
+    import ctypes
+    try:
+        where = ctypes.CDLL(None, use_errno=True).hvd_overlay_write_path
+    except AttributeError:
+        return
+    where.restype = ctypes.c_int
+    where.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+
+    def serialize_file(tensor_dict, filename, *args, **kwargs):
+        buf = ctypes.create_string_buffer(4096)
+        r = where(os.fsencode(os.fspath(filename)), buf, len(buf))
+        if r < 0:
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e), os.fspath(filename))
+        return real(tensor_dict, os.fsdecode(buf.value) if r == 1 else filename, *args, **kwargs)
+
+    serialize_file.__doc__ = real.__doc__
+    rust.serialize_file = serialize_file
 
 
 def _chain():
@@ -104,7 +146,7 @@ def _chain():
 # role again), so no test of the process is needed here.
 _restore_environment()
 _SEED = _rng_seed()
-_ACTIONS = {"torch": lambda _m: _load_adapter()}
+_ACTIONS = {"torch": lambda _m: _load_adapter(), "safetensors._safetensors_rust": _private_serialize_file}
 if _SEED is not None:
     import random
     random.seed(_SEED)  # before the script runs: a script that seeds it overrides this

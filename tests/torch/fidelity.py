@@ -10,7 +10,7 @@ import sys
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.data import BatchSampler, DataLoader, Sampler, TensorDataset
+from torch.utils.data import DataLoader, Sampler, TensorDataset
 
 ap = argparse.ArgumentParser()
 ap.add_argument("case")
@@ -38,6 +38,19 @@ def finish(model):
     print("checksum", checksum(model), flush=True)
     if args.out:
         torch.save(model.state_dict(), args.out)
+
+
+def c_realpath(path):
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.realpath.restype = ctypes.c_void_p
+    libc.realpath.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    p = libc.realpath(path.encode(), None)
+    if not p:
+        raise OSError(ctypes.get_errno(), "realpath(%s) failed" % path)
+    out = ctypes.string_at(p).decode()
+    libc.free(ctypes.c_void_p(p))
+    return out
 
 
 def train_epoch(model, opt, loader):
@@ -90,6 +103,13 @@ if args.case == "checkpoints":
         os.replace(tmp, resume)
         assert not os.path.exists(tmp)
         assert sorted(os.listdir(ckdir)) == ["last.pt"], os.listdir(ckdir)
+        # 6. a library canonicalizing a path it just wrote (safetensors' Rust
+        # code, C++'s filesystem::canonical): libc's realpath
+        fresh = os.path.join(ckdir, "fresh.bin")
+        with open(fresh, "wb") as f:
+            f.write(b"x")
+        assert c_realpath(fresh) == os.path.realpath(fresh), (c_realpath(fresh), os.path.realpath(fresh))
+        os.remove(fresh)
         # 5. rotate: keep the previous epoch's copy, remove the one before
         prev = os.path.join(ckdir, "..", "epoch-%d.pt" % (epoch - 1))
         if os.path.exists(prev):
@@ -279,7 +299,7 @@ elif args.case == "diverge":
             opt.zero_grad()
             F.binary_cross_entropy_with_logits(model(x), y).backward()
             opt.step()
-            if epoch == 0 and i == 2 and os.environ.get("OMPI_COMM_WORLD_RANK") == "1":
+            if epoch == 0 and i == 2 and os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK")) == "1":
                 with torch.no_grad():
                     model[2].bias.add_(1e-3)
     finish(model)
