@@ -123,6 +123,14 @@ class _ShardedBatches:
     def __getattr__(self, name):  # sampler, batch_size, drop_last, set_epoch ... of the original
         return getattr(self._inner, name)
 
+    def __setattr__(self, name, value):
+        # a library that swaps the sampler (Accelerate puts a seedable one in
+        # `loader.batch_sampler.sampler`) reaches the original, as in the plain run
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._inner, name, value)
+
     def _sharding(self):
         return _S.enabled and _training_now()
 
@@ -219,6 +227,8 @@ def _prepare_loader(loader):
         reason = "it has batch_size=None, so hvdshim has no batches to deal out"
     else:
         bs = loader.batch_sampler
+        if isinstance(bs, _ShardedBatches):  # a loader made from another's batch sampler (Accelerate's prepare)
+            bs = bs._inner
         if _S.data_mode == "split" and type(bs).__name__ == "BatchSampler" and bs.batch_size % _S.size:
             raise HvdShimError("hvdshim: HVDSHIM_DATA=split needs the DataLoader batch size (%d) to be divisible by "
                                "the number of ranks (%d); choose a multiple of %d or use HVDSHIM_DATA=shard"

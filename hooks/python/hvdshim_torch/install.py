@@ -5,7 +5,7 @@ import sys
 import torch
 
 from . import lib as _libmod
-from .lib import _debug, _info, _load_library, _setting, _wrap
+from .lib import _debug, _info, _load_library, _setting, _untraced, _wrap
 from .state import _S, _warn_once
 from .output import _redirect_output, _set_threads
 from .lifecycle import _check_stand_aside, _other_distribution, _stand_aside
@@ -84,15 +84,6 @@ def _patch():
         _wrap(dist, "init_process_group", make_init_pg)
 
     _S.hook_handles.append(torch.nn.modules.module.register_module_forward_pre_hook(_untraced(_forward_pre_hook)))
-
-
-def _untraced(fn):
-    """torch.compile must not trace the adapter's global hook (dynamo fails on
-    its module bookkeeping): it runs eagerly, outside the compiled graph."""
-    disable = getattr(getattr(torch, "compiler", None), "disable", None)
-    if disable is None:
-        disable = getattr(getattr(torch, "_dynamo", None), "disable", None)
-    return disable(fn) if disable is not None else fn
 
 
 class _HorovodWatcher:

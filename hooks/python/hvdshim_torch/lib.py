@@ -192,3 +192,12 @@ def _wrap(owner, name, make):
             pass
     setattr(owner, name, wrapped)
     return orig
+
+
+def _untraced(fn):
+    """torch.compile must not trace the adapter's hooks (dynamo fails on their
+    module bookkeeping): they run eagerly, outside the compiled graph."""
+    disable = getattr(getattr(torch, "compiler", None), "disable", None)
+    if disable is None:
+        disable = getattr(getattr(torch, "_dynamo", None), "disable", None)
+    return disable(fn) if disable is not None else fn

@@ -3,7 +3,8 @@ same parameters and buffers, broadcasts rank 0's, and hooks the gradients."""
 import weakref
 import torch
 
-from .lib import HvdShimError, _GRAD_DTYPES, _Pending, _allgather_finish, _allgather_start, _broadcast_bytes, _info
+from .lib import (HvdShimError, _GRAD_DTYPES, _Pending, _allgather_finish, _allgather_start, _broadcast_bytes, _info,
+                  _untraced)
 from .state import _S
 from .lifecycle import _check_stand_aside, _start
 from .grads import _Param
@@ -79,6 +80,7 @@ def _register_root(module):
             t.copy_(buf)
     _S.models.append(weakref.ref(module))
     _S.roots.add(module)
+    _watch_keyword_batches(module)
     _S.known.update(module.modules())
     sparse = set()
     for m in module.modules():
@@ -119,6 +121,28 @@ def _count_samples(module, inputs):
         x = inputs[0]
         if isinstance(x, torch.Tensor) and x.dim() > 0:
             _S.samples += x.shape[0]
+
+
+def _count_keyword_samples(module, args, kwargs):
+    """A model called with keyword arguments only (model(**batch), as
+    HuggingFace's Trainer does): its batch is the first keyword tensor."""
+    if args or not kwargs or not module.training or not torch.is_grad_enabled():
+        return None
+    for v in kwargs.values():
+        if isinstance(v, torch.Tensor) and v.dim() > 0:
+            _S.samples += v.shape[0]
+            break
+    return None
+
+
+def _watch_keyword_batches(module):
+    """The global forward pre-hook sees positional inputs only: a model gets
+    its own hook for keyword inputs (torch >= 2.0), from its second forward
+    on (the hook added during the first call does not run for that call)."""
+    try:
+        _S.hook_handles.append(module.register_forward_pre_hook(_untraced(_count_keyword_samples), with_kwargs=True))
+    except TypeError:  # torch < 2.0
+        pass
 
 
 def _forward_pre_hook(module, inputs):
