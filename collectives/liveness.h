@@ -18,6 +18,7 @@
 #define HVD_LIVENESS_H
 
 #include <mpi.h>
+#include <stddef.h>
 
 #define HVD_LIVENESS_LOCAL_S 2.0
 

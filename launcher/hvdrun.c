@@ -3,7 +3,8 @@
  *   hvdrun -np N [-H host[:slots],...] [--hostfile FILE] [--oversubscribe]
  *          [--verbose] [--dry-run] [--] command [args...]
  *
- * Builds an mpirun command line (or srun's, inside a SLURM allocation) that
+ * Builds an mpirun command line (Open MPI 4 or 5+, or MPICH's Hydra mpiexec,
+ * told apart by --version; or srun's, inside a SLURM allocation) that
  * preloads libhvdshim.so in every rank, local or remote (-x LD_PRELOAD), and
  * forwards every HVDSHIM_* and HOROVOD_* variable of this environment (and
  * OMP_NUM_THREADS, PYTHONPATH when set); adds --allow-run-as-root only when
@@ -158,8 +159,10 @@ static long hosts_slots(const char *list) {
   return total;
 }
 
-/* Slots of an Open MPI hostfile ("host [slots=N] [max_slots=M]" lines). */
-static long hostfile_slots(const char *path) {
+/* Slots of an Open MPI hostfile ("host [slots=N] [max_slots=M]" lines); when
+ * list is given, the hosts also as a -H list ("a:4,b:2"), which is how
+ * MPICH's Hydra takes them. */
+static long hostfile_slots(const char *path, char **list) {
   FILE *f = fopen(path, "r");
   if (!f) die("--hostfile %s: %s", path, strerror(errno));
   char line[1024];
@@ -180,10 +183,41 @@ static long hostfile_slots(const char *path) {
       }
     }
     total += slots;
+    if (list) {
+      char *grown;
+      if (asprintf(&grown, "%s%s%s:%ld", *list ? *list : "", *list ? "," : "", host, slots) < 0) die("out of memory");
+      free(*list);
+      *list = grown;
+    }
   }
   fclose(f);
   if (total == 0) die("--hostfile %s names no host", path);
   return total;
+}
+
+/* Which launcher mpirun is: Open MPI's (mpirun/orterun up to 4, prterun from
+ * 5) or Hydra (MPICH's and Intel MPI's mpiexec), from its --version. */
+enum launcher { LAUNCH_OMPI, LAUNCH_HYDRA };
+static enum launcher launcher_kind(const char *mpirun, char *ver, size_t verlen) {
+  snprintf(ver, verlen, "unknown");
+  if (strchr(mpirun, '\'')) die("HVDRUN_MPIRUN: a path with a quote is not supported (%s)", mpirun);
+  char *cmd;
+  if (asprintf(&cmd, "'%s' --version 2>&1 </dev/null", mpirun) < 0) die("out of memory");
+  FILE *p = popen(cmd, "r");
+  free(cmd);
+  enum launcher k = LAUNCH_OMPI;
+  if (!p) return k;
+  char line[512];
+  while (fgets(line, sizeof line, p)) {
+    line[strcspn(line, "\r\n")] = 0;
+    if (strstr(line, "HYDRA") || strstr(line, "Intel(R) MPI")) k = LAUNCH_HYDRA;
+    const char *v = strstr(line, "(Open MPI) ");
+    if (v) v += strlen("(Open MPI) ");
+    else if ((v = strstr(line, "Version:"))) v += strspn(v + 8, " \t") + 8;
+    if (v) snprintf(ver, verlen, "%s", v);
+  }
+  pclose(p);
+  return k;
 }
 
 /* ------------------------------------------------------------------ main */
@@ -255,8 +289,9 @@ int main(int argc, char **argv) {
           m && *m ? " at HVDRUN_MPIRUN" : " on PATH");
     long slots;
     char where[64];
+    char *filehosts = NULL;
     if (hosts) slots = hosts_slots(hosts), snprintf(where, sizeof where, "in -H");
-    else if (hostfile) slots = hostfile_slots(hostfile), snprintf(where, sizeof where, "in the hostfile");
+    else if (hostfile) slots = hostfile_slots(hostfile, &filehosts), snprintf(where, sizeof where, "in the hostfile");
     else {
       slots = sysconf(_SC_NPROCESSORS_ONLN);
       if (slots < 1) slots = 1;
@@ -265,16 +300,35 @@ int main(int argc, char **argv) {
     if (np > slots && !oversub)
       die("-np %ld needs %ld slots, but there are %ld %s; add --oversubscribe to run more ranks than slots%s", np, np,
           slots, where, hosts || hostfile ? "" : ", or hosts with -H");
+    char ver[128];
+    enum launcher kind = launcher_kind(mpirun, ver, sizeof ver);
     push(&cmd, mpirun);
     free(mpirun);
+    if (kind == LAUNCH_HYDRA) {
+      /* Hydra: runs as root, places more ranks than cores, passes the whole
+       * environment; LD_PRELOAD for the ranks only (-genv), hosts as a -hosts
+       * list (an Open MPI hostfile is translated). */
+      push(&cmd, "-n");
+      pushf(&cmd, "%ld", np);
+      if (hosts || filehosts) push(&cmd, "-hosts"), push(&cmd, hosts ? hosts : filehosts);
+      push(&cmd, "-bind-to"), push(&cmd, "none");
+      push(&cmd, "-genv"), push(&cmd, "LD_PRELOAD"), push(&cmd, preload);
+      free(filehosts);
+      goto command;
+    }
+    free(filehosts);
     if (geteuid() == 0) push(&cmd, "--allow-run-as-root");
     push(&cmd, "-np");
     pushf(&cmd, "%ld", np);
-    if (oversub) push(&cmd, "--oversubscribe");
     if (hosts) push(&cmd, "-H"), push(&cmd, hosts);
     if (hostfile) push(&cmd, "--hostfile"), push(&cmd, hostfile);
     push(&cmd, "--bind-to"), push(&cmd, "none");
-    push(&cmd, "--map-by"), push(&cmd, "slot");
+    /* Open MPI 5+ (prterun) takes oversubscription as a mapping modifier
+     * (--oversubscribe is deprecated there) */
+    push(&cmd, "--map-by");
+    if (oversub && atoi(ver) >= 5) push(&cmd, "slot:OVERSUBSCRIBE");
+    else push(&cmd, "slot");
+    if (oversub && atoi(ver) < 5) push(&cmd, "--oversubscribe");
     push(&cmd, "-x");
     pushf(&cmd, "LD_PRELOAD=%s", preload);
     for (char **e = environ; *e; e++) {
@@ -288,6 +342,7 @@ int main(int argc, char **argv) {
       }
     }
   }
+command:
   free(srun);
   free(preload);
   free(lib);

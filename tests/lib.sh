@@ -13,19 +13,83 @@ skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*"; exit 1; }
 pass() { echo "PASS: $*"; }
 
+# MPI_KIND: ompi (Open MPI up to 4: mpirun/orterun), ompi5 (Open MPI 5+:
+# prterun), hydra (MPICH's mpiexec).  The tests write Open MPI's options
+# (-np, -x NAME, -x NAME=VALUE, --oversubscribe); mpi() gives Hydra its own.
 need_mpirun() {
   MPIRUN=${MPIRUN:-$(command -v mpirun || true)}
   [ -n "$MPIRUN" ] && [ -x "$MPIRUN" ] || skip "mpirun not found (apt-get install openmpi-bin)"
+  case $("$MPIRUN" --version 2>&1 </dev/null) in
+    *HYDRA*) MPI_KIND=hydra ;;
+    *"(Open MPI) "[1-4].*) MPI_KIND=ompi ;;
+    *"Open MPI"* | *PRRTE* | *prterun*) MPI_KIND=ompi5 ;;
+    *) MPI_KIND=ompi ;;
+  esac
+  # Open MPI 6 probes every network transport at each start (1.9 s a job
+  # here): ranks on one host need only shared memory (multihost.sh adds tcp)
+  [ $MPI_KIND = ompi5 ] && export OMPI_MCA_pml="${OMPI_MCA_pml-ob1}" OMPI_MCA_btl="${OMPI_MCA_btl-self,sm}"
+  return 0
 }
-# OpenMPI refuses root without these; more ranks than cores need oversubscribe.
+need_open_mpi() { # a test of an Open MPI-only behaviour (its launcher's wording, orterun/prterun)
+  case $MPI_KIND in ompi | ompi5) ;; *) skip "$1: Open MPI only, and $MPIRUN is MPICH's Hydra" ;; esac
+}
+# OpenMPI refuses root without these; more ranks than cores need oversubscribe
+# (Open MPI 5+ ignores the first form; mpi() passes --oversubscribe anyway).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
 
 # mpi NP command...: bounded (T seconds, default 180) so no test can hang.
+# Hydra: -x NAME is dropped (Hydra passes the environment), -x NAME=VALUE
+# becomes -env NAME VALUE, --oversubscribe is dropped (Hydra places any
+# number of ranks); options are translated until the command, and again
+# after each ':' (another program of an MPMD launch).
 mpi() {
   _np=$1
   shift
+  if [ "${MPI_KIND:-ompi}" = hydra ]; then
+    _n=$# _opts=1
+    while [ $_n -gt 0 ]; do
+      _a=$1
+      shift
+      _n=$((_n - 1))
+      if [ $_opts = 1 ] && [ "$_a" = -x ]; then
+        case $1 in *=*) set -- "$@" -env "${1%%=*}" "${1#*=}" ;; esac
+        shift
+        _n=$((_n - 1))
+        continue
+      fi
+      case $_opts:$_a in
+        1:--oversubscribe) ;;
+        1:-np | 1:-n) set -- "$@" "$_a" "$1"; shift; _n=$((_n - 1)) ;;
+        1:-*) set -- "$@" "$_a" ;;
+        *::) _opts=1; set -- "$@" "$_a" ;;
+        *) _opts=0; set -- "$@" "$_a" ;;
+      esac
+    done
+    timeout -k 5 "${T:-180}" "$MPIRUN" -np "$_np" "$@" </dev/null
+    return
+  fi
   timeout -k 5 "${T:-180}" "$MPIRUN" --oversubscribe -np "$_np" "$@" </dev/null
+}
+
+# by_rank 'COMMAND0' 'COMMAND1': prints a script that runs COMMAND0 (a shell
+# command line) on rank 0 and COMMAND1 on every other rank, for one launch
+# of different programs without the launcher's MPMD syntax (trixie's
+# prterun crashes on any 'a : b' launch).
+by_rank() {
+  _s="$TMP/by-rank.$$.$(date +%s%N).sh"
+  printf '#!/bin/sh\ncase "${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${PMIX_RANK:-}}}" in\n0) exec %s ;;\n*) exec %s ;;\nesac\n' \
+    "$1" "$2" >"$_s"
+  chmod +x "$_s"
+  echo "$_s"
+}
+
+# ranks_said FILE TEXT NP: a failed job printed TEXT on 1 to NP ranks.  Every
+# rank finds the fault, but when one exits non-zero the launcher may end the
+# others before they print (Open MPI 5+, Hydra): the count depends on timing.
+ranks_said() {
+  _n=$(grep -c -- "$2" "$1" || true)
+  [ "$_n" -ge 1 ] && [ "$_n" -le "$3" ]
 }
 
 # expect_ok_lines FILE N: N ranks printed their OK line

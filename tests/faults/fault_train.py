@@ -27,68 +27,73 @@ import time
 import torch
 import torch.nn as nn
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--steps", type=int, default=40)
-ap.add_argument("--step-sleep", type=float, default=0.0)
-ap.add_argument("--checksums", action="store_true")
-ap.add_argument("--workers", type=int, default=0)
-ap.add_argument("--fault", default="none", choices=["none", "raise", "exit", "sleep", "complex", "stop-on-loss"])
-ap.add_argument("--fault-rank", type=int, default=1)
-ap.add_argument("--fault-at", type=int, default=3)
-ap.add_argument("--exit-code", type=int, default=0)
-ap.add_argument("--sleep-seconds", type=float, default=1000.0)
-ap.add_argument("--tag", default="", help="ignored; lets a test find its processes")
-args = ap.parse_args()
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--step-sleep", type=float, default=0.0)
+    ap.add_argument("--checksums", action="store_true")
+    ap.add_argument("--workers", type=int, default=0)
+    ap.add_argument("--fault", default="none", choices=["none", "raise", "exit", "sleep", "complex", "stop-on-loss"])
+    ap.add_argument("--fault-rank", type=int, default=1)
+    ap.add_argument("--fault-at", type=int, default=3)
+    ap.add_argument("--exit-code", type=int, default=0)
+    ap.add_argument("--sleep-seconds", type=float, default=1000.0)
+    ap.add_argument("--tag", default="", help="ignored; lets a test find its processes")
+    args = ap.parse_args()
 
-me = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK", "0")))
-torch.manual_seed(0)
-n = 512
-X = torch.randn(n, 8)
-Y = X[:, :2].sum(1, keepdim=True)
-batch = 4
-if args.fault == "stop-on-loss":
-    batch = 1
-    zero = torch.rand(n) < 0.08  # ~8% of the samples are exactly fittable
-    X[zero] = 0
-    Y[zero] = 0
-loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, Y), batch_size=batch, shuffle=True,
-                                     num_workers=args.workers)
-bias = args.fault != "stop-on-loss"
-model = nn.Sequential(nn.Linear(8, 16, bias=bias), nn.Tanh(), nn.Linear(16, 1, bias=bias))
-if args.fault == "complex":
-    model.register_parameter("phase", nn.Parameter(torch.zeros(3, dtype=torch.complex64)))
-opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    me = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK", os.environ.get("PMI_RANK", "0"))))
+    torch.manual_seed(0)
+    n = 512
+    X = torch.randn(n, 8)
+    Y = X[:, :2].sum(1, keepdim=True)
+    batch = 4
+    if args.fault == "stop-on-loss":
+        batch = 1
+        zero = torch.rand(n) < 0.08  # ~8% of the samples are exactly fittable
+        X[zero] = 0
+        Y[zero] = 0
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, Y), batch_size=batch, shuffle=True,
+                                         num_workers=args.workers)
+    bias = args.fault != "stop-on-loss"
+    model = nn.Sequential(nn.Linear(8, 16, bias=bias), nn.Tanh(), nn.Linear(16, 1, bias=bias))
+    if args.fault == "complex":
+        model.register_parameter("phase", nn.Parameter(torch.zeros(3, dtype=torch.complex64)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    def checksum():
+        return sum(float(p.detach().double().sum()) for p in model.parameters())
+
+    step = 0
+    stopped = False
+    while step < args.steps and not stopped:
+        for x, y in loader:
+            if args.fault in ("raise", "exit", "sleep") and me == args.fault_rank and step == args.fault_at:
+                if args.fault == "raise":
+                    raise RuntimeError("injected fault at step %d" % step)
+                if args.fault == "exit":
+                    print("exiting at step %d with status %d" % (step, args.exit_code), file=sys.stderr, flush=True)
+                    sys.exit(args.exit_code)
+                time.sleep(args.sleep_seconds)
+            opt.zero_grad()
+            loss = ((model(x) - y) ** 2).mean()
+            if args.fault == "stop-on-loss" and float(loss) == 0.0:
+                print("stopping at step %d: loss 0" % step, file=sys.stderr, flush=True)
+                stopped = True
+                break
+            loss.backward()
+            opt.step()
+            step += 1
+            print("step", step, file=sys.stderr, flush=True)
+            if args.checksums:
+                print("ck %d %.9f" % (step, checksum()), file=sys.stderr, flush=True)
+            if args.step_sleep:
+                time.sleep(args.step_sleep)
+            if step >= args.steps:
+                break
+    print("done", step, file=sys.stderr, flush=True)
 
 
-def checksum():
-    return sum(float(p.detach().double().sum()) for p in model.parameters())
-
-
-step = 0
-stopped = False
-while step < args.steps and not stopped:
-    for x, y in loader:
-        if args.fault in ("raise", "exit", "sleep") and me == args.fault_rank and step == args.fault_at:
-            if args.fault == "raise":
-                raise RuntimeError("injected fault at step %d" % step)
-            if args.fault == "exit":
-                print("exiting at step %d with status %d" % (step, args.exit_code), file=sys.stderr, flush=True)
-                sys.exit(args.exit_code)
-            time.sleep(args.sleep_seconds)
-        opt.zero_grad()
-        loss = ((model(x) - y) ** 2).mean()
-        if args.fault == "stop-on-loss" and float(loss) == 0.0:
-            print("stopping at step %d: loss 0" % step, file=sys.stderr, flush=True)
-            stopped = True
-            break
-        loss.backward()
-        opt.step()
-        step += 1
-        print("step", step, file=sys.stderr, flush=True)
-        if args.checksums:
-            print("ck %d %.9f" % (step, checksum()), file=sys.stderr, flush=True)
-        if args.step_sleep:
-            time.sleep(args.step_sleep)
-        if step >= args.steps:
-            break
-print("done", step, file=sys.stderr, flush=True)
+# a __main__ guard: DataLoader workers started by spawn or forkserver (the
+# default from Python 3.14) import this file again
+if __name__ == "__main__":
+    main()

@@ -10,7 +10,7 @@ T=120 shim 3 "$PYTHON" "$FAULT_TRAIN" --steps 100000 --step-sleep 0.02 --workers
 wait_for "$TMP/out" "\[rank 2\] step 20" 90
 mp=
 for p in $(pgrep -f -- "--tag $tag"); do
-  case $(cat "/proc/$p/comm" 2>/dev/null) in mpirun | orterun) mp=$p ;; esac
+  case $(cat "/proc/$p/comm" 2>/dev/null) in mpirun | orterun | prterun) mp=$p ;; esac
 done
 [ -n "$mp" ] || fail "mpirun not found"
 n=$(pgrep -f -- "--tag $tag" | wc -l)

@@ -17,7 +17,7 @@ fi
 
 # Pinning: a user list is honoured per local rank; without a list or driver nothing is set.
 cat >"$TMP/env.sh" <<'SH'
-echo "rank $OMPI_COMM_WORLD_LOCAL_RANK CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}"
+echo "rank ${OMPI_COMM_WORLD_LOCAL_RANK:-${MPI_LOCALRANKID-}} CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}"
 SH
 # /bin/sh is the rank process here (armed): the shim's constructor pins it.
 CUDA_VISIBLE_DEVICES=4,6 LD_PRELOAD="$LIB" mpi 2 -x LD_PRELOAD -x CUDA_VISIBLE_DEVICES \

@@ -59,6 +59,25 @@ fi
 "$HVDRUN" --dry-run -np 1 -- sh -c 'echo "a b"' | grep -qF "sh -c 'echo \"a b\"'" || fail "arguments are not quoted for the shell"
 pass "mpirun line: preload (the user's LD_PRELOAD kept), HVDSHIM_/HOROVOD_/OMP settings forwarded, no binding, root flag only as root"
 
+# Other launchers, told apart by their --version: Open MPI 5+ (prterun) takes
+# oversubscription as a mapping modifier; MPICH's Hydra gets -n, -hosts (an
+# Open MPI hostfile translated), -genv LD_PRELOAD and no root flag.
+fake_launcher() { # fake_launcher NAME VERSION-TEXT
+  printf '#!/bin/sh\n[ "$1" = --version ] && { printf "%%s\\n" "%s"; exit 0; }\necho "$0" "$@"\n' "$2" >"$TMP/$1"
+  chmod +x "$TMP/$1"
+}
+fake_launcher ompi5 "mpirun (Open MPI) 5.0.7"
+HVDRUN_MPIRUN="$TMP/ompi5" "$HVDRUN" --dry-run -np 3 --oversubscribe ./t >"$TMP/l5" || fail "Open MPI 5 dry run"
+grep -qF -- "--map-by slot:OVERSUBSCRIBE -x LD_PRELOAD=" "$TMP/l5" && ! grep -qF -- "--oversubscribe" "$TMP/l5" ||
+  { cat "$TMP/l5"; fail "Open MPI 5 line"; }
+fake_launcher hydra "HYDRA build details:
+    Version:                                 4.2.0"
+HVDSHIM_CYCLE_TIME=2 HVDRUN_MPIRUN="$TMP/hydra" "$HVDRUN" --dry-run -np 2 --hostfile "$TMP/hosts" ./t >"$TMP/lh" ||
+  fail "Hydra dry run"
+grep -qF -- "$TMP/hydra -n 2 -hosts node1:2,node2:1 -bind-to none -genv LD_PRELOAD $top_builddir/.libs/libhvdshim.so ./t" "$TMP/lh" &&
+  ! grep -qE -- "--allow-run-as-root|-x |--oversubscribe" "$TMP/lh" || { cat "$TMP/lh"; fail "Hydra line"; }
+pass "Open MPI 5 and MPICH (Hydra) lines, told apart by --version"
+
 # Under SLURM: srun with the preload exported to the tasks.
 printf '#!/bin/sh\necho srun "$@"\n' >"$TMP/srun" && chmod +x "$TMP/srun"
 SLURM_JOB_ID=42 PATH="$TMP:$PATH" "$HVDRUN" --dry-run -np 3 --oversubscribe ./t >"$TMP/sline" || fail "srun dry run"
@@ -72,8 +91,10 @@ pass "inside a SLURM allocation it runs srun"
 build_lib "$BIN"
 build_train "$BIN" train
 "$BIN/train" --steps 100 --batch 32 --out "$TMP/ref.bin" >/dev/null || fail "plain run"
-HVDSHIM_HOOKS="$EX/mlp.hooks" timeout -k 5 120 "$HVDRUN" --verbose -np 2 --oversubscribe "$BIN/train" --steps 100 \
+HVDRUN_MPIRUN="$MPIRUN" HVDSHIM_HOOKS="$EX/mlp.hooks" timeout -k 5 120 "$HVDRUN" --verbose -np 2 --oversubscribe "$BIN/train" --steps 100 \
   --batch 16 --out "$TMP/np2.bin" </dev/null >"$TMP/run.log" 2>&1 || { cat "$TMP/run.log"; fail "hvdrun -np 2"; }
-grep -q "^hvdrun: .*mpirun .*-x HVDSHIM_HOOKS .*/train --steps 100" "$TMP/run.log" || { cat "$TMP/run.log"; fail "--verbose line"; }
+case $MPI_KIND in hydra) line="^hvdrun: $MPIRUN .*-genv LD_PRELOAD .*/train --steps 100" ;;
+  *) line="^hvdrun: $MPIRUN .*-x HVDSHIM_HOOKS .*/train --steps 100" ;; esac
+grep -q "$line" "$TMP/run.log" || { cat "$TMP/run.log"; fail "--verbose line"; }
 same "$TMP/ref.bin" "$TMP/np2.bin" || fail "hvdrun -np 2 differs from the plain run"
 pass "hvdrun -np 2 trains the native example like the plain run with a 2x batch"

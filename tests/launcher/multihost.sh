@@ -11,6 +11,7 @@
 # iproute2, a container without CAP_SYS_ADMIN).
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
+need_open_mpi "the launch agent (plm_rsh_agent) and TCP settings"
 IP=$(command -v ip || true)
 [ -n "$IP" ] || skip "ip (iproute2) not found: apt-get install iproute2"
 [ "$(id -u)" = 0 ] || skip "network namespaces need root (ip netns add)"
@@ -26,6 +27,9 @@ cleanup() {
 trap cleanup EXIT
 "$IP" netns add $A 2>"$TMP/ns.err" || skip "cannot create a network namespace: $(head -1 "$TMP/ns.err")"
 "$IP" netns add $B || fail "second namespace"
+# inside a chroot the namespace can be made but not entered (ip netns exec
+# remounts /, which is no mount point there)
+"$IP" -n $A link set lo up 2>"$TMP/ns.err" || skip "cannot enter a network namespace here: $(head -1 "$TMP/ns.err")"
 "$IP" link add vA$$ type veth peer name vB$$ || skip "cannot create a veth pair (no veth support in this kernel?)"
 "$IP" link set vA$$ netns $A && "$IP" link set vB$$ netns $B || fail "moving the veth ends"
 "$IP" -n $A addr add 10.77.$sub.1/24 dev vA$$ && "$IP" -n $B addr add 10.77.$sub.2/24 dev vB$$ || fail "addresses"
@@ -56,7 +60,7 @@ build_train "$BIN" train
 "$BIN/train" --steps 100 --batch 32 --out "$TMP/ref.bin" >"$TMP/ref.log" || fail "plain run"
 # mpirun's own settings, for the ranks' TCP and the launch: through its
 # OMPI_MCA_* environment, as a user's site configuration would
-export OMPI_MCA_plm_rsh_agent="$TMP/agent" OMPI_MCA_btl=self,tcp \
+export OMPI_MCA_plm_rsh_agent="$TMP/agent" PRTE_MCA_plm_ssh_agent="$TMP/agent" OMPI_MCA_btl=self,tcp \
   OMPI_MCA_btl_tcp_if_include=10.77.$sub.0/24 OMPI_MCA_oob_tcp_if_include=10.77.$sub.0/24
 HVDSHIM_HOOKS="$EX/mlp.hooks" HVDSHIM_LOG_LEVEL=info timeout -k 5 120 "$IP" netns exec $A \
   "$HVDRUN" --verbose -np 2 -H 10.77.$sub.1:1,10.77.$sub.2:1 -- "$BIN/train" --steps 100 --batch 16 --out "$TMP/np2.bin" \

@@ -26,9 +26,9 @@ done
 # Ranks that start from different seeds still train rank 0's model
 # (the broadcast after mlp_init).  Each rank writes its own file on purpose:
 # HVDSHIM_SAVE_RANKS=all (otherwise rank 1's write goes to its private overlay).
-LD_PRELOAD="$LIB" HVDSHIM_HOOKS=$SPEC HVDSHIM_SAVE_RANKS=all timeout -k 5 120 "$MPIRUN" -x LD_PRELOAD -x HVDSHIM_HOOKS -x HVDSHIM_SAVE_RANKS \
-  -np 1 "$BIN/train" --steps $STEPS --batch $B --seed 1 --out "$TMP/seeds.bin" : \
-  -np 1 "$BIN/train" --steps $STEPS --batch $B --seed 99 --out "$TMP/seeds-r1.bin" </dev/null >"$TMP/seeds.log" 2>&1 ||
+LD_PRELOAD="$LIB" HVDSHIM_HOOKS=$SPEC HVDSHIM_SAVE_RANKS=all T=120 mpi 2 -x LD_PRELOAD -x HVDSHIM_HOOKS -x HVDSHIM_SAVE_RANKS \
+  "$(by_rank "$BIN/train --steps $STEPS --batch $B --seed 1 --out $TMP/seeds.bin" \
+    "$BIN/train --steps $STEPS --batch $B --seed 99 --out $TMP/seeds-r1.bin")" >"$TMP/seeds.log" 2>&1 ||
   { cat "$TMP/seeds.log"; fail "ranks with different seeds"; }
 same "$TMP/ref2.bin" "$TMP/seeds.bin" || fail "rank 0 did not train from its own initial weights"
 same "$TMP/seeds.bin" "$TMP/seeds-r1.bin" || fail "rank 1's parameters differ from rank 0's"

@@ -19,7 +19,7 @@ want "^  NCCL      "
 want "^  libffi    .*libffi\.so"
 PYTHON=${PYTHON:-/usr/bin/python3}
 if "$PYTHON" -c 'import torch' 2>/dev/null; then
-  tv=$("$PYTHON" -c 'import torch; print(torch.__version__)')
+  tv=$("$PYTHON" -c 'import re, torch; print(re.escape(torch.__version__))')
   want "^  Python    $PYTHON: Python [0-9.]+; torch $tv "
 fi
 # sources: default, env, alias

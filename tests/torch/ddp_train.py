@@ -11,8 +11,8 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
-size = int(os.environ["OMPI_COMM_WORLD_SIZE"])
+rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0")))
+size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", "1")))
 dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=rank, world_size=size)
 torch.manual_seed(0)
 X = torch.randn(128, 10)

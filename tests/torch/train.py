@@ -14,176 +14,183 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--out", required=True, help="checkpoint path; %%p is replaced by the process id")
-ap.add_argument("--case", default="full",
-                choices=["full", "no-optimizer", "lbfgs", "accumulate", "gan", "unused", "sparse", "frozen",
-                         "seen", "iterable", "noncontig"])
-ap.add_argument("--epochs", type=int, default=2)
-ap.add_argument("--samples", type=int, default=256)
-ap.add_argument("--batch", type=int, default=32)
-ap.add_argument("--workers", type=int, default=0)
-ap.add_argument("--hidden", type=int, default=32)
-ap.add_argument("--print-lr", action="store_true")
-ap.add_argument("--print-threads", action="store_true")
-ap.add_argument("--stderr-line", action="store_true")
-args = ap.parse_args()
-
-torch.manual_seed(0)
-X = torch.randn(args.samples, 10)
-Y = (X[:, :3].sum(1, keepdim=True) > 0).float()
-
 
 class Indexed(Dataset):
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
     def __len__(self):
-        return args.samples
+        return len(self.x)
 
     def __getitem__(self, i):
-        return X[i], Y[i], i
+        return self.x[i], self.y[i], i
 
 
 class Stream(IterableDataset):
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
     def __iter__(self):
-        return iter(zip(X, Y))
+        return iter(zip(self.x, self.y))
 
 
-if args.case == "seen":
-    data = Indexed()
-elif args.case == "iterable":
-    data = Stream()
-else:
-    data = TensorDataset(X, Y)
-shuffle = args.case != "iterable"
-loader = DataLoader(data, batch_size=args.batch, shuffle=shuffle, num_workers=args.workers)
-if args.print_threads:
-    print("threads", torch.get_num_threads(), flush=True)
-if args.stderr_line:
-    print("a line on stderr", file=sys.stderr)
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True, help="checkpoint path; %%p is replaced by the process id")
+    ap.add_argument("--case", default="full",
+                    choices=["full", "no-optimizer", "lbfgs", "accumulate", "gan", "unused", "sparse", "frozen",
+                             "seen", "iterable", "noncontig"])
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--samples", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--workers", type=int, default=0)
+    ap.add_argument("--hidden", type=int, default=32)
+    ap.add_argument("--print-lr", action="store_true")
+    ap.add_argument("--print-threads", action="store_true")
+    ap.add_argument("--stderr-line", action="store_true")
+    args = ap.parse_args()
 
+    torch.manual_seed(0)
+    X = torch.randn(args.samples, 10)
+    Y = (X[:, :3].sum(1, keepdim=True) > 0).float()
 
-class Branchy(nn.Module):
-    """Takes branch a or b depending on the batch: some parameters get no
-    gradient in some steps (on some ranks and not others)."""
+    if args.case == "seen":
+        data = Indexed(X, Y)
+    elif args.case == "iterable":
+        data = Stream(X, Y)
+    else:
+        data = TensorDataset(X, Y)
+    shuffle = args.case != "iterable"
+    loader = DataLoader(data, batch_size=args.batch, shuffle=shuffle, num_workers=args.workers)
+    if args.print_threads:
+        print("threads", torch.get_num_threads(), flush=True)
+    if args.stderr_line:
+        print("a line on stderr", file=sys.stderr)
 
-    def __init__(self):
-        super().__init__()
-        self.inp = nn.Linear(10, args.hidden)
-        self.a = nn.Linear(args.hidden, 1)
-        self.b = nn.Linear(args.hidden, 1)
+    class Branchy(nn.Module):
+        """Takes branch a or b depending on the batch: some parameters get no
+        gradient in some steps (on some ranks and not others)."""
 
-    def forward(self, x):
-        h = torch.relu(self.inp(x))
-        return self.a(h) if x[:, 0].mean() > 0 else self.b(h)
+        def __init__(self):
+            super().__init__()
+            self.inp = nn.Linear(10, args.hidden)
+            self.a = nn.Linear(args.hidden, 1)
+            self.b = nn.Linear(args.hidden, 1)
 
+        def forward(self, x):
+            h = torch.relu(self.inp(x))
+            return self.a(h) if x[:, 0].mean() > 0 else self.b(h)
 
-class Bag(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.emb = nn.Embedding(16, 8, sparse=True)
-        self.fc = nn.Linear(8, 1)
+    class Bag(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(16, 8, sparse=True)
+            self.fc = nn.Linear(8, 1)
 
-    def forward(self, x):
-        ids = (x[:, :2].abs() * 4).long().clamp(max=15)
-        return self.fc(self.emb(ids).mean(1))
+        def forward(self, x):
+            ids = (x[:, :2].abs() * 4).long().clamp(max=15)
+            return self.fc(self.emb(ids).mean(1))
 
+    def mlp():
+        return nn.Sequential(nn.Linear(10, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 1))
 
-def mlp():
-    return nn.Sequential(nn.Linear(10, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 1))
+    def bce(out, y):
+        return F.binary_cross_entropy_with_logits(out, y)
 
-
-def bce(out, y):
-    return F.binary_cross_entropy_with_logits(out, y)
-
-
-def batches():
-    for b in loader:
-        if args.case == "seen":
-            x, y, idx = b
-            print("seen", epoch, " ".join(str(int(i)) for i in idx))
-            yield x, y
-        else:
-            yield b
-
-
-models = {}
-if args.case == "gan":
-    G = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 10))
-    D = nn.Sequential(nn.Linear(10, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
-    optG = torch.optim.Adam(G.parameters(), lr=1e-3, betas=(0.5, 0.999))
-    optD = torch.optim.Adam(D.parameters(), lr=1e-3, betas=(0.5, 0.999))
-    gen = torch.Generator().manual_seed(1)
-    models = {"G": G, "D": D}
-    for epoch in range(args.epochs):
-        for x, _ in batches():
-            z = torch.tanh(x[:, :4] * 3 + torch.randn(4, generator=gen))  # noise per sample, from the data
-            fake = G(z)
-            optD.zero_grad()
-            lossD = bce(D(x), torch.ones(x.shape[0], 1)) + bce(D(fake.detach()), torch.zeros(x.shape[0], 1))
-            lossD.backward()
-            optD.step()
-            optG.zero_grad()
-            lossG = bce(D(fake), torch.ones(x.shape[0], 1))
-            lossG.backward()
-            optG.step()
-        print("epoch", epoch, "loss", lossD.item(), lossG.item())
-else:
-    model = Branchy() if args.case == "unused" else Bag() if args.case == "sparse" else mlp()
-    if args.case == "noncontig":  # a weight stored transposed: parameter and gradient not contiguous
-        w = model[0].weight
-        model[0].weight = nn.Parameter(w.detach().t().contiguous().t())
-        assert not model[0].weight.is_contiguous()
-    models = {"model": model}
-    if args.case == "frozen":
-        for p in model[0].parameters():
-            p.requires_grad_(False)
-    opt = None
-    if args.case == "lbfgs":
-        opt = torch.optim.LBFGS(model.parameters(), lr=0.05, max_iter=3, history_size=5)
-    elif args.case == "sparse":
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    elif args.case != "no-optimizer":
-        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
-    sched = torch.optim.lr_scheduler.StepLR(opt, 1, 0.7) if args.case in ("full", "frozen") else None
-    if args.print_lr:
-        print("lr", opt.param_groups[0]["lr"])
-    for epoch in range(args.epochs):
-        if args.case == "frozen" and epoch == 1:
-            for p in model[0].parameters():
-                p.requires_grad_(True)
-        for step, (x, y) in enumerate(batches()):
-            if args.case == "lbfgs":
-                def closure():
-                    opt.zero_grad()
-                    loss = bce(model(x), y)
-                    loss.backward()
-                    return loss
-                loss = opt.step(closure)
-                continue
-            if args.case == "accumulate":  # two half batches per step
-                if step % 2 == 0:
-                    opt.zero_grad()
-                loss = bce(model(x), y) / 2
-                loss.backward()
-                if step % 2 == 1:
-                    opt.step()
-                continue
-            if opt is not None:
-                opt.zero_grad()
-            loss = bce(model(x), y)
-            loss.backward()
-            if args.case == "full":
-                nn.utils.clip_grad_norm_(model.parameters(), 0.5)
-            if opt is None:  # manual SGD
-                with torch.no_grad():
-                    for p in model.parameters():
-                        p.data.add_(p.grad, alpha=-0.1)
-                        p.grad = None
+    def batches():
+        for b in loader:
+            if args.case == "seen":
+                x, y, idx = b
+                print("seen", epoch, " ".join(str(int(i)) for i in idx))
+                yield x, y
             else:
-                opt.step()
-        if sched is not None:
-            sched.step()
-        print("epoch", epoch, "loss", float(loss))
+                yield b
 
-state = {name: m.state_dict() for name, m in models.items()}
-print("checksum", " ".join("%.6f" % float(sum(t.double().sum() for t in sd.values())) for sd in state.values()))
-torch.save(state, args.out.replace("%p", str(os.getpid())))
+    models = {}
+    if args.case == "gan":
+        G = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 10))
+        D = nn.Sequential(nn.Linear(10, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
+        optG = torch.optim.Adam(G.parameters(), lr=1e-3, betas=(0.5, 0.999))
+        optD = torch.optim.Adam(D.parameters(), lr=1e-3, betas=(0.5, 0.999))
+        gen = torch.Generator().manual_seed(1)
+        models = {"G": G, "D": D}
+        for epoch in range(args.epochs):
+            for x, _ in batches():
+                z = torch.tanh(x[:, :4] * 3 + torch.randn(4, generator=gen))  # noise per sample, from the data
+                fake = G(z)
+                optD.zero_grad()
+                lossD = bce(D(x), torch.ones(x.shape[0], 1)) + bce(D(fake.detach()), torch.zeros(x.shape[0], 1))
+                lossD.backward()
+                optD.step()
+                optG.zero_grad()
+                lossG = bce(D(fake), torch.ones(x.shape[0], 1))
+                lossG.backward()
+                optG.step()
+            print("epoch", epoch, "loss", lossD.item(), lossG.item())
+    else:
+        model = Branchy() if args.case == "unused" else Bag() if args.case == "sparse" else mlp()
+        if args.case == "noncontig":  # a weight stored transposed: parameter and gradient not contiguous
+            w = model[0].weight
+            model[0].weight = nn.Parameter(w.detach().t().contiguous().t())
+            assert not model[0].weight.is_contiguous()
+        models = {"model": model}
+        if args.case == "frozen":
+            for p in model[0].parameters():
+                p.requires_grad_(False)
+        opt = None
+        if args.case == "lbfgs":
+            opt = torch.optim.LBFGS(model.parameters(), lr=0.05, max_iter=3, history_size=5)
+        elif args.case == "sparse":
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        elif args.case != "no-optimizer":
+            opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+        sched = torch.optim.lr_scheduler.StepLR(opt, 1, 0.7) if args.case in ("full", "frozen") else None
+        if args.print_lr:
+            print("lr", opt.param_groups[0]["lr"])
+        for epoch in range(args.epochs):
+            if args.case == "frozen" and epoch == 1:
+                for p in model[0].parameters():
+                    p.requires_grad_(True)
+            for step, (x, y) in enumerate(batches()):
+                if args.case == "lbfgs":
+                    def closure():
+                        opt.zero_grad()
+                        loss = bce(model(x), y)
+                        loss.backward()
+                        return loss
+                    loss = opt.step(closure)
+                    continue
+                if args.case == "accumulate":  # two half batches per step
+                    if step % 2 == 0:
+                        opt.zero_grad()
+                    loss = bce(model(x), y) / 2
+                    loss.backward()
+                    if step % 2 == 1:
+                        opt.step()
+                    continue
+                if opt is not None:
+                    opt.zero_grad()
+                loss = bce(model(x), y)
+                loss.backward()
+                if args.case == "full":
+                    nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+                if opt is None:  # manual SGD
+                    with torch.no_grad():
+                        for p in model.parameters():
+                            p.data.add_(p.grad, alpha=-0.1)
+                            p.grad = None
+                else:
+                    opt.step()
+            if sched is not None:
+                sched.step()
+            print("epoch", epoch, "loss", float(loss))
+
+    state = {name: m.state_dict() for name, m in models.items()}
+    print("checksum", " ".join("%.6f" % float(sum(t.double().sum() for t in sd.values())) for sd in state.values()))
+    torch.save(state, args.out.replace("%p", str(os.getpid())))
+
+
+# a __main__ guard: DataLoader workers started by spawn or forkserver (the
+# default from Python 3.14) import this file again
+if __name__ == "__main__":
+    main()
