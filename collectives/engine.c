@@ -54,6 +54,7 @@
  * `closed_msg`.  Everything else in `E` below the marked line is touched by
  * the engine thread only.  No lock is held across an MPI call.
  */
+#define _GNU_SOURCE /* pthread_setname_np */
 #include "engine.h"
 
 #include <limits.h>
@@ -195,6 +196,7 @@ static int mpi_check(int rc, const char *what) {
 }
 
 static void *abort_deadline(void *arg) {
+  pthread_setname_np(pthread_self(), "hvd-abort");
   struct timespec ts = {10, 0};
   nanosleep(&ts, NULL);
   _exit((int)(intptr_t)arg); /* MPI_Abort did not end us: leave anyway */
@@ -1102,6 +1104,7 @@ static int cycle(void) {
 }
 
 static void *engine_main(void *arg) {
+  pthread_setname_np(pthread_self(), "hvd-engine");
   (void)arg;
   for (;;) {
     double start = now_s();

@@ -1,6 +1,7 @@
 /* Dead-peer watchdog.  See liveness.h.  State: `peers` is written before
  * the thread starts and read-only after; busy/tick are atomics written by
  * the engine thread; `stop` is guarded by mu. */
+#define _GNU_SOURCE /* pthread_setname_np */
 #include "liveness.h"
 
 #include <errno.h>
@@ -113,6 +114,7 @@ static void judge(void) {
 }
 
 static void *watch(void *arg) {
+  pthread_setname_np(pthread_self(), "hvd-liveness");
   (void)arg;
   pthread_mutex_lock(&mu);
   while (!stop) {

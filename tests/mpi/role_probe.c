@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,12 +26,30 @@ static int threads(void) {
   return n;
 }
 
+/* Threads hvdshim started (it names them hvd-*): an MPI library may start
+ * its own when it is loaded (UCX's VFS thread under MPICH), which is not the
+ * shim's doing. */
+static int ours(void) {
+  DIR *d = opendir("/proc/self/task");
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d));) {
+    if (e->d_name[0] == '.') continue;
+    char p[300], comm[64] = "";
+    snprintf(p, sizeof p, "/proc/self/task/%s/comm", e->d_name);
+    FILE *f = fopen(p, "r");
+    if (f && fgets(comm, sizeof comm, f) && !strncmp(comm, "hvd-", 4)) n++;
+    if (f) fclose(f);
+  }
+  if (d) closedir(d);
+  return n;
+}
+
 static int inert_here(const char *who) {
   int up = 0;
   MPI_Initialized(&up);
-  int t = threads();
-  printf("role_probe %s: mpi_initialized=%d threads=%d\n", who, up, t);
-  return up == 0 && t == 1 ? 0 : 1;
+  int t = threads(), mine = ours();
+  printf("role_probe %s: mpi_initialized=%d threads=%d hvdshim_threads=%d\n", who, up, t, mine);
+  return up == 0 && mine == 0 ? 0 : 1;
 }
 
 int main(int argc, char **argv) {
@@ -48,7 +67,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   int bad = 0;
-  if (threads() < 2) fprintf(stderr, "role_probe: active rank has no engine thread\n"), bad = 1;
+  if (ours() < 1) fprintf(stderr, "role_probe: active rank has no engine thread\n"), bad = 1;
   char cmd[4096];
   snprintf(cmd, sizeof cmd, "sh -c '\"%s\" child'", argv[0]);
   int rc = system(cmd);
