@@ -1,10 +1,11 @@
 """Models: the first forward of a root module checks that every rank has the
 same parameters and buffers, broadcasts rank 0's, and hooks the gradients."""
+import sys
 import weakref
+
 import torch
 
-from .lib import (HvdShimError, _GRAD_DTYPES, _Pending, _allgather_finish, _allgather_start, _broadcast_bytes, _info,
-                  _untraced)
+from .lib import HvdShimError, _GRAD_DTYPES, _Pending, _allgather_finish, _allgather_start, _broadcast_bytes, _info
 from .state import _S
 from .lifecycle import _check_stand_aside, _start
 from .grads import _Param
@@ -80,7 +81,6 @@ def _register_root(module):
             t.copy_(buf)
     _S.models.append(weakref.ref(module))
     _S.roots.add(module)
-    _watch_keyword_batches(module)
     _S.known.update(module.modules())
     sparse = set()
     for m in module.modules():
@@ -117,32 +117,30 @@ def _hook_unfrozen():
 
 def _count_samples(module, inputs):
     """A training forward of a model: its batch counts toward the step's samples."""
-    if module in _S.roots and module.training and inputs and torch.is_grad_enabled():
-        x = inputs[0]
+    if module in _S.roots and module.training and torch.is_grad_enabled():
+        x = inputs[0] if inputs else _first_keyword_tensor()
         if isinstance(x, torch.Tensor) and x.dim() > 0:
             _S.samples += x.shape[0]
 
 
-def _count_keyword_samples(module, args, kwargs):
-    """A model called with keyword arguments only (model(**batch), as
-    HuggingFace's Trainer does): its batch is the first keyword tensor."""
-    if args or not kwargs or not module.training or not torch.is_grad_enabled():
-        return None
-    for v in kwargs.values():
-        if isinstance(v, torch.Tensor) and v.dim() > 0:
-            _S.samples += v.shape[0]
-            break
+def _first_keyword_tensor():
+    """A model called with keyword arguments only (model(**batch), as the
+    HuggingFace Trainer does): a global forward pre-hook gets no inputs, so
+    the batch is the first tensor among the keywords of the Module call
+    being hooked (a hook of its own on the model would be pickled with it
+    by torch.save(model))."""
+    f = sys._getframe(2)
+    for _ in range(8):
+        if f is None:
+            return None
+        if f.f_code.co_name == "_call_impl" and "kwargs" in f.f_code.co_varnames:
+            kw = f.f_locals.get("kwargs")
+            for v in (kw.values() if isinstance(kw, dict) else ()):
+                if isinstance(v, torch.Tensor):
+                    return v
+            return None
+        f = f.f_back
     return None
-
-
-def _watch_keyword_batches(module):
-    """The global forward pre-hook sees positional inputs only: a model gets
-    its own hook for keyword inputs (torch >= 2.0), from its second forward
-    on (the hook added during the first call does not run for that call)."""
-    try:
-        _S.hook_handles.append(module.register_forward_pre_hook(_untraced(_count_keyword_samples), with_kwargs=True))
-    except TypeError:  # torch < 2.0
-        pass
 
 
 def _forward_pre_hook(module, inputs):

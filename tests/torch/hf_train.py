@@ -1,0 +1,94 @@
+"""Ordinary HuggingFace scripts (they know nothing of ranks): a tiny BERT
+built from a config (no download) trained on synthetic data, either with
+Trainer(...).train() or with a plain Accelerator().prepare(...) loop.
+
+    python hf_train.py trainer|accelerate --out DIR [--batch B] [--use-cpu]
+
+Prints the Trainer's log lines (or "step N loss L"), then "checksum C" (the
+sum of the weights) on stderr, and saves the model to DIR (save_model, or
+accelerator.save_model)."""
+import argparse
+import sys
+
+import torch
+from torch.utils.data import Dataset
+
+
+class Synthetic(Dataset):
+    """Token sequences whose label is whether token 1 appears more than token 2."""
+
+    def __init__(self, n, seq=12, vocab=32):
+        g = torch.Generator().manual_seed(123)
+        self.ids = torch.randint(3, vocab, (n, seq), generator=g)
+        self.ids[:, ::3] = torch.randint(1, 3, (n, (seq + 2) // 3), generator=g)
+        self.labels = ((self.ids == 1).sum(1) > (self.ids == 2).sum(1)).long()
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "attention_mask": torch.ones_like(self.ids[i]), "labels": self.labels[i]}
+
+
+def tiny_bert():
+    from transformers import BertConfig, BertForSequenceClassification
+    cfg = BertConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=32, max_position_embeddings=16, num_labels=2,
+                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    return BertForSequenceClassification(cfg)
+
+
+def checksum(model):
+    return sum(float(p.detach().double().sum()) for p in model.parameters())
+
+
+def trainer(args):
+    from transformers import Trainer, TrainingArguments
+    model = tiny_bert()
+    targs = TrainingArguments(output_dir=args.out, per_device_train_batch_size=args.batch, num_train_epochs=2,
+                              learning_rate=1e-3, logging_steps=4, save_strategy="no", report_to=[], seed=0,
+                              disable_tqdm=True, use_cpu=args.use_cpu, dataloader_num_workers=0)
+    t = Trainer(model=model, args=targs, train_dataset=Synthetic(args.samples))
+    t.train()
+    t.save_model(args.out)
+    print("checksum %.9f" % checksum(model), file=sys.stderr, flush=True)
+
+
+def accelerate(args):
+    from accelerate import Accelerator
+    acc = Accelerator(cpu=args.use_cpu)
+    model = tiny_bert()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    torch.manual_seed(0)
+    loader = torch.utils.data.DataLoader(Synthetic(args.samples), batch_size=args.batch, shuffle=True)
+    model, opt, loader = acc.prepare(model, opt, loader)
+    model.train()
+    step = 0
+    for _ in range(2):
+        for batch in loader:
+            out = model(**batch)
+            acc.backward(out.loss)
+            opt.step()
+            opt.zero_grad()
+            step += 1
+            if step % 4 == 0:
+                print("step %d loss %.4f" % (step, out.loss.item()), flush=True)
+    acc.wait_for_everyone()
+    acc.save_model(model, args.out)
+    print("checksum %.9f" % checksum(acc.unwrap_model(model)), file=sys.stderr, flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("kind", choices=["trainer", "accelerate"])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--samples", type=int, default=128)
+    ap.add_argument("--use-cpu", action="store_true")
+    args = ap.parse_args()
+    {"trainer": trainer, "accelerate": accelerate}[args.kind](args)
+
+
+if __name__ == "__main__":
+    main()
