@@ -2,7 +2,8 @@
 # make check-all: the whole test suite, as the README's command two and CI
 # run it: `make check` (unit, multi-rank, PyTorch), `make check-faults`
 # (killed, stalled, interrupted ranks), `make fuzz` (every parser, libFuzzer)
-# and `make check-sanitize` (ASan+UBSan, valgrind).  Ends with one line
+# and `make check-sanitize` (ASan+UBSan, valgrind), then `make check-stacks`
+# (the suites on Debian trixie and sid, in chroots).  Ends with one line
 # "N passed, N failed, N skipped" and a non-zero status if anything failed.
 # Usage: check-all.sh MAKE  (from the top build directory)
 MAKE=${1:-make}
@@ -38,5 +39,23 @@ for part in fuzz check-sanitize; do
   [ $rc -ne 0 ] && [ "$f" -eq 0 ] && { tail -30 "check-all-$part.log"; f=1; }
   pass=$((pass + p)) skip=$((skip + s)) fail=$((fail + f))
 done
+# the current Debian stacks in chroots (HVDSHIM_CHECK_STACKS=0 leaves them out)
+if [ "${HVDSHIM_CHECK_STACKS:-1}" != 0 ]; then
+  $MAKE check-stacks >check-all-check-stacks.log 2>&1
+  rc=$?
+  grep -E '^(check-stacks: |  [a-z-]+: )|^---- ' check-all-check-stacks.log
+  line=$(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' check-all-check-stacks.log | tail -1)
+  if [ -n "$line" ]; then
+    set -- $line
+    pass=$((pass + $1)) fail=$((fail + $3)) skip=$((skip + $5))
+  else
+    tail -30 check-all-check-stacks.log
+    fail=$((fail + 1))
+  fi
+  [ $rc -ne 0 ] && [ -n "$line" ] && [ "$3" = 0 ] && fail=$((fail + 1))
+else
+  echo "check-stacks: SKIPPED (HVDSHIM_CHECK_STACKS=0)"
+  skip=$((skip + 1))
+fi
 echo "$pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ]

@@ -1,0 +1,127 @@
+#!/bin/sh
+# make check-stacks: the project on the current Debian stacks, each in a
+# chroot built from Debian's archive (tools/stack-chroot.sh):
+#
+#   trixie        Python 3.13, torch 2.6,  Open MPI 5.0   unit, engine, PyTorch, launcher, fault suites
+#   trixie-mpich  Python 3.13, torch 2.6,  MPICH 4.2      unit, engine, PyTorch suites, hvdrun (Hydra)
+#   sid           Python 3.14, torch 2.14, Open MPI 6.0   unit, engine, PyTorch (with HuggingFace
+#                                                         transformers and accelerate), launcher, fault suites
+#
+# Each stack builds the project inside its chroot against that chroot's own
+# Python, torch and MPI (a copy of the sources) and runs its suites; one
+# summary line per stack: "check-stacks: NAME (versions): N passed, N failed,
+# N skipped", or "check-stacks: NAME SKIPPED: reason" where chroots cannot be
+# made here (not root, no archive).  Ends with the total line.
+#
+# Usage: check-stacks.sh SRCDIR BUILDDIR
+# Environment: HVDSHIM_STACKS_CACHE  where the chroots live and are reused
+#                                    (default BUILDDIR/stacks-cache; about 2 GB each)
+#              HVDSHIM_STACKS        the stacks to run (default "trixie trixie-mpich sid")
+#              HVDSHIM_STACKS_TIME   seconds one stack's suites may take (default 2400)
+set -u
+src=$(cd "${1:?usage: check-stacks.sh SRCDIR BUILDDIR}" && pwd)
+build=$(cd "${2:?usage: check-stacks.sh SRCDIR BUILDDIR}" && pwd)
+cache=${HVDSHIM_STACKS_CACHE:-$build/stacks-cache}
+stacks=${HVDSHIM_STACKS:-trixie trixie-mpich sid}
+limit=${HVDSHIM_STACKS_TIME:-2400}
+tool="$src/tools/stack-chroot.sh"
+PKGS="build-essential autoconf automake libtool pkg-config libffi-dev python3 python3-numpy python3-torch
+libpython3-dev libopenblas0-pthread procps binutils iproute2 openmpi-bin libopenmpi-dev"
+pass=0 fail=0 skip=0
+
+say() { echo "check-stacks: $*"; }
+total() {
+  echo "$pass passed, $fail failed, $skip skipped"
+  [ $fail -eq 0 ]
+  exit
+}
+
+# the sources, as git knows them (or the whole tree, build outputs aside)
+copy_sources() {
+  rm -rf "$1" && mkdir -p "$1" || return 1
+  if [ -d "$src/.git" ] && command -v git >/dev/null 2>&1; then
+    (cd "$src" && { git ls-files -z; git ls-files -z --others --exclude-standard; } | xargs -0 tar cf -) | tar xf - -C "$1"
+  else
+    (cd "$src" && tar cf - --exclude=./stacks-cache --exclude='*.o' --exclude='*.lo' --exclude=.libs .) | tar xf - -C "$1"
+  fi
+}
+
+mkdir -p "$cache"
+# one run at a time per cache: another run's exit would unmount the chroots
+# under this one, and the source copies are shared
+exec 9>"$cache/.lock"
+if command -v flock >/dev/null 2>&1 && ! flock -n 9; then
+  say "FAILED: another check-stacks run holds $cache (wait for it, or set HVDSHIM_STACKS_CACHE)"
+  fail=1
+  total
+fi
+mounted=""
+trap 'for d in $mounted; do sh "$tool" umount "$d"; done' EXIT INT TERM
+
+for name in $stacks; do
+  case $name in
+    trixie) suite=trixie mpicc=mpicc.openmpi extra="" which=all ;;
+    trixie-mpich) suite=trixie mpicc=mpicc.mpich extra="mpich libmpich-dev" which=mpich ;;
+    sid) suite=sid mpicc=mpicc.openmpi extra="python3-transformers python3-accelerate" which=all ;;
+    *) say "$name FAILED: unknown stack (trixie, trixie-mpich, sid)"; fail=$((fail + 1)); continue ;;
+  esac
+  why=$(sh "$tool" why-not "$suite")
+  [ -z "$why" ] || { say "$name SKIPPED: $why"; skip=$((skip + 1)); continue; }
+  root="$cache/$suite"
+  t0=$(date +%s)
+  # the trixie chroot serves both trixie stacks: it holds both MPIs
+  [ "$suite" = trixie ] && extra="mpich libmpich-dev"
+  # shellcheck disable=SC2086
+  if ! sh "$tool" ensure "$suite" "$root" $PKGS $extra >"$cache/$name.chroot.log" 2>&1; then
+    tail -20 "$cache/$name.chroot.log"
+    say "$name FAILED: could not build the $suite chroot (log: $cache/$name.chroot.log)"
+    fail=$((fail + 1))
+    continue
+  fi
+  case " $mounted " in *" $root "*) ;; *) mounted="$mounted $root" ;; esac
+  t1=$(date +%s)
+  dir=/root/hvdshim-$name
+  copy_sources "$root$dir" || { say "$name FAILED: could not copy the sources"; fail=$((fail + 1)); continue; }
+  # inside: a clean environment, the stack's own Python and MPI
+  run() {
+    timeout -k 10 "$limit" chroot "$root" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+      HOME=/root LANG=C.UTF-8 TMPDIR=/tmp CI="${CI:-}" /bin/sh -c "cd $dir && $1"
+  }
+  if ! run "./autogen.sh && ./configure PYTHON=/usr/bin/python3 --with-mpi=$mpicc && make -j$(nproc)" \
+    >"$cache/$name.build.log" 2>&1; then
+    tail -30 "$cache/$name.build.log"
+    say "$name FAILED: the build failed (log: $cache/$name.build.log)"
+    fail=$((fail + 1))
+    continue
+  fi
+  versions=$(run '/usr/bin/python3 -c "import platform, torch; print(\"Python %s, torch %s\" % (platform.python_version(), torch.__version__))"' 2>/dev/null)
+  mpiv=$(sed -n 's/^ *MPI: *\(.*\) (mpicc:.*/\1/p' "$cache/$name.build.log" | head -1)
+  tests=$(run 'make -s print-tests' 2>/dev/null)
+  # MPICH: the engine and PyTorch suites, and hvdrun driving Hydra (the
+  # fault tests find Open MPI's launcher processes by name)
+  [ "$which" = mpich ] && tests=$(echo "$tests" | tr ' ' '\n' | grep -E '^tests/(unit|mpi|torch|gpu)/|^tests/launcher/hvdrun' | tr '\n' ' ')
+  run "make check TESTS='$tests'" >"$cache/$name.check.log" 2>&1
+  rc=$?
+  p=0 f=0 s=0
+  for k in PASS FAIL ERROR XPASS SKIP; do
+    n=$(sed -n "s/^# $k: *\([0-9]*\).*/\1/p" "$cache/$name.check.log" | tail -1)
+    n=${n:-0}
+    case $k in PASS) p=$((p + n)) ;; SKIP) s=$((s + n)) ;; *) f=$((f + n)) ;; esac
+  done
+  grep -E '^(FAIL|ERROR|XPASS):' "$cache/$name.check.log" | sed "s/^/  $name: /"
+  for t in $(sed -n 's/^SKIP: //p' "$cache/$name.check.log"); do
+    sed -n "s/^SKIP: /  $name: skipped $t: /p" "$root$dir/${t%.sh}.log" 2>/dev/null | head -1
+  done
+  if [ $rc -ne 0 ]; then
+    [ $rc = 124 ] && echo "  $name: the suites ran past ${limit} s (HVDSHIM_STACKS_TIME)"
+    for l in $(sed -n 's/^\(FAIL\|ERROR\): \(.*\)$/\2/p' "$cache/$name.check.log"); do
+      echo "---- $name: ${l%.sh}.log"
+      tail -30 "$root$dir/${l%.sh}.log" 2>/dev/null
+    done
+    [ $f -eq 0 ] && f=1 # make itself failed
+  fi
+  pass=$((pass + p)) fail=$((fail + f)) skip=$((skip + s))
+  say "$name ($versions, ${mpiv:-MPI unknown}): $p passed, $f failed, $s skipped" \
+    "(chroot $((t1 - t0)) s, build and suites $(($(date +%s) - t1)) s)"
+done
+total
