@@ -12,6 +12,9 @@
  * run their own threads).  --verbose prints the command it runs, --dry-run
  * prints it and stops.  Every mistake is one line naming it and the fix.
  *
+ * Under SLURM, srun gets --mpi=pmix when the cluster's MpiDefault is none
+ * (ranks started without a PMI plugin cannot find each other) and the user
+ * set no SLURM_MPI_TYPE.
  * Environment: HVDRUN_MPIRUN (mpirun to use), HVDRUN_SRUN (srun to use),
  * HVDRUN_LIB (libhvdshim.so to preload). */
 #define _GNU_SOURCE
@@ -220,6 +223,33 @@ static enum launcher launcher_kind(const char *mpirun, char *ver, size_t verlen)
   return k;
 }
 
+/* srun's --mpi when the cluster sets none: an MPI started by srun needs a
+ * PMI plugin (Open MPI: pmix), but clusters whose MpiDefault is "none"
+ * start ranks that cannot find each other.  NULL: leave srun's default
+ * (the user's SLURM_MPI_TYPE, or the cluster's MpiDefault). */
+static const char *srun_mpi(const char *srun) {
+  const char *user = getenv("SLURM_MPI_TYPE");
+  if (user && *user) return NULL;
+  FILE *p = popen("scontrol show config 2>/dev/null </dev/null", "r");
+  if (!p) return NULL;
+  char line[512];
+  int none = 0;
+  while (fgets(line, sizeof line, p))
+    if (!strncmp(line, "MpiDefault", 10) && strstr(line, "= none")) none = 1;
+  pclose(p);
+  if (!none || strchr(srun, '\'')) return NULL;
+  char *cmd;
+  if (asprintf(&cmd, "'%s' --mpi=list 2>&1 </dev/null", srun) < 0) return NULL;
+  p = popen(cmd, "r");
+  free(cmd);
+  if (!p) return NULL;
+  int pmix = 0;
+  while (fgets(line, sizeof line, p))
+    if (strstr(line, "pmix")) pmix = 1;
+  pclose(p);
+  return pmix ? "pmix" : NULL;
+}
+
 /* ------------------------------------------------------------------ main */
 
 int main(int argc, char **argv) {
@@ -279,6 +309,8 @@ int main(int argc, char **argv) {
      * the tasks only, not for srun itself. */
     push(&cmd, srun);
     pushf(&cmd, "--ntasks=%ld", np);
+    const char *mpi = srun_mpi(srun);
+    if (mpi) pushf(&cmd, "--mpi=%s", mpi);
     if (oversub) push(&cmd, "--overcommit");
     pushf(&cmd, "--export=ALL,LD_PRELOAD=%s", preload);
   } else {
