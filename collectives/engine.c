@@ -1104,7 +1104,6 @@ static int cycle(void) {
 }
 
 static void *engine_main(void *arg) {
-  pthread_setname_np(pthread_self(), "hvd-engine");
   (void)arg;
   for (;;) {
     double start = now_s();
@@ -1301,6 +1300,7 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
     E.accepting = 0;
     return HVD_ERR_INTERNAL;
   }
+  pthread_setname_np(E.thread, "hvd-engine"); /* named before hvd_init returns (top -H, tests) */
   E.started = 1;
   HVD_INFO("engine started: %d rank(s), MPI %s, fusion %zu bytes, cycle %g ms, cache %d", E.size,
            E.mpi_owned ? "initialized by hvdshim" : "adopted from the program", E.fusion, E.cycle_s * 1e3,

@@ -114,7 +114,6 @@ static void judge(void) {
 }
 
 static void *watch(void *arg) {
-  pthread_setname_np(pthread_self(), "hvd-liveness");
   (void)arg;
   pthread_mutex_lock(&mu);
   while (!stop) {
@@ -159,6 +158,7 @@ int hvd_liveness_start(MPI_Comm comm, int rank, int size, double peer_timeout_s,
     snprintf(err, errlen, "cannot start the watchdog thread");
     return -1;
   }
+  pthread_setname_np(thread, "hvd-liveness");
   running = 1;
   return 0;
 }
