@@ -1156,7 +1156,7 @@ static int settings_agree(char *err, size_t errlen) {
                hvd_cfg_table[ids[k]].name, hvd_cfg_format(ids[k], all[k], a, sizeof a),
                hvd_cfg_format(ids[k], all[r * N + k], b, sizeof b), r);
       free(all);
-      return -1;
+      return -2; /* every rank found it */
     }
   free(all);
   if (rc != MPI_SUCCESS) return snprintf(err, errlen, "MPI_Allgather (settings check) failed"), -1;
@@ -1236,7 +1236,19 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
     return HVD_ERR_INTERNAL;
   }
 
-  if (settings_agree(err, errlen) != 0) return HVD_ERR_INVALID;
+  int agree = settings_agree(err, errlen);
+  if (agree == -2) {
+    /* Every rank found the same difference and fails here: undo this start
+     * together, so the program's exit status reaches the launcher (MPICH's
+     * Hydra reports 0 for about half of the jobs whose ranks exit 1 without
+     * finalizing the MPI they initialized). */
+    hvd_log_set_abort_hook(NULL);
+    hvd_mpi_backend_fini();
+    MPI_Comm_free(&E.comm);
+    if (E.mpi_owned) PMPI_Finalize();
+    return HVD_ERR_INVALID;
+  }
+  if (agree != 0) return HVD_ERR_INVALID;
   E.gpu_nccl = hvd_cfg_int(HVD_CFG_GPU_OPERATIONS) == 0;
   hvd_gpu_configure(E.rank, E.size, E.gpu_nccl, (int)hvd_cfg_int(HVD_CFG_COMPRESSION));
   E.cycle_s = hvd_cfg_double(HVD_CFG_CYCLE_TIME) / 1000.0;
