@@ -196,12 +196,16 @@ static int under(const char *path, const char *dir) {
   return !strncmp(path, dir, n) && (path[n] == '/' || !path[n]);
 }
 
-/* Kernel and runtime file systems: never redirected. */
+/* Kernel and runtime file systems: never redirected.  Nor Python
+ * multiprocessing's own folder (tempfile.mkdtemp(prefix="pymp-"), unique to
+ * the process that makes it): the rank's children use it too (DataLoader
+ * workers bind a socket there to pass file descriptors, Python 3.14's
+ * forkserver lives there), and they do not see the rank's overlay. */
 static int excluded_path(const char *a) {
   static const char *const sys[] = {"/dev", "/proc", "/sys", "/run"};
   for (size_t i = 0; i < sizeof sys / sizeof *sys; i++)
     if (under(a, sys[i])) return 1;
-  return 0;
+  return strstr(a, "/pymp-") != NULL;
 }
 
 /* Calls made by the MPI runtime, NCCL, CUDA or hvdshim itself write their own

@@ -95,6 +95,14 @@ for w in before after; do
 done
 pass "no_grad evaluation of a shuffled loader: the plain run's metric ($(grep '^before' "$TMP/plain.out"))"
 
+# --- DataLoader workers from a forkserver, batches passed by file descriptor
+# (the workers bind in the multiprocessing folder the rank made: it must be
+# real, not in the rank's overlay; Python 3.14's default start method)
+"$PYTHON" "$TORCH_DIR/workers.py" "$TMP/w-plain.pt" >"$TMP/plain.out" 2>&1 || { cat "$TMP/plain.out"; fail "plain workers.py"; }
+HVDSHIM_DATA=split run_shim 2 "$PYTHON" "$TORCH_DIR/workers.py" "$TMP/w-shim.pt"
+same "$TMP/w-plain.pt" "$TMP/w-shim.pt" 1e-4 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "forkserver workers: differs from plain"; }
+pass "forkserver DataLoader workers passing batches by file descriptor, split at np=2: same weights as plain ($(cat "$TMP/cmp"))"
+
 # --- os._exit(0) at the end
 run_shim 2 "$PYTHON" "$F" os-exit
 grep -q "^checksum" "$TMP/shim.out" || { cat "$TMP/shim.out"; fail "os._exit run printed nothing"; }
