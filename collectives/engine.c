@@ -961,6 +961,13 @@ static void apply_tuning(uint64_t fusion, uint64_t cycle_ns) {
   E.cycle_s = (double)cycle_ns * 1e-9;
   __atomic_store_n(&E.pub_fusion, E.fusion, __ATOMIC_RELAXED);
   __atomic_store_n(&E.pub_cycle_ns, cycle_ns, __ATOMIC_RELAXED);
+  /* "fixed" is published with the chosen pair itself (rank 0, which decides
+   * and writes the metrics): from the cycle the search ends to the one that
+   * applies its choice, a metrics line read "fixed" beside the last pair
+   * tried */
+  if (E.rank == 0 && E.autotune && hvd_tuner_done(&E.tuner) && fusion == (uint64_t)E.tuner.fusion &&
+      cycle_ns == (uint64_t)llround(E.tuner.cycle_ms * 1e6))
+    __atomic_store_n(&E.pub_tune, 2, __ATOMIC_RELAXED);
 }
 
 static void format_bytes(size_t b, char *out, size_t n) {
@@ -997,7 +1004,7 @@ static void tune(double now) {
     HVD_DEBUG("autotune: trying fusion threshold %s, cycle time %g ms", f, E.tuner.cycle_ms);
     return;
   }
-  __atomic_store_n(&E.pub_tune, 2, __ATOMIC_RELAXED);
+  /* published as "fixed" by apply_tuning when the choice is applied */
   /* a result the user asked for: printed as info, but at the default level (warn) too */
   if (hvd_log_threshold >= HVD_LOG_WARN)
     hvd_log_write(HVD_LOG_INFO, __FILE__, __LINE__,
