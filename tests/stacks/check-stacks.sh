@@ -60,7 +60,8 @@ trap 'for d in $mounted; do sh "$tool" umount "$d"; done' EXIT INT TERM
 
 for name in $stacks; do
   case $name in
-    trixie) suite=trixie mpicc=mpicc.openmpi extra="" which=all ;;
+    # the trixie chroot serves both trixie stacks: it holds both MPIs
+    trixie) suite=trixie mpicc=mpicc.openmpi extra="mpich libmpich-dev" which=all ;;
     trixie-mpich) suite=trixie mpicc=mpicc.mpich extra="mpich libmpich-dev" which=mpich ;;
     sid) suite=sid mpicc=mpicc.openmpi extra="python3-transformers python3-accelerate" which=all ;;
     *) say "$name FAILED: unknown stack (trixie, trixie-mpich, sid)"; fail=$((fail + 1)); continue ;;
@@ -69,8 +70,6 @@ for name in $stacks; do
   [ -z "$why" ] || { say "$name SKIPPED: $why"; skip=$((skip + 1)); continue; }
   root="$cache/$suite"
   t0=$(date +%s)
-  # the trixie chroot serves both trixie stacks: it holds both MPIs
-  [ "$suite" = trixie ] && extra="mpich libmpich-dev"
   # shellcheck disable=SC2086
   if ! sh "$tool" ensure "$suite" "$root" $PKGS $extra >"$cache/$name.chroot.log" 2>&1; then
     tail -20 "$cache/$name.chroot.log"

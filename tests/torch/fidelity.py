@@ -40,6 +40,15 @@ def finish(model):
         torch.save(model.state_dict(), args.out)
 
 
+def setup(n=128, batch=16, lr=0.1, momentum=0.0):
+    """The common start: seeded, an MLP, SGD and a shuffled loader of n samples."""
+    torch.manual_seed(0)
+    X, Y = data(n)
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    return model, opt, DataLoader(TensorDataset(X, Y), batch_size=batch, shuffle=True)
+
+
 def c_realpath(path):
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
@@ -67,11 +76,7 @@ def train_epoch(model, opt, loader):
 
 if args.case == "checkpoints":
     # every checkpoint idiom of ordinary scripts, each epoch
-    torch.manual_seed(0)
-    X, Y = data()
-    model = mlp()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    loader = DataLoader(TensorDataset(X, Y), batch_size=16, shuffle=True)
+    model, opt, loader = setup(momentum=0.9)
     ckdir = os.path.join(args.dir, "checkpoints", "run")
     resume = os.path.join(ckdir, "last.pt")
     start = 0
@@ -162,12 +167,8 @@ elif args.case == "unseeded":
 
 elif args.case == "plateau":
     # ReduceLROnPlateau fed the epoch's (per-rank) loss
-    torch.manual_seed(0)
-    X, Y = data(256)
-    model = mlp()
-    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    model, opt, loader = setup(n=256, lr=0.5)
     sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.5, patience=0, threshold=0.2)
-    loader = DataLoader(TensorDataset(X, Y), batch_size=16, shuffle=True)
     for epoch in range(args.epochs):
         loss = train_epoch(model, opt, loader)
         sched.step(loss)
@@ -252,11 +253,8 @@ elif args.case == "eval":
     finish(model)
 
 elif args.case == "os-exit":
-    torch.manual_seed(0)
-    X, Y = data()
-    model = mlp()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    train_epoch(model, opt, DataLoader(TensorDataset(X, Y), batch_size=16, shuffle=True))
+    model, opt, loader = setup()
+    train_epoch(model, opt, loader)
     finish(model)
     sys.stdout.flush()
     os._exit(0)
@@ -289,11 +287,7 @@ elif args.case == "hogwild":
 
 elif args.case == "diverge":
     # a rank-local change to the weights (a bug the replica guard must catch)
-    torch.manual_seed(0)
-    X, Y = data()
-    model = mlp()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    loader = DataLoader(TensorDataset(X, Y), batch_size=8, shuffle=True)
+    model, opt, loader = setup(batch=8)
     for epoch in range(args.epochs):
         for i, (x, y) in enumerate(loader):
             opt.zero_grad()
@@ -309,12 +303,9 @@ elif args.case == "compile":
     if not hasattr(torch, "compile"):
         print("no torch.compile")
         sys.exit(0)
-    torch.manual_seed(0)
-    X, Y = data()
-    model = mlp()
+    model, opt, loader = setup()
     cmodel = torch.compile(model, backend=os.environ.get("COMPILE_BACKEND", "inductor"))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    train_epoch(cmodel, opt, DataLoader(TensorDataset(X, Y), batch_size=16, shuffle=True))
+    train_epoch(cmodel, opt, loader)
     finish(model)
 
 elif args.case == "func":
