@@ -8,8 +8,9 @@
   script    training step time of an unmodified CUDA script: plain vs under the
             shim (target >= 0.98x); run by bench/run-gpu-bench.sh, which starts
             both processes
+  script-amp  the same with autocast float16 and GradScaler
 
-Usage (from bench/run-gpu-bench.sh): python3 bench_gpu.py copy-in|nccl|script"""
+Usage (from bench/run-gpu-bench.sh): python3 bench_gpu.py copy-in|nccl|script|script-amp"""
 import ctypes
 import sys
 import time
@@ -75,11 +76,15 @@ def nccl():
             break
         except OSError:
             pass
-    uid = ctypes.create_string_buffer(128)
+
+    class UniqueId(ctypes.Structure):  # ncclUniqueId, passed by value
+        _fields_ = [("internal", ctypes.c_char * 128)]
+
+    uid = UniqueId()
     comm = ctypes.c_void_p()
-    nl.ncclGetUniqueId(uid)
-    nl.ncclCommInitRank.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_char * 128, ctypes.c_int]
-    assert nl.ncclCommInitRank(ctypes.byref(comm), 1, uid.raw, 0) == 0
+    assert nl.ncclGetUniqueId(ctypes.byref(uid)) == 0
+    nl.ncclCommInitRank.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, UniqueId, ctypes.c_int]
+    assert nl.ncclCommInitRank(ctypes.byref(comm), 1, uid, 0) == 0
     nl.ncclAllReduce.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                                  ctypes.c_void_p, ctypes.c_void_p]
 
@@ -103,13 +108,15 @@ def nccl():
           % (res["engine"] * 1e3, res["direct"] * 1e3, res["direct"] / res["engine"]))
 
 
-def script_main():
+def script_main(amp=False):
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Conv2d(3, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(64, 128, 3, padding=1), torch.nn.ReLU(),
         torch.nn.AdaptiveAvgPool2d(8), torch.nn.Flatten(), torch.nn.Linear(128 * 64, 1024), torch.nn.ReLU(),
         torch.nn.Linear(1024, 10)).cuda()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    scaler = (torch.amp.GradScaler("cuda", enabled=amp) if hasattr(torch.amp, "GradScaler")
+              else torch.cuda.amp.GradScaler(enabled=amp))
     x = torch.randn(128, 3, 64, 64, device="cuda")
     y = torch.randint(0, 10, (128,), device="cuda")
     times = []
@@ -117,14 +124,17 @@ def script_main():
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
+        with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         torch.cuda.synchronize()
         if i >= 10:
             times.append(time.perf_counter() - t0)
-    print("script: step %.3f ms" % (1e3 * sum(times) / len(times)), flush=True)
+    print("script%s: step %.3f ms" % ("-amp" if amp else "", 1e3 * sum(times) / len(times)), flush=True)
 
 
 if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else "copy-in"
-    {"copy-in": copy_in, "nccl": nccl, "script": script_main}[mode]()
+    {"copy-in": copy_in, "nccl": nccl, "script": script_main, "script-amp": lambda: script_main(True)}[mode]()
