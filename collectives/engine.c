@@ -73,6 +73,7 @@
 #include "autotune.h"
 #include "backend_mpi.h"
 #include "cache.h"
+#include "coordinator.h"
 #include "dtype.h"
 #include "fusion.h"
 #include "gpu.h"
@@ -106,15 +107,6 @@ typedef struct {
   const int64_t *rows; /* allgather: points into the response buffer */
 } exec_item;
 
-typedef struct coord_entry {
-  char *name;
-  hvd_sig *sigs;
-  uint8_t *present;
-  int npresent;
-  double first_seen, last_warn;
-  struct coord_entry *prev, *next;
-} coord_entry;
-
 static struct {
   /* set by start, read-only while the thread runs */
   MPI_Comm comm;
@@ -123,7 +115,7 @@ static struct {
   int started;
   double t0;
   int cache_cap, wc, wr, nwords;
-  double cycle_s, stall_warn, stall_shutdown, stale_age, shutdown_timeout;
+  double cycle_s, stale_age, shutdown_timeout;
   size_t fusion, chunk;
   pthread_t thread;
 
@@ -157,11 +149,7 @@ static struct {
   size_t caphandles;
   char *staging;
   size_t staging_cap;
-  /* coordinator (rank 0) */
-  hvd_strmap *ctable, *round_invalidated;
-  coord_entry *chead, *ctail;
-  char *fatal_msg;
-  double last_stall_check;
+  hvd_coord coord; /* rank 0's negotiation table (coordinator.c) */
   /* join: the agreed set of ranks that finished, updated every cycle */
   int joined_self;
   uint8_t *joined;
@@ -209,20 +197,6 @@ static void abort_job(int code) {
   pthread_t t;
   if (pthread_create(&t, NULL, abort_deadline, (void *)(intptr_t)code) == 0) pthread_detach(t);
   if (up && !down) MPI_Abort(MPI_COMM_WORLD, code);
-}
-
-/* "0-2,5": a compact list of the ranks whose flag is (not) set. */
-static void rank_list(const uint8_t *flags, int want, char *out, size_t n) {
-  size_t len = 0;
-  out[0] = 0;
-  for (int r = 0; r < E.size && len + 24 < n; r++) {
-    if ((flags[r] != 0) != want) continue;
-    int e = r;
-    while (e + 1 < E.size && (flags[e + 1] != 0) == want) e++;
-    len += (size_t)snprintf(out + len, n - len, "%s%d", len ? "," : "", r);
-    if (e > r) len += (size_t)snprintf(out + len, n - len, "%s%d", e == r + 1 ? "," : "-", e);
-    r = e;
-  }
 }
 
 /* Grows an engine-thread array to at least n elements (fatal when out of
@@ -343,6 +317,7 @@ static hvd_req *phantom(const char *name, const hvd_sig *sig) {
 /* ------------------------------------------------------------------ cache */
 
 static int cache_lookup(const char *name) { return hvd_cache_lookup(&E.cache, name); }
+static int is_cached(const char *name, void *ctx) { return (void)ctx, cache_lookup(name) >= 0; }
 
 static void outbox_push(hvd_req *r) {
   if (E.nout == E.capout) {
@@ -398,259 +373,6 @@ static void admit(hvd_req *r) {
   outbox_push(r);
 }
 
-/* ------------------------------------------------------------------ coordinator */
-
-static void describe_value(char *out, size_t n, int field, const hvd_sig *s) {
-  switch (field) {
-  case 0: snprintf(out, n, "%s", hvd_kind_name(s->kind)); break;
-  case 1: snprintf(out, n, "%s", hvd_dtype_name((hvd_dtype_t)s->dtype)); break;
-  case 2: snprintf(out, n, "%s", hvd_op_name(s->op)); break;
-  case 3: snprintf(out, n, "root %d", s->root); break;
-  case 4: snprintf(out, n, "%lld elements", (long long)s->count); break;
-  case 5: snprintf(out, n, "%lld elements per row", (long long)s->row_elems); break;
-  default: snprintf(out, n, "%s", s->place ? "GPU memory" : "host memory"); break;
-  }
-}
-
-static int field_differs(int field, const hvd_sig *a, const hvd_sig *b) {
-  switch (field) {
-  case 0: return a->kind != b->kind;
-  case 1: return a->dtype != b->dtype;
-  case 2: return a->kind == HVD_KIND_ALLREDUCE && a->op != b->op;
-  case 3: return a->kind == HVD_KIND_BROADCAST && a->root != b->root;
-  case 4: return a->kind != HVD_KIND_ALLGATHER && a->count != b->count;
-  case 5: return a->kind == HVD_KIND_ALLGATHER && a->row_elems != b->row_elems;
-  default: return a->place != b->place;
-  }
-}
-
-static const hvd_sig *first_present(const coord_entry *c) {
-  for (int r = 0; r < E.size; r++)
-    if (c->present[r]) return &c->sigs[r];
-  return &c->sigs[0];
-}
-
-/* Returns NULL when every submitting rank agrees, else a malloc'd message
- * naming the tensor, the first field that differs and which ranks hold which
- * value.  Joined ranks that did not submit it are not compared. */
-static char *check_agreement(const coord_entry *c) {
-  static const char *fields[] = {"operation", "dtype", "reduction op", "root", "count", "row size", "memory"};
-  const hvd_sig *ref = first_present(c);
-  for (int f = 0; f < 7; f++) {
-    int differs = 0;
-    for (int r = 0; r < E.size && !differs; r++) differs = c->present[r] && field_differs(f, ref, &c->sigs[r]);
-    if (!differs) continue;
-    size_t cap = 512 + strlen(c->name) + (size_t)E.size * 16, len;
-    char *msg = malloc(cap);
-    uint8_t *done = calloc((size_t)E.size, 1), *group = calloc((size_t)E.size, 1);
-    if (!msg || !done || !group) HVD_FATAL("out of memory (mismatch report)");
-    len = (size_t)snprintf(msg, cap, "%s '%s': ranks disagree on the %s:", hvd_kind_name(ref->kind), c->name,
-                           fields[f]);
-    for (int r = 0; r < E.size; r++) done[r] = !c->present[r];
-    int first = 1;
-    for (int r = 0; r < E.size; r++) {
-      if (done[r]) continue;
-      memset(group, 0, (size_t)E.size);
-      for (int q = r; q < E.size; q++)
-        if (!done[q] && !field_differs(f, &c->sigs[r], &c->sigs[q])) group[q] = done[q] = 1;
-      char val[64], ranks[256];
-      describe_value(val, sizeof val, f, &c->sigs[r]);
-      rank_list(group, 1, ranks, sizeof ranks);
-      len += (size_t)snprintf(msg + len, cap - len, "%s %s on rank%s %s", first ? "" : ";", val,
-                              strpbrk(ranks, ",-") ? "s" : "", ranks);
-      first = 0;
-    }
-    free(done);
-    free(group);
-    return msg;
-  }
-  return NULL;
-}
-
-static void coord_unlink(coord_entry *c) {
-  if (c->prev) c->prev->next = c->next;
-  else E.chead = c->next;
-  if (c->next) c->next->prev = c->prev;
-  else E.ctail = c->prev;
-  hvd_strmap_del(E.ctable, c->name);
-  free(c->name);
-  free(c->sigs);
-  free(c->present);
-  free(c);
-}
-
-/* Every rank submitted c or has joined: answer it (EXEC or ERROR) and drop
- * it from the table. */
-static void coord_try_respond(coord_entry *c) {
-  if (c->npresent < E.size - E.njoined) return; /* cheap test first: some rank is missing */
-  for (int r = 0; r < E.size; r++)
-    if (!c->present[r] && !E.joined[r]) return;
-  const hvd_sig *ref = first_present(c);
-  char *msg = check_agreement(c);
-  if (msg) {
-    hvd_wire_put_resp(&E.resp, HVD_RESP_ERROR, ref, c->name, msg, NULL, 0);
-    free(msg);
-  } else if (ref->kind == HVD_KIND_ALLGATHER) {
-    int64_t *rows = malloc(sizeof(int64_t) * (size_t)E.size);
-    if (!rows) HVD_FATAL("out of memory (allgather rows)");
-    for (int r = 0; r < E.size; r++) rows[r] = c->present[r] ? c->sigs[r].count : 0;
-    hvd_wire_put_resp(&E.resp, HVD_RESP_EXEC, ref, c->name, NULL, rows, E.size);
-    free(rows);
-  } else {
-    hvd_wire_put_resp(&E.resp, HVD_RESP_EXEC, ref, c->name, NULL, NULL, 0);
-  }
-  coord_unlink(c);
-}
-
-static void coordinate_one(int rank, const hvd_wire_req *w, double now) {
-  char name[HVD_NAME_MAX + 1];
-  size_t nl = w->name_len > HVD_NAME_MAX ? HVD_NAME_MAX : w->name_len;
-  memcpy(name, w->name, nl);
-  name[nl] = 0;
-  if (cache_lookup(name) >= 0 && !hvd_strmap_get(E.round_invalidated, name)) {
-    /* Someone renegotiates a cached name (different signature or a stall):
-     * every rank drops the entry and renegotiates too. */
-    hvd_strmap_put(E.round_invalidated, name, (void *)1);
-    hvd_wire_put_resp(&E.resp, HVD_RESP_INVALIDATE, &w->sig, name, NULL, NULL, 0);
-  }
-  coord_entry *c = hvd_strmap_get(E.ctable, name);
-  if (!c) {
-    c = calloc(1, sizeof *c);
-    if (c) {
-      c->name = strdup(name);
-      c->sigs = calloc((size_t)E.size, sizeof *c->sigs);
-      c->present = calloc((size_t)E.size, 1);
-    }
-    if (!c || !c->name || !c->sigs || !c->present) HVD_FATAL("out of memory (coordinator)");
-    c->first_seen = now - w->age;
-    c->prev = E.ctail;
-    if (E.ctail) E.ctail->next = c;
-    else E.chead = c;
-    E.ctail = c;
-    hvd_strmap_put(E.ctable, name, c);
-  }
-  if (now - w->age < c->first_seen) c->first_seen = now - w->age;
-  if (c->present[rank]) return;
-  c->present[rank] = 1;
-  c->sigs[rank] = w->sig;
-  c->npresent++;
-  coord_try_respond(c);
-}
-
-static void coordinate(double now) {
-  hvd_buf_reset(&E.resp);
-  for (int r = 0; r < E.size; r++) {
-    hvd_buf seg = {.p = E.gathered.p + E.displs[r], .len = (size_t)E.lens[r], .cap = (size_t)E.lens[r]};
-    hvd_wire_req w;
-    while (hvd_buf_more(&seg)) {
-      if (hvd_wire_get_req(&seg, &w) != 0) HVD_FATAL("corrupt negotiation message from rank %d", r);
-      coordinate_one(r, &w, now);
-    }
-  }
-  if (E.njoined) /* a rank that joined completes what waited only for it */
-    for (coord_entry *c = E.chead, *next; c; c = next) {
-      next = c->next;
-      coord_try_respond(c);
-    }
-  if (E.fatal_msg) {
-    hvd_sig none = {0};
-    hvd_wire_put_resp(&E.resp, HVD_RESP_FATAL, &none, "", E.fatal_msg, NULL, 0);
-  }
-  /* round_invalidated only lives for this round */
-  hvd_strmap_free(E.round_invalidated);
-  E.round_invalidated = hvd_strmap_new();
-  if (!E.round_invalidated || E.resp.bad) HVD_FATAL("out of memory (responses)");
-}
-
-/* Names of up to `max` entries (KIND 'name', ...) into out. */
-static void name_list(coord_entry **items, int n, int max, char *out, size_t len) {
-  size_t at = 0;
-  out[0] = 0;
-  for (int i = 0; i < n && i < max && at + 16 < len; i++)
-    at += (size_t)snprintf(out + at, len - at, "%s%s '%s'", i ? ", " : "", hvd_kind_name(first_present(items[i])->kind),
-                           items[i]->name);
-  if (n > max && at + 8 < len) snprintf(out + at, len - at, ", ...");
-}
-
-static int same_ranks(const coord_entry *a, const coord_entry *b) {
-  for (int r = 0; r < E.size; r++)
-    if (!a->present[r] != !b->present[r]) return 0;
-  return 1;
-}
-
-/* One warning line per stall: the stalled operations are grouped by which
- * ranks submitted them, and the line tells a rank that is late (it submitted
- * nothing else) from one that submitted something else (the ranks disagree on
- * what to run). */
-static void stall_check(double now) {
-  if (now - E.last_stall_check < 0.1) return;
-  E.last_stall_check = now;
-  int n = 0;
-  for (coord_entry *c = E.chead; c; c = c->next) n += now - c->first_seen >= E.stall_warn;
-  if (!n) return;
-  coord_entry **stalled = malloc((size_t)n * sizeof *stalled), **group = malloc((size_t)n * sizeof *group);
-  if (!stalled || !group) HVD_FATAL("out of memory (stall inspector)");
-  n = 0;
-  for (coord_entry *c = E.chead; c; c = c->next)
-    if (now - c->first_seen >= E.stall_warn) stalled[n++] = c;
-  for (int i = 0; i < n; i++) {
-    if (!stalled[i]) continue;
-    int ng = 0, due = 0;
-    double age = 0;
-    const coord_entry *lead = stalled[i];
-    for (int j = i; j < n; j++) /* this group: the same submitting ranks */
-      if (stalled[j] && same_ranks(lead, stalled[j])) {
-        coord_entry *c = group[ng++] = stalled[j];
-        stalled[j] = NULL;
-        if (now - c->first_seen > age) age = now - c->first_seen;
-        due |= now - c->last_warn >= E.stall_warn || (E.stall_shutdown > 0 && age >= E.stall_shutdown);
-      }
-    if (!due) continue;
-    uint8_t covered[E.size], late[E.size];
-    for (int r = 0; r < E.size; r++) covered[r] = group[0]->present[r] || E.joined[r], late[r] = !covered[r];
-    /* what the late ranks submitted that the others did not (they disagree) */
-    coord_entry *other[3];
-    int nother = 0, more = 0;
-    for (coord_entry *c = E.chead; c; c = c->next) {
-      int theirs = 0;
-      for (int r = 0; r < E.size && !theirs; r++) theirs = late[r] && c->present[r];
-      if (!theirs || same_ranks(c, group[0])) continue;
-      if (nother < 3) other[nother++] = c;
-      else more = 1;
-    }
-    char have[256], missing[256], names[512], others[512], msg[HVD_NAME_MAX + 2048];
-    rank_list(group[0]->present, 1, have, sizeof have);
-    rank_list(covered, 0, missing, sizeof missing);
-    name_list(group, ng, 3, names, sizeof names);
-    int at;
-    if (ng == 1)
-      at = snprintf(msg, sizeof msg, "stall: %s submitted by rank(s) %s has waited %.1f s for rank(s) %s", names, have,
-                    age, missing);
-    else
-      at = snprintf(msg, sizeof msg, "stall: %d operations submitted by rank(s) %s have waited up to %.1f s for rank(s) %s "
-                    "(%s)", ng, have, age, missing, names);
-    if (nother) {
-      name_list(other, nother + more, 3, others, sizeof others);
-      snprintf(msg + at, sizeof msg - (size_t)at, "; rank(s) %s submitted other operations instead (%s): the ranks "
-               "disagree on what to run (a rank skipped an operation or named it differently)", missing, others);
-    } else {
-      snprintf(msg + at, sizeof msg - (size_t)at, "; rank(s) %s submitted nothing else: late (still computing, blocked "
-               "outside hvdshim, or stopped)", missing);
-    }
-    for (int k = 0; k < ng; k++) group[k]->last_warn = now;
-    if (E.stall_shutdown > 0 && age >= E.stall_shutdown && !E.fatal_msg) {
-      size_t len = strlen(msg) + 128;
-      E.fatal_msg = malloc(len);
-      if (E.fatal_msg)
-        snprintf(E.fatal_msg, len, "%s; ending the job after HVDSHIM_STALL_SHUTDOWN_SECONDS=%g", msg, E.stall_shutdown);
-    } else {
-      HVD_WARN("%s", msg);
-    }
-  }
-  free(stalled);
-  free(group);
-}
-
 /* ------------------------------------------------------------------ slow path */
 
 static void exec_push(hvd_req *r, const int64_t *rows) {
@@ -688,7 +410,7 @@ static void slow_path(double now) {
   }
   mpi_check(MPI_Gatherv(E.sendbuf.p, mylen, MPI_BYTE, E.gathered.p, E.lens, E.displs, MPI_BYTE, 0, E.comm),
             "MPI_Gatherv (negotiation)");
-  if (E.rank == 0) coordinate(now);
+  if (E.rank == 0) hvd_coord_round(&E.coord, E.gathered.p, E.lens, E.displs, now, &E.resp);
   int64_t rlen = (int64_t)E.resp.len;
   mpi_check(MPI_Bcast(&rlen, 1, MPI_INT64_T, 0, E.comm), "MPI_Bcast (responses)");
   if (rlen > INT_MAX) HVD_FATAL("response list larger than 2 GiB");
@@ -1045,7 +767,7 @@ static int cycle(void) {
   }
 
   uint64_t *v = E.vec, flags = 0;
-  if (E.nout > 0 || (E.rank == 0 && E.fatal_msg)) flags |= F_SLOW;
+  if (E.nout > 0 || (E.rank == 0 && E.coord.fatal_msg)) flags |= F_SLOW;
   v[0] = ~flags;
   for (int w = 0; w < E.wr; w++) v[1 + w] = ~(uint64_t)0;
   if (E.joined_self) v[1 + E.rank / 64] &= ~((uint64_t)1 << (E.rank % 64));
@@ -1075,7 +797,7 @@ static int cycle(void) {
   }
   if (E.njoined != before && E.rank == 0) {
     char list[256];
-    rank_list(E.joined, 1, list, sizeof list);
+    hvd_rank_list(E.joined, E.size, 1, list, sizeof list);
     HVD_INFO("rank(s) %s finished; the others go on (averages over %d rank(s))", list, E.size - E.njoined);
   }
 
@@ -1101,7 +823,7 @@ static int cycle(void) {
   char gerr[512];
   if (hvd_gpu_check_async(gerr, sizeof gerr) != 0) HVD_FATAL("%s", gerr);
   hvd_liveness_busy(0);
-  if (E.rank == 0) stall_check(now_s());
+  if (E.rank == 0) hvd_coord_stall_check(&E.coord, now_s());
   if (E.autotune && E.rank == 0) tune(now_s());
   if (hvd_timeline_enabled()) {
     if (hvd_cfg_int(HVD_CFG_TIMELINE_MARK_CYCLES)) hvd_timeline_instant("CYCLE_START", us_since_start(now));
@@ -1120,7 +842,7 @@ static void *engine_main(void *arg) {
      * every cycle.  Peers with work wait in their round until this rank
      * submits too (its submission wakes it), which they would anyway; the
      * bounded idle period keeps stall reports and shutdown timely. */
-    int idle = !E.joined_self && E.npending == 0 && E.nout == 0 && !(E.rank == 0 && (E.chead || E.fatal_msg));
+    int idle = !E.joined_self && E.npending == 0 && E.nout == 0 && !(E.rank == 0 && hvd_coord_busy(&E.coord));
     double deadline = start + (idle && E.cycle_s < HVD_IDLE_CYCLE_S ? HVD_IDLE_CYCLE_S : E.cycle_s);
     pthread_mutex_lock(&E.qmu);
     while (!(E.stop_requested && !E.joined_self) && !E.qhead) { /* a stop request needs one more cycle to join */
@@ -1173,10 +895,8 @@ static int settings_agree(char *err, size_t errlen) {
 static void free_state(void) {
   hvd_cache_free(&E.cache);
   hvd_strmap_free(E.pending);
-  hvd_strmap_free(E.round_invalidated);
-  while (E.chead) coord_unlink(E.chead);
-  hvd_strmap_free(E.ctable);
-  E.pending = E.round_invalidated = E.ctable = NULL;
+  hvd_coord_free(&E.coord);
+  E.pending = NULL;
   free(E.outbox);
   free(E.vec);
   free(E.lens);
@@ -1189,11 +909,9 @@ static void free_state(void) {
   E.handles = NULL;
   E.caphandles = 0;
   free(E.staging);
-  free(E.fatal_msg);
   free(E.joined);
   E.joined = NULL;
   E.outbox = NULL, E.vec = NULL, E.lens = NULL, E.exec = NULL, E.fuse = NULL, E.staging = NULL;
-  E.fatal_msg = NULL;
   E.capout = E.capexec = E.capfuse = E.staging_cap = 0;
   hvd_buf_free(&E.sendbuf);
   hvd_buf_free(&E.gathered);
@@ -1262,10 +980,9 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
   E.fusion = (size_t)hvd_cfg_int(HVD_CFG_FUSION_THRESHOLD);
   E.chunk = (size_t)hvd_cfg_int(HVD_CFG_PIPELINE_CHUNK);
   int cache_cap = (int)hvd_cfg_int(HVD_CFG_CACHE_CAPACITY);
-  E.stall_warn = hvd_cfg_double(HVD_CFG_STALL_WARNING_SECONDS);
-  E.stall_shutdown = hvd_cfg_double(HVD_CFG_STALL_SHUTDOWN_SECONDS);
+  double stall_warn = hvd_cfg_double(HVD_CFG_STALL_WARNING_SECONDS);
   E.shutdown_timeout = hvd_cfg_double(HVD_CFG_SHUTDOWN_TIMEOUT_SECONDS);
-  E.stale_age = E.stall_warn / 2 < 1.0 ? E.stall_warn / 2 : 1.0;
+  E.stale_age = stall_warn / 2 < 1.0 ? stall_warn / 2 : 1.0;
   E.wc = (cache_cap + 63) / 64;
   E.wr = (E.size + 63) / 64;
   E.tw = 1 + E.wr + 2 * E.wc;
@@ -1286,13 +1003,13 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
   E.lens = calloc((size_t)E.size * 2, sizeof *E.lens);
   E.displs = E.lens ? E.lens + E.size : NULL;
   E.pending = hvd_strmap_new();
-  E.ctable = hvd_strmap_new();
-  E.round_invalidated = hvd_strmap_new();
   E.joined = calloc((size_t)E.size, 1);
   E.joined_self = 0;
   E.njoined = 0;
   int cache_rc = hvd_cache_init(&E.cache, cache_cap);
-  if (!E.vec || cache_rc || !E.lens || !E.pending || !E.ctable || !E.round_invalidated || !E.joined) {
+  int coord_rc = hvd_coord_init(&E.coord, E.size, E.joined, &E.njoined, stall_warn,
+                                hvd_cfg_double(HVD_CFG_STALL_SHUTDOWN_SECONDS), is_cached, NULL);
+  if (!E.vec || cache_rc || coord_rc || !E.lens || !E.pending || !E.joined) {
     snprintf(err, errlen, "out of memory starting the engine");
     free_state();
     return HVD_ERR_INTERNAL;

@@ -7,6 +7,7 @@
 
 #include "../../collectives/autotune.h"
 #include "../../collectives/cache.h"
+#include "../../collectives/coordinator.h"
 #include "../../collectives/dtype.h"
 #include "../../collectives/elem.h"
 #include "../../collectives/gpu_desc.h"
@@ -501,7 +502,132 @@ static void test_autotune(void) {
   CHECK_DBL(t.cycle_ms, 2.0, 0);
 }
 
-int main(void) {
+/* ---------------------------------------------------------------- coordinator */
+
+/* A synthetic negotiation round for the coordinator, no MPI: each rank's
+ * request records as the engine gathers them. */
+typedef struct {
+  int size;
+  hvd_buf rank[4];
+} round_in;
+
+static void req(round_in *in, int r, const char *name, hvd_sig sig, double age) {
+  hvd_wire_put_req(&in->rank[r], &sig, age, name);
+}
+
+/* Runs the round; the responses as "TYPE name[: message]" lines. */
+static void run_round(hvd_coord *k, round_in *in, double now, char *out, size_t n, int64_t *rows) {
+  hvd_buf all = {0}, resp = {0};
+  int lens[4], displs[4];
+  for (int r = 0; r < in->size; r++) {
+    displs[r] = (int)all.len;
+    lens[r] = (int)in->rank[r].len;
+    hvd_buf_put(&all, in->rank[r].p, in->rank[r].len);
+    hvd_buf_reset(&in->rank[r]);
+  }
+  hvd_coord_round(k, all.p, lens, displs, now, &resp);
+  static const char *types[] = {"EXEC", "ERROR", "INVALIDATE", "FATAL"};
+  size_t at = 0;
+  out[0] = 0;
+  hvd_wire_resp w;
+  while (hvd_buf_more(&resp) && hvd_wire_get_resp(&resp, &w, in->size) == 0 && at < n) {
+    at += (size_t)snprintf(out + at, n - at, "%s%s %.*s", at ? "\n" : "", types[w.type], (int)w.name_len, w.name);
+    if (w.msg_len && at < n) at += (size_t)snprintf(out + at, n - at, ": %.*s", (int)w.msg_len, w.msg);
+    if (w.rows && rows) memcpy(rows, w.rows, sizeof(int64_t) * (size_t)in->size);
+  }
+  hvd_buf_free(&all);
+  hvd_buf_free(&resp);
+}
+
+static int cached_names(const char *name, void *ctx) { return (void)ctx, !strcmp(name, "cached.w"); }
+
+static void test_coordinator(void) {
+  uint8_t joined[4] = {0};
+  int njoined = 0;
+  hvd_coord k;
+  CHECK_INT(hvd_coord_init(&k, 4, joined, &njoined, 60.0, 0.0, cached_names, NULL), 0);
+  round_in in = {.size = 4};
+  char out[4096];
+  hvd_sig f32 = {.kind = HVD_KIND_ALLREDUCE, .dtype = HVD_FLOAT32, .op = HVD_AVG, .count = 10};
+
+  /* a name answered only when every rank has sent it, in arrival order */
+  req(&in, 0, "a", f32, 0), req(&in, 1, "a", f32, 0), req(&in, 2, "b", f32, 0);
+  run_round(&k, &in, 1.0, out, sizeof out, NULL);
+  CHECK_STR(out, "");
+  CHECK(hvd_coord_busy(&k));
+  req(&in, 2, "a", f32, 0), req(&in, 3, "a", f32, 0), req(&in, 0, "b", f32, 0), req(&in, 1, "b", f32, 0),
+      req(&in, 3, "b", f32, 0);
+  run_round(&k, &in, 2.0, out, sizeof out, NULL);
+  CHECK_STR(out, "EXEC a\nEXEC b");
+  CHECK(!hvd_coord_busy(&k));
+
+  /* a mismatch names the field and groups the ranks by value */
+  hvd_sig f64 = f32, bigger = f32;
+  f64.dtype = HVD_FLOAT64;
+  bigger.count = 12;
+  req(&in, 0, "m", f32, 0), req(&in, 1, "m", f64, 0), req(&in, 2, "m", f32, 0), req(&in, 3, "m", f64, 0);
+  req(&in, 0, "c", f32, 0), req(&in, 1, "c", f32, 0), req(&in, 2, "c", f32, 0), req(&in, 3, "c", bigger, 0);
+  run_round(&k, &in, 3.0, out, sizeof out, NULL);
+  CHECK_STR(out, "ERROR m: allreduce 'm': ranks disagree on the dtype: float32 on ranks 0,2; float64 on ranks 1,3\n"
+                 "ERROR c: allreduce 'c': ranks disagree on the count: 10 elements on ranks 0-2; 12 elements on rank 3");
+
+  /* a rank's duplicate record in one round counts once */
+  req(&in, 0, "d", f32, 0), req(&in, 0, "d", f32, 0), req(&in, 1, "d", f32, 0), req(&in, 1, "d", f32, 0);
+  run_round(&k, &in, 4.0, out, sizeof out, NULL);
+  CHECK_STR(out, "");
+  req(&in, 2, "d", f32, 0), req(&in, 3, "d", f32, 0);
+  run_round(&k, &in, 4.5, out, sizeof out, NULL);
+  CHECK_STR(out, "EXEC d");
+
+  /* a cached name sent again: every rank drops the entry (once per round) */
+  req(&in, 1, "cached.w", f32, 0), req(&in, 2, "cached.w", f32, 0);
+  run_round(&k, &in, 5.0, out, sizeof out, NULL);
+  CHECK_STR(out, "INVALIDATE cached.w");
+
+  /* a rank that joins completes what waited only for it; allgather rows:
+   * a joined rank contributes none */
+  hvd_sig g = {.kind = HVD_KIND_ALLGATHER, .dtype = HVD_INT32, .row_elems = 3};
+  g.count = 2, req(&in, 0, "g", g, 0);
+  g.count = 5, req(&in, 1, "g", g, 0);
+  g.count = 1, req(&in, 3, "g", g, 0);
+  run_round(&k, &in, 6.0, out, sizeof out, NULL);
+  CHECK_STR(out, "");
+  joined[2] = 1, njoined = 1;
+  int64_t rows[4] = {-1, -1, -1, -1};
+  run_round(&k, &in, 6.5, out, sizeof out, rows);
+  CHECK_STR(out, "EXEC g"); /* 'cached.w' still waits for ranks 0 and 3 */
+  CHECK_INT(rows[0], 2);
+  CHECK_INT(rows[1], 5);
+  CHECK_INT(rows[2], 0);
+  CHECK_INT(rows[3], 1);
+  joined[2] = 0, njoined = 0;
+  hvd_coord_free(&k);
+
+  /* the stall inspector: late ranks vs ranks that submitted something else,
+   * then the fatal response after the shutdown limit */
+  CHECK_INT(hvd_coord_init(&k, 4, joined, &njoined, 2.0, 10.0, cached_names, NULL), 0);
+  req(&in, 0, "x", f32, 0), req(&in, 1, "x", f32, 0), req(&in, 2, "x", f32, 0);
+  run_round(&k, &in, 0.0, out, sizeof out, NULL);
+  CHECK_INT(hvd_coord_stall_check(&k, 1.0), 0);
+  CHECK_INT(hvd_coord_stall_check(&k, 3.0), 1);
+  CHECK_STR(k.last_line, "stall: allreduce 'x' submitted by rank(s) 0-2 has waited 3.0 s for rank(s) 3; rank(s) 3 "
+                         "submitted nothing else: late (still computing, blocked outside hvdshim, or stopped)");
+  CHECK_INT(hvd_coord_stall_check(&k, 3.5), 0); /* one line per warning interval */
+  req(&in, 3, "y", f32, 0);
+  run_round(&k, &in, 4.0, out, sizeof out, NULL);
+  CHECK_INT(hvd_coord_stall_check(&k, 5.5), 1);
+  CHECK_STR_HAS(k.last_line, "rank(s) 3 submitted other operations instead (allreduce 'y'): the ranks disagree");
+  CHECK(!k.fatal_msg);
+  CHECK_INT(hvd_coord_stall_check(&k, 10.5), 2); /* 'x' (now fatal) and 'y', waiting 6.5 s for ranks 0-2 */
+  CHECK_STR_HAS(k.fatal_msg, "ending the job after HVDSHIM_STALL_SHUTDOWN_SECONDS=10");
+  run_round(&k, &in, 11.0, out, sizeof out, NULL);
+  CHECK_STR_HAS(out, "FATAL : stall: allreduce 'x' submitted by rank(s) 0-2");
+  for (int r = 0; r < 4; r++) hvd_buf_free(&in.rank[r]);
+  hvd_coord_free(&k);
+}
+
+/* unit_tests [TEXT]: every test, or those whose name contains TEXT */
+int main(int argc, char **argv) {
   static const check_test tests[] = {
       {"settings: defaults", test_settings_defaults},
       {"settings: values and suffixes", test_settings_values},
@@ -521,7 +647,8 @@ int main(void) {
       {"settings: integer values as text", test_cfg_format},
       {"hook specs: types, defaults, expressions", test_hookspec},
       {"autotune search finds the best pair of a noisy landscape", test_autotune},
+      {"coordinator: agreement, mismatch, duplicates, cache invalidation, joined ranks, stalls", test_coordinator},
       {NULL, NULL},
   };
-  return check_run(tests);
+  return check_run(tests, argc > 1 ? argv[1] : NULL);
 }
