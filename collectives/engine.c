@@ -1,5 +1,8 @@
 /* The engine: one background thread per process that negotiates, fuses and
- * executes collectives.
+ * executes collectives.  This file holds the thread, its cycle (admission,
+ * the control round, the slow path, autotune glue) and start/stop; the
+ * entry points are in engine_api.c, execution in engine_exec.c, the
+ * coordinator in coordinator.c, the shared state in engine_internal.h.
  *
  * DESIGN
  * ------
@@ -50,17 +53,13 @@
  * resolves to the lowest rank still submitting.  When every rank has joined,
  * all leave in the same cycle.  A dead peer is the watchdog's (liveness.c).
  *
- * Ownership: `qmu` guards the queue, `accepting`, `stop_requested` and
- * `closed_msg`.  Everything else in `E` below the marked line is touched by
- * the engine thread only.  No lock is held across an MPI call.
+ * Ownership: see engine_internal.h.
  */
 #define _GNU_SOURCE /* pthread_setname_np */
-#include "engine.h"
+#include "engine_internal.h"
 
 #include <limits.h>
 #include <math.h>
-#include <mpi.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,8 +71,6 @@
 #include "../shim/log.h"
 #include "autotune.h"
 #include "backend_mpi.h"
-#include "cache.h"
-#include "coordinator.h"
 #include "dtype.h"
 #include "fusion.h"
 #include "gpu.h"
@@ -84,98 +81,19 @@
 #include "timeline.h"
 #include "wire.h"
 
-#define HVD_NAME_MAX 1024
 enum { F_SLOW = 1 };
-#define HVD_NO_HANDLE ((hvd_handle_t)-1) /* a phantom's: completes nothing */
 
-typedef struct hvd_req {
-  hvd_handle_t handle;
-  hvd_sig sig;
-  char *name;
-  void *buf;
-  const void *in;
-  double t_submit, t_ready;
-  int cache_bit;
-  int phantom; /* a joined rank's stand-in: buf is ours, no handle */
-  void *stream;         /* GPU: the producing and consuming stream */
-  hvd_gpu_event *ready; /* GPU: recorded on `stream` at submission */
-  struct hvd_req *next;
-} hvd_req;
-
-typedef struct {
-  hvd_req *req;
-  const int64_t *rows; /* allgather: points into the response buffer */
-} exec_item;
-
-static struct {
-  /* set by start, read-only while the thread runs */
-  MPI_Comm comm;
-  int rank, size, local_rank, local_size;
-  int mpi_owned; /* we called MPI_Init_thread */
-  int started;
-  double t0;
-  int cache_cap, wc, wr, nwords;
-  double cycle_s, stale_age, shutdown_timeout;
-  size_t fusion, chunk;
-  pthread_t thread;
-
-  /* guarded by qmu */
-  pthread_mutex_t qmu;
-  pthread_cond_t qcv;
-  hvd_req *qhead, *qtail;
-  size_t qbytes;
-  int accepting, stop_requested;
-  double stop_time;
-  char closed_msg[512];
-
-  /* ---- engine thread only ---- */
-  hvd_strmap *pending;
-  size_t npending;
-  hvd_req **outbox;
-  size_t nout, capout;
-  hvd_cache cache;
-  uint64_t tick;
-  uint64_t *vec;
-  hvd_buf sendbuf, gathered, resp;
-  int *lens, *displs;
-  exec_item *exec;
-  size_t nexec, capexec;
-  hvd_fuse_entry *fuse;
-  size_t capfuse;
-  hvd_gpu_item *gpu_items;
-  size_t capgpu;
-  int gpu_nccl; /* HVDSHIM_GPU_OPERATIONS=NCCL */
-  hvd_handle_t *handles;
-  size_t caphandles;
-  char *staging;
-  size_t staging_cap;
-  hvd_coord coord; /* rank 0's negotiation table (coordinator.c) */
-  /* join: the agreed set of ranks that finished, updated every cycle */
-  int joined_self;
-  uint8_t *joined;
-  int njoined;
-  /* autotune: tw = index of its two control words; rank 0 runs the tuner */
-  int autotune, tw, tune_mode; /* tune_mode: 0 undecided, 1 steps/s, 2 bytes/s */
-  hvd_tuner tuner;
-  double win_t;
-  uint64_t win_steps, win_bytes;
-  /* published for hvd_engine_tuning (atomics: read by user threads) */
-  size_t pub_fusion;
-  uint64_t pub_cycle_ns;
-  int pub_tune; /* 0 off, 1 tuning, 2 fixed */
-} E = {.qmu = PTHREAD_MUTEX_INITIALIZER, .qcv = PTHREAD_COND_INITIALIZER};
-
-static hvd_stats_t stats; /* written by the engine thread, read racily by hvd_get_stats */
+hvd_engine_state hvd_eng = {.qmu = PTHREAD_MUTEX_INITIALIZER, .qcv = PTHREAD_COND_INITIALIZER};
 static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static double now_s(void) {
+double hvd_eng_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
-static double us_since_start(double t) { return (t - E.t0) * 1e6; }
+double hvd_eng_us(double t) { return (t - E->t0) * 1e6; }
 
-static int mpi_check(int rc, const char *what) {
+int hvd_eng_mpi_check(int rc, const char *what) {
   if (rc == MPI_SUCCESS) return 0;
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
@@ -201,7 +119,7 @@ static void abort_job(int code) {
 
 /* Grows an engine-thread array to at least n elements (fatal when out of
  * memory). */
-static void grow(void *arr, size_t *cap, size_t n, size_t elem, const char *what) {
+void hvd_eng_grow(void *arr, size_t *cap, size_t n, size_t elem, const char *what) {
   if (n <= *cap) return;
   void *p = realloc(*(void **)arr, n * elem);
   if (!p) HVD_FATAL("out of memory (%s)", what);
@@ -211,7 +129,7 @@ static void grow(void *arr, size_t *cap, size_t n, size_t elem, const char *what
 
 /* ------------------------------------------------------------------ completion */
 
-static void req_free(hvd_req *r) {
+void hvd_eng_req_free(hvd_req *r) {
   if (r->phantom && r->sig.place) hvd_gpu_free(r->buf);
   else if (r->phantom) free(r->buf);
   hvd_gpu_event_put(r->ready);
@@ -220,24 +138,24 @@ static void req_free(hvd_req *r) {
 }
 
 static void unpend(hvd_req *r) {
-  if (hvd_strmap_get(E.pending, r->name) == r) {
-    hvd_strmap_del(E.pending, r->name);
-    E.npending--;
+  if (hvd_strmap_get(E->pending, r->name) == r) {
+    hvd_strmap_del(E->pending, r->name);
+    E->npending--;
   }
 }
 
-static void finish(hvd_req *r, hvd_status_t st, const char *msg, void *gathered, size_t rows) {
+void hvd_eng_finish(hvd_req *r, hvd_status_t st, const char *msg, void *gathered, size_t rows) {
   unpend(r);
   hvd_handles_complete(r->handle, st, msg, gathered, rows);
-  req_free(r);
+  hvd_eng_req_free(r);
 }
 
 /* A GPU operation done on the engine stream: the handle carries the event. */
-static void finish_gpu(hvd_req *r, hvd_gpu_event *done) {
+void hvd_eng_finish_gpu(hvd_req *r, hvd_gpu_event *done) {
   unpend(r);
   hvd_handles_complete_ok(&r->handle, 1, done);
   hvd_gpu_event_put(done);
-  req_free(r);
+  hvd_eng_req_free(r);
 }
 
 typedef struct {
@@ -254,14 +172,14 @@ static void collect(const char *key, void *value, void *ctx) {
 /* Fails everything admitted on this rank (pending, cached or in the outbox). */
 static void fail_pending(const char *why) {
   char msg[HVD_NAME_MAX + 600];
-  for (int b = 0; b < E.cache.cap; b++) E.cache.e[b].pending = NULL;
-  E.nout = 0;
-  req_list l = {malloc(sizeof(hvd_req *) * (E.npending + 1)), 0};
+  for (int b = 0; b < E->cache.cap; b++) E->cache.e[b].pending = NULL;
+  E->nout = 0;
+  req_list l = {malloc(sizeof(hvd_req *) * (E->npending + 1)), 0};
   if (!l.v) return;
-  hvd_strmap_each(E.pending, collect, &l);
+  hvd_strmap_each(E->pending, collect, &l);
   for (size_t i = 0; i < l.n; i++) {
     snprintf(msg, sizeof msg, "%s '%s' cannot complete: %s", hvd_kind_name(l.v[i]->sig.kind), l.v[i]->name, why);
-    finish(l.v[i], HVD_ERR_SHUTDOWN, msg, NULL, 0);
+    hvd_eng_finish(l.v[i], HVD_ERR_SHUTDOWN, msg, NULL, 0);
   }
   free(l.v);
 }
@@ -269,18 +187,18 @@ static void fail_pending(const char *why) {
 /* Ends the engine's service: later submissions fail with `why`, and so does
  * everything queued or pending. */
 static void fail_everything(const char *why) {
-  pthread_mutex_lock(&E.qmu);
-  E.accepting = 0;
-  snprintf(E.closed_msg, sizeof E.closed_msg, "%s", why);
-  hvd_req *q = E.qhead;
-  E.qhead = E.qtail = NULL;
-  pthread_mutex_unlock(&E.qmu);
+  pthread_mutex_lock(&E->qmu);
+  E->accepting = 0;
+  snprintf(E->closed_msg, sizeof E->closed_msg, "%s", why);
+  hvd_req *q = E->qhead;
+  E->qhead = E->qtail = NULL;
+  pthread_mutex_unlock(&E->qmu);
   char msg[HVD_NAME_MAX + 600];
   for (hvd_req *n; q; q = n) {
     n = q->next;
     snprintf(msg, sizeof msg, "%s '%s' cannot complete: %s", hvd_kind_name(q->sig.kind), q->name, why);
     hvd_handles_complete(q->handle, HVD_ERR_SHUTDOWN, msg, NULL, 0);
-    req_free(q);
+    hvd_eng_req_free(q);
   }
   fail_pending(why);
 }
@@ -295,7 +213,7 @@ static hvd_req *phantom(const char *name, const hvd_sig *sig) {
   r->phantom = 1;
   r->handle = HVD_NO_HANDLE;
   r->cache_bit = -1;
-  r->t_submit = r->t_ready = now_s();
+  r->t_submit = r->t_ready = hvd_eng_now();
   if (sig->kind == HVD_KIND_ALLGATHER) {
     r->sig.count = 0;
   } else if (sig->kind != HVD_KIND_BARRIER && sig->count > 0 && sig->place) {
@@ -309,39 +227,39 @@ static hvd_req *phantom(const char *name, const hvd_sig *sig) {
     hvd_fill_identity(r->buf, (size_t)sig->count, (hvd_dtype_t)sig->dtype,
                       sig->kind == HVD_KIND_ALLREDUCE ? (hvd_op_t)sig->op : HVD_SUM);
   }
-  if (hvd_strmap_put(E.pending, r->name, r) != 0) HVD_FATAL("out of memory (pending)");
-  E.npending++;
+  if (hvd_strmap_put(E->pending, r->name, r) != 0) HVD_FATAL("out of memory (pending)");
+  E->npending++;
   return r;
 }
 
 /* ------------------------------------------------------------------ cache */
 
-static int cache_lookup(const char *name) { return hvd_cache_lookup(&E.cache, name); }
+static int cache_lookup(const char *name) { return hvd_cache_lookup(&E->cache, name); }
 static int is_cached(const char *name, void *ctx) { return (void)ctx, cache_lookup(name) >= 0; }
 
 static void outbox_push(hvd_req *r) {
-  if (E.nout == E.capout) {
-    size_t n = E.capout ? E.capout * 2 : 64;
-    hvd_req **p = realloc(E.outbox, n * sizeof *p);
+  if (E->nout == E->capout) {
+    size_t n = E->capout ? E->capout * 2 : 64;
+    hvd_req **p = realloc(E->outbox, n * sizeof *p);
     if (!p) HVD_FATAL("out of memory (outbox)");
-    E.outbox = p;
-    E.capout = n;
+    E->outbox = p;
+    E->capout = n;
   }
   r->cache_bit = -1;
-  E.outbox[E.nout++] = r;
+  E->outbox[E->nout++] = r;
 }
 
 /* Drop a cache entry; this rank's request waiting on it renegotiates
  * through the coordinator. */
 static void cache_erase(int bit) {
-  hvd_req *r = hvd_cache_erase(&E.cache, bit);
+  hvd_req *r = hvd_cache_erase(&E->cache, bit);
   if (r) outbox_push(r);
 }
 
 static void cache_insert(const char *name, const hvd_sig *sig) {
   if (sig->kind == HVD_KIND_ALLGATHER) return; /* per-rank row counts vary: always negotiated */
   void *evicted = NULL;
-  if (hvd_cache_insert(&E.cache, name, sig, E.tick, &evicted) < 0 && E.cache.cap > 0)
+  if (hvd_cache_insert(&E->cache, name, sig, E->tick, &evicted) < 0 && E->cache.cap > 0)
     HVD_FATAL("out of memory (response cache)");
   if (evicted) outbox_push(evicted);
 }
@@ -354,19 +272,19 @@ static int sig_equal(const hvd_sig *a, const hvd_sig *b) {
 }
 
 static void admit(hvd_req *r) {
-  if (hvd_strmap_get(E.pending, r->name)) {
+  if (hvd_strmap_get(E->pending, r->name)) {
     char msg[HVD_NAME_MAX + 128];
     snprintf(msg, sizeof msg, "tensor '%s' is already in flight on this rank: wait for it before submitting again",
              r->name);
     hvd_handles_complete(r->handle, HVD_ERR_INVALID, msg, NULL, 0);
-    req_free(r);
+    hvd_eng_req_free(r);
     return;
   }
-  if (hvd_strmap_put(E.pending, r->name, r) != 0) HVD_FATAL("out of memory (pending)");
-  E.npending++;
+  if (hvd_strmap_put(E->pending, r->name, r) != 0) HVD_FATAL("out of memory (pending)");
+  E->npending++;
   int bit = cache_lookup(r->name);
-  if (bit >= 0 && sig_equal(&E.cache.e[bit].sig, &r->sig) && !E.cache.e[bit].pending) {
-    E.cache.e[bit].pending = r;
+  if (bit >= 0 && sig_equal(&E->cache.e[bit].sig, &r->sig) && !E->cache.e[bit].pending) {
+    E->cache.e[bit].pending = r;
     r->cache_bit = bit;
     return;
   }
@@ -376,55 +294,55 @@ static void admit(hvd_req *r) {
 /* ------------------------------------------------------------------ slow path */
 
 static void exec_push(hvd_req *r, const int64_t *rows) {
-  if (E.nexec == E.capexec) {
-    size_t n = E.capexec ? E.capexec * 2 : 256;
-    exec_item *p = realloc(E.exec, n * sizeof *p);
+  if (E->nexec == E->capexec) {
+    size_t n = E->capexec ? E->capexec * 2 : 256;
+    exec_item *p = realloc(E->exec, n * sizeof *p);
     if (!p) HVD_FATAL("out of memory (responses)");
-    E.exec = p;
-    E.capexec = n;
+    E->exec = p;
+    E->capexec = n;
   }
-  E.exec[E.nexec].req = r;
-  E.exec[E.nexec].rows = rows;
-  E.nexec++;
+  E->exec[E->nexec].req = r;
+  E->exec[E->nexec].rows = rows;
+  E->nexec++;
 }
 
 static void slow_path(double now) {
-  stats.slow_rounds++;
-  hvd_buf_reset(&E.sendbuf);
-  for (size_t i = 0; i < E.nout; i++)
-    hvd_wire_put_req(&E.sendbuf, &E.outbox[i]->sig, now - E.outbox[i]->t_submit, E.outbox[i]->name);
-  E.nout = 0;
-  if (E.sendbuf.bad || E.sendbuf.len > INT_MAX) HVD_FATAL("negotiation message too large or out of memory");
-  int mylen = (int)E.sendbuf.len;
-  mpi_check(MPI_Gather(&mylen, 1, MPI_INT, E.lens, 1, MPI_INT, 0, E.comm), "MPI_Gather (negotiation)");
+  E->stats.slow_rounds++;
+  hvd_buf_reset(&E->sendbuf);
+  for (size_t i = 0; i < E->nout; i++)
+    hvd_wire_put_req(&E->sendbuf, &E->outbox[i]->sig, now - E->outbox[i]->t_submit, E->outbox[i]->name);
+  E->nout = 0;
+  if (E->sendbuf.bad || E->sendbuf.len > INT_MAX) HVD_FATAL("negotiation message too large or out of memory");
+  int mylen = (int)E->sendbuf.len;
+  hvd_eng_mpi_check(MPI_Gather(&mylen, 1, MPI_INT, E->lens, 1, MPI_INT, 0, E->comm), "MPI_Gather (negotiation)");
   size_t total = 0;
-  if (E.rank == 0) {
-    for (int r = 0; r < E.size; r++) {
-      E.displs[r] = (int)total;
-      total += (size_t)E.lens[r];
+  if (E->rank == 0) {
+    for (int r = 0; r < E->size; r++) {
+      E->displs[r] = (int)total;
+      total += (size_t)E->lens[r];
     }
     if (total > INT_MAX) HVD_FATAL("negotiation round larger than 2 GiB");
-    hvd_buf_reset(&E.gathered);
-    if (hvd_buf_reserve(&E.gathered, total + 1) != 0) HVD_FATAL("out of memory (negotiation)");
-    E.gathered.len = total;
+    hvd_buf_reset(&E->gathered);
+    if (hvd_buf_reserve(&E->gathered, total + 1) != 0) HVD_FATAL("out of memory (negotiation)");
+    E->gathered.len = total;
   }
-  mpi_check(MPI_Gatherv(E.sendbuf.p, mylen, MPI_BYTE, E.gathered.p, E.lens, E.displs, MPI_BYTE, 0, E.comm),
+  hvd_eng_mpi_check(MPI_Gatherv(E->sendbuf.p, mylen, MPI_BYTE, E->gathered.p, E->lens, E->displs, MPI_BYTE, 0, E->comm),
             "MPI_Gatherv (negotiation)");
-  if (E.rank == 0) hvd_coord_round(&E.coord, E.gathered.p, E.lens, E.displs, now, &E.resp);
-  int64_t rlen = (int64_t)E.resp.len;
-  mpi_check(MPI_Bcast(&rlen, 1, MPI_INT64_T, 0, E.comm), "MPI_Bcast (responses)");
+  if (E->rank == 0) hvd_coord_round(&E->coord, E->gathered.p, E->lens, E->displs, now, &E->resp);
+  int64_t rlen = (int64_t)E->resp.len;
+  hvd_eng_mpi_check(MPI_Bcast(&rlen, 1, MPI_INT64_T, 0, E->comm), "MPI_Bcast (responses)");
   if (rlen > INT_MAX) HVD_FATAL("response list larger than 2 GiB");
-  if (E.rank != 0) {
-    hvd_buf_reset(&E.resp);
-    if (hvd_buf_reserve(&E.resp, (size_t)rlen + 1) != 0) HVD_FATAL("out of memory (responses)");
-    E.resp.len = (size_t)rlen;
+  if (E->rank != 0) {
+    hvd_buf_reset(&E->resp);
+    if (hvd_buf_reserve(&E->resp, (size_t)rlen + 1) != 0) HVD_FATAL("out of memory (responses)");
+    E->resp.len = (size_t)rlen;
   }
-  mpi_check(MPI_Bcast(E.resp.p, (int)rlen, MPI_BYTE, 0, E.comm), "MPI_Bcast (responses)");
-  E.resp.pos = 0;
+  hvd_eng_mpi_check(MPI_Bcast(E->resp.p, (int)rlen, MPI_BYTE, 0, E->comm), "MPI_Bcast (responses)");
+  E->resp.pos = 0;
   hvd_wire_resp w;
   char name[HVD_NAME_MAX + 1];
-  while (hvd_buf_more(&E.resp)) {
-    if (hvd_wire_get_resp(&E.resp, &w, E.size) != 0) HVD_FATAL("corrupt response list from the coordinator");
+  while (hvd_buf_more(&E->resp)) {
+    if (hvd_wire_get_resp(&E->resp, &w, E->size) != 0) HVD_FATAL("corrupt response list from the coordinator");
     size_t nl = w.name_len > HVD_NAME_MAX ? HVD_NAME_MAX : w.name_len;
     memcpy(name, w.name, nl);
     name[nl] = 0;
@@ -437,8 +355,8 @@ static void slow_path(double now) {
       if (bit >= 0) cache_erase(bit);
       continue;
     }
-    hvd_req *r = hvd_strmap_get(E.pending, name);
-    if (!r && E.joined_self) {
+    hvd_req *r = hvd_strmap_get(E->pending, name);
+    if (!r && E->joined_self) {
       if (w.type == HVD_RESP_ERROR) continue; /* the submitting ranks report it */
       r = phantom(name, &w.sig);
     }
@@ -447,7 +365,7 @@ static void slow_path(double now) {
     if (w.type == HVD_RESP_ERROR) {
       char *m = strndup(w.msg, w.msg_len);
       HVD_ERROR("%s", m ? m : name);
-      finish(r, HVD_ERR_MISMATCH, m, NULL, 0);
+      hvd_eng_finish(r, HVD_ERR_MISMATCH, m, NULL, 0);
       free(m);
       continue;
     }
@@ -455,186 +373,6 @@ static void slow_path(double now) {
     cache_insert(name, &r->sig);
     exec_push(r, w.rows);
   }
-}
-
-/* ------------------------------------------------------------------ execution */
-
-static int fusable(const hvd_req *a, const hvd_req *b) {
-  if (b->sig.kind != HVD_KIND_ALLREDUCE || a->sig.dtype != b->sig.dtype || a->sig.place != b->sig.place) return 0;
-  int sa = a->sig.op == HVD_SUM || a->sig.op == HVD_AVG, sb = b->sig.op == HVD_SUM || b->sig.op == HVD_AVG;
-  return sa ? sb : a->sig.op == b->sig.op;
-}
-
-/* The host fusion buffer: one pipeline piece, or the whole group. */
-static void cpu_staging(size_t total) {
-  size_t need = E.chunk && E.chunk < total ? E.chunk : total;
-  if (need > E.staging_cap) {
-    free(E.staging);
-    E.staging = malloc(need);
-    if (!E.staging) HVD_FATAL("out of memory: fusion buffer of %zu bytes", need);
-    E.staging_cap = need;
-  }
-}
-
-static void run_allreduce_group(size_t i, size_t j) {
-  size_t n = j - i, total = 0;
-  grow(&E.fuse, &E.capfuse, n, sizeof *E.fuse, "fusion");
-  hvd_dtype_t dt = (hvd_dtype_t)E.exec[i].req->sig.dtype;
-  size_t es = hvd_dtype_size(dt);
-  hvd_op_t op = (hvd_op_t)E.exec[i].req->sig.op;
-  if (op == HVD_AVG) op = HVD_SUM;
-  for (size_t k = 0; k < n; k++) {
-    hvd_req *r = E.exec[i + k].req;
-    E.fuse[k].ptr = r->buf;
-    E.fuse[k].bytes = (size_t)r->sig.count * es;
-    E.fuse[k].divisor = r->sig.op == HVD_AVG ? E.size - E.njoined : 1; /* over the ranks still submitting */
-    total += E.fuse[k].bytes;
-  }
-  hvd_phase_times t = {0, 0, 0};
-  hvd_gpu_event *done = NULL;
-  double start = now_s();
-  if (E.exec[i].req->sig.place) {
-    grow(&E.gpu_items, &E.capgpu, n, sizeof *E.gpu_items, "GPU group");
-    for (size_t k = 0; k < n; k++) {
-      hvd_req *r = E.exec[i + k].req;
-      E.gpu_items[k] = (hvd_gpu_item){r->buf, (size_t)r->sig.count, E.fuse[k].divisor, r->ready};
-    }
-    char err[512];
-    int all_avg = E.njoined == 0;
-    for (size_t k = 0; k < n && all_avg; k++) all_avg = E.exec[i + k].req->sig.op == HVD_AVG;
-    if (hvd_gpu_allreduce(E.gpu_items, n, dt, op, all_avg, E.comm, E.chunk, &done, &t, err, sizeof err) != 0)
-      HVD_FATAL("GPU allreduce of '%s'%s: %s", E.exec[i].req->name, n > 1 ? " and the tensors fused with it" : "", err);
-  } else {
-    if (n > 1) cpu_staging(total);
-    mpi_check(hvd_mpi_allreduce_group(E.fuse, n, dt, op, E.chunk, E.staging, E.comm, &t), "MPI_Allreduce");
-  }
-  double end = now_s();
-  stats.groups++;
-  stats.bytes_reduced += total;
-  stats.comm_seconds += end - start;
-  if (n > 1) stats.fused_tensors += n;
-  if (hvd_timeline_enabled()) {
-    double s = us_since_start(start);
-    for (size_t k = 0; k < n; k++) {
-      hvd_req *r = E.exec[i + k].req;
-      hvd_timeline_span(r->name, "QUEUE", us_since_start(r->t_ready), s - us_since_start(r->t_ready));
-      double at = s;
-      if (n > 1) hvd_timeline_span(r->name, "MEMCPY_IN_FUSION_BUFFER", at, t.copy_in_us), at += t.copy_in_us;
-      hvd_timeline_span(r->name, !r->sig.place ? "MPI_ALLREDUCE" : E.gpu_nccl ? "NCCL_ALLREDUCE" : "MPI_ALLREDUCE_STAGED",
-                        at, t.reduce_us), at += t.reduce_us;
-      if (t.copy_out_us > 0)
-        hvd_timeline_span(r->name, n > 1 ? "MEMCPY_OUT_FUSION_BUFFER" : "SCALE", at, t.copy_out_us);
-    }
-  }
-  grow(&E.handles, &E.caphandles, n, sizeof *E.handles, "completions");
-  for (size_t k = 0; k < n; k++) {
-    hvd_req *r = E.exec[i + k].req;
-    E.handles[k] = r->handle;
-    hvd_strmap_del(E.pending, r->name);
-    E.npending--;
-    req_free(r);
-  }
-  hvd_handles_complete_ok(E.handles, n, done);
-  hvd_gpu_event_put(done); /* the handles hold their own references */
-}
-
-static void note_start(hvd_req *r) {
-  if (hvd_timeline_enabled())
-    hvd_timeline_span(r->name, "NEGOTIATE", us_since_start(r->t_submit), (r->t_ready - r->t_submit) * 1e6);
-  stats.tensors++;
-  E.tick++;
-  int bit = cache_lookup(r->name);
-  if (bit >= 0) E.cache.e[bit].last_used = E.tick;
-}
-
-/* Walk the agreed list in order.  An allreduce starts a group and pulls in
- * every later allreduce of the same dtype and a compatible op while the group
- * stays under the fusion threshold (as Horovod does), so a list interleaving
- * dtypes still fuses.  Every rank walks the same list the same way. */
-static void execute(void) {
-  size_t i = 0;
-  while (i < E.nexec) {
-    hvd_req *r = E.exec[i].req;
-    if (!r) { /* pulled into an earlier group */
-      i++;
-      continue;
-    }
-    note_start(r);
-    if (r->sig.kind == HVD_KIND_ALLREDUCE) {
-      size_t es = hvd_dtype_size((hvd_dtype_t)r->sig.dtype), bytes = (size_t)r->sig.count * es, end = i + 1;
-      for (size_t j = i + 1; E.fusion > 0 && j < E.nexec && bytes < E.fusion; j++) {
-        hvd_req *q = E.exec[j].req;
-        if (!q || !fusable(r, q)) continue;
-        size_t b = (size_t)q->sig.count * es;
-        if (bytes + b > E.fusion) continue;
-        bytes += b;
-        note_start(q);
-        /* move q next to the group: shift the items between down by one */
-        memmove(&E.exec[end + 1], &E.exec[end], (j - end) * sizeof *E.exec);
-        E.exec[end].req = q;
-        E.exec[end].rows = NULL;
-        end++;
-      }
-      run_allreduce_group(i, end);
-      hvd_liveness_tick();
-      i = end;
-      continue;
-    }
-    double start = now_s();
-    if (r->sig.kind == HVD_KIND_BROADCAST) {
-      int root = r->sig.root;
-      if (root == HVD_ROOT_FIRST_ACTIVE) /* the lowest rank still running (one always is) */
-        for (root = 0; E.joined[root]; root++) {}
-      if (E.joined[root]) {
-        char msg[HVD_NAME_MAX + 200];
-        snprintf(msg, sizeof msg, "broadcast '%s': root rank %d has finished (joined) and has no data to send; "
-                 "broadcast from a rank still running, or from HVD_ROOT_FIRST_ACTIVE", r->name, root);
-        if (!r->phantom) HVD_ERROR("%s", msg);
-        finish(r, HVD_ERR_SHUTDOWN, msg, NULL, 0);
-      } else if (r->sig.place) {
-        hvd_gpu_item item = {r->buf, (size_t)r->sig.count, 1, r->ready};
-        hvd_gpu_event *done = NULL;
-        char err[512];
-        if (hvd_gpu_broadcast(&item, (hvd_dtype_t)r->sig.dtype, root, E.comm, &done, err, sizeof err) != 0)
-          HVD_FATAL("GPU broadcast of '%s': %s", r->name, err);
-        if (hvd_timeline_enabled())
-          hvd_timeline_span(r->name, E.gpu_nccl ? "NCCL_BCAST" : "MPI_BCAST_STAGED", us_since_start(start),
-                            (now_s() - start) * 1e6);
-        finish_gpu(r, done);
-      } else {
-        mpi_check(hvd_mpi_broadcast(r->buf, (size_t)r->sig.count, (hvd_dtype_t)r->sig.dtype, root, E.comm),
-                  "MPI_Bcast");
-        if (hvd_timeline_enabled())
-          hvd_timeline_span(r->name, "MPI_BCAST", us_since_start(start), (now_s() - start) * 1e6);
-        finish(r, HVD_OK, NULL, NULL, 0);
-      }
-    } else if (r->sig.kind == HVD_KIND_ALLGATHER) {
-      int64_t rows[E.size], total_rows = 0;
-      memcpy(rows, E.exec[i].rows, sizeof rows);
-      for (int q = 0; q < E.size; q++) total_rows += rows[q];
-      size_t bytes = (size_t)total_rows * (size_t)r->sig.row_elems * hvd_dtype_size((hvd_dtype_t)r->sig.dtype);
-      void *out = malloc(bytes ? bytes : 1);
-      char err[256];
-      if (!out) HVD_FATAL("out of memory: allgather '%s' needs %zu bytes", r->name, bytes);
-      int rc = hvd_mpi_allgather(r->in, out, rows, (size_t)r->sig.row_elems, (hvd_dtype_t)r->sig.dtype, E.comm, err,
-                                 sizeof err);
-      if (rc == MPI_ERR_COUNT) {
-        free(out);
-        finish(r, HVD_ERR_INVALID, err, NULL, 0);
-      } else {
-        mpi_check(rc, "MPI_Allgatherv");
-        if (hvd_timeline_enabled())
-          hvd_timeline_span(r->name, "MPI_ALLGATHER", us_since_start(start), (now_s() - start) * 1e6);
-        finish(r, HVD_OK, NULL, out, (size_t)total_rows);
-      }
-    } else {
-      finish(r, HVD_OK, NULL, NULL, 0); /* barrier: negotiation was the barrier */
-    }
-    stats.comm_seconds += now_s() - start;
-    hvd_liveness_tick();
-    i++;
-  }
-  E.nexec = 0;
 }
 
 /* ------------------------------------------------------------------ the cycle */
@@ -651,14 +389,14 @@ static void execute(void) {
  * from 20 us up to HVD_POLL_NAP_MAX_NS. */
 static void control_allreduce(uint64_t *v) {
   MPI_Request req;
-  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, v, E.nwords, MPI_UINT64_T, MPI_BAND, E.comm, &req), "MPI_Iallreduce (cycle)");
+  hvd_eng_mpi_check(MPI_Iallreduce(MPI_IN_PLACE, v, E->nwords, MPI_UINT64_T, MPI_BAND, E->comm, &req), "MPI_Iallreduce (cycle)");
   int done = 0;
-  double t0 = now_s();
+  double t0 = hvd_eng_now();
   long nap_ns = 20000;
   for (;;) {
-    mpi_check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test (cycle)");
+    hvd_eng_mpi_check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test (cycle)");
     if (done) break;
-    if (now_s() - t0 > 50e-6) {
+    if (hvd_eng_now() - t0 > 50e-6) {
       struct timespec ts = {0, nap_ns};
       nanosleep(&ts, NULL);
       if (nap_ns < HVD_POLL_NAP_MAX_NS) nap_ns *= 2;
@@ -670,26 +408,26 @@ static void control_allreduce(uint64_t *v) {
  * cleared bit means that rank has joined. */
 static int agree_joined(const uint64_t *v) {
   int n = 0;
-  for (int r = 0; r < E.size; r++) {
-    E.joined[r] = !(v[1 + r / 64] & ((uint64_t)1 << (r % 64)));
-    n += E.joined[r];
+  for (int r = 0; r < E->size; r++) {
+    E->joined[r] = !(v[1 + r / 64] & ((uint64_t)1 << (r % 64)));
+    n += E->joined[r];
   }
   return n;
 }
 
 /* Every rank, same cycle: the pair rank 0 sent in the control vector. */
 static void apply_tuning(uint64_t fusion, uint64_t cycle_ns) {
-  E.fusion = (size_t)fusion;
-  E.cycle_s = (double)cycle_ns * 1e-9;
-  __atomic_store_n(&E.pub_fusion, E.fusion, __ATOMIC_RELAXED);
-  __atomic_store_n(&E.pub_cycle_ns, cycle_ns, __ATOMIC_RELAXED);
+  E->fusion = (size_t)fusion;
+  E->cycle_s = (double)cycle_ns * 1e-9;
+  __atomic_store_n(&E->pub_fusion, E->fusion, __ATOMIC_RELAXED);
+  __atomic_store_n(&E->pub_cycle_ns, cycle_ns, __ATOMIC_RELAXED);
   /* "fixed" is published with the chosen pair itself (rank 0, which decides
    * and writes the metrics): from the cycle the search ends to the one that
    * applies its choice, a metrics line read "fixed" beside the last pair
    * tried */
-  if (E.rank == 0 && E.autotune && hvd_tuner_done(&E.tuner) && fusion == (uint64_t)E.tuner.fusion &&
-      cycle_ns == (uint64_t)llround(E.tuner.cycle_ms * 1e6))
-    __atomic_store_n(&E.pub_tune, 2, __ATOMIC_RELAXED);
+  if (E->rank == 0 && E->autotune && hvd_tuner_done(&E->tuner) && fusion == (uint64_t)E->tuner.fusion &&
+      cycle_ns == (uint64_t)llround(E->tuner.cycle_ms * 1e6))
+    __atomic_store_n(&E->pub_tune, 2, __ATOMIC_RELAXED);
 }
 
 static void format_bytes(size_t b, char *out, size_t n) {
@@ -704,26 +442,26 @@ static void format_bytes(size_t b, char *out, size_t n) {
  * tuner; its next pair goes out with the next cycle. */
 #define HVD_TUNE_WINDOW_S 0.2
 static void tune(double now) {
-  if (hvd_tuner_done(&E.tuner)) return;
-  uint64_t steps = hvd_metrics_steps(), bytes = stats.bytes_reduced;
-  if (E.win_t == 0) {
-    E.win_t = now, E.win_steps = steps, E.win_bytes = bytes;
+  if (hvd_tuner_done(&E->tuner)) return;
+  uint64_t steps = hvd_metrics_steps(), bytes = E->stats.bytes_reduced;
+  if (E->win_t == 0) {
+    E->win_t = now, E->win_steps = steps, E->win_bytes = bytes;
     return;
   }
-  double dt = now - E.win_t;
-  if (E.tune_mode == 0 && steps > E.win_steps) E.tune_mode = 1;
-  if (E.tune_mode == 0 && dt >= HVD_TUNE_WINDOW_S && bytes > E.win_bytes) E.tune_mode = 2;
+  double dt = now - E->win_t;
+  if (E->tune_mode == 0 && steps > E->win_steps) E->tune_mode = 1;
+  if (E->tune_mode == 0 && dt >= HVD_TUNE_WINDOW_S && bytes > E->win_bytes) E->tune_mode = 2;
   uint64_t per = (uint64_t)hvd_cfg_int(HVD_CFG_AUTOTUNE_STEPS_PER_SAMPLE);
-  if (E.tune_mode == 0 || (E.tune_mode == 1 && steps - E.win_steps < per) ||
-      (E.tune_mode == 2 && (dt < HVD_TUNE_WINDOW_S || bytes == E.win_bytes)))
+  if (E->tune_mode == 0 || (E->tune_mode == 1 && steps - E->win_steps < per) ||
+      (E->tune_mode == 2 && (dt < HVD_TUNE_WINDOW_S || bytes == E->win_bytes)))
     return;
-  double score = E.tune_mode == 1 ? (double)(steps - E.win_steps) / dt : (double)(bytes - E.win_bytes) / dt;
-  E.win_t = now, E.win_steps = steps, E.win_bytes = bytes;
-  if (!hvd_tuner_feed(&E.tuner, score)) return;
+  double score = E->tune_mode == 1 ? (double)(steps - E->win_steps) / dt : (double)(bytes - E->win_bytes) / dt;
+  E->win_t = now, E->win_steps = steps, E->win_bytes = bytes;
+  if (!hvd_tuner_feed(&E->tuner, score)) return;
   char f[32];
-  format_bytes(E.tuner.fusion, f, sizeof f);
-  if (!hvd_tuner_done(&E.tuner)) {
-    HVD_DEBUG("autotune: trying fusion threshold %s, cycle time %g ms", f, E.tuner.cycle_ms);
+  format_bytes(E->tuner.fusion, f, sizeof f);
+  if (!hvd_tuner_done(&E->tuner)) {
+    HVD_DEBUG("autotune: trying fusion threshold %s, cycle time %g ms", f, E->tuner.cycle_ms);
     return;
   }
   /* published as "fixed" by apply_tuning when the choice is applied */
@@ -732,85 +470,85 @@ static void tune(double now) {
     hvd_log_write(HVD_LOG_INFO, __FILE__, __LINE__,
                 "autotune: fixed HVDSHIM_FUSION_THRESHOLD=%s and HVDSHIM_CYCLE_TIME=%g (ms) after %d measurements; "
                 "%.4g %s with them",
-                f, E.tuner.cycle_ms, E.tuner.measured, E.tuner.chosen_score,
-                E.tune_mode == 1 ? "steps/s" : "bytes/s");
+                f, E->tuner.cycle_ms, E->tuner.measured, E->tuner.chosen_score,
+                E->tune_mode == 1 ? "steps/s" : "bytes/s");
 }
 
 void hvd_engine_tuning(hvd_tuning_now *out) {
   static const char *st[] = {"off", "tuning", "fixed"};
-  out->fusion = __atomic_load_n(&E.pub_fusion, __ATOMIC_RELAXED);
-  out->cycle_ms = (double)__atomic_load_n(&E.pub_cycle_ns, __ATOMIC_RELAXED) * 1e-6;
-  out->autotune = st[__atomic_load_n(&E.pub_tune, __ATOMIC_RELAXED)];
+  out->fusion = __atomic_load_n(&E->pub_fusion, __ATOMIC_RELAXED);
+  out->cycle_ms = (double)__atomic_load_n(&E->pub_cycle_ns, __ATOMIC_RELAXED) * 1e-6;
+  out->autotune = st[__atomic_load_n(&E->pub_tune, __ATOMIC_RELAXED)];
 }
 
 static int cycle(void) {
-  double now = now_s();
-  pthread_mutex_lock(&E.qmu);
-  hvd_req *q = E.qhead;
-  E.qhead = E.qtail = NULL;
-  E.qbytes = 0;
-  int stopping = E.stop_requested;
-  double stop_time = E.stop_time;
-  pthread_mutex_unlock(&E.qmu);
+  double now = hvd_eng_now();
+  pthread_mutex_lock(&E->qmu);
+  hvd_req *q = E->qhead;
+  E->qhead = E->qtail = NULL;
+  E->qbytes = 0;
+  int stopping = E->stop_requested;
+  double stop_time = E->stop_time;
+  pthread_mutex_unlock(&E->qmu);
   for (hvd_req *n; q; q = n) {
     n = q->next;
     admit(q);
   }
-  stats.cycles++;
-  if (stopping && !E.joined_self && (E.npending == 0 || now - stop_time >= E.shutdown_timeout)) {
-    if (E.npending) {
+  E->stats.cycles++;
+  if (stopping && !E->joined_self && (E->npending == 0 || now - stop_time >= E->shutdown_timeout)) {
+    if (E->npending) {
       HVD_WARN("joining with %zu operation(s) in flight: peers did not submit them within "
-               "HVDSHIM_SHUTDOWN_TIMEOUT_SECONDS=%g", E.npending, E.shutdown_timeout);
+               "HVDSHIM_SHUTDOWN_TIMEOUT_SECONDS=%g", E->npending, E->shutdown_timeout);
       fail_pending("this rank finished (hvd_shutdown or exit) before every rank submitted it");
     }
-    E.joined_self = 1;
+    E->joined_self = 1;
   }
 
-  uint64_t *v = E.vec, flags = 0;
-  if (E.nout > 0 || (E.rank == 0 && E.coord.fatal_msg)) flags |= F_SLOW;
+  uint64_t *v = E->vec, flags = 0;
+  if (E->nout > 0 || (E->rank == 0 && E->coord.fatal_msg)) flags |= F_SLOW;
   v[0] = ~flags;
-  for (int w = 0; w < E.wr; w++) v[1 + w] = ~(uint64_t)0;
-  if (E.joined_self) v[1 + E.rank / 64] &= ~((uint64_t)1 << (E.rank % 64));
-  uint64_t *ready = v + 1 + E.wr, *invalid = ready + E.wc;
-  for (int w = 0; w < E.wc; w++) ready[w] = E.joined_self ? ~(uint64_t)0 : 0, invalid[w] = ~(uint64_t)0;
-  for (int b = 0; b < E.cache.cap && !E.joined_self; b++) {
-    hvd_req *r = E.cache.e[b].pending;
+  for (int w = 0; w < E->wr; w++) v[1 + w] = ~(uint64_t)0;
+  if (E->joined_self) v[1 + E->rank / 64] &= ~((uint64_t)1 << (E->rank % 64));
+  uint64_t *ready = v + 1 + E->wr, *invalid = ready + E->wc;
+  for (int w = 0; w < E->wc; w++) ready[w] = E->joined_self ? ~(uint64_t)0 : 0, invalid[w] = ~(uint64_t)0;
+  for (int b = 0; b < E->cache.cap && !E->joined_self; b++) {
+    hvd_req *r = E->cache.e[b].pending;
     if (!r) continue;
     ready[b / 64] |= (uint64_t)1 << (b % 64);
-    if (now - r->t_submit > E.stale_age) invalid[b / 64] &= ~((uint64_t)1 << (b % 64));
+    if (now - r->t_submit > E->stale_age) invalid[b / 64] &= ~((uint64_t)1 << (b % 64));
   }
-  if (E.autotune) {
-    v[E.tw] = E.rank == 0 ? (uint64_t)E.tuner.fusion : ~(uint64_t)0;
-    v[E.tw + 1] = E.rank == 0 ? (uint64_t)llround(E.tuner.cycle_ms * 1e6) : ~(uint64_t)0;
+  if (E->autotune) {
+    v[E->tw] = E->rank == 0 ? (uint64_t)E->tuner.fusion : ~(uint64_t)0;
+    v[E->tw + 1] = E->rank == 0 ? (uint64_t)llround(E->tuner.cycle_ms * 1e6) : ~(uint64_t)0;
   }
   hvd_liveness_busy(1);
   control_allreduce(v);
-  if (E.autotune) apply_tuning(v[E.tw], v[E.tw + 1]);
+  if (E->autotune) apply_tuning(v[E->tw], v[E->tw + 1]);
   hvd_liveness_tick();
   flags = ~v[0];
-  int before = E.njoined;
-  E.njoined = agree_joined(v);
-  if (E.njoined == E.size) { /* everyone finished: all leave in this cycle */
+  int before = E->njoined;
+  E->njoined = agree_joined(v);
+  if (E->njoined == E->size) { /* everyone finished: all leave in this cycle */
     hvd_liveness_busy(0);
     fail_everything("every rank has finished (hvd_shutdown or exit) before it was submitted everywhere");
     return 0;
   }
-  if (E.njoined != before && E.rank == 0) {
+  if (E->njoined != before && E->rank == 0) {
     char list[256];
-    hvd_rank_list(E.joined, E.size, 1, list, sizeof list);
-    HVD_INFO("rank(s) %s finished; the others go on (averages over %d rank(s))", list, E.size - E.njoined);
+    hvd_rank_list(E->joined, E->size, 1, list, sizeof list);
+    HVD_INFO("rank(s) %s finished; the others go on (averages over %d rank(s))", list, E->size - E->njoined);
   }
 
-  for (int b = 0; b < E.cache.cap; b++) {
+  for (int b = 0; b < E->cache.cap; b++) {
     uint64_t m = (uint64_t)1 << (b % 64);
     if (ready[b / 64] & m) {
-      hvd_req *r = E.cache.e[b].pending;
-      if (!r && E.joined_self && E.cache.e[b].name) r = phantom(E.cache.e[b].name, &E.cache.e[b].sig);
+      hvd_req *r = E->cache.e[b].pending;
+      if (!r && E->joined_self && E->cache.e[b].name) r = phantom(E->cache.e[b].name, &E->cache.e[b].sig);
       if (!r) HVD_FATAL("internal error: cache bit %d ready everywhere but not pending here", b);
-      E.cache.e[b].pending = NULL;
+      E->cache.e[b].pending = NULL;
       r->cache_bit = -1;
       r->t_ready = now;
-      stats.cache_hits++;
+      E->stats.cache_hits++;
       exec_push(r, NULL);
     } else if (!(invalid[b / 64] & m)) {
       cache_erase(b);
@@ -818,15 +556,15 @@ static int cycle(void) {
   }
   /* A change in the joined set goes through the coordinator on every rank,
    * so what waited only for the new joiners is answered. */
-  if ((flags & F_SLOW) || E.njoined != before) slow_path(now);
-  execute();
+  if ((flags & F_SLOW) || E->njoined != before) slow_path(now);
+  hvd_eng_execute();
   char gerr[512];
   if (hvd_gpu_check_async(gerr, sizeof gerr) != 0) HVD_FATAL("%s", gerr);
   hvd_liveness_busy(0);
-  if (E.rank == 0) hvd_coord_stall_check(&E.coord, now_s());
-  if (E.autotune && E.rank == 0) tune(now_s());
+  if (E->rank == 0) hvd_coord_stall_check(&E->coord, hvd_eng_now());
+  if (E->autotune && E->rank == 0) tune(hvd_eng_now());
   if (hvd_timeline_enabled()) {
-    if (hvd_cfg_int(HVD_CFG_TIMELINE_MARK_CYCLES)) hvd_timeline_instant("CYCLE_START", us_since_start(now));
+    if (hvd_cfg_int(HVD_CFG_TIMELINE_MARK_CYCLES)) hvd_timeline_instant("CYCLE_START", hvd_eng_us(now));
     hvd_timeline_flush();
   }
   return 1;
@@ -835,27 +573,27 @@ static int cycle(void) {
 static void *engine_main(void *arg) {
   (void)arg;
   for (;;) {
-    double start = now_s();
+    double start = hvd_eng_now();
     if (!cycle()) break;
     /* Idle (nothing in flight here, nothing being coordinated): sleep until
      * a submission or HVD_IDLE_CYCLE_S instead of running a control round
      * every cycle.  Peers with work wait in their round until this rank
      * submits too (its submission wakes it), which they would anyway; the
      * bounded idle period keeps stall reports and shutdown timely. */
-    int idle = !E.joined_self && E.npending == 0 && E.nout == 0 && !(E.rank == 0 && hvd_coord_busy(&E.coord));
-    double deadline = start + (idle && E.cycle_s < HVD_IDLE_CYCLE_S ? HVD_IDLE_CYCLE_S : E.cycle_s);
-    pthread_mutex_lock(&E.qmu);
-    while (!(E.stop_requested && !E.joined_self) && !E.qhead) { /* a stop request needs one more cycle to join */
-      double t = now_s();
+    int idle = !E->joined_self && E->npending == 0 && E->nout == 0 && !(E->rank == 0 && hvd_coord_busy(&E->coord));
+    double deadline = start + (idle && E->cycle_s < HVD_IDLE_CYCLE_S ? HVD_IDLE_CYCLE_S : E->cycle_s);
+    pthread_mutex_lock(&E->qmu);
+    while (!(E->stop_requested && !E->joined_self) && !E->qhead) { /* a stop request needs one more cycle to join */
+      double t = hvd_eng_now();
       if (t >= deadline) break;
       struct timespec ts;
       clock_gettime(CLOCK_REALTIME, &ts);
       double abs_t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + (deadline - t);
       ts.tv_sec = (time_t)abs_t;
       ts.tv_nsec = (long)((abs_t - (double)ts.tv_sec) * 1e9);
-      pthread_cond_timedwait(&E.qcv, &E.qmu, &ts);
+      pthread_cond_timedwait(&E->qcv, &E->qmu, &ts);
     }
-    pthread_mutex_unlock(&E.qmu);
+    pthread_mutex_unlock(&E->qmu);
   }
   hvd_liveness_busy(1); /* every rank is here in the same cycle: NCCL's teardown is bounded by the watchdog */
   hvd_gpu_engine_stop();
@@ -873,11 +611,11 @@ static int settings_agree(char *err, size_t errlen) {
   static const hvd_cfg_id ids[] = {HVD_CFG_FUSION_THRESHOLD, HVD_CFG_PIPELINE_CHUNK, HVD_CFG_CACHE_CAPACITY,
                                    HVD_CFG_GPU_OPERATIONS, HVD_CFG_COMPRESSION, HVD_CFG_AUTOTUNE};
   enum { N = sizeof ids / sizeof *ids };
-  int64_t mine[N], *all = malloc(sizeof mine * (size_t)E.size);
+  int64_t mine[N], *all = malloc(sizeof mine * (size_t)E->size);
   if (!all) return snprintf(err, errlen, "out of memory starting the engine"), -1;
   for (int k = 0; k < N; k++) mine[k] = hvd_cfg_int(ids[k]);
-  int rc = MPI_Allgather(mine, N, MPI_INT64_T, all, N, MPI_INT64_T, E.comm);
-  for (int r = 0; r < E.size && rc == MPI_SUCCESS; r++)
+  int rc = MPI_Allgather(mine, N, MPI_INT64_T, all, N, MPI_INT64_T, E->comm);
+  for (int r = 0; r < E->size && rc == MPI_SUCCESS; r++)
     for (int k = 0; k < N; k++) {
       if (all[r * N + k] == all[k]) continue;
       char a[64], b[64];
@@ -893,29 +631,29 @@ static int settings_agree(char *err, size_t errlen) {
 }
 
 static void free_state(void) {
-  hvd_cache_free(&E.cache);
-  hvd_strmap_free(E.pending);
-  hvd_coord_free(&E.coord);
-  E.pending = NULL;
-  free(E.outbox);
-  free(E.vec);
-  free(E.lens);
-  free(E.exec);
-  free(E.fuse);
-  free(E.gpu_items);
-  E.gpu_items = NULL;
-  E.capgpu = 0;
-  free(E.handles);
-  E.handles = NULL;
-  E.caphandles = 0;
-  free(E.staging);
-  free(E.joined);
-  E.joined = NULL;
-  E.outbox = NULL, E.vec = NULL, E.lens = NULL, E.exec = NULL, E.fuse = NULL, E.staging = NULL;
-  E.capout = E.capexec = E.capfuse = E.staging_cap = 0;
-  hvd_buf_free(&E.sendbuf);
-  hvd_buf_free(&E.gathered);
-  hvd_buf_free(&E.resp);
+  hvd_cache_free(&E->cache);
+  hvd_strmap_free(E->pending);
+  hvd_coord_free(&E->coord);
+  E->pending = NULL;
+  free(E->outbox);
+  free(E->vec);
+  free(E->lens);
+  free(E->exec);
+  free(E->fuse);
+  free(E->gpu_items);
+  E->gpu_items = NULL;
+  E->capgpu = 0;
+  free(E->handles);
+  E->handles = NULL;
+  E->caphandles = 0;
+  free(E->staging);
+  free(E->joined);
+  E->joined = NULL;
+  E->outbox = NULL, E->vec = NULL, E->lens = NULL, E->exec = NULL, E->fuse = NULL, E->staging = NULL;
+  E->capout = E->capexec = E->capfuse = E->staging_cap = 0;
+  hvd_buf_free(&E->sendbuf);
+  hvd_buf_free(&E->gathered);
+  hvd_buf_free(&E->resp);
 }
 
 hvd_status_t hvd_engine_start(char *err, size_t errlen) {
@@ -928,7 +666,7 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
   }
   if (up) {
     MPI_Query_thread(&provided);
-    E.mpi_owned = 0;
+    E->mpi_owned = 0;
     if (provided < MPI_THREAD_MULTIPLE)
       HVD_WARN("the program initialized MPI without MPI_THREAD_MULTIPLE; the engine thread calls MPI concurrently "
                "with it, which this MPI may not support");
@@ -938,23 +676,23 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
       snprintf(err, errlen, "MPI_Init_thread failed (code %d)", rc);
       return HVD_ERR_INTERNAL;
     }
-    E.mpi_owned = 1;
+    E->mpi_owned = 1;
     if (provided < MPI_THREAD_MULTIPLE)
       HVD_WARN("MPI provides thread level %d, not MPI_THREAD_MULTIPLE; only the engine thread calls MPI", provided);
   }
-  if (MPI_Comm_dup(MPI_COMM_WORLD, &E.comm) != MPI_SUCCESS) {
+  if (MPI_Comm_dup(MPI_COMM_WORLD, &E->comm) != MPI_SUCCESS) {
     snprintf(err, errlen, "MPI_Comm_dup(MPI_COMM_WORLD) failed");
     return HVD_ERR_INTERNAL;
   }
-  MPI_Comm_set_errhandler(E.comm, MPI_ERRORS_RETURN);
-  MPI_Comm_rank(E.comm, &E.rank);
-  MPI_Comm_size(E.comm, &E.size);
+  MPI_Comm_set_errhandler(E->comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(E->comm, &E->rank);
+  MPI_Comm_size(E->comm, &E->size);
   MPI_Comm local;
-  MPI_Comm_split_type(E.comm, MPI_COMM_TYPE_SHARED, E.rank, MPI_INFO_NULL, &local);
-  MPI_Comm_rank(local, &E.local_rank);
-  MPI_Comm_size(local, &E.local_size);
+  MPI_Comm_split_type(E->comm, MPI_COMM_TYPE_SHARED, E->rank, MPI_INFO_NULL, &local);
+  MPI_Comm_rank(local, &E->local_rank);
+  MPI_Comm_size(local, &E->local_size);
   MPI_Comm_free(&local);
-  hvd_log_set_rank(E.rank);
+  hvd_log_set_rank(E->rank);
   hvd_log_set_abort_hook(abort_job);
   if (hvd_mpi_backend_init() != MPI_SUCCESS) {
     snprintf(err, errlen, "cannot create MPI datatypes/ops for 16-bit floats");
@@ -969,98 +707,98 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
      * finalizing the MPI they initialized). */
     hvd_log_set_abort_hook(NULL);
     hvd_mpi_backend_fini();
-    MPI_Comm_free(&E.comm);
-    if (E.mpi_owned) PMPI_Finalize();
+    MPI_Comm_free(&E->comm);
+    if (E->mpi_owned) PMPI_Finalize();
     return HVD_ERR_INVALID;
   }
   if (agree != 0) return HVD_ERR_INVALID;
-  E.gpu_nccl = hvd_cfg_int(HVD_CFG_GPU_OPERATIONS) == 0;
-  hvd_gpu_configure(E.rank, E.size, E.gpu_nccl, (int)hvd_cfg_int(HVD_CFG_COMPRESSION));
-  E.cycle_s = hvd_cfg_double(HVD_CFG_CYCLE_TIME) / 1000.0;
-  E.fusion = (size_t)hvd_cfg_int(HVD_CFG_FUSION_THRESHOLD);
-  E.chunk = (size_t)hvd_cfg_int(HVD_CFG_PIPELINE_CHUNK);
+  E->gpu_nccl = hvd_cfg_int(HVD_CFG_GPU_OPERATIONS) == 0;
+  hvd_gpu_configure(E->rank, E->size, E->gpu_nccl, (int)hvd_cfg_int(HVD_CFG_COMPRESSION));
+  E->cycle_s = hvd_cfg_double(HVD_CFG_CYCLE_TIME) / 1000.0;
+  E->fusion = (size_t)hvd_cfg_int(HVD_CFG_FUSION_THRESHOLD);
+  E->chunk = (size_t)hvd_cfg_int(HVD_CFG_PIPELINE_CHUNK);
   int cache_cap = (int)hvd_cfg_int(HVD_CFG_CACHE_CAPACITY);
   double stall_warn = hvd_cfg_double(HVD_CFG_STALL_WARNING_SECONDS);
-  E.shutdown_timeout = hvd_cfg_double(HVD_CFG_SHUTDOWN_TIMEOUT_SECONDS);
-  E.stale_age = stall_warn / 2 < 1.0 ? stall_warn / 2 : 1.0;
-  E.wc = (cache_cap + 63) / 64;
-  E.wr = (E.size + 63) / 64;
-  E.tw = 1 + E.wr + 2 * E.wc;
-  E.autotune = (int)hvd_cfg_int(HVD_CFG_AUTOTUNE);
+  E->shutdown_timeout = hvd_cfg_double(HVD_CFG_SHUTDOWN_TIMEOUT_SECONDS);
+  E->stale_age = stall_warn / 2 < 1.0 ? stall_warn / 2 : 1.0;
+  E->wc = (cache_cap + 63) / 64;
+  E->wr = (E->size + 63) / 64;
+  E->tw = 1 + E->wr + 2 * E->wc;
+  E->autotune = (int)hvd_cfg_int(HVD_CFG_AUTOTUNE);
   int tune_fusion = hvd_cfg_src(HVD_CFG_FUSION_THRESHOLD) == HVD_SRC_DEFAULT,
       tune_cycle = hvd_cfg_src(HVD_CFG_CYCLE_TIME) == HVD_SRC_DEFAULT;
-  if (E.autotune && !tune_fusion && !tune_cycle && E.rank == 0)
+  if (E->autotune && !tune_fusion && !tune_cycle && E->rank == 0)
     HVD_WARN("HVDSHIM_AUTOTUNE=1 has nothing to tune: the fusion threshold and the cycle time are both set "
              "explicitly; they stay as set");
-  hvd_tuner_init(&E.tuner, E.fusion, E.cycle_s * 1e3, tune_fusion, tune_cycle);
-  E.win_t = 0;
-  E.tune_mode = 0;
-  __atomic_store_n(&E.pub_fusion, E.fusion, __ATOMIC_RELAXED);
-  __atomic_store_n(&E.pub_cycle_ns, (uint64_t)llround(E.cycle_s * 1e9), __ATOMIC_RELAXED);
-  __atomic_store_n(&E.pub_tune, E.autotune ? (hvd_tuner_done(&E.tuner) ? 2 : 1) : 0, __ATOMIC_RELAXED);
-  E.nwords = E.tw + (E.autotune ? 2 : 0);
-  E.vec = calloc((size_t)E.nwords, sizeof *E.vec);
-  E.lens = calloc((size_t)E.size * 2, sizeof *E.lens);
-  E.displs = E.lens ? E.lens + E.size : NULL;
-  E.pending = hvd_strmap_new();
-  E.joined = calloc((size_t)E.size, 1);
-  E.joined_self = 0;
-  E.njoined = 0;
-  int cache_rc = hvd_cache_init(&E.cache, cache_cap);
-  int coord_rc = hvd_coord_init(&E.coord, E.size, E.joined, &E.njoined, stall_warn,
+  hvd_tuner_init(&E->tuner, E->fusion, E->cycle_s * 1e3, tune_fusion, tune_cycle);
+  E->win_t = 0;
+  E->tune_mode = 0;
+  __atomic_store_n(&E->pub_fusion, E->fusion, __ATOMIC_RELAXED);
+  __atomic_store_n(&E->pub_cycle_ns, (uint64_t)llround(E->cycle_s * 1e9), __ATOMIC_RELAXED);
+  __atomic_store_n(&E->pub_tune, E->autotune ? (hvd_tuner_done(&E->tuner) ? 2 : 1) : 0, __ATOMIC_RELAXED);
+  E->nwords = E->tw + (E->autotune ? 2 : 0);
+  E->vec = calloc((size_t)E->nwords, sizeof *E->vec);
+  E->lens = calloc((size_t)E->size * 2, sizeof *E->lens);
+  E->displs = E->lens ? E->lens + E->size : NULL;
+  E->pending = hvd_strmap_new();
+  E->joined = calloc((size_t)E->size, 1);
+  E->joined_self = 0;
+  E->njoined = 0;
+  int cache_rc = hvd_cache_init(&E->cache, cache_cap);
+  int coord_rc = hvd_coord_init(&E->coord, E->size, E->joined, &E->njoined, stall_warn,
                                 hvd_cfg_double(HVD_CFG_STALL_SHUTDOWN_SECONDS), is_cached, NULL);
-  if (!E.vec || cache_rc || coord_rc || !E.lens || !E.pending || !E.joined) {
+  if (!E->vec || cache_rc || coord_rc || !E->lens || !E->pending || !E->joined) {
     snprintf(err, errlen, "out of memory starting the engine");
     free_state();
     return HVD_ERR_INTERNAL;
   }
-  E.npending = 0;
-  E.t0 = now_s();
-  memset(&stats, 0, sizeof stats);
-  if (hvd_liveness_start(E.comm, E.rank, E.size, hvd_cfg_double(HVD_CFG_PEER_TIMEOUT_SECONDS), err, errlen) != 0) {
+  E->npending = 0;
+  E->t0 = hvd_eng_now();
+  memset(&E->stats, 0, sizeof E->stats);
+  if (hvd_liveness_start(E->comm, E->rank, E->size, hvd_cfg_double(HVD_CFG_PEER_TIMEOUT_SECONDS), err, errlen) != 0) {
     free_state();
     return HVD_ERR_INTERNAL;
   }
   const char *tl = hvd_cfg_str(HVD_CFG_TIMELINE);
-  if (E.rank == 0 && tl[0] && hvd_timeline_open(tl, err, errlen) != 0) HVD_WARN("%s; timeline disabled", err);
+  if (E->rank == 0 && tl[0] && hvd_timeline_open(tl, err, errlen) != 0) HVD_WARN("%s; timeline disabled", err);
   const char *mp = hvd_cfg_str(HVD_CFG_METRICS);
   hvd_metrics_reset();
-  if (E.rank == 0 && mp[0] && hvd_metrics_open(mp, err, errlen) != 0) HVD_WARN("%s; metrics disabled", err);
-  pthread_mutex_lock(&E.qmu);
-  E.accepting = 1;
-  E.stop_requested = 0;
-  E.closed_msg[0] = 0;
-  pthread_mutex_unlock(&E.qmu);
-  if (pthread_create(&E.thread, NULL, engine_main, NULL) != 0) {
+  if (E->rank == 0 && mp[0] && hvd_metrics_open(mp, err, errlen) != 0) HVD_WARN("%s; metrics disabled", err);
+  pthread_mutex_lock(&E->qmu);
+  E->accepting = 1;
+  E->stop_requested = 0;
+  E->closed_msg[0] = 0;
+  pthread_mutex_unlock(&E->qmu);
+  if (pthread_create(&E->thread, NULL, engine_main, NULL) != 0) {
     snprintf(err, errlen, "cannot start the engine thread");
-    E.accepting = 0;
+    E->accepting = 0;
     return HVD_ERR_INTERNAL;
   }
-  pthread_setname_np(E.thread, "hvd-engine"); /* named before hvd_init returns (top -H, tests) */
-  E.started = 1;
-  HVD_INFO("engine started: %d rank(s), MPI %s, fusion %zu bytes, cycle %g ms, cache %d", E.size,
-           E.mpi_owned ? "initialized by hvdshim" : "adopted from the program", E.fusion, E.cycle_s * 1e3,
+  pthread_setname_np(E->thread, "hvd-engine"); /* named before hvd_init returns (top -H, tests) */
+  E->started = 1;
+  HVD_INFO("engine started: %d rank(s), MPI %s, fusion %zu bytes, cycle %g ms, cache %d", E->size,
+           E->mpi_owned ? "initialized by hvdshim" : "adopted from the program", E->fusion, E->cycle_s * 1e3,
            cache_cap);
   return HVD_OK;
 }
 
 void hvd_engine_stop(void) {
   pthread_mutex_lock(&init_mu);
-  if (!E.started) {
+  if (!E->started) {
     pthread_mutex_unlock(&init_mu);
     return;
   }
-  E.started = 0;
-  pthread_mutex_lock(&E.qmu);
-  if (!E.stop_requested) {
-    E.stop_requested = 1;
-    E.stop_time = now_s();
+  E->started = 0;
+  pthread_mutex_lock(&E->qmu);
+  if (!E->stop_requested) {
+    E->stop_requested = 1;
+    E->stop_time = hvd_eng_now();
   }
-  E.accepting = 0; /* in-flight work drains; new work is refused */
-  snprintf(E.closed_msg, sizeof E.closed_msg, "this rank has finished (hvd_shutdown)");
-  pthread_cond_signal(&E.qcv);
-  pthread_mutex_unlock(&E.qmu);
-  pthread_join(E.thread, NULL); /* returns when every rank has joined */
+  E->accepting = 0; /* in-flight work drains; new work is refused */
+  snprintf(E->closed_msg, sizeof E->closed_msg, "this rank has finished (hvd_shutdown)");
+  pthread_cond_signal(&E->qcv);
+  pthread_mutex_unlock(&E->qmu);
+  pthread_join(E->thread, NULL); /* returns when every rank has joined */
   hvd_liveness_stop();
   hvd_timeline_close();
   hvd_metrics_close();
@@ -1068,181 +806,22 @@ void hvd_engine_stop(void) {
   hvd_mpi_backend_fini();
   int down = 0;
   MPI_Finalized(&down);
-  if (!down) MPI_Comm_free(&E.comm);
-  if (E.mpi_owned && !down) PMPI_Finalize(); /* not MPI_Finalize: that is our hook */
-  E.mpi_owned = 0;
+  if (!down) MPI_Comm_free(&E->comm);
+  if (E->mpi_owned && !down) PMPI_Finalize(); /* not MPI_Finalize: that is our hook */
+  E->mpi_owned = 0;
   pthread_mutex_unlock(&init_mu);
 }
 
 void hvd_engine_forked_child(void) {
   pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
   pthread_cond_t c = PTHREAD_COND_INITIALIZER;
-  E.qmu = m;
-  E.qcv = c;
+  E->qmu = m;
+  E->qcv = c;
   init_mu = m;
   hvd_liveness_forked_child();
-  E.accepting = 0;
-  E.started = 0;
-  snprintf(E.closed_msg, sizeof E.closed_msg, "this is a forked child of a rank; hvdshim is inert here");
+  E->accepting = 0;
+  E->started = 0;
+  snprintf(E->closed_msg, sizeof E->closed_msg, "this is a forked child of a rank; hvdshim is inert here");
   hvd_handles_reset();
 }
 
-/* ------------------------------------------------------------------ public API */
-
-int hvd_rank(void) { return E.started ? E.rank : -1; }
-int hvd_size(void) { return E.started ? E.size : -1; }
-int hvd_local_rank(void) { return E.started ? E.local_rank : -1; }
-int hvd_local_size(void) { return E.started ? E.local_size : -1; }
-
-void hvd_get_stats(hvd_stats_t *out) {
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);
-  *out = stats;
-  out->blocked_seconds = (double)hvd_handles_blocked_ns() * 1e-9;
-}
-
-static hvd_status_t reject(hvd_status_t st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static hvd_status_t reject(hvd_status_t st, const char *fmt, ...) {
-  char msg[HVD_NAME_MAX + 256];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  hvd_set_last_error("%s", msg);
-  return st;
-}
-
-static hvd_status_t submit(const char *name, hvd_sig *sig, void *buf, const void *in, int device, void *stream,
-                           hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
-  if (!handle && !cb) return reject(HVD_ERR_INVALID, "%s: pass a handle pointer or a callback", hvd_kind_name(sig->kind));
-  if (!name || !name[0]) return reject(HVD_ERR_INVALID, "%s: the tensor name is empty", hvd_kind_name(sig->kind));
-  size_t nl = strnlen(name, HVD_NAME_MAX + 1);
-  if (nl > HVD_NAME_MAX) return reject(HVD_ERR_INVALID, "%s: tensor name longer than %d bytes", hvd_kind_name(sig->kind), HVD_NAME_MAX);
-  if (!hvd_dtype_valid(sig->dtype))
-    return reject(HVD_ERR_INVALID, "%s '%s': unsupported dtype %d (supported: float32, float64, float16, bfloat16, "
-                  "int32, int64, uint8)", hvd_kind_name(sig->kind), name, sig->dtype);
-  if (!hvd_op_valid(sig->op))
-    return reject(HVD_ERR_INVALID, "%s '%s': unknown reduction op %d (sum, avg, min, max)", hvd_kind_name(sig->kind), name, sig->op);
-  if (sig->count < 0 || sig->row_elems < 0 || (size_t)sig->count > (SIZE_MAX >> 4) / (sig->row_elems ? (size_t)sig->row_elems : 1))
-    return reject(HVD_ERR_INVALID, "%s '%s': element count out of range", hvd_kind_name(sig->kind), name);
-  hvd_req *r = calloc(1, sizeof *r);
-  char *nm = r ? strdup(name) : NULL;
-  if (!nm) {
-    free(r);
-    return reject(HVD_ERR_INTERNAL, "out of memory submitting '%s'", name);
-  }
-  r->name = nm;
-  r->sig = *sig;
-  r->buf = buf;
-  r->in = in;
-  r->cache_bit = -1;
-  r->t_submit = now_s();
-  if (device >= 0) {
-    char err[512];
-    sig->place = r->sig.place = 1;
-    r->stream = stream;
-    if (hvd_gpu_mark_ready(device, stream, &r->ready, err, sizeof err) != 0) {
-      req_free(r);
-      return reject(HVD_ERR_INVALID, "%s '%s': GPU buffer: %s", hvd_kind_name(sig->kind), name, err);
-    }
-  }
-  size_t bytes = (size_t)sig->count * (sig->row_elems ? (size_t)sig->row_elems : 1) * hvd_dtype_size((hvd_dtype_t)sig->dtype);
-  pthread_mutex_lock(&E.qmu);
-  if (!E.accepting) {
-    char why[sizeof E.closed_msg];
-    snprintf(why, sizeof why, "%s", E.closed_msg[0] ? E.closed_msg : "hvd_init() has not been called");
-    hvd_status_t st = E.closed_msg[0] ? HVD_ERR_SHUTDOWN : HVD_ERR_NOT_INIT;
-    pthread_mutex_unlock(&E.qmu);
-    req_free(r);
-    return reject(st, "%s '%s': %s", hvd_kind_name(sig->kind), name, why);
-  }
-  if (sig->kind == HVD_KIND_BROADCAST && (sig->root < HVD_ROOT_FIRST_ACTIVE || sig->root >= E.size)) {
-    pthread_mutex_unlock(&E.qmu);
-    req_free(r);
-    return reject(HVD_ERR_INVALID, "broadcast '%s': root %d is not a rank (0..%d, or HVD_ROOT_FIRST_ACTIVE)", name,
-                  sig->root, E.size - 1);
-  }
-  hvd_status_t st = hvd_handles_new(cb, cb_arg, r->stream, &r->handle);
-  if (st != HVD_OK) {
-    pthread_mutex_unlock(&E.qmu);
-    req_free(r);
-    return st;
-  }
-  int was_empty = E.qhead == NULL;
-  if (E.qtail) E.qtail->next = r;
-  else E.qhead = r;
-  E.qtail = r;
-  E.qbytes += bytes;
-  if (was_empty) pthread_cond_signal(&E.qcv); /* an idle engine starts a cycle now */
-  if (handle) *handle = r->handle;
-  pthread_mutex_unlock(&E.qmu);
-  return HVD_OK;
-}
-
-static hvd_status_t allreduce(const char *name, void *buf, size_t count, hvd_dtype_t dtype, hvd_op_t op, int device,
-                              void *stream, hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
-  if (!buf && count) return reject(HVD_ERR_INVALID, "allreduce '%s': null buffer", name ? name : "");
-  hvd_sig s = {.kind = HVD_KIND_ALLREDUCE, .dtype = (uint8_t)dtype, .op = (uint8_t)op, .count = (int64_t)count};
-  if ((unsigned)dtype >= 256 || (unsigned)op >= 256) s.dtype = 255, s.op = 255;
-  return submit(name, &s, buf, NULL, device, stream, cb, cb_arg, handle);
-}
-
-static hvd_status_t broadcast(const char *name, void *buf, size_t count, hvd_dtype_t dtype, int root, int device,
-                              void *stream, hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
-  if (!buf && count) return reject(HVD_ERR_INVALID, "broadcast '%s': null buffer", name ? name : "");
-  hvd_sig s = {.kind = HVD_KIND_BROADCAST, .dtype = (uint8_t)dtype, .root = root, .count = (int64_t)count};
-  if ((unsigned)dtype >= 256) s.dtype = 255;
-  return submit(name, &s, buf, NULL, device, stream, cb, cb_arg, handle);
-}
-
-hvd_status_t hvd_allreduce_async(const char *name, void *buf, size_t count, hvd_dtype_t dtype, hvd_op_t op,
-                                 hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
-  return allreduce(name, buf, count, dtype, op, -1, NULL, cb, cb_arg, handle);
-}
-
-hvd_status_t hvd_broadcast_async(const char *name, void *buf, size_t count, hvd_dtype_t dtype, int root,
-                                 hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
-  return broadcast(name, buf, count, dtype, root, -1, NULL, cb, cb_arg, handle);
-}
-
-static hvd_status_t bad_device(const char *what, const char *name, int device) {
-  return reject(HVD_ERR_INVALID, "%s '%s': device %d is not a CUDA device ordinal", what, name ? name : "", device);
-}
-
-hvd_status_t hvd_allreduce_gpu_async(const char *name, void *buf, size_t count, hvd_dtype_t dtype, hvd_op_t op,
-                                     int device, void *stream, hvd_callback_t cb, void *cb_arg,
-                                     hvd_handle_t *handle) {
-  if (device < 0) return bad_device("allreduce", name, device);
-  return allreduce(name, buf, count, dtype, op, device, stream, cb, cb_arg, handle);
-}
-
-hvd_status_t hvd_broadcast_gpu_async(const char *name, void *buf, size_t count, hvd_dtype_t dtype, int root,
-                                     int device, void *stream, hvd_callback_t cb, void *cb_arg,
-                                     hvd_handle_t *handle) {
-  if (device < 0) return bad_device("broadcast", name, device);
-  return broadcast(name, buf, count, dtype, root, device, stream, cb, cb_arg, handle);
-}
-
-int hvd_gpu_status(char *out, size_t n) {
-  char err[8];
-  hvd_gpu_describe(out, n);
-  return hvd_gpu_ready(err, sizeof err) == 0;
-}
-
-hvd_status_t hvd_allgather_async(const char *name, const void *in, size_t rows, size_t row_elems, hvd_dtype_t dtype,
-                                 hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
-  if (!in && rows && row_elems) return reject(HVD_ERR_INVALID, "allgather '%s': null buffer", name ? name : "");
-  hvd_sig s = {.kind = HVD_KIND_ALLGATHER, .dtype = (uint8_t)dtype, .count = (int64_t)rows, .row_elems = (int64_t)row_elems};
-  if ((unsigned)dtype >= 256) s.dtype = 255;
-  return submit(name, &s, NULL, in, -1, NULL, cb, cb_arg, handle);
-}
-
-hvd_status_t hvd_barrier(double timeout_s) {
-  static uint64_t seq; /* every rank calls barriers in the same order */
-  char name[64];
-  snprintf(name, sizeof name, "hvdshim.barrier.%llu", (unsigned long long)__atomic_fetch_add(&seq, 1, __ATOMIC_SEQ_CST));
-  hvd_sig s = {.kind = HVD_KIND_BARRIER, .dtype = HVD_UINT8};
-  hvd_handle_t h;
-  hvd_status_t st = submit(name, &s, NULL, NULL, -1, NULL, NULL, NULL, &h);
-  if (st != HVD_OK) return st;
-  return hvd_wait(h, timeout_s);
-}

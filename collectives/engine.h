@@ -1,5 +1,6 @@
 /* Engine lifecycle, called by shim/lifecycle.c.  The public entry points
- * (hvd_*_async, hvd_barrier, hvd_rank, ...) are defined in engine.c too. */
+ * (hvd_*_async, hvd_barrier, hvd_rank, ...) are in engine_api.c; the
+ * engine's files and their state: engine_internal.h. */
 #ifndef HVD_ENGINE_H
 #define HVD_ENGINE_H
 

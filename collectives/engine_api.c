@@ -1,0 +1,169 @@
+/* Entry points, on the user's threads: validate a request, take a handle,
+ * push it onto the engine's queue under `qmu` (and wake an idle engine).
+ * Nothing here waits for the network. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtype.h"
+#include "engine_internal.h"
+#include "handles.h"
+
+int hvd_rank(void) { return E->started ? E->rank : -1; }
+int hvd_size(void) { return E->started ? E->size : -1; }
+int hvd_local_rank(void) { return E->started ? E->local_rank : -1; }
+int hvd_local_size(void) { return E->started ? E->local_size : -1; }
+
+void hvd_get_stats(hvd_stats_t *out) {
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  *out = E->stats;
+  out->blocked_seconds = (double)hvd_handles_blocked_ns() * 1e-9;
+}
+
+static hvd_status_t reject(hvd_status_t st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static hvd_status_t reject(hvd_status_t st, const char *fmt, ...) {
+  char msg[HVD_NAME_MAX + 256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  hvd_set_last_error("%s", msg);
+  return st;
+}
+
+static hvd_status_t submit(const char *name, hvd_sig *sig, void *buf, const void *in, int device, void *stream,
+                           hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
+  if (!handle && !cb) return reject(HVD_ERR_INVALID, "%s: pass a handle pointer or a callback", hvd_kind_name(sig->kind));
+  if (!name || !name[0]) return reject(HVD_ERR_INVALID, "%s: the tensor name is empty", hvd_kind_name(sig->kind));
+  size_t nl = strnlen(name, HVD_NAME_MAX + 1);
+  if (nl > HVD_NAME_MAX) return reject(HVD_ERR_INVALID, "%s: tensor name longer than %d bytes", hvd_kind_name(sig->kind), HVD_NAME_MAX);
+  if (!hvd_dtype_valid(sig->dtype))
+    return reject(HVD_ERR_INVALID, "%s '%s': unsupported dtype %d (supported: float32, float64, float16, bfloat16, "
+                  "int32, int64, uint8)", hvd_kind_name(sig->kind), name, sig->dtype);
+  if (!hvd_op_valid(sig->op))
+    return reject(HVD_ERR_INVALID, "%s '%s': unknown reduction op %d (sum, avg, min, max)", hvd_kind_name(sig->kind), name, sig->op);
+  if (sig->count < 0 || sig->row_elems < 0 || (size_t)sig->count > (SIZE_MAX >> 4) / (sig->row_elems ? (size_t)sig->row_elems : 1))
+    return reject(HVD_ERR_INVALID, "%s '%s': element count out of range", hvd_kind_name(sig->kind), name);
+  hvd_req *r = calloc(1, sizeof *r);
+  char *nm = r ? strdup(name) : NULL;
+  if (!nm) {
+    free(r);
+    return reject(HVD_ERR_INTERNAL, "out of memory submitting '%s'", name);
+  }
+  r->name = nm;
+  r->sig = *sig;
+  r->buf = buf;
+  r->in = in;
+  r->cache_bit = -1;
+  r->t_submit = hvd_eng_now();
+  if (device >= 0) {
+    char err[512];
+    sig->place = r->sig.place = 1;
+    r->stream = stream;
+    if (hvd_gpu_mark_ready(device, stream, &r->ready, err, sizeof err) != 0) {
+      hvd_eng_req_free(r);
+      return reject(HVD_ERR_INVALID, "%s '%s': GPU buffer: %s", hvd_kind_name(sig->kind), name, err);
+    }
+  }
+  size_t bytes = (size_t)sig->count * (sig->row_elems ? (size_t)sig->row_elems : 1) * hvd_dtype_size((hvd_dtype_t)sig->dtype);
+  pthread_mutex_lock(&E->qmu);
+  if (!E->accepting) {
+    char why[sizeof E->closed_msg];
+    snprintf(why, sizeof why, "%s", E->closed_msg[0] ? E->closed_msg : "hvd_init() has not been called");
+    hvd_status_t st = E->closed_msg[0] ? HVD_ERR_SHUTDOWN : HVD_ERR_NOT_INIT;
+    pthread_mutex_unlock(&E->qmu);
+    hvd_eng_req_free(r);
+    return reject(st, "%s '%s': %s", hvd_kind_name(sig->kind), name, why);
+  }
+  if (sig->kind == HVD_KIND_BROADCAST && (sig->root < HVD_ROOT_FIRST_ACTIVE || sig->root >= E->size)) {
+    pthread_mutex_unlock(&E->qmu);
+    hvd_eng_req_free(r);
+    return reject(HVD_ERR_INVALID, "broadcast '%s': root %d is not a rank (0..%d, or HVD_ROOT_FIRST_ACTIVE)", name,
+                  sig->root, E->size - 1);
+  }
+  hvd_status_t st = hvd_handles_new(cb, cb_arg, r->stream, &r->handle);
+  if (st != HVD_OK) {
+    pthread_mutex_unlock(&E->qmu);
+    hvd_eng_req_free(r);
+    return st;
+  }
+  int was_empty = E->qhead == NULL;
+  if (E->qtail) E->qtail->next = r;
+  else E->qhead = r;
+  E->qtail = r;
+  E->qbytes += bytes;
+  if (was_empty) pthread_cond_signal(&E->qcv); /* an idle engine starts a cycle now */
+  if (handle) *handle = r->handle;
+  pthread_mutex_unlock(&E->qmu);
+  return HVD_OK;
+}
+
+static hvd_status_t allreduce(const char *name, void *buf, size_t count, hvd_dtype_t dtype, hvd_op_t op, int device,
+                              void *stream, hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
+  if (!buf && count) return reject(HVD_ERR_INVALID, "allreduce '%s': null buffer", name ? name : "");
+  hvd_sig s = {.kind = HVD_KIND_ALLREDUCE, .dtype = (uint8_t)dtype, .op = (uint8_t)op, .count = (int64_t)count};
+  if ((unsigned)dtype >= 256 || (unsigned)op >= 256) s.dtype = 255, s.op = 255;
+  return submit(name, &s, buf, NULL, device, stream, cb, cb_arg, handle);
+}
+
+static hvd_status_t broadcast(const char *name, void *buf, size_t count, hvd_dtype_t dtype, int root, int device,
+                              void *stream, hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
+  if (!buf && count) return reject(HVD_ERR_INVALID, "broadcast '%s': null buffer", name ? name : "");
+  hvd_sig s = {.kind = HVD_KIND_BROADCAST, .dtype = (uint8_t)dtype, .root = root, .count = (int64_t)count};
+  if ((unsigned)dtype >= 256) s.dtype = 255;
+  return submit(name, &s, buf, NULL, device, stream, cb, cb_arg, handle);
+}
+
+hvd_status_t hvd_allreduce_async(const char *name, void *buf, size_t count, hvd_dtype_t dtype, hvd_op_t op,
+                                 hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
+  return allreduce(name, buf, count, dtype, op, -1, NULL, cb, cb_arg, handle);
+}
+
+hvd_status_t hvd_broadcast_async(const char *name, void *buf, size_t count, hvd_dtype_t dtype, int root,
+                                 hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
+  return broadcast(name, buf, count, dtype, root, -1, NULL, cb, cb_arg, handle);
+}
+
+static hvd_status_t bad_device(const char *what, const char *name, int device) {
+  return reject(HVD_ERR_INVALID, "%s '%s': device %d is not a CUDA device ordinal", what, name ? name : "", device);
+}
+
+hvd_status_t hvd_allreduce_gpu_async(const char *name, void *buf, size_t count, hvd_dtype_t dtype, hvd_op_t op,
+                                     int device, void *stream, hvd_callback_t cb, void *cb_arg,
+                                     hvd_handle_t *handle) {
+  if (device < 0) return bad_device("allreduce", name, device);
+  return allreduce(name, buf, count, dtype, op, device, stream, cb, cb_arg, handle);
+}
+
+hvd_status_t hvd_broadcast_gpu_async(const char *name, void *buf, size_t count, hvd_dtype_t dtype, int root,
+                                     int device, void *stream, hvd_callback_t cb, void *cb_arg,
+                                     hvd_handle_t *handle) {
+  if (device < 0) return bad_device("broadcast", name, device);
+  return broadcast(name, buf, count, dtype, root, device, stream, cb, cb_arg, handle);
+}
+
+int hvd_gpu_status(char *out, size_t n) {
+  char err[8];
+  hvd_gpu_describe(out, n);
+  return hvd_gpu_ready(err, sizeof err) == 0;
+}
+
+hvd_status_t hvd_allgather_async(const char *name, const void *in, size_t rows, size_t row_elems, hvd_dtype_t dtype,
+                                 hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
+  if (!in && rows && row_elems) return reject(HVD_ERR_INVALID, "allgather '%s': null buffer", name ? name : "");
+  hvd_sig s = {.kind = HVD_KIND_ALLGATHER, .dtype = (uint8_t)dtype, .count = (int64_t)rows, .row_elems = (int64_t)row_elems};
+  if ((unsigned)dtype >= 256) s.dtype = 255;
+  return submit(name, &s, NULL, in, -1, NULL, cb, cb_arg, handle);
+}
+
+hvd_status_t hvd_barrier(double timeout_s) {
+  static uint64_t seq; /* every rank calls barriers in the same order */
+  char name[64];
+  snprintf(name, sizeof name, "hvdshim.barrier.%llu", (unsigned long long)__atomic_fetch_add(&seq, 1, __ATOMIC_SEQ_CST));
+  hvd_sig s = {.kind = HVD_KIND_BARRIER, .dtype = HVD_UINT8};
+  hvd_handle_t h;
+  hvd_status_t st = submit(name, &s, NULL, NULL, -1, NULL, NULL, NULL, &h);
+  if (st != HVD_OK) return st;
+  return hvd_wait(h, timeout_s);
+}

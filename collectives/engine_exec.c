@@ -1,0 +1,199 @@
+/* Execution, on the engine thread: the list every rank agreed on this
+ * cycle (E->exec, cached-ready tensors in bit order, then the slow path's
+ * responses in the coordinator's order) is walked in order; consecutive
+ * allreduces of one dtype, place and compatible op are grouped up to the
+ * fusion threshold and reduced (backend_mpi.c on the host, gpu.c on the
+ * device); broadcasts, allgathers and barriers run one at a time; handles
+ * complete.  Every rank groups the same list the same way. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../shim/config.h"
+#include "../shim/log.h"
+#include "backend_mpi.h"
+#include "dtype.h"
+#include "engine_internal.h"
+#include "handles.h"
+#include "liveness.h"
+#include "metrics.h"
+#include "timeline.h"
+
+static int fusable(const hvd_req *a, const hvd_req *b) {
+  if (b->sig.kind != HVD_KIND_ALLREDUCE || a->sig.dtype != b->sig.dtype || a->sig.place != b->sig.place) return 0;
+  int sa = a->sig.op == HVD_SUM || a->sig.op == HVD_AVG, sb = b->sig.op == HVD_SUM || b->sig.op == HVD_AVG;
+  return sa ? sb : a->sig.op == b->sig.op;
+}
+
+/* The host fusion buffer: one pipeline piece, or the whole group. */
+static void cpu_staging(size_t total) {
+  size_t need = E->chunk && E->chunk < total ? E->chunk : total;
+  if (need > E->staging_cap) {
+    free(E->staging);
+    E->staging = malloc(need);
+    if (!E->staging) HVD_FATAL("out of memory: fusion buffer of %zu bytes", need);
+    E->staging_cap = need;
+  }
+}
+
+static void run_allreduce_group(size_t i, size_t j) {
+  size_t n = j - i, total = 0;
+  hvd_eng_grow(&E->fuse, &E->capfuse, n, sizeof *E->fuse, "fusion");
+  hvd_dtype_t dt = (hvd_dtype_t)E->exec[i].req->sig.dtype;
+  size_t es = hvd_dtype_size(dt);
+  hvd_op_t op = (hvd_op_t)E->exec[i].req->sig.op;
+  if (op == HVD_AVG) op = HVD_SUM;
+  for (size_t k = 0; k < n; k++) {
+    hvd_req *r = E->exec[i + k].req;
+    E->fuse[k].ptr = r->buf;
+    E->fuse[k].bytes = (size_t)r->sig.count * es;
+    E->fuse[k].divisor = r->sig.op == HVD_AVG ? E->size - E->njoined : 1; /* over the ranks still submitting */
+    total += E->fuse[k].bytes;
+  }
+  hvd_phase_times t = {0, 0, 0};
+  hvd_gpu_event *done = NULL;
+  double start = hvd_eng_now();
+  if (E->exec[i].req->sig.place) {
+    hvd_eng_grow(&E->gpu_items, &E->capgpu, n, sizeof *E->gpu_items, "GPU group");
+    for (size_t k = 0; k < n; k++) {
+      hvd_req *r = E->exec[i + k].req;
+      E->gpu_items[k] = (hvd_gpu_item){r->buf, (size_t)r->sig.count, E->fuse[k].divisor, r->ready};
+    }
+    char err[512];
+    int all_avg = E->njoined == 0;
+    for (size_t k = 0; k < n && all_avg; k++) all_avg = E->exec[i + k].req->sig.op == HVD_AVG;
+    if (hvd_gpu_allreduce(E->gpu_items, n, dt, op, all_avg, E->comm, E->chunk, &done, &t, err, sizeof err) != 0)
+      HVD_FATAL("GPU allreduce of '%s'%s: %s", E->exec[i].req->name, n > 1 ? " and the tensors fused with it" : "", err);
+  } else {
+    if (n > 1) cpu_staging(total);
+    hvd_eng_mpi_check(hvd_mpi_allreduce_group(E->fuse, n, dt, op, E->chunk, E->staging, E->comm, &t), "MPI_Allreduce");
+  }
+  double end = hvd_eng_now();
+  E->stats.groups++;
+  E->stats.bytes_reduced += total;
+  E->stats.comm_seconds += end - start;
+  if (n > 1) E->stats.fused_tensors += n;
+  if (hvd_timeline_enabled()) {
+    double s = hvd_eng_us(start);
+    for (size_t k = 0; k < n; k++) {
+      hvd_req *r = E->exec[i + k].req;
+      hvd_timeline_span(r->name, "QUEUE", hvd_eng_us(r->t_ready), s - hvd_eng_us(r->t_ready));
+      double at = s;
+      if (n > 1) hvd_timeline_span(r->name, "MEMCPY_IN_FUSION_BUFFER", at, t.copy_in_us), at += t.copy_in_us;
+      hvd_timeline_span(r->name, !r->sig.place ? "MPI_ALLREDUCE" : E->gpu_nccl ? "NCCL_ALLREDUCE" : "MPI_ALLREDUCE_STAGED",
+                        at, t.reduce_us), at += t.reduce_us;
+      if (t.copy_out_us > 0)
+        hvd_timeline_span(r->name, n > 1 ? "MEMCPY_OUT_FUSION_BUFFER" : "SCALE", at, t.copy_out_us);
+    }
+  }
+  hvd_eng_grow(&E->handles, &E->caphandles, n, sizeof *E->handles, "completions");
+  for (size_t k = 0; k < n; k++) {
+    hvd_req *r = E->exec[i + k].req;
+    E->handles[k] = r->handle;
+    hvd_strmap_del(E->pending, r->name);
+    E->npending--;
+    hvd_eng_req_free(r);
+  }
+  hvd_handles_complete_ok(E->handles, n, done);
+  hvd_gpu_event_put(done); /* the handles hold their own references */
+}
+
+static void note_start(hvd_req *r) {
+  if (hvd_timeline_enabled())
+    hvd_timeline_span(r->name, "NEGOTIATE", hvd_eng_us(r->t_submit), (r->t_ready - r->t_submit) * 1e6);
+  E->stats.tensors++;
+  E->tick++;
+  int bit = hvd_cache_lookup(&E->cache, r->name);
+  if (bit >= 0) E->cache.e[bit].last_used = E->tick;
+}
+
+/* Walk the agreed list in order.  An allreduce starts a group and pulls in
+ * every later allreduce of the same dtype and a compatible op while the group
+ * stays under the fusion threshold (as Horovod does), so a list interleaving
+ * dtypes still fuses.  Every rank walks the same list the same way. */
+void hvd_eng_execute(void) {
+  size_t i = 0;
+  while (i < E->nexec) {
+    hvd_req *r = E->exec[i].req;
+    if (!r) { /* pulled into an earlier group */
+      i++;
+      continue;
+    }
+    note_start(r);
+    if (r->sig.kind == HVD_KIND_ALLREDUCE) {
+      size_t es = hvd_dtype_size((hvd_dtype_t)r->sig.dtype), bytes = (size_t)r->sig.count * es, end = i + 1;
+      for (size_t j = i + 1; E->fusion > 0 && j < E->nexec && bytes < E->fusion; j++) {
+        hvd_req *q = E->exec[j].req;
+        if (!q || !fusable(r, q)) continue;
+        size_t b = (size_t)q->sig.count * es;
+        if (bytes + b > E->fusion) continue;
+        bytes += b;
+        note_start(q);
+        /* move q next to the group: shift the items between down by one */
+        memmove(&E->exec[end + 1], &E->exec[end], (j - end) * sizeof *E->exec);
+        E->exec[end].req = q;
+        E->exec[end].rows = NULL;
+        end++;
+      }
+      run_allreduce_group(i, end);
+      hvd_liveness_tick();
+      i = end;
+      continue;
+    }
+    double start = hvd_eng_now();
+    if (r->sig.kind == HVD_KIND_BROADCAST) {
+      int root = r->sig.root;
+      if (root == HVD_ROOT_FIRST_ACTIVE) /* the lowest rank still running (one always is) */
+        for (root = 0; E->joined[root]; root++) {}
+      if (E->joined[root]) {
+        char msg[HVD_NAME_MAX + 200];
+        snprintf(msg, sizeof msg, "broadcast '%s': root rank %d has finished (joined) and has no data to send; "
+                 "broadcast from a rank still running, or from HVD_ROOT_FIRST_ACTIVE", r->name, root);
+        if (!r->phantom) HVD_ERROR("%s", msg);
+        hvd_eng_finish(r, HVD_ERR_SHUTDOWN, msg, NULL, 0);
+      } else if (r->sig.place) {
+        hvd_gpu_item item = {r->buf, (size_t)r->sig.count, 1, r->ready};
+        hvd_gpu_event *done = NULL;
+        char err[512];
+        if (hvd_gpu_broadcast(&item, (hvd_dtype_t)r->sig.dtype, root, E->comm, &done, err, sizeof err) != 0)
+          HVD_FATAL("GPU broadcast of '%s': %s", r->name, err);
+        if (hvd_timeline_enabled())
+          hvd_timeline_span(r->name, E->gpu_nccl ? "NCCL_BCAST" : "MPI_BCAST_STAGED", hvd_eng_us(start),
+                            (hvd_eng_now() - start) * 1e6);
+        hvd_eng_finish_gpu(r, done);
+      } else {
+        hvd_eng_mpi_check(hvd_mpi_broadcast(r->buf, (size_t)r->sig.count, (hvd_dtype_t)r->sig.dtype, root, E->comm),
+                  "MPI_Bcast");
+        if (hvd_timeline_enabled())
+          hvd_timeline_span(r->name, "MPI_BCAST", hvd_eng_us(start), (hvd_eng_now() - start) * 1e6);
+        hvd_eng_finish(r, HVD_OK, NULL, NULL, 0);
+      }
+    } else if (r->sig.kind == HVD_KIND_ALLGATHER) {
+      int64_t rows[E->size], total_rows = 0;
+      memcpy(rows, E->exec[i].rows, sizeof rows);
+      for (int q = 0; q < E->size; q++) total_rows += rows[q];
+      size_t bytes = (size_t)total_rows * (size_t)r->sig.row_elems * hvd_dtype_size((hvd_dtype_t)r->sig.dtype);
+      void *out = malloc(bytes ? bytes : 1);
+      char err[256];
+      if (!out) HVD_FATAL("out of memory: allgather '%s' needs %zu bytes", r->name, bytes);
+      int rc = hvd_mpi_allgather(r->in, out, rows, (size_t)r->sig.row_elems, (hvd_dtype_t)r->sig.dtype, E->comm, err,
+                                 sizeof err);
+      if (rc == MPI_ERR_COUNT) {
+        free(out);
+        hvd_eng_finish(r, HVD_ERR_INVALID, err, NULL, 0);
+      } else {
+        hvd_eng_mpi_check(rc, "MPI_Allgatherv");
+        if (hvd_timeline_enabled())
+          hvd_timeline_span(r->name, "MPI_ALLGATHER", hvd_eng_us(start), (hvd_eng_now() - start) * 1e6);
+        hvd_eng_finish(r, HVD_OK, NULL, out, (size_t)total_rows);
+      }
+    } else {
+      hvd_eng_finish(r, HVD_OK, NULL, NULL, 0); /* barrier: negotiation was the barrier */
+    }
+    E->stats.comm_seconds += hvd_eng_now() - start;
+    hvd_liveness_tick();
+    i++;
+  }
+  E->nexec = 0;
+}
+

@@ -1,0 +1,130 @@
+/* The engine's internal state and helpers, shared by its files and by
+ * nothing else (see engine.c for the design):
+ *
+ *   engine_api.c    entry points: validate and enqueue (user threads)
+ *   engine.c        the thread and its cycle: admission, the control round,
+ *                   the slow path, autotune glue, start and stop
+ *   engine_exec.c   execution: grouping one cycle's agreed list and
+ *                   dispatching it to the backends
+ *   coordinator.c   rank 0's negotiation table and stall inspector (its
+ *                   own state, no MPI)
+ *
+ * Ownership: `qmu` guards the queue, `accepting`, `stop_requested` and
+ * `closed_msg`.  Everything below the marked line is touched by the engine
+ * thread only.  No lock is held across an MPI call. */
+#ifndef HVD_ENGINE_INTERNAL_H
+#define HVD_ENGINE_INTERNAL_H
+
+#include <mpi.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "autotune.h"
+#include "cache.h"
+#include "coordinator.h"
+#include "engine.h"
+#include "fusion.h"
+#include "gpu.h"
+#include "wire.h"
+
+#define HVD_NAME_MAX 1024
+#define HVD_NO_HANDLE ((hvd_handle_t)-1) /* a phantom's: completes nothing */
+
+typedef struct hvd_req {
+  hvd_handle_t handle;
+  hvd_sig sig;
+  char *name;
+  void *buf;
+  const void *in;
+  double t_submit, t_ready;
+  int cache_bit;
+  int phantom; /* a joined rank's stand-in: buf is ours, no handle */
+  void *stream;         /* GPU: the producing and consuming stream */
+  hvd_gpu_event *ready; /* GPU: recorded on `stream` at submission */
+  struct hvd_req *next;
+} hvd_req;
+
+typedef struct {
+  hvd_req *req;
+  const int64_t *rows; /* allgather: points into the response buffer */
+} exec_item;
+
+typedef struct {
+  /* set by start, read-only while the thread runs */
+  MPI_Comm comm;
+  int rank, size, local_rank, local_size;
+  int mpi_owned; /* we called MPI_Init_thread */
+  int started;
+  double t0;
+  int cache_cap, wc, wr, nwords;
+  double cycle_s, stale_age, shutdown_timeout;
+  size_t fusion, chunk;
+  pthread_t thread;
+
+  /* guarded by qmu */
+  pthread_mutex_t qmu;
+  pthread_cond_t qcv;
+  hvd_req *qhead, *qtail;
+  size_t qbytes;
+  int accepting, stop_requested;
+  double stop_time;
+  char closed_msg[512];
+
+  /* ---- engine thread only ---- */
+  hvd_strmap *pending;
+  size_t npending;
+  hvd_req **outbox;
+  size_t nout, capout;
+  hvd_cache cache;
+  uint64_t tick;
+  uint64_t *vec;
+  hvd_buf sendbuf, gathered, resp;
+  int *lens, *displs;
+  exec_item *exec;
+  size_t nexec, capexec;
+  hvd_fuse_entry *fuse;
+  size_t capfuse;
+  hvd_gpu_item *gpu_items;
+  size_t capgpu;
+  int gpu_nccl; /* HVDSHIM_GPU_OPERATIONS=NCCL */
+  hvd_handle_t *handles;
+  size_t caphandles;
+  char *staging;
+  size_t staging_cap;
+  hvd_coord coord; /* rank 0's negotiation table (coordinator.c) */
+  /* join: the agreed set of ranks that finished, updated every cycle */
+  int joined_self;
+  uint8_t *joined;
+  int njoined;
+  /* autotune: tw = index of its two control words; rank 0 runs the tuner */
+  int autotune, tw, tune_mode; /* tune_mode: 0 undecided, 1 steps/s, 2 bytes/s */
+  hvd_tuner tuner;
+  double win_t;
+  uint64_t win_steps, win_bytes;
+  hvd_stats_t stats; /* written by the engine thread, read racily by hvd_get_stats */
+  /* published for hvd_engine_tuning (atomics: read by user threads) */
+  size_t pub_fusion;
+  uint64_t pub_cycle_ns;
+  int pub_tune; /* 0 off, 1 tuning, 2 fixed */
+} hvd_engine_state;
+
+extern hvd_engine_state hvd_eng;
+/* The state, in every engine file (a pointer constant, not a macro). */
+static hvd_engine_state *const E = &hvd_eng;
+
+double hvd_eng_now(void);
+double hvd_eng_us(double t); /* microseconds since the engine started */
+/* MPI result: 0, or the job ends naming `what`. */
+int hvd_eng_mpi_check(int rc, const char *what);
+/* Grows an engine-thread array to at least n elements (fatal when out of memory). */
+void hvd_eng_grow(void *arr, size_t *cap, size_t n, size_t elem, const char *what);
+void hvd_eng_req_free(hvd_req *r);
+/* Completes r's handle (status, message, gathered rows) and frees r. */
+void hvd_eng_finish(hvd_req *r, hvd_status_t st, const char *msg, void *gathered, size_t rows);
+/* A GPU operation done on the engine stream: the handle carries the event. */
+void hvd_eng_finish_gpu(hvd_req *r, hvd_gpu_event *done);
+/* Runs this cycle's agreed list E->exec[0..nexec) (engine_exec.c). */
+void hvd_eng_execute(void);
+
+#endif
