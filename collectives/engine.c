@@ -656,22 +656,37 @@ static void free_state(void) {
   hvd_buf_free(&E->resp);
 }
 
+/* HVDSHIM_TEST_FAIL_START=N (tests only): step N of the start fails. */
+static int injected(int step, char *err, size_t errlen) {
+  if (hvd_cfg_int(HVD_CFG_TEST_FAIL_START) != step) return 0;
+  snprintf(err, errlen, "HVDSHIM_TEST_FAIL_START=%d: the engine start fails at this step (a test)", step);
+  return 1;
+}
+
+/* The start, step by step; a failure at any step undoes the steps before it
+ * in reverse order (one cleanup path) and leaves no thread, no MPI object
+ * and no open file behind.  MPI itself is finalized only when every rank
+ * fails the same way (the settings check): after a failure of this rank
+ * alone, finalizing would wait for the others, and this process's exit
+ * ends the job through the launcher instead. */
 hvd_status_t hvd_engine_start(char *err, size_t errlen) {
-  int up = 0, down = 0, provided = 0, rc;
+  enum { NONE, MPI_UP, COMM, TYPES, STATE, WATCHDOG, FILES } done = NONE;
+  hvd_status_t st = HVD_ERR_INTERNAL;
+  int provided = 0, up = 0, down = 0, everyone_failed = 0;
   MPI_Initialized(&up);
   MPI_Finalized(&down);
   if (down) {
     snprintf(err, errlen, "MPI was already finalized by the program; hvdshim cannot start");
     return HVD_ERR_INTERNAL;
   }
+  E->mpi_owned = 0;
   if (up) {
     MPI_Query_thread(&provided);
-    E->mpi_owned = 0;
     if (provided < MPI_THREAD_MULTIPLE)
       HVD_WARN("the program initialized MPI without MPI_THREAD_MULTIPLE; the engine thread calls MPI concurrently "
                "with it, which this MPI may not support");
   } else {
-    rc = PMPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided); /* not through our hook */
+    int rc = PMPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided); /* not through our hook */
     if (rc != MPI_SUCCESS) {
       snprintf(err, errlen, "MPI_Init_thread failed (code %d)", rc);
       return HVD_ERR_INTERNAL;
@@ -680,10 +695,14 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
     if (provided < MPI_THREAD_MULTIPLE)
       HVD_WARN("MPI provides thread level %d, not MPI_THREAD_MULTIPLE; only the engine thread calls MPI", provided);
   }
+  done = MPI_UP;
+  if (injected(1, err, errlen)) goto undo;
+
   if (MPI_Comm_dup(MPI_COMM_WORLD, &E->comm) != MPI_SUCCESS) {
     snprintf(err, errlen, "MPI_Comm_dup(MPI_COMM_WORLD) failed");
-    return HVD_ERR_INTERNAL;
+    goto undo;
   }
+  done = COMM;
   MPI_Comm_set_errhandler(E->comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(E->comm, &E->rank);
   MPI_Comm_size(E->comm, &E->size);
@@ -694,24 +713,27 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
   MPI_Comm_free(&local);
   hvd_log_set_rank(E->rank);
   hvd_log_set_abort_hook(abort_job);
+  if (injected(2, err, errlen)) goto undo;
+
   if (hvd_mpi_backend_init() != MPI_SUCCESS) {
     snprintf(err, errlen, "cannot create MPI datatypes/ops for 16-bit floats");
-    return HVD_ERR_INTERNAL;
+    goto undo;
   }
+  done = TYPES;
+  if (injected(3, err, errlen)) goto undo;
 
   int agree = settings_agree(err, errlen);
-  if (agree == -2) {
-    /* Every rank found the same difference and fails here: undo this start
+  if (agree != 0) {
+    /* -2: every rank found the same difference and fails here: finalize
      * together, so the program's exit status reaches the launcher (MPICH's
      * Hydra reports 0 for about half of the jobs whose ranks exit 1 without
      * finalizing the MPI they initialized). */
-    hvd_log_set_abort_hook(NULL);
-    hvd_mpi_backend_fini();
-    MPI_Comm_free(&E->comm);
-    if (E->mpi_owned) PMPI_Finalize();
-    return HVD_ERR_INVALID;
+    everyone_failed = agree == -2;
+    st = HVD_ERR_INVALID;
+    goto undo;
   }
-  if (agree != 0) return HVD_ERR_INVALID;
+  if (injected(4, err, errlen)) goto undo;
+
   E->gpu_nccl = hvd_cfg_int(HVD_CFG_GPU_OPERATIONS) == 0;
   hvd_gpu_configure(E->rank, E->size, E->gpu_nccl, (int)hvd_cfg_int(HVD_CFG_COMPRESSION));
   E->cycle_s = hvd_cfg_double(HVD_CFG_CYCLE_TIME) / 1000.0;
@@ -744,35 +766,45 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
   E->joined = calloc((size_t)E->size, 1);
   E->joined_self = 0;
   E->njoined = 0;
+  E->npending = 0;
+  done = STATE; /* free_state copes with any part missing */
   int cache_rc = hvd_cache_init(&E->cache, cache_cap);
   int coord_rc = hvd_coord_init(&E->coord, E->size, E->joined, &E->njoined, stall_warn,
                                 hvd_cfg_double(HVD_CFG_STALL_SHUTDOWN_SECONDS), is_cached, NULL);
   if (!E->vec || cache_rc || coord_rc || !E->lens || !E->pending || !E->joined) {
     snprintf(err, errlen, "out of memory starting the engine");
-    free_state();
-    return HVD_ERR_INTERNAL;
+    goto undo;
   }
-  E->npending = 0;
   E->t0 = hvd_eng_now();
   memset(&E->stats, 0, sizeof E->stats);
-  if (hvd_liveness_start(E->comm, E->rank, E->size, hvd_cfg_double(HVD_CFG_PEER_TIMEOUT_SECONDS), err, errlen) != 0) {
-    free_state();
-    return HVD_ERR_INTERNAL;
-  }
+  if (injected(5, err, errlen)) goto undo;
+
+  if (hvd_liveness_start(E->comm, E->rank, E->size, hvd_cfg_double(HVD_CFG_PEER_TIMEOUT_SECONDS), err, errlen) != 0)
+    goto undo;
+  done = WATCHDOG;
+  if (injected(6, err, errlen)) goto undo;
+
   const char *tl = hvd_cfg_str(HVD_CFG_TIMELINE);
-  if (E->rank == 0 && tl[0] && hvd_timeline_open(tl, err, errlen) != 0) HVD_WARN("%s; timeline disabled", err);
+  char why[512];
+  if (E->rank == 0 && tl[0] && hvd_timeline_open(tl, why, sizeof why) != 0) HVD_WARN("%s; timeline disabled", why);
   const char *mp = hvd_cfg_str(HVD_CFG_METRICS);
   hvd_metrics_reset();
-  if (E->rank == 0 && mp[0] && hvd_metrics_open(mp, err, errlen) != 0) HVD_WARN("%s; metrics disabled", err);
+  if (E->rank == 0 && mp[0] && hvd_metrics_open(mp, why, sizeof why) != 0) HVD_WARN("%s; metrics disabled", why);
+  done = FILES;
+  if (injected(7, err, errlen)) goto undo;
+
   pthread_mutex_lock(&E->qmu);
   E->accepting = 1;
   E->stop_requested = 0;
   E->closed_msg[0] = 0;
   pthread_mutex_unlock(&E->qmu);
-  if (pthread_create(&E->thread, NULL, engine_main, NULL) != 0) {
-    snprintf(err, errlen, "cannot start the engine thread");
+  int thread_rc = injected(8, err, errlen) ? -1 : pthread_create(&E->thread, NULL, engine_main, NULL);
+  if (thread_rc != 0) {
+    if (thread_rc > 0) snprintf(err, errlen, "cannot start the engine thread: %s", strerror(thread_rc));
+    pthread_mutex_lock(&E->qmu);
     E->accepting = 0;
-    return HVD_ERR_INTERNAL;
+    pthread_mutex_unlock(&E->qmu);
+    goto undo;
   }
   pthread_setname_np(E->thread, "hvd-engine"); /* named before hvd_init returns (top -H, tests) */
   E->started = 1;
@@ -780,6 +812,22 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
            E->mpi_owned ? "initialized by hvdshim" : "adopted from the program", E->fusion, E->cycle_s * 1e3,
            cache_cap);
   return HVD_OK;
+
+undo:
+  if (done >= FILES) {
+    hvd_timeline_close();
+    hvd_metrics_close();
+  }
+  if (done >= WATCHDOG) hvd_liveness_stop();
+  if (done >= STATE) free_state();
+  if (done >= TYPES) hvd_mpi_backend_fini();
+  if (done >= COMM) {
+    hvd_log_set_abort_hook(NULL);
+    MPI_Comm_free(&E->comm);
+  }
+  if (everyone_failed && E->mpi_owned) PMPI_Finalize();
+  E->mpi_owned = 0;
+  return st;
 }
 
 void hvd_engine_stop(void) {

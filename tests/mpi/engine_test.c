@@ -19,6 +19,7 @@
  *
  * Prints "engine_test: ... OK" and exits 0, or names what was wrong and
  * exits 1.  The last line of every rank carries its stats for the scripts. */
+#include <dirent.h>
 #include <math.h>
 #include <mpi.h>
 #include <pthread.h>
@@ -538,12 +539,28 @@ static void run_steps(int steps, int k, size_t elems) {
   free(hs);
 }
 
+/* Threads of hvdshim still running in this process (named hvd-*). */
+static int shim_threads(void) {
+  DIR *d = opendir("/proc/self/task");
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d));) {
+    char path[300], name[32] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE *f = e->d_name[0] != '.' ? fopen(path, "r") : NULL;
+    if (f && fgets(name, sizeof name, f) && !strncmp(name, "hvd-", 4)) n++;
+    if (f) fclose(f);
+  }
+  if (d) closedir(d);
+  return n;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "random";
   int adopt = !strcmp(mode, "adopt");
   if (adopt) MPI_Init(&argc, &argv); /* the program's own MPI: the shim adopts it */
   if (hvd_init() != HVD_OK) {
     fprintf(stderr, "engine_test: hvd_init failed: %s\n", hvd_last_error());
+    fprintf(stderr, "engine_test: hvdshim threads left: %d\n", shim_threads());
     return 1;
   }
   rank = hvd_rank();

@@ -20,7 +20,7 @@ status=0
 # left out: it bounds RSS growth, which ASan's quarantine changes.
 MPI_TESTS="tests/mpi/allreduce-np1.sh tests/mpi/allreduce-np2.sh tests/mpi/allreduce-np3.sh tests/mpi/allreduce-np4.sh
   tests/mpi/fusion-modes.sh tests/mpi/cache-modes.sh tests/mpi/collectives.sh tests/mpi/mismatch.sh tests/mpi/stall.sh
-  tests/mpi/join.sh tests/mpi/adopt.sh tests/mpi/timeline.sh"
+  tests/mpi/join.sh tests/mpi/adopt.sh tests/mpi/timeline.sh tests/mpi/start-fail.sh"
 mkdir -p "$sb"
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 # A fresh copy of the sources (make distdir), since a source tree configured
@@ -78,5 +78,17 @@ vrun 3 collectives
 vrun 2 mismatch
 vrun 3 join 0
 vrun 2 adopt
-[ $status = 0 ] && echo "check-sanitize: valgrind memcheck: $runs runs clean (unit_tests; engine_test random, collectives, mismatch, join, adopt)"
+# the engine start failing at each step (tests/mpi/start-fail.sh): what it
+# did is undone, nothing leaks, no invalid access
+for step in 1 2 3 4 5 6 7 8; do
+  runs=$((runs + 1))
+  timeout -k 5 300 mpirun --oversubscribe -np 2 -x HVDSHIM_TEST_FAIL_START=$step $vg "$et" collectives </dev/null \
+    >"$sb/vg.out" 2>&1
+  if grep -q "^==[0-9]*==" "$sb/vg.out" || ! grep -q "HVDSHIM_TEST_FAIL_START=$step" "$sb/vg.out"; then
+    head -80 "$sb/vg.out"
+    echo "check-sanitize: valgrind: engine start failing at step $step FAILED"
+    status=1
+  fi
+done
+[ $status = 0 ] && echo "check-sanitize: valgrind memcheck: $runs runs clean (unit_tests; engine_test random, collectives, mismatch, join, adopt; the engine start failing at each of 8 steps)"
 exit $status
