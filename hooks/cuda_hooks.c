@@ -131,12 +131,17 @@ static void *real_symbol(const char *name) {
     Dl_info a, b;
     if (d && !(dladdr(d, &a) && dladdr((void *)hvd_cuda_hook_calls, &b) && a.dli_fbase == b.dli_fbase)) fn = d;
   }
-  if (!fn) {
-    fprintf(stderr, "hvdshim: %s was called but no CUDA runtime (libcudart) defines it in this process\n", name);
-    abort();
+  if (!fn) { /* the program's call would not have linked without us: refuse it, once said, and go on */
+    static int said;
+    if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+      HVD_ERROR("%s was called, but no CUDA runtime (libcudart) in this process defines it; returning "
+                "cudaErrorInitializationError", name);
   }
   return fn;
 }
+
+/* cudaErrorInitializationError: what a hook returns when no runtime exists. */
+enum { HVD_CUDA_NO_RUNTIME = 3 };
 
 #define RESOLVE(var, name)                                                              \
   do {                                                                                  \
@@ -167,6 +172,7 @@ static void note(void *stream) {
 __attribute__((visibility("default"))) int cudaLaunchKernel(const void *func, hvd_dim3 grid, hvd_dim3 block,
                                                              void **args, size_t shmem, void *stream) {
   RESOLVE(real_launch, "cudaLaunchKernel");
+  if (!real_launch) return HVD_CUDA_NO_RUNTIME;
   note(stream);
   return real_launch(func, grid, block, args, shmem, stream);
 }
@@ -181,6 +187,7 @@ typedef struct {
 
 __attribute__((visibility("default"))) int cudaLaunchKernelExC(const void *config, const void *func, void **args) {
   RESOLVE(real_launch_ex, "cudaLaunchKernelExC");
+  if (!real_launch_ex) return HVD_CUDA_NO_RUNTIME;
   if (config) note(((const hvd_launch_config_head *)config)->stream);
   return real_launch_ex(config, func, args);
 }
@@ -188,12 +195,14 @@ __attribute__((visibility("default"))) int cudaLaunchKernelExC(const void *confi
 __attribute__((visibility("default"))) int cudaMemcpyAsync(void *dst, const void *src, size_t count, int kind,
                                                             void *stream) {
   RESOLVE(real_memcpy_async, "cudaMemcpyAsync");
+  if (!real_memcpy_async) return HVD_CUDA_NO_RUNTIME;
   note(stream);
   return real_memcpy_async(dst, src, count, kind, stream);
 }
 
 __attribute__((visibility("default"))) int cudaMemsetAsync(void *dst, int value, size_t count, void *stream) {
   RESOLVE(real_memset_async, "cudaMemsetAsync");
+  if (!real_memset_async) return HVD_CUDA_NO_RUNTIME;
   note(stream);
   return real_memset_async(dst, value, count, stream);
 }

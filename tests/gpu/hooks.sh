@@ -27,3 +27,23 @@ pass "dormant process: calls pass through, stream seen ($out)"
 out=$(LD_PRELOAD="$LIB" mpi 1 -x LD_PRELOAD "$TMP/hook_probe" "$TMP/libfakefw.so" 2>&1) || fail "probe as a rank failed: $out"
 case $out in *"$want hooked=2 seen=0x1234"*) ;; *) fail "rank process: $out" ;; esac
 pass "rank process: calls pass through, stream seen"
+
+# No CUDA runtime in the process at all: a CUDA call that only the shim
+# defines is refused with cudaErrorInitializationError (3) and one error
+# line, and the program goes on (it is never killed for it).
+cat >"$TMP/noruntime.c" <<'C'
+#include <dlfcn.h>
+#include <stdio.h>
+int main(void) {
+  int (*ms)(void *, int, size_t, void *) = (int (*)(void *, int, size_t, void *))dlsym(RTLD_DEFAULT, "cudaMemsetAsync");
+  if (!ms) return 2;
+  int a = ms(NULL, 0, 0, NULL), b = ms(NULL, 0, 0, NULL);
+  printf("rc=%d,%d\n", a, b);
+  return 0;
+}
+C
+$CC -o "$TMP/noruntime" "$TMP/noruntime.c" -ldl || fail "building the no-runtime probe"
+out=$(LD_PRELOAD="$LIB" "$TMP/noruntime" 2>&1) || fail "no runtime: the program was ended: $out"
+[ "$(echo "$out" | grep -c "cudaMemsetAsync was called, but no CUDA runtime")" = 1 ] || fail "no runtime: expected one error line: $out"
+echo "$out" | grep -qx "rc=3,3" || fail "no runtime: expected cudaErrorInitializationError twice: $out"
+pass "no CUDA runtime: the call is refused (3) with one error line, the program goes on"
