@@ -603,25 +603,27 @@ static void *engine_main(void *arg) {
 
 /* ------------------------------------------------------------------ lifecycle */
 
-/* Settings that shape the collectives every rank issues (how tensors are
- * grouped and cut into pieces, the control vector's length, the GPU
- * backend): a rank that differs would make the others' MPI calls mismatch,
- * so a difference ends the start on every rank with one line naming it. */
+/* The settings marked AGREE in settings.def shape the collectives every
+ * rank issues (how tensors are grouped and cut into pieces, the control
+ * vector's length, the GPU backend): a rank that differs would make the
+ * others' MPI calls mismatch, so a difference ends the start on every rank
+ * with one line naming it. */
 static int settings_agree(char *err, size_t errlen) {
-  static const hvd_cfg_id ids[] = {HVD_CFG_FUSION_THRESHOLD, HVD_CFG_PIPELINE_CHUNK, HVD_CFG_CACHE_CAPACITY,
-                                   HVD_CFG_GPU_OPERATIONS, HVD_CFG_COMPRESSION, HVD_CFG_AUTOTUNE};
-  enum { N = sizeof ids / sizeof *ids };
-  int64_t mine[N], *all = malloc(sizeof mine * (size_t)E->size);
+  hvd_cfg_id ids[HVD_CFG_COUNT];
+  int n = 0;
+  for (int id = 0; id < HVD_CFG_COUNT; id++)
+    if (hvd_cfg_table[id].scope == HVD_SCOPE_AGREE) ids[n++] = (hvd_cfg_id)id;
+  int64_t mine[HVD_CFG_COUNT], *all = malloc(sizeof *all * (size_t)(n ? n : 1) * (size_t)E->size);
   if (!all) return snprintf(err, errlen, "out of memory starting the engine"), -1;
-  for (int k = 0; k < N; k++) mine[k] = hvd_cfg_int(ids[k]);
-  int rc = MPI_Allgather(mine, N, MPI_INT64_T, all, N, MPI_INT64_T, E->comm);
+  for (int k = 0; k < n; k++) mine[k] = hvd_cfg_int(ids[k]);
+  int rc = MPI_Allgather(mine, n, MPI_INT64_T, all, n, MPI_INT64_T, E->comm);
   for (int r = 0; r < E->size && rc == MPI_SUCCESS; r++)
-    for (int k = 0; k < N; k++) {
-      if (all[r * N + k] == all[k]) continue;
+    for (int k = 0; k < n; k++) {
+      if (all[r * n + k] == all[k]) continue;
       char a[64], b[64];
       snprintf(err, errlen, "%s differs across ranks (%s on rank 0, %s on rank %d); it must be the same on every rank",
                hvd_cfg_table[ids[k]].name, hvd_cfg_format(ids[k], all[k], a, sizeof a),
-               hvd_cfg_format(ids[k], all[r * N + k], b, sizeof b), r);
+               hvd_cfg_format(ids[k], all[r * n + k], b, sizeof b), r);
       free(all);
       return -2; /* every rank found it */
     }

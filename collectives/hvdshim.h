@@ -31,7 +31,7 @@ extern "C" {
 #define HVD_EXPORT
 #endif
 
-#define HVDSHIM_VERSION "0.1.0"
+#include "hvdshim_version.h" /* HVDSHIM_VERSION, from configure.ac */
 
 typedef int64_t hvd_handle_t;
 

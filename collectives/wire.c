@@ -22,7 +22,7 @@ int hvd_buf_reserve(hvd_buf *b, size_t extra) {
 }
 
 void hvd_buf_put(hvd_buf *b, const void *data, size_t n) {
-  if (hvd_buf_reserve(b, n) != 0) return;
+  if (!n || hvd_buf_reserve(b, n) != 0) return;
   memcpy(b->p + b->len, data, n);
   b->len += n;
 }

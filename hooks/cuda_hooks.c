@@ -32,6 +32,7 @@
 
 #include "../shim/config.h"
 #include "../shim/log.h"
+#include "../shim/role.h"
 
 /* ------------------------------------------------------------------ pinning */
 
@@ -71,11 +72,8 @@ int hvd_pin_count_gpus(void) {
 
 void hvd_cuda_arm(int local_rank) {
   if (!hvd_cfg_int(HVD_CFG_PIN_GPU)) return;
-  int local_size = 0;
-  const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  if (!ls) ls = getenv("MPI_LOCALNRANKS");
-  if (!ls) ls = getenv("SLURM_NTASKS_PER_NODE");
-  if (ls) local_size = atoi(ls);
+  int local_size = hvd_env_local_size();
+  if (local_size < 0) local_size = 0;
   const char *user = getenv("CUDA_VISIBLE_DEVICES");
   int ngpus = user && *user ? 0 : hvd_pin_count_gpus();
   char pick[256];

@@ -14,8 +14,8 @@
 extern char **environ;
 
 const hvd_cfg_desc hvd_cfg_table[HVD_CFG_COUNT] = {
-#define HVD_SETTING(id, name, alias, type, def, lo, hi, choices, help) \
-  {name, alias, def, choices, help, HVD_CT_##type, (double)(lo), (double)(hi)},
+#define HVD_SETTING(id, name, alias, type, def, lo, hi, choices, scope, help) \
+  {name, alias, def, choices, help, HVD_CT_##type, (double)(lo), (double)(hi), HVD_SCOPE_##scope},
 #include "settings.def"
 #undef HVD_SETTING
 };

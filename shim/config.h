@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 typedef enum {
-#define HVD_SETTING(id, name, alias, type, def, lo, hi, choices, help) HVD_CFG_##id,
+#define HVD_SETTING(id, name, alias, type, def, lo, hi, choices, scope, help) HVD_CFG_##id,
 #include "settings.def"
 #undef HVD_SETTING
   HVD_CFG_COUNT
@@ -17,10 +17,13 @@ typedef enum {
 typedef enum { HVD_CT_BOOL, HVD_CT_INT, HVD_CT_DOUBLE, HVD_CT_SIZE, HVD_CT_CHOICE, HVD_CT_STRING } hvd_cfg_type;
 typedef enum { HVD_SRC_DEFAULT, HVD_SRC_ENV, HVD_SRC_ALIAS, HVD_SRC_API } hvd_cfg_source;
 
+typedef enum { HVD_SCOPE_LOCAL, HVD_SCOPE_AGREE } hvd_cfg_scope;
+
 typedef struct {
   const char *name, *alias, *def, *choices, *help;
   hvd_cfg_type type;
   double lo, hi;
+  hvd_cfg_scope scope; /* AGREE: must be the same on every rank (checked by hvd_init) */
 } hvd_cfg_desc;
 
 extern const hvd_cfg_desc hvd_cfg_table[HVD_CFG_COUNT];

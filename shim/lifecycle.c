@@ -61,18 +61,35 @@ static int env_int(const char *name, int *out) {
   return 1;
 }
 
+/* The launchers' variables, one list each, first set wins: Open MPI,
+ * PMIx, PMI (MPICH's Hydra), SLURM.  SLURM_PROCID makes a rank only in a
+ * multi-task step (SLURM sets it in every step, also for one task). */
+static const char *const rank_vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", NULL};
+static const char *const size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", NULL};
+static const char *const local_rank_vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK",
+                                              "SLURM_LOCALID", NULL};
+static const char *const local_size_vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE",
+                                              "SLURM_NTASKS_PER_NODE", NULL};
+
+static int env_first(const char *const *names, int *out) {
+  for (; *names; names++)
+    if (env_int(*names, out)) return 1;
+  return 0;
+}
+
 int hvd_env_rank(int *local_rank) {
   int rank = -1, lr = -1, ntasks = 0;
-  if (!env_int("OMPI_COMM_WORLD_RANK", &rank) && !env_int("PMIX_RANK", &rank) && !env_int("PMI_RANK", &rank)) {
-    /* SLURM sets SLURM_PROCID in every step, also for one task: only a
-     * multi-task step makes a rank. */
-    if (env_int("SLURM_PROCID", &rank) && !(env_int("SLURM_NTASKS", &ntasks) && ntasks > 1)) rank = -1;
-  }
-  if (!env_int("OMPI_COMM_WORLD_LOCAL_RANK", &lr) && !env_int("MPI_LOCALRANKID", &lr) &&
-      !env_int("PMI_LOCAL_RANK", &lr) && !env_int("SLURM_LOCALID", &lr))
-    lr = -1;
+  if (!env_first(rank_vars, &rank) && env_int("SLURM_PROCID", &rank) &&
+      !(env_int("SLURM_NTASKS", &ntasks) && ntasks > 1))
+    rank = -1;
+  if (!env_first(local_rank_vars, &lr)) lr = -1;
   if (local_rank) *local_rank = rank >= 0 ? lr : -1;
   return rank;
+}
+
+int hvd_env_local_size(void) {
+  int ls = -1;
+  return env_first(local_size_vars, &ls) ? ls : -1;
 }
 
 void hvd_launch_info(int *rank, int *size, int *local_rank, int *local_size) {
@@ -82,10 +99,8 @@ void hvd_launch_info(int *rank, int *size, int *local_rank, int *local_size) {
   } else {
     r = hvd_env_rank(&lr);
     if (r >= 0) {
-      if (!env_int("OMPI_COMM_WORLD_SIZE", &s) && !env_int("PMI_SIZE", &s) && !env_int("SLURM_NTASKS", &s)) s = -1;
-      if (!env_int("OMPI_COMM_WORLD_LOCAL_SIZE", &ls) && !env_int("MPI_LOCALNRANKS", &ls) &&
-          !env_int("PMI_LOCAL_SIZE", &ls))
-        ls = -1;
+      if (!env_first(size_vars, &s)) s = -1;
+      ls = hvd_env_local_size();
     }
     if (r < 0) r = 0, s = 1, lr = 0, ls = 1; /* not launched: one process */
     if (s < 1) s = r + 1;

@@ -16,6 +16,8 @@ const char *hvd_role_name(hvd_role_t role);
 /* Rank from the launcher's environment (OpenMPI, PMIx, MPICH/Hydra, SLURM),
  * or -1.  Sets *local_rank too (-1 if unknown). */
 int hvd_env_rank(int *local_rank);
+/* Ranks on this host from the launcher's environment, or -1. */
+int hvd_env_local_size(void);
 /* Called by the MPI_Finalize hook before the real finalize. */
 void hvd_shim_before_mpi_finalize(void);
 

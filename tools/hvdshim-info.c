@@ -41,8 +41,8 @@ static void range(const hvd_cfg_desc *d, char *buf, size_t n) {
 }
 
 static void markdown(void) {
-  printf("| variable | Horovod alias | type | default | accepted | meaning |\n");
-  printf("|---|---|---|---|---|---|\n");
+  printf("| variable | Horovod alias | type | default | accepted | same on every rank | meaning |\n");
+  printf("|---|---|---|---|---|---|---|\n");
   for (int i = 0; i < HVD_CFG_COUNT; i++) {
     const hvd_cfg_desc *d = &hvd_cfg_table[i];
     char r[128], esc[256];
@@ -53,8 +53,9 @@ static void markdown(void) {
       esc[k++] = *p;
     }
     esc[k] = 0;
-    printf("| `%s` | %s%s%s | %s | `%s` | %s | %s |\n", d->name, d->alias ? "`" : "", d->alias ? d->alias : "-",
-           d->alias ? "`" : "", type_name(d->type), d->def[0] ? d->def : "(empty)", esc, d->help);
+    printf("| `%s` | %s%s%s | %s | `%s` | %s | %s | %s |\n", d->name, d->alias ? "`" : "", d->alias ? d->alias : "-",
+           d->alias ? "`" : "", type_name(d->type), d->def[0] ? d->def : "(empty)", esc,
+           d->scope == HVD_SCOPE_AGREE ? "required" : "-", d->help);
   }
 }
 

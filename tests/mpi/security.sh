@@ -49,7 +49,7 @@ int main(void) {
   return 0;
 }
 C
-  "$CC" -o "$TMP/probe" "$TMP/probe.c" -I"$top_srcdir/collectives" -L"$top_builddir/.libs" -lhvdshim \
+  "$CC" -o "$TMP/probe" "$TMP/probe.c" -I"$top_builddir/collectives" -I"$top_srcdir/collectives" -L"$top_builddir/.libs" -lhvdshim \
     -Wl,-rpath,"$top_builddir/.libs" 2>"$TMP/cc.out" || { cat "$TMP/cc.out"; fail "cannot build the setgid probe"; }
   chgrp nogroup "$TMP/probe" && chmod 2755 "$TMP/probe"
   chmod 755 "$TMP" # the setgid program must be reachable

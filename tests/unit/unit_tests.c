@@ -519,6 +519,7 @@ static void req(round_in *in, int r, const char *name, hvd_sig sig, double age) 
 static void run_round(hvd_coord *k, round_in *in, double now, char *out, size_t n, int64_t *rows) {
   hvd_buf all = {0}, resp = {0};
   int lens[4], displs[4];
+  hvd_buf_reserve(&all, 1); /* as the engine's: never a null buffer */
   for (int r = 0; r < in->size; r++) {
     displs[r] = (int)all.len;
     lens[r] = (int)in->rank[r].len;
