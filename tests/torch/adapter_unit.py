@@ -48,6 +48,27 @@ class StubLib:
         self.calls.append(("log", level, msg.decode()))
 
 
+class Constants(unittest.TestCase):
+    """The adapter's copies of hvdshim.h's enum values are the header's."""
+
+    def test_enums_match_the_header(self):
+        import re
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "collectives", "hvdshim.h")
+        text = open(path).read()
+        header = {m.group(1): int(m.group(2)) for m in re.finditer(r"\b(HVD_[A-Z0-9_]+) = (-?\d+)", text)}
+        header["HVD_ROOT_FIRST_ACTIVE"] = int(re.search(r"#define HVD_ROOT_FIRST_ACTIVE \((-?\d+)\)", text).group(1))
+        names = {torch.float32: "HVD_FLOAT32", torch.float64: "HVD_FLOAT64", torch.float16: "HVD_FLOAT16",
+                 torch.bfloat16: "HVD_BFLOAT16", torch.int32: "HVD_INT32", torch.int64: "HVD_INT64",
+                 torch.uint8: "HVD_UINT8"}
+        self.assertEqual(set(names), set(lib._HVD_DTYPES))
+        for dt, name in names.items():
+            self.assertEqual(lib._HVD_DTYPES[dt], header[name], name)
+        for attr, name in (("_UINT8", "HVD_UINT8"), ("_INT64", "HVD_INT64"), ("_SUM", "HVD_SUM"), ("_AVG", "HVD_AVG"),
+                           ("_MAX", "HVD_MAX"), ("_ROOT_FIRST_ACTIVE", "HVD_ROOT_FIRST_ACTIVE"),
+                           ("_ERR_TIMEOUT", "HVD_ERR_TIMEOUT")):
+            self.assertEqual(getattr(lib, attr), header[name], name)
+
+
 class Arithmetic(unittest.TestCase):
     def test_shard_covers_every_sample_with_equal_counts(self):
         for n in range(1, 40):
