@@ -161,23 +161,6 @@ HVD_EXPORT void hvd_get_stats(hvd_stats_t *stats);
  * before hvd_init. */
 HVD_EXPORT void hvd_step_mark(int64_t samples);
 
-/* For framework adapters (the PyTorch glue), usable before hvd_init. */
-/* Rank, size, local rank and size: the engine's once initialized, else the
- * launcher's environment (a process not started by a launcher: 0 of 1). */
-HVD_EXPORT void hvd_launch_info(int *rank, int *size, int *local_rank, int *local_size);
-/* "dormant", "disabled", "armed", "active", "forked child" or "finalized". */
-HVD_EXPORT const char *hvd_role_now(void);
-/* Effective value of a setting, by HVDSHIM_* name or Horovod alias, in
- * normalized form (booleans "0"/"1", choices as listed, plain numbers); NULL
- * for an unknown name. */
-HVD_EXPORT const char *hvd_config_value(const char *name);
-/* One line through hvdshim's logger (prefix, rank, HVDSHIM_LOG_LEVEL);
- * level 0 error, 1 warning, 2 info, 3 debug; `where` names the caller. */
-HVD_EXPORT void hvd_log_message(int level, const char *where, const char *msg);
-/* Print `msg` as an error and end the whole job (MPI_Abort once the engine
- * runs, else exit(1)): for failures other ranks cannot see. */
-HVD_EXPORT void hvd_abort_job(const char *msg) __attribute__((noreturn));
-
 HVD_EXPORT const char *hvd_dtype_name(hvd_dtype_t dtype);
 HVD_EXPORT size_t hvd_dtype_size(hvd_dtype_t dtype);
 HVD_EXPORT const char *hvd_status_name(hvd_status_t status);

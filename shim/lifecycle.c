@@ -27,6 +27,7 @@
 #include "../collectives/engine.h"
 #include "../collectives/handles.h"
 #include "../collectives/hvdshim.h"
+#include "adapter_api.h"
 #include "config.h"
 #include "../hooks/cuda_hooks.h"
 #include "../hooks/native.h"
