@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../shim/log.h"
+#include "../base/log.h"
 #include "dtype.h"
 
 #define HVD_NAME_MAX 1024

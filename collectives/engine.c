@@ -67,8 +67,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../shim/config.h"
-#include "../shim/log.h"
+#include "../base/config.h"
+#include "../base/log.h"
 #include "autotune.h"
 #include "backend_mpi.h"
 #include "dtype.h"
@@ -443,7 +443,7 @@ static void format_bytes(size_t b, char *out, size_t n) {
 #define HVD_TUNE_WINDOW_S 0.2
 static void tune(double now) {
   if (hvd_tuner_done(&E->tuner)) return;
-  uint64_t steps = hvd_metrics_steps(), bytes = E->stats.bytes_reduced;
+  uint64_t steps = __atomic_load_n(&E->steps, __ATOMIC_RELAXED), bytes = E->stats.bytes_reduced;
   if (E->win_t == 0) {
     E->win_t = now, E->win_steps = steps, E->win_bytes = bytes;
     return;
@@ -779,6 +779,7 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
   }
   E->t0 = hvd_eng_now();
   memset(&E->stats, 0, sizeof E->stats);
+  __atomic_store_n(&E->steps, 0, __ATOMIC_RELAXED);
   if (injected(5, err, errlen)) goto undo;
 
   if (hvd_liveness_start(E->comm, E->rank, E->size, hvd_cfg_double(HVD_CFG_PEER_TIMEOUT_SECONDS), err, errlen) != 0)

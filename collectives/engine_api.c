@@ -9,11 +9,17 @@
 #include "dtype.h"
 #include "engine_internal.h"
 #include "handles.h"
+#include "metrics.h"
 
 int hvd_rank(void) { return E->started ? E->rank : -1; }
 int hvd_size(void) { return E->started ? E->size : -1; }
 int hvd_local_rank(void) { return E->started ? E->local_rank : -1; }
 int hvd_local_size(void) { return E->started ? E->local_size : -1; }
+
+void hvd_step_mark(int64_t samples) {
+  if (!E->started) return;
+  hvd_metrics_step(__atomic_add_fetch(&E->steps, 1, __ATOMIC_RELAXED), samples);
+}
 
 void hvd_get_stats(hvd_stats_t *out) {
   __atomic_thread_fence(__ATOMIC_SEQ_CST);

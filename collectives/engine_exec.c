@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../shim/config.h"
-#include "../shim/log.h"
+#include "../base/config.h"
+#include "../base/log.h"
 #include "backend_mpi.h"
 #include "dtype.h"
 #include "engine_internal.h"

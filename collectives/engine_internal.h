@@ -103,6 +103,7 @@ typedef struct {
   double win_t;
   uint64_t win_steps, win_bytes;
   hvd_stats_t stats; /* written by the engine thread, read racily by hvd_get_stats */
+  uint64_t steps;    /* atomic: steps marked on this rank since the start (hvd_step_mark; autotune's clock) */
   /* published for hvd_engine_tuning (atomics: read by user threads) */
   size_t pub_fusion;
   uint64_t pub_cycle_ns;

@@ -45,7 +45,7 @@
 #include <nccl.h>
 #endif
 
-#include "../shim/log.h"
+#include "../base/log.h"
 #include "dtype.h"
 #include "gpu_desc.h"
 

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../shim/log.h"
+#include "../base/log.h"
 
 typedef struct {
   int32_t pid;

@@ -1,5 +1,6 @@
 /* Per-step metrics; see metrics.h.  `mu` guards the file and the previous
- * step's counters (steps may be marked from more than one thread). */
+ * step's counters (steps may be marked from more than one thread).  It reads
+ * the engine only (its public stats, size and tuning). */
 #include "metrics.h"
 
 #include <errno.h>
@@ -13,7 +14,6 @@
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static FILE *out;
-static uint64_t steps; /* atomic: read by the engine thread */
 static double last_t, start_t;
 static hvd_stats_t prev;
 
@@ -25,7 +25,6 @@ static double clock_s(clockid_t c) {
 
 void hvd_metrics_reset(void) {
   pthread_mutex_lock(&mu);
-  __atomic_store_n(&steps, 0, __ATOMIC_RELAXED);
   start_t = last_t = clock_s(CLOCK_MONOTONIC);
   memset(&prev, 0, sizeof prev);
   pthread_mutex_unlock(&mu);
@@ -50,11 +49,7 @@ void hvd_metrics_close(void) {
   pthread_mutex_unlock(&mu);
 }
 
-uint64_t hvd_metrics_steps(void) { return __atomic_load_n(&steps, __ATOMIC_RELAXED); }
-
-void hvd_step_mark(int64_t samples) {
-  if (!hvd_initialized()) return;
-  uint64_t n = __atomic_add_fetch(&steps, 1, __ATOMIC_RELAXED);
+void hvd_metrics_step(uint64_t n, int64_t samples) {
   pthread_mutex_lock(&mu);
   if (!out) {
     pthread_mutex_unlock(&mu);

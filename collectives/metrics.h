@@ -1,6 +1,6 @@
 /* Per-step metrics (HVDSHIM_METRICS): a JSON Lines file written by rank 0,
  * one object per hvd_step_mark.  The engine opens it at start and closes it
- * at stop; hvd_step_mark (any thread) appends.  Schema: README "Metrics". */
+ * at stop, counts the steps, and hvd_step_mark (any thread) appends.  Schema: README "Metrics". */
 #ifndef HVD_METRICS_H
 #define HVD_METRICS_H
 
@@ -9,9 +9,10 @@
 
 int hvd_metrics_open(const char *path, char *err, size_t errlen);
 void hvd_metrics_close(void);
-/* Steps marked on this rank since the engine started (autotune's clock). */
-uint64_t hvd_metrics_steps(void);
 void hvd_metrics_reset(void);
+/* Step n (counted by the engine, engine_api.c hvd_step_mark) has ended with
+ * `samples` on this rank (-1: unknown): one line, if the file is open. */
+void hvd_metrics_step(uint64_t n, int64_t samples);
 
 /* What the engine reports about its tunable settings, for each line. */
 typedef struct {

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../shim/outfile.h"
+#include "../base/outfile.h"
 #include "strmap.h"
 #include "wire.h"
 

@@ -30,9 +30,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../shim/config.h"
-#include "../shim/log.h"
-#include "../shim/role.h"
+#include "../base/config.h"
+#include "../base/log.h"
+#include "../base/role.h"
 
 /* ------------------------------------------------------------------ pinning */
 

@@ -11,11 +11,15 @@
 #include <mpi.h>
 
 #include "../collectives/hvdshim.h"
-#include "../shim/role.h"
+#include "../base/role.h"
 
 HVD_EXPORT int MPI_Init(int *argc, char ***argv);
 HVD_EXPORT int MPI_Init_thread(int *argc, char ***argv, int required, int *provided);
 HVD_EXPORT int MPI_Finalize(void);
+
+static void (*before_finalize)(void);
+
+void hvd_mpi_hooks_on_finalize(void (*fn)(void)) { before_finalize = fn; }
 
 static int want_multiple(void) {
   hvd_role_t r = hvd_shim_role();
@@ -34,7 +38,7 @@ int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
 }
 
 int MPI_Finalize(void) {
-  hvd_shim_before_mpi_finalize();
+  if (before_finalize) before_finalize(); /* stops the engine */
   int down = 0;
   PMPI_Finalized(&down); /* an engine that owned MPI has finalized it already */
   return down ? MPI_SUCCESS : PMPI_Finalize();

@@ -43,9 +43,9 @@
 
 #include "../collectives/gpu.h"
 #include "../collectives/hvdshim.h"
-#include "../shim/config.h"
-#include "../shim/log.h"
-#include "../shim/role.h"
+#include "../base/config.h"
+#include "../base/log.h"
+#include "../base/role.h"
 #include "cuda_hooks.h"
 #include "hookspec.h"
 
@@ -88,6 +88,7 @@ typedef struct {
 static struct {
   hvd_hookspec spec;
   const char *where;
+  hvd_status_t (*start)(void); /* hvd_init, passed by the constructor */
   native_hook *hooks;
   int n;
   pthread_mutex_t mu; /* scanning and patching */
@@ -227,7 +228,7 @@ static void on_call(ffi_cif *cif, void *ret, void **args, void *ud) {
     ffi_call(cif, FFI_FN(t->orig), ret, args);
     return;
   }
-  if (!hvd_initialized() && hvd_init() != HVD_OK) {
+  if (hvd_shim_role() != HVD_ROLE_ACTIVE && N.start() != HVD_OK) {
     if (!present()) { /* shut down meanwhile (a hooked call from an exit handler) */
       ffi_call(cif, FFI_FN(t->orig), ret, args);
       return;
@@ -594,9 +595,10 @@ static void warn_unreached(void) {
   }
 }
 
-void hvd_native_arm(void) {
+void hvd_native_arm(hvd_status_t (*start)(void)) {
   const char *value = hvd_cfg_str(HVD_CFG_HOOKS);
   if (!value || !value[0]) return;
+  N.start = start;
   char err[640];
   char *text;
   size_t len;
@@ -634,7 +636,8 @@ void hvd_native_arm(void) {
 
 #else /* no libffi, or an architecture whose relocations are not handled */
 
-void hvd_native_arm(void) {
+void hvd_native_arm(hvd_status_t (*start)(void)) {
+  (void)start;
   const char *value = hvd_cfg_str(HVD_CFG_HOOKS);
   if (!value || !value[0]) return;
 #if !defined(HVD_HAVE_FFI)

@@ -5,9 +5,13 @@
 
 #include <stddef.h>
 
+#include "../collectives/hvdshim.h"
+
 /* Constructor of an armed rank: read HVDSHIM_HOOKS (a spec file, or the
  * spec itself when the value contains '('), patch every loaded object and
- * watch dlopen.  A spec error ends the process with one line. */
-void hvd_native_arm(void);
+ * watch dlopen.  A spec error ends the process with one line.  `start`
+ * starts hvdshim on the first hooked call (the layer above passes hvd_init,
+ * so hooks/ never calls up into shim/). */
+void hvd_native_arm(hvd_status_t (*start)(void));
 
 #endif

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "../base/log.h"
 #include "python.h"
 
 #ifndef HVD_PYDIR_INSTALLED

@@ -13,8 +13,8 @@
  *                   data until every rank has finished), then stops the
  *                   engine and finalizes what hvd_init initialized; any other
  *                   status ends the whole job.
- * `role` is written by the constructor, hvd_init (under init_mu) and the
- * fork handler; readers tolerate a stale value. */
+ * The role (base/role.c) is written by the constructor, hvd_init (under
+ * init_mu) and the fork handler; readers tolerate a stale value. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -28,70 +28,21 @@
 #include "../collectives/handles.h"
 #include "../collectives/hvdshim.h"
 #include "adapter_api.h"
-#include "config.h"
+#include "../base/config.h"
 #include "../hooks/cuda_hooks.h"
+#include "../hooks/mpi_hooks.h"
 #include "../hooks/native.h"
 #include "../hooks/python.h"
-#include "log.h"
+#include "../base/log.h"
 #include "overlay.h"
-#include "role.h"
+#include "../base/role.h"
 
-static hvd_role_t role = HVD_ROLE_DORMANT;
 static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
 static int init_tried;
 static hvd_status_t init_result = HVD_ERR_NOT_INIT;
 static char init_error[640];
 static int config_ok;
 static char config_error[512];
-
-hvd_role_t hvd_shim_role(void) { return role; }
-
-const char *hvd_role_name(hvd_role_t r) {
-  static const char *names[] = {"dormant", "disabled", "armed", "active", "forked child", "finalized"};
-  return (unsigned)r < sizeof names / sizeof *names ? names[r] : "unknown";
-}
-
-static int env_int(const char *name, int *out) {
-  const char *v = getenv(name);
-  if (!v || !*v) return 0;
-  char *end;
-  errno = 0;
-  long x = strtol(v, &end, 10);
-  if (errno || *end || x < 0 || x > 1 << 30) return 0;
-  *out = (int)x;
-  return 1;
-}
-
-/* The launchers' variables, one list each, first set wins: Open MPI,
- * PMIx, PMI (MPICH's Hydra), SLURM.  SLURM_PROCID makes a rank only in a
- * multi-task step (SLURM sets it in every step, also for one task). */
-static const char *const rank_vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", NULL};
-static const char *const size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", NULL};
-static const char *const local_rank_vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK",
-                                              "SLURM_LOCALID", NULL};
-static const char *const local_size_vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE",
-                                              "SLURM_NTASKS_PER_NODE", NULL};
-
-static int env_first(const char *const *names, int *out) {
-  for (; *names; names++)
-    if (env_int(*names, out)) return 1;
-  return 0;
-}
-
-int hvd_env_rank(int *local_rank) {
-  int rank = -1, lr = -1, ntasks = 0;
-  if (!env_first(rank_vars, &rank) && env_int("SLURM_PROCID", &rank) &&
-      !(env_int("SLURM_NTASKS", &ntasks) && ntasks > 1))
-    rank = -1;
-  if (!env_first(local_rank_vars, &lr)) lr = -1;
-  if (local_rank) *local_rank = rank >= 0 ? lr : -1;
-  return rank;
-}
-
-int hvd_env_local_size(void) {
-  int ls = -1;
-  return env_first(local_size_vars, &ls) ? ls : -1;
-}
 
 void hvd_launch_info(int *rank, int *size, int *local_rank, int *local_size) {
   int r, s = -1, lr, ls = -1;
@@ -100,7 +51,7 @@ void hvd_launch_info(int *rank, int *size, int *local_rank, int *local_size) {
   } else {
     r = hvd_env_rank(&lr);
     if (r >= 0) {
-      if (!env_first(size_vars, &s)) s = -1;
+      s = hvd_env_size();
       ls = hvd_env_local_size();
     }
     if (r < 0) r = 0, s = 1, lr = 0, ls = 1; /* not launched: one process */
@@ -114,7 +65,7 @@ void hvd_launch_info(int *rank, int *size, int *local_rank, int *local_size) {
   if (local_size) *local_size = ls;
 }
 
-const char *hvd_role_now(void) { return hvd_role_name(role); }
+const char *hvd_role_now(void) { return hvd_role_name(hvd_shim_role()); }
 
 void hvd_log_message(int level, const char *where, const char *msg) {
   if (level < HVD_LOG_ERROR) level = HVD_LOG_ERROR;
@@ -139,7 +90,7 @@ static void warn_unknown(const char *name, const char *suggestion) {
 static void fork_child(void) {
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
   init_mu = fresh;
-  role = HVD_ROLE_FORKED;
+  hvd_role_set(HVD_ROLE_FORKED);
   init_tried = 1;
   init_result = HVD_ERR_NOT_INIT;
   snprintf(init_error, sizeof init_error, "hvd_init: hvdshim is inert in a forked child of a rank");
@@ -159,18 +110,19 @@ static void say_role(const char *why) {
   int saved = hvd_log_threshold;
   hvd_log_threshold = HVD_LOG_DEBUG;
   extern char *program_invocation_short_name;
-  HVD_DEBUG("role %s in %s (pid %ld): %s", hvd_role_name(role), program_invocation_short_name, (long)getpid(), why);
+  HVD_DEBUG("role %s in %s (pid %ld): %s", hvd_role_name(hvd_shim_role()), program_invocation_short_name, (long)getpid(), why);
   hvd_log_threshold = saved;
 }
 
 __attribute__((constructor)) static void hvd_shim_ctor(void) {
+  hvd_mpi_hooks_on_finalize(hvd_shutdown); /* the program's MPI_Finalize stops the engine first */
   if (getauxval(AT_SECURE)) { /* setuid/setgid: never act on the environment */
-    role = HVD_ROLE_DISABLED;
+    hvd_role_set(HVD_ROLE_DISABLED);
     return;
   }
   const char *dis = getenv("HVDSHIM_DISABLE");
   if (dis && (!strcmp(dis, "1") || !strcasecmp(dis, "true") || !strcasecmp(dis, "yes") || !strcasecmp(dis, "on"))) {
-    role = HVD_ROLE_DISABLED;
+    hvd_role_set(HVD_ROLE_DISABLED);
     say_role("HVDSHIM_DISABLE is set");
     return;
   }
@@ -195,11 +147,11 @@ __attribute__((constructor)) static void hvd_shim_ctor(void) {
   }
   hvd_config_check_unknown(warn_unknown);
   pthread_atfork(NULL, NULL, fork_child);
-  role = HVD_ROLE_ARMED;
+  hvd_role_set(HVD_ROLE_ARMED);
   say_role("a rank process");
   hvd_cuda_arm(local_rank);
   int python = hvd_python_arm();
-  hvd_native_arm();
+  hvd_native_arm(hvd_init);
   /* The training program's writes on ranks > 0 go to a private overlay;
    * wrappers (a shell around the program) write real files. */
   const char *hooks = hvd_cfg_str(HVD_CFG_HOOKS);
@@ -215,7 +167,7 @@ static pid_t active_pid;
 
 static void at_exit(int status, void *arg) {
   (void)arg;
-  if (role != HVD_ROLE_ACTIVE || getpid() != active_pid) return;
+  if (hvd_shim_role() != HVD_ROLE_ACTIVE || getpid() != active_pid) return;
   if (status != 0) {
     hvd_fatal_at("lifecycle", 0, "this rank is exiting with status %d (an uncaught exception, sys.exit(%d) or "
                  "exit(%d)); ending the job so no rank waits for it", status, status, status);
@@ -231,7 +183,7 @@ static void at_exit(int status, void *arg) {
 static volatile int exit_started;
 
 __attribute__((visibility("default"), noreturn)) void _exit(int status) {
-  if (!exit_started && !hvd_fatal_started && role == HVD_ROLE_ACTIVE && getpid() == active_pid) {
+  if (!exit_started && !hvd_fatal_started && hvd_shim_role() == HVD_ROLE_ACTIVE && getpid() == active_pid) {
     exit_started = 1;
     if (status != 0)
       hvd_fatal_at("lifecycle", 0, "this rank called _exit(%d) (os._exit(%d) in Python); ending the job so no rank "
@@ -254,12 +206,12 @@ hvd_status_t hvd_init(void) {
     return st;
   }
   init_tried = 1;
-  if (role == HVD_ROLE_DISABLED || role == HVD_ROLE_FORKED || role == HVD_ROLE_FINALIZED) {
-    snprintf(init_error, sizeof init_error, "hvd_init: hvdshim is inert in this process (%s)", hvd_role_name(role));
+  if (hvd_shim_role() == HVD_ROLE_DISABLED || hvd_shim_role() == HVD_ROLE_FORKED || hvd_shim_role() == HVD_ROLE_FINALIZED) {
+    snprintf(init_error, sizeof init_error, "hvd_init: hvdshim is inert in this process (%s)", hvd_role_name(hvd_shim_role()));
     init_result = HVD_ERR_NOT_INIT;
     goto out;
   }
-  if (role == HVD_ROLE_DORMANT) { /* explicit use by a program that is not a launched rank */
+  if (hvd_shim_role() == HVD_ROLE_DORMANT) { /* explicit use by a program that is not a launched rank */
     load_config();
     if (!config_ok) {
       snprintf(init_error, sizeof init_error, "hvd_init: %s", config_error);
@@ -270,7 +222,7 @@ hvd_status_t hvd_init(void) {
   }
   init_result = hvd_engine_start(init_error, sizeof init_error);
   if (init_result != HVD_OK) goto out;
-  role = HVD_ROLE_ACTIVE;
+  hvd_role_set(HVD_ROLE_ACTIVE);
   char pid[32];
   snprintf(pid, sizeof pid, "%ld", (long)getpid());
   setenv("HVDSHIM_ACTIVE_PID", pid, 1);
@@ -285,12 +237,11 @@ out:
 
 void hvd_shutdown(void) {
   pthread_mutex_lock(&init_mu);
-  int active = role == HVD_ROLE_ACTIVE;
-  if (active) role = HVD_ROLE_FINALIZED; /* first caller stops; re-entry is a no-op */
+  int active = hvd_shim_role() == HVD_ROLE_ACTIVE;
+  if (active) hvd_role_set(HVD_ROLE_FINALIZED); /* first caller stops; re-entry is a no-op */
   pthread_mutex_unlock(&init_mu);
   if (active) hvd_engine_stop();
 }
 
-int hvd_initialized(void) { return role == HVD_ROLE_ACTIVE; }
+int hvd_initialized(void) { return hvd_shim_role() == HVD_ROLE_ACTIVE; }
 
-void hvd_shim_before_mpi_finalize(void) { hvd_shutdown(); }

@@ -40,8 +40,8 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "log.h"
+#include "../base/config.h"
+#include "../base/log.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define CALLER __builtin_return_address(0)

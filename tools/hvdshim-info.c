@@ -22,7 +22,7 @@
 
 #include "../config.h"
 #include "libpath.h"
-#include "../shim/config.h"
+#include "../base/config.h"
 #include "../hooks/hookspec.h"
 
 static const char *type_name(hvd_cfg_type t) {

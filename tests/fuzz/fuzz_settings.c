@@ -1,4 +1,4 @@
-/* libFuzzer harness for the settings parser (shim/config.c).
+/* libFuzzer harness for the settings parser (base/config.c).
  *
  * Input: byte 0 picks a setting of the table, the rest is its value (the
  * text of an environment variable).  Every value must either be rejected

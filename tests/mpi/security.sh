@@ -42,14 +42,14 @@ else
   CC=${CC:-cc}
   cat >"$TMP/probe.c" <<'C'
 #include <stdio.h>
-#include "hvdshim.h"
+#include "adapter_api.h" /* hvd_role_now, with hvdshim.h */
 int main(void) {
   hvd_status_t st = hvd_init();
   printf("role=%s init=%d %s\n", hvd_role_now(), (int)st, hvd_last_error());
   return 0;
 }
 C
-  "$CC" -o "$TMP/probe" "$TMP/probe.c" -I"$top_builddir/collectives" -I"$top_srcdir/collectives" -L"$top_builddir/.libs" -lhvdshim \
+  "$CC" -o "$TMP/probe" "$TMP/probe.c" -I"$top_builddir/collectives" -I"$top_srcdir/collectives" -I"$top_srcdir/shim" -L"$top_builddir/.libs" -lhvdshim \
     -Wl,-rpath,"$top_builddir/.libs" 2>"$TMP/cc.out" || { cat "$TMP/cc.out"; fail "cannot build the setgid probe"; }
   chgrp nogroup "$TMP/probe" && chmod 2755 "$TMP/probe"
   chmod 755 "$TMP" # the setgid program must be reachable

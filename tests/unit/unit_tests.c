@@ -15,7 +15,7 @@
 #include "../../collectives/strmap.h"
 #include "../../collectives/wire.h"
 #include "../../hooks/cuda_hooks.h"
-#include "../../shim/config.h"
+#include "../../base/config.h"
 #include "check.h"
 #include "../../hooks/hookspec.h"
 

@@ -1,4 +1,5 @@
-/* Role of this process (DESIGN §3) and the lifecycle entry points. */
+/* Role facts (ground floor, base/role.c): the role of this process and the
+ * launcher's environment. */
 #ifndef HVD_ROLE_H
 #define HVD_ROLE_H
 
@@ -12,13 +13,14 @@ typedef enum {
 } hvd_role_t;
 
 hvd_role_t hvd_shim_role(void);
+void hvd_role_set(hvd_role_t role); /* the constructor, hvd_init and the fork handler */
 const char *hvd_role_name(hvd_role_t role);
 /* Rank from the launcher's environment (OpenMPI, PMIx, MPICH/Hydra, SLURM),
  * or -1.  Sets *local_rank too (-1 if unknown). */
 int hvd_env_rank(int *local_rank);
 /* Ranks on this host from the launcher's environment, or -1. */
 int hvd_env_local_size(void);
-/* Called by the MPI_Finalize hook before the real finalize. */
-void hvd_shim_before_mpi_finalize(void);
+/* Ranks in the job from the launcher's environment, or -1. */
+int hvd_env_size(void);
 
 #endif

@@ -1,0 +1,41 @@
+#!/bin/sh
+# The C sources are layered base/ < collectives/ < hooks/ < shim/
+# (docs/ARCHITECTURE.md "Layers"): a file may include, and an object may
+# call, only its own folder and the folders below it.  Checked twice: every
+# #include "..." of the sources, and every undefined symbol of the built
+# objects against the folder that defines it.
+. "$(dirname "$0")/../lib.sh"
+command -v nm >/dev/null || skip "nm not found (binutils)"
+level() { case $1 in base) echo 0 ;; collectives) echo 1 ;; hooks) echo 2 ;; shim) echo 3 ;; *) echo -1 ;; esac; }
+bad=0
+for dir in base collectives hooks shim; do
+  mine=$(level $dir)
+  for f in "$top_srcdir/$dir"/*.c "$top_srcdir/$dir"/*.h; do
+    [ -f "$f" ] || continue
+    for inc in $(sed -n 's/^#include "\(\.\.\/[a-z_]*\)\/.*/\1/p' "$f" | sed 's#\.\./##'); do
+      [ "$(level "$inc")" -gt "$mine" ] && { echo "FAIL: ${f#$top_srcdir/} includes from $inc/, a layer above $dir/"; bad=1; }
+    done
+  done
+done
+# symbols: which folder defines each of the project's (hvd_*: the libc
+# names that shim/ interposes are libc's for everyone else), then who uses them
+objs=$(ls "$top_builddir"/base/.libs/*.o "$top_builddir"/collectives/.libs/*.o "$top_builddir"/hooks/.libs/*.o \
+  "$top_builddir"/shim/.libs/*.o 2>/dev/null)
+[ -n "$objs" ] || fail "no built objects under $top_builddir/*/.libs (build first)"
+for o in $objs; do
+  d=$(basename "$(dirname "$(dirname "$o")")")
+  nm --defined-only "$o" | awk -v d="$d" '$2 ~ /[TDBR]/ && $3 ~ /^hvd_/ {print $3, d}'
+done | sort -u >"$TMP/defs"
+n=0
+for o in $objs; do
+  d=$(basename "$(dirname "$(dirname "$o")")")
+  mine=$(level "$d")
+  for sym in $(nm -u "$o" | awk '{print $2}'); do
+    owner=$(awk -v s="$sym" '$1 == s {print $2; exit}' "$TMP/defs")
+    [ -n "$owner" ] || continue # libc, MPI, ...
+    n=$((n + 1))
+    [ "$(level "$owner")" -gt "$mine" ] && { echo "FAIL: $d/$(basename "$o") calls $sym, defined in $owner/"; bad=1; }
+  done
+done
+[ $bad = 0 ] || fail "a lower layer uses a higher one"
+pass "layers base < collectives < hooks < shim: no upward include, no upward call ($n calls between objects checked)"
