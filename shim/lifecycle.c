@@ -16,6 +16,7 @@
  * The role (base/role.c) is written by the constructor, hvd_init (under
  * init_mu) and the fork handler; readers tolerate a stale value. */
 #include <errno.h>
+#include <mpi.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,6 +198,25 @@ __attribute__((visibility("default"), noreturn)) void _exit(int status) {
 
 __attribute__((visibility("default"), noreturn)) void _Exit(int status) { _exit(status); }
 
+/* After a failed start that left up the MPI hvdshim initialized (it is not
+ * finalized: the other ranks may not have failed, and finalizing would wait
+ * for them), a process exiting non-zero ends the job through MPI_Abort, so
+ * every launcher reports the failure and no rank waits for this one
+ * (MPICH's Hydra reports 0 for about half of the jobs whose ranks exit 1
+ * with MPI still initialized).  Exiting 0 (the program went on without
+ * hvdshim) ends nothing. */
+static pid_t failed_pid;
+
+static void after_failed_start(int status, void *arg) {
+  (void)arg;
+  int up = 0, down = 0;
+  MPI_Initialized(&up);
+  MPI_Finalized(&down);
+  if (status == 0 || getpid() != failed_pid || !up || down) return;
+  HVD_ERROR("exiting with status %d after hvd_init failed; ending the job", status);
+  PMPI_Abort(MPI_COMM_WORLD, status);
+}
+
 hvd_status_t hvd_init(void) {
   pthread_mutex_lock(&init_mu);
   if (init_tried) {
@@ -220,8 +240,19 @@ hvd_status_t hvd_init(void) {
     }
     pthread_atfork(NULL, NULL, fork_child);
   }
+  int mpi_was_up = 0, mpi_down = 0;
+  MPI_Initialized(&mpi_was_up);
   init_result = hvd_engine_start(init_error, sizeof init_error);
-  if (init_result != HVD_OK) goto out;
+  if (init_result != HVD_OK) {
+    int up = 0;
+    MPI_Initialized(&up);
+    MPI_Finalized(&mpi_down);
+    if (up && !mpi_was_up && !mpi_down) { /* the start left the MPI it initialized up */
+      failed_pid = getpid();
+      on_exit(after_failed_start, NULL);
+    }
+    goto out;
+  }
   hvd_role_set(HVD_ROLE_ACTIVE);
   char pid[32];
   snprintf(pid, sizeof pid, "%ld", (long)getpid());
