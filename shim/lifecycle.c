@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/auxv.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../collectives/engine.h"
@@ -214,6 +215,10 @@ static void after_failed_start(int status, void *arg) {
   MPI_Finalized(&down);
   if (status == 0 || getpid() != failed_pid || !up || down) return;
   HVD_ERROR("exiting with status %d after hvd_init failed; ending the job", status);
+  /* a moment for the launcher to forward what this rank wrote: Hydra drops
+   * a rank's pending output once the job is aborted */
+  struct timespec pause = {0, 200 * 1000 * 1000};
+  nanosleep(&pause, NULL);
   PMPI_Abort(MPI_COMM_WORLD, status);
 }
 

@@ -559,8 +559,8 @@ int main(int argc, char **argv) {
   int adopt = !strcmp(mode, "adopt");
   if (adopt) MPI_Init(&argc, &argv); /* the program's own MPI: the shim adopts it */
   if (hvd_init() != HVD_OK) {
-    fprintf(stderr, "engine_test: hvd_init failed: %s\n", hvd_last_error());
-    fprintf(stderr, "engine_test: hvdshim threads left: %d\n", shim_threads());
+    int left = shim_threads(); /* one line: a launcher ending the job may drop a later one */
+    fprintf(stderr, "engine_test: hvd_init failed: %s (hvdshim threads left: %d)\n", hvd_last_error(), left);
     return 1;
   }
   rank = hvd_rank();
