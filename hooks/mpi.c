@@ -10,8 +10,9 @@
  * only when MPI is not initialized, and PMPI_Finalize is not interposed. */
 #include <mpi.h>
 
-#include "../collectives/hvdshim.h"
 #include "../base/role.h"
+#include "../collectives/hvdshim.h"
+#include "mpi_hooks.h"
 
 HVD_EXPORT int MPI_Init(int *argc, char ***argv);
 HVD_EXPORT int MPI_Init_thread(int *argc, char ***argv, int required, int *provided);

@@ -26,18 +26,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../base/config.h"
+#include "../base/log.h"
+#include "../base/role.h"
 #include "../collectives/engine.h"
 #include "../collectives/handles.h"
 #include "../collectives/hvdshim.h"
-#include "adapter_api.h"
-#include "../base/config.h"
 #include "../hooks/cuda_hooks.h"
 #include "../hooks/mpi_hooks.h"
 #include "../hooks/native.h"
 #include "../hooks/python.h"
-#include "../base/log.h"
+#include "adapter_api.h"
 #include "overlay.h"
-#include "../base/role.h"
 
 static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
 static int init_tried;
@@ -112,7 +112,8 @@ static void say_role(const char *why) {
   int saved = hvd_log_threshold;
   hvd_log_threshold = HVD_LOG_DEBUG;
   extern char *program_invocation_short_name;
-  HVD_DEBUG("role %s in %s (pid %ld): %s", hvd_role_name(hvd_shim_role()), program_invocation_short_name, (long)getpid(), why);
+  HVD_DEBUG("role %s in %s (pid %ld): %s", hvd_role_name(hvd_shim_role()), program_invocation_short_name,
+            (long)getpid(), why);
   hvd_log_threshold = saved;
 }
 

@@ -5,7 +5,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 : "${top_builddir:=$(cd "$here/../.." && pwd)}"
 : "${top_srcdir:=$(cd "$here/../.." && pwd)}"
 LIB="$top_builddir/.libs/libhvdshim.so"
-ENGINE_TEST="$top_builddir/tests/mpi/engine_test"
+ENGINE_TEST=${ENGINE_TEST:-"$top_builddir/tests/mpi/engine_test"}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/hvdshim-test.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 
