@@ -28,17 +28,19 @@ static double now_us(void) {
 USER_OP(half_sum, HVD_FLOAT16, HVD_SUM)
 USER_OP(half_min, HVD_FLOAT16, HVD_MIN)
 USER_OP(half_max, HVD_FLOAT16, HVD_MAX)
+USER_OP(half_prod, HVD_FLOAT16, HVD_PROD)
 USER_OP(bf16_sum, HVD_BFLOAT16, HVD_SUM)
 USER_OP(bf16_min, HVD_BFLOAT16, HVD_MIN)
 USER_OP(bf16_max, HVD_BFLOAT16, HVD_MAX)
+USER_OP(bf16_prod, HVD_BFLOAT16, HVD_PROD)
 
 int hvd_mpi_backend_init(void) {
   int rc = MPI_Type_contiguous(2, MPI_BYTE, &half_type);
   if (rc == MPI_SUCCESS) rc = MPI_Type_commit(&half_type);
   if (rc == MPI_SUCCESS) rc = MPI_Type_contiguous(2, MPI_BYTE, &bf16_type);
   if (rc == MPI_SUCCESS) rc = MPI_Type_commit(&bf16_type);
-  MPI_User_function *hf[HVD_OP_COUNT] = {half_sum, half_sum, half_min, half_max};
-  MPI_User_function *bf[HVD_OP_COUNT] = {bf16_sum, bf16_sum, bf16_min, bf16_max};
+  MPI_User_function *hf[HVD_OP_COUNT] = {half_sum, half_sum, half_min, half_max, half_prod};
+  MPI_User_function *bf[HVD_OP_COUNT] = {bf16_sum, bf16_sum, bf16_min, bf16_max, bf16_prod};
   for (int i = 0; i < HVD_OP_COUNT && rc == MPI_SUCCESS; i++) {
     rc = MPI_Op_create(hf[i], 1, &half_ops[i]);
     if (rc == MPI_SUCCESS) rc = MPI_Op_create(bf[i], 1, &bf16_ops[i]);
@@ -64,6 +66,8 @@ MPI_Datatype hvd_mpi_dtype(hvd_dtype_t dtype) {
   case HVD_INT32: return MPI_INT32_T;
   case HVD_INT64: return MPI_INT64_T;
   case HVD_UINT8: return MPI_UINT8_T;
+  case HVD_INT8: return MPI_INT8_T;
+  case HVD_INT16: return MPI_INT16_T;
   }
   return MPI_DATATYPE_NULL;
 }
@@ -71,7 +75,7 @@ MPI_Datatype hvd_mpi_dtype(hvd_dtype_t dtype) {
 static MPI_Op mpi_op(hvd_dtype_t dtype, hvd_op_t op) {
   if (dtype == HVD_FLOAT16) return half_ops[op];
   if (dtype == HVD_BFLOAT16) return bf16_ops[op];
-  return op == HVD_MIN ? MPI_MIN : op == HVD_MAX ? MPI_MAX : MPI_SUM;
+  return op == HVD_MIN ? MPI_MIN : op == HVD_MAX ? MPI_MAX : op == HVD_PROD ? MPI_PROD : MPI_SUM;
 }
 
 /* Largest piece: the chunk setting, rounded down to whole 8-byte words, and

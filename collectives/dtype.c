@@ -16,17 +16,17 @@ int hvd_dtype_valid(int dtype) { return dtype >= 0 && dtype < HVD_DTYPE_COUNT; }
 int hvd_op_valid(int op) { return op >= 0 && op < HVD_OP_COUNT; }
 
 const char *hvd_dtype_name(hvd_dtype_t dtype) {
-  static const char *names[] = {"float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8"};
+  static const char *names[] = {"float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "int8", "int16"};
   return hvd_dtype_valid(dtype) ? names[dtype] : "unknown";
 }
 
 size_t hvd_dtype_size(hvd_dtype_t dtype) {
-  static const size_t sizes[] = {4, 8, 2, 2, 4, 8, 1};
+  static const size_t sizes[] = {4, 8, 2, 2, 4, 8, 1, 1, 2};
   return hvd_dtype_valid(dtype) ? sizes[dtype] : 0;
 }
 
 const char *hvd_op_name(int op) {
-  static const char *names[] = {"sum", "avg", "min", "max"};
+  static const char *names[] = {"sum", "avg", "min", "max", "prod"};
   return hvd_op_valid(op) ? names[op] : "unknown";
 }
 
@@ -39,29 +39,36 @@ const char *hvd_op_name(int op) {
       for (size_t i = 0; i < n; i++) if (LOAD(b[i]) < LOAD(a[i])) a[i] = b[i];        \
     } else if (op == HVD_MAX) {                                                       \
       for (size_t i = 0; i < n; i++) if (LOAD(b[i]) > LOAD(a[i])) a[i] = b[i];        \
+    } else if (op == HVD_PROD) {                                                      \
+      for (size_t i = 0; i < n; i++) a[i] = STORE(LOAD(a[i]) * LOAD(b[i]));           \
     } else {                                                                          \
       for (size_t i = 0; i < n; i++) a[i] = STORE(LOAD(a[i]) + LOAD(b[i]));           \
     }                                                                                 \
   } while (0)
 
-#define NATIVE_LOOP(T)                                                \
+/* Integer sums and products wrap (computed in the unsigned type U, as MPI
+ * implementations do in practice: signed overflow is undefined in C). */
+#define NATIVE_LOOP(T, U)                                             \
   do {                                                                \
     T *a = acc;                                                       \
     const T *b = in;                                                  \
     if (op == HVD_MIN) for (size_t i = 0; i < n; i++) a[i] = b[i] < a[i] ? b[i] : a[i]; \
     else if (op == HVD_MAX) for (size_t i = 0; i < n; i++) a[i] = b[i] > a[i] ? b[i] : a[i]; \
-    else for (size_t i = 0; i < n; i++) a[i] = (T)(a[i] + b[i]);      \
+    else if (op == HVD_PROD) for (size_t i = 0; i < n; i++) a[i] = (T)((U)a[i] * (U)b[i]); \
+    else for (size_t i = 0; i < n; i++) a[i] = (T)((U)a[i] + (U)b[i]); \
   } while (0)
 
 void hvd_reduce_into(void *acc, const void *in, size_t n, hvd_dtype_t dtype, hvd_op_t op) {
   switch (dtype) {
   case HVD_FLOAT16: REDUCE_LOOP(uint16_t, hvd_half_to_float, hvd_float_to_half); break;
   case HVD_BFLOAT16: REDUCE_LOOP(uint16_t, hvd_bf16_to_float, hvd_float_to_bf16); break;
-  case HVD_FLOAT32: NATIVE_LOOP(float); break;
-  case HVD_FLOAT64: NATIVE_LOOP(double); break;
-  case HVD_INT32: NATIVE_LOOP(int32_t); break;
-  case HVD_INT64: NATIVE_LOOP(int64_t); break;
-  case HVD_UINT8: NATIVE_LOOP(uint8_t); break;
+  case HVD_FLOAT32: NATIVE_LOOP(float, float); break;
+  case HVD_FLOAT64: NATIVE_LOOP(double, double); break;
+  case HVD_INT32: NATIVE_LOOP(int32_t, uint32_t); break;
+  case HVD_INT64: NATIVE_LOOP(int64_t, uint64_t); break;
+  case HVD_UINT8: NATIVE_LOOP(uint8_t, unsigned); break;
+  case HVD_INT8: NATIVE_LOOP(int8_t, unsigned); break;
+  case HVD_INT16: NATIVE_LOOP(int16_t, unsigned); break;
   }
 }
 
@@ -115,6 +122,18 @@ void hvd_scale_copy(void *dst, const void *src, size_t n, hvd_dtype_t dtype, int
     for (size_t i = 0; i < n; i++) d[i] = (uint8_t)(x[i] / divisor);
     break;
   }
+  case HVD_INT8: {
+    int8_t *d = dst;
+    const int8_t *x = src;
+    for (size_t i = 0; i < n; i++) d[i] = (int8_t)(x[i] / divisor);
+    break;
+  }
+  case HVD_INT16: {
+    int16_t *d = dst;
+    const int16_t *x = src;
+    for (size_t i = 0; i < n; i++) d[i] = (int16_t)(x[i] / divisor);
+    break;
+  }
   }
 }
 
@@ -125,6 +144,20 @@ void hvd_scale_copy(void *dst, const void *src, size_t n, hvd_dtype_t dtype, int
   } while (0)
 
 void hvd_fill_identity(void *buf, size_t n, hvd_dtype_t dtype, hvd_op_t op) {
+  if (op == HVD_PROD) {
+    switch (dtype) {
+    case HVD_FLOAT32: FILL(float, 1.0f); break;
+    case HVD_FLOAT64: FILL(double, 1.0); break;
+    case HVD_FLOAT16: FILL(uint16_t, 0x3c00u); break;
+    case HVD_BFLOAT16: FILL(uint16_t, 0x3f80u); break;
+    case HVD_INT32: FILL(int32_t, 1); break;
+    case HVD_INT64: FILL(int64_t, 1); break;
+    case HVD_UINT8: FILL(uint8_t, 1u); break;
+    case HVD_INT8: FILL(int8_t, 1); break;
+    case HVD_INT16: FILL(int16_t, 1); break;
+    }
+    return;
+  }
   if (op != HVD_MIN && op != HVD_MAX) {
     memset(buf, 0, n * hvd_dtype_size(dtype));
     return;
@@ -138,5 +171,7 @@ void hvd_fill_identity(void *buf, size_t n, hvd_dtype_t dtype, hvd_op_t op) {
   case HVD_INT32: FILL(int32_t, hi ? INT32_MAX : INT32_MIN); break;
   case HVD_INT64: FILL(int64_t, hi ? INT64_MAX : INT64_MIN); break;
   case HVD_UINT8: FILL(uint8_t, hi ? 255u : 0u); break;
+  case HVD_INT8: FILL(int8_t, hi ? INT8_MAX : INT8_MIN); break;
+  case HVD_INT16: FILL(int16_t, hi ? INT16_MAX : INT16_MIN); break;
   }
 }

@@ -17,7 +17,10 @@
 #endif
 
 /* Element type codes: the values of hvd_dtype_t (hvdshim.h). */
-enum { HVD_E_F32 = 0, HVD_E_F64 = 1, HVD_E_F16 = 2, HVD_E_BF16 = 3, HVD_E_I32 = 4, HVD_E_I64 = 5, HVD_E_U8 = 6 };
+enum {
+  HVD_E_F32 = 0, HVD_E_F64 = 1, HVD_E_F16 = 2, HVD_E_BF16 = 3, HVD_E_I32 = 4, HVD_E_I64 = 5, HVD_E_U8 = 6, HVD_E_I8 = 7,
+  HVD_E_I16 = 8
+};
 
 HVD_HD uint32_t hvd_f2u(float f) {
 #if defined(__CUDA_ARCH__)
@@ -92,6 +95,8 @@ HVD_HD void hvd_elem_move(void *dst, int dst_dt, uint64_t di, const void *src, i
     switch (src_dt) {
     case HVD_E_I32: ((int32_t *)dst)[di] = ((const int32_t *)src)[si] / divisor; break;
     case HVD_E_I64: ((int64_t *)dst)[di] = ((const int64_t *)src)[si] / divisor; break;
+    case HVD_E_I8: ((int8_t *)dst)[di] = (int8_t)(((const int8_t *)src)[si] / divisor); break;
+    case HVD_E_I16: ((int16_t *)dst)[di] = (int16_t)(((const int16_t *)src)[si] / divisor); break;
     default: ((uint8_t *)dst)[di] = (uint8_t)(((const uint8_t *)src)[si] / divisor); break;
     }
     return;

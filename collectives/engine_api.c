@@ -46,9 +46,13 @@ static hvd_status_t submit(const char *name, hvd_sig *sig, void *buf, const void
   if (nl > HVD_NAME_MAX) return reject(HVD_ERR_INVALID, "%s: tensor name longer than %d bytes", hvd_kind_name(sig->kind), HVD_NAME_MAX);
   if (!hvd_dtype_valid(sig->dtype))
     return reject(HVD_ERR_INVALID, "%s '%s': unsupported dtype %d (supported: float32, float64, float16, bfloat16, "
-                  "int32, int64, uint8)", hvd_kind_name(sig->kind), name, sig->dtype);
+                  "int32, int64, uint8, int8, int16)", hvd_kind_name(sig->kind), name, sig->dtype);
   if (!hvd_op_valid(sig->op))
-    return reject(HVD_ERR_INVALID, "%s '%s': unknown reduction op %d (sum, avg, min, max)", hvd_kind_name(sig->kind), name, sig->op);
+    return reject(HVD_ERR_INVALID, "%s '%s': unknown reduction op %d (sum, avg, min, max, prod)", hvd_kind_name(sig->kind), name,
+                  sig->op);
+  if (device >= 0 && sig->kind == HVD_KIND_ALLREDUCE && sig->dtype == HVD_INT16 && E->gpu_nccl)
+    return reject(HVD_ERR_INVALID, "allreduce '%s': NCCL has no int16 reduction; set HVDSHIM_GPU_OPERATIONS=MPI or "
+                  "use int32", name);
   if (sig->count < 0 || sig->row_elems < 0 || (size_t)sig->count > (SIZE_MAX >> 4) / (sig->row_elems ? (size_t)sig->row_elems : 1))
     return reject(HVD_ERR_INVALID, "%s '%s': element count out of range", hvd_kind_name(sig->kind), name);
   hvd_req *r = calloc(1, sizeof *r);

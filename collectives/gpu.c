@@ -429,7 +429,8 @@ static int nccl_type(hvd_dtype_t dt) {
   case HVD_BFLOAT16: return ncclBfloat16;
   case HVD_INT32: return ncclInt32;
   case HVD_INT64: return ncclInt64;
-  default: return ncclUint8;
+  case HVD_INT8: return ncclInt8;
+  default: return ncclUint8; /* HVD_UINT8; HVD_INT16 is refused at submission (NCCL has none) */
   }
 }
 
@@ -585,7 +586,11 @@ int hvd_gpu_allreduce(const hvd_gpu_item *it, size_t n, hvd_dtype_t dt, hvd_op_t
   if (G.use_nccl) {
 #ifdef HVD_HAVE_NCCL_HEADERS
     if (nccl_setup(comm, err, errlen) != 0) return -1;
-    ncclRedOp_t nop = rop == HVD_MIN ? ncclMin : rop == HVD_MAX ? ncclMax : nccl_avg ? ncclAvg : ncclSum;
+    ncclRedOp_t nop = rop == HVD_MIN    ? ncclMin
+                      : rop == HVD_MAX  ? ncclMax
+                      : rop == HVD_PROD ? ncclProd
+                      : nccl_avg        ? ncclAvg
+                                        : ncclSum;
     ncclResult_t r = p_ncclAllReduce(buf, buf, count, (ncclDataType_t)nccl_type(wdt), nop, G.nccl, G.stream);
     if (r != ncclSuccess) return fail(err, errlen, "ncclAllReduce failed: %s", p_ncclGetErrorString(r));
 #else

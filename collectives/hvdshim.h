@@ -52,12 +52,15 @@ typedef enum {
   HVD_BFLOAT16 = 3,
   HVD_INT32 = 4,
   HVD_INT64 = 5,
-  HVD_UINT8 = 6
+  HVD_UINT8 = 6,
+  HVD_INT8 = 7,
+  HVD_INT16 = 8 /* NCCL has no 16-bit integers: on GPUs, HVDSHIM_GPU_OPERATIONS=MPI only */
 } hvd_dtype_t;
 
 /* HVD_AVG divides the sum by the number of ranks (integer types: truncated
- * toward zero). */
-typedef enum { HVD_SUM = 0, HVD_AVG = 1, HVD_MIN = 2, HVD_MAX = 3 } hvd_op_t;
+ * toward zero).  HVD_PROD multiplies (integers wrap as in C unsigned
+ * arithmetic). */
+typedef enum { HVD_SUM = 0, HVD_AVG = 1, HVD_MIN = 2, HVD_MAX = 3, HVD_PROD = 4 } hvd_op_t;
 
 /* Called on the engine thread when an operation ends; must not block on
  * other hvdshim operations.  The handle is released when it returns. */

@@ -65,6 +65,14 @@ static int value(int t, size_t i, int r, hvd_dtype_t dt) {
   return dt == HVD_UINT8 ? v : v - 5;
 }
 
+/* The same for a product: -1, 0 or 1 (0..2 unsigned), so that products stay
+ * exact and in range in every dtype. */
+static int value_op(int t, size_t i, int r, hvd_dtype_t dt, hvd_op_t op) {
+  int v = value(t, i, r, dt);
+  if (op != HVD_PROD) return v;
+  return dt == HVD_UINT8 ? v % 3 : (v + 5) % 3 - 1;
+}
+
 static void store(void *buf, size_t i, hvd_dtype_t dt, double v) {
   switch (dt) {
   case HVD_FLOAT32: ((float *)buf)[i] = (float)v; break;
@@ -72,6 +80,8 @@ static void store(void *buf, size_t i, hvd_dtype_t dt, double v) {
   case HVD_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
   case HVD_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
   case HVD_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+  case HVD_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
+  case HVD_INT16: ((int16_t *)buf)[i] = (int16_t)v; break;
   case HVD_FLOAT16: { /* small integers: exact */
     int iv = (int)v, neg = iv < 0, a = neg ? -iv : iv, e = 0;
     uint16_t h = 0;
@@ -93,6 +103,8 @@ static double load(const void *buf, size_t i, hvd_dtype_t dt) {
   case HVD_INT32: return ((const int32_t *)buf)[i];
   case HVD_INT64: return (double)((const int64_t *)buf)[i];
   case HVD_UINT8: return ((const uint8_t *)buf)[i];
+  case HVD_INT8: return ((const int8_t *)buf)[i];
+  case HVD_INT16: return ((const int16_t *)buf)[i];
   case HVD_FLOAT16: return h2f(((const uint16_t *)buf)[i]);
   case HVD_BFLOAT16: return b2f(((const uint16_t *)buf)[i]);
   }
@@ -100,13 +112,13 @@ static double load(const void *buf, size_t i, hvd_dtype_t dt) {
 }
 
 static double expected(int t, size_t i, hvd_dtype_t dt, hvd_op_t op) {
-  double acc = value(t, i, 0, dt);
+  double acc = value_op(t, i, 0, dt, op);
   for (int r = 1; r < size; r++) {
-    double v = value(t, i, r, dt);
-    acc = op == HVD_MIN ? (v < acc ? v : acc) : op == HVD_MAX ? (v > acc ? v : acc) : acc + v;
+    double v = value_op(t, i, r, dt, op);
+    acc = op == HVD_MIN ? (v < acc ? v : acc) : op == HVD_MAX ? (v > acc ? v : acc) : op == HVD_PROD ? acc * v : acc + v;
   }
   if (op == HVD_AVG) {
-    if (dt == HVD_INT32 || dt == HVD_INT64 || dt == HVD_UINT8) acc = (double)((long long)acc / size);
+    if (dt >= HVD_INT32) acc = (double)((long long)acc / size); /* the integer types */
     else acc /= size;
   }
   return acc;
@@ -147,15 +159,15 @@ static int run_random(uint64_t seed, int n, int nthreads, int iters) {
   uint64_t s = seed;
   for (int t = 0; t < n; t++) {
     snprintf(ts[t].name, sizeof ts[t].name, "grad.%d", t);
-    ts[t].dt = (hvd_dtype_t)(rng_next(&s) % 7);
-    ts[t].op = (hvd_op_t)(rng_next(&s) % 4);
+    ts[t].dt = (hvd_dtype_t)(rng_next(&s) % 9); /* every dtype */
+    ts[t].op = (hvd_op_t)(rng_next(&s) % 5);    /* every op */
     uint64_t pick = rng_next(&s) % 100;
     ts[t].count = pick < 3 ? 0 : pick < 10 ? 100000 + rng_next(&s) % 200000 : rng_next(&s) % 5000;
     ts[t].buf = malloc(ts[t].count * hvd_dtype_size(ts[t].dt) + 1);
   }
   for (int it = 0; it < iters; it++) {
     for (int t = 0; t < n; t++)
-      for (size_t i = 0; i < ts[t].count; i++) store(ts[t].buf, i, ts[t].dt, value(t + it, i, rank, ts[t].dt));
+      for (size_t i = 0; i < ts[t].count; i++) store(ts[t].buf, i, ts[t].dt, value_op(t + it, i, rank, ts[t].dt, ts[t].op));
     uint64_t os = seed * 7919 + (uint64_t)rank * 104729 + (uint64_t)it;
     for (int t = 0; t < n; t++) order[t] = t;
     for (int t = n - 1; t > 0; t--) {

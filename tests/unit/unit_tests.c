@@ -315,6 +315,8 @@ static void test_identity(void) {
         case HVD_INT32: ((int32_t *)acc)[i] = (int32_t)(fabs(v) < 1e9 ? v : v > 0 ? 1e9 : -1e9); break;
         case HVD_INT64: ((int64_t *)acc)[i] = (int64_t)(fabs(v) < 1e18 ? v : v > 0 ? 1e18 : -1e18); break;
         case HVD_UINT8: ((uint8_t *)acc)[i] = (uint8_t)(v >= 0 && v < 256 ? v : 7); break;
+        case HVD_INT8: ((int8_t *)acc)[i] = (int8_t)(fabs(v) < 100 ? v : v > 0 ? 100 : -100); break;
+        case HVD_INT16: ((int16_t *)acc)[i] = (int16_t)(fabs(v) < 1e4 ? v : v > 0 ? 1e4 : -1e4); break;
         }
       }
       unsigned char before[8 * 6];
