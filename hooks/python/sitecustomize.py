@@ -4,7 +4,8 @@
 #      and take this directory off sys.path;
 #   2. in the rank's own process only, install an import hook that loads the
 #      PyTorch adapter right after `import torch` finishes;
-#   3. run the sitecustomize this one shadows, if there is one.
+#   3. serve hvdshim's `horovod` package to `import horovod` (HVDSHIM_HOROVOD);
+#   4. run the sitecustomize this one shadows, if there is one.
 # A process that never imports torch pays for this file and nothing else.
 import os
 import sys
@@ -127,6 +128,40 @@ def _private_serialize_file(rust):
     rust.serialize_file = serialize_file
 
 
+class _HorovodServer:
+    """A meta path finder that serves hvdshim's `horovod` package (beside this
+    file) for `import horovod`: HVDSHIM_HOROVOD=auto serves it when no real
+    Horovod is importable, on always, off never.  Its submodules are found
+    through the package's own path."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "horovod":
+            return None
+        mode = _setting("HVDSHIM_HOROVOD") or "auto"
+        if mode == "off":
+            return None
+        import importlib.machinery
+        import importlib.util
+        if mode == "auto" and importlib.machinery.PathFinder.find_spec(name, sys.path) is not None:
+            return None  # the real Horovod
+        pkg = os.path.join(_HERE, "horovod")
+        return importlib.util.spec_from_file_location("horovod", os.path.join(pkg, "__init__.py"),
+                                                      submodule_search_locations=[pkg])
+
+
+def _setting(name):
+    """A setting as libhvdshim.so resolved it (environment, config file)."""
+    import ctypes
+    try:
+        fn = ctypes.CDLL(None).hvd_config_value
+    except AttributeError:
+        return os.environ.get(name)
+    fn.restype = ctypes.c_char_p
+    fn.argtypes = [ctypes.c_char_p]
+    v = fn(name.encode())
+    return v.decode() if v is not None else None
+
+
 def _chain():
     """Import the sitecustomize that this file shadows (as OpenTelemetry's
     and ddtrace's bootstraps do), so the user's keeps working."""
@@ -152,4 +187,5 @@ if _SEED is not None:
     random.seed(_SEED)  # before the script runs: a script that seeds it overrides this
     _ACTIONS["numpy"] = lambda m: m.random.seed(_SEED & 0xFFFFFFFF)
 sys.meta_path.insert(0, _ImportWatcher(_ACTIONS))
+sys.meta_path.insert(0, _HorovodServer())
 _chain()

@@ -59,7 +59,7 @@ class Constants(unittest.TestCase):
         header["HVD_ROOT_FIRST_ACTIVE"] = int(re.search(r"#define HVD_ROOT_FIRST_ACTIVE \((-?\d+)\)", text).group(1))
         names = {torch.float32: "HVD_FLOAT32", torch.float64: "HVD_FLOAT64", torch.float16: "HVD_FLOAT16",
                  torch.bfloat16: "HVD_BFLOAT16", torch.int32: "HVD_INT32", torch.int64: "HVD_INT64",
-                 torch.uint8: "HVD_UINT8"}
+                 torch.uint8: "HVD_UINT8", torch.int8: "HVD_INT8", torch.int16: "HVD_INT16"}
         self.assertEqual(set(names), set(lib._HVD_DTYPES))
         for dt, name in names.items():
             self.assertEqual(lib._HVD_DTYPES[dt], header[name], name)

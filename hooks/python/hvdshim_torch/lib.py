@@ -18,6 +18,8 @@ _HVD_DTYPES = {
     torch.int32: 4,
     torch.int64: 5,
     torch.uint8: 6,
+    torch.int8: 7,
+    torch.int16: 8,
 }
 _GRAD_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _UINT8, _INT64 = 6, 5

@@ -1,0 +1,1 @@
+"""horovod.common as hvdshim serves it: exceptions and process sets."""

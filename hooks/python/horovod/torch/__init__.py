@@ -1,0 +1,33 @@
+"""horovod.torch served by hvdshim: Horovod's PyTorch API on hvdshim's engine.
+See the README ("Horovod scripts") for what is served and what is not."""
+from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
+from horovod.common.process_sets import (ProcessSet, add_process_set, global_process_set,
+                                         remove_process_set)
+from horovod.torch import elastic
+from horovod.torch.compression import Compression
+from horovod.torch.functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
+                                     broadcast_parameters)
+from horovod.torch.mpi_ops import (
+    Adasum, Average, Max, Min, Product, Sum,
+    allgather, allgather_async, allreduce, allreduce_, allreduce_async, allreduce_async_, alltoall, alltoall_async,
+    barrier, broadcast, broadcast_, broadcast_async, broadcast_async_, ccl_built, cross_rank, cross_size,
+    cuda_built, ddl_built, gloo_built, gloo_enabled, grouped_allgather, grouped_allgather_async, grouped_allreduce,
+    grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_, grouped_reducescatter,
+    grouped_reducescatter_async, init, is_homogeneous, is_initialized, join, local_rank, local_size, mpi_built,
+    mpi_enabled, mpi_threads_supported, nccl_built, poll, rank, reducescatter, reducescatter_async, rocm_built,
+    shutdown, size, start_timeline, stop_timeline, synchronize)
+from horovod.torch.optimizer import DistributedOptimizer
+from horovod.torch.sync_batch_norm import SyncBatchNorm
+
+__all__ = ["HorovodInternalError", "HostsUpdatedInterrupt", "ProcessSet", "add_process_set", "global_process_set",
+           "remove_process_set", "elastic", "Compression", "allgather_object", "broadcast_object",
+           "broadcast_optimizer_state", "broadcast_parameters", "Adasum", "Average", "Max", "Min", "Product",
+           "Sum", "allgather", "allgather_async", "allreduce", "allreduce_", "allreduce_async",
+           "allreduce_async_", "alltoall", "alltoall_async", "barrier", "broadcast", "broadcast_",
+           "broadcast_async", "broadcast_async_", "ccl_built", "cross_rank", "cross_size", "cuda_built",
+           "ddl_built", "gloo_built", "gloo_enabled", "grouped_allgather", "grouped_allgather_async",
+           "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
+           "grouped_reducescatter", "grouped_reducescatter_async", "init", "is_homogeneous", "is_initialized",
+           "join", "local_rank", "local_size", "mpi_built", "mpi_enabled", "mpi_threads_supported", "nccl_built",
+           "poll", "rank", "reducescatter", "reducescatter_async", "rocm_built", "shutdown", "size",
+           "start_timeline", "stop_timeline", "synchronize", "DistributedOptimizer", "SyncBatchNorm"]

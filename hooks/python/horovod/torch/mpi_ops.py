@@ -1,0 +1,716 @@
+"""Horovod's PyTorch collectives on hvdshim's engine.
+
+Every operation is one request to libhvdshim.so (through the adapter's
+ctypes layer, hvdshim_torch.lib): negotiated by name across ranks, fused,
+reduced by MPI (or NCCL for CUDA tensors).  A handle names an operation in
+flight; synchronize() waits for it and returns its output.  Scaling
+(prescale/postscale factors) and compression are arithmetic on the tensor
+before and after; no data moves in Python."""
+import ctypes
+import itertools
+import os
+import sys
+import threading
+import warnings
+
+import torch
+
+from horovod.common.exceptions import HorovodInternalError
+from horovod.common.process_sets import _check as _check_process_set, global_process_set
+from horovod.torch.compression import Compression
+
+
+def _adapter_lib():
+    """hvdshim's ctypes layer (the adapter's lib module), loaded from beside
+    this package when `import torch` has not already loaded it."""
+    mod = sys.modules.get("hvdshim_torch.lib")
+    if mod is None:
+        import importlib.util
+        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        pkg = os.path.join(here, "hvdshim_torch")
+        if "hvdshim_torch" not in sys.modules:
+            spec = importlib.util.spec_from_file_location("hvdshim_torch", os.path.join(pkg, "__init__.py"),
+                                                          submodule_search_locations=[pkg])
+            parent = importlib.util.module_from_spec(spec)
+            sys.modules["hvdshim_torch"] = parent
+            spec.loader.exec_module(parent)
+        import importlib
+        mod = importlib.import_module("hvdshim_torch.lib")
+    if mod._lib is None:
+        mod._lib = mod._load_library()
+    return mod
+
+
+_L = _adapter_lib()
+_lib = _L._lib
+for _name, _res, _args in (("hvd_rank", ctypes.c_int, []), ("hvd_size", ctypes.c_int, []),
+                           ("hvd_local_rank", ctypes.c_int, []), ("hvd_local_size", ctypes.c_int, []),
+                           ("hvd_initialized", ctypes.c_int, []), ("hvd_shutdown", None, []),
+                           ("hvd_barrier", ctypes.c_int, [ctypes.c_double]),
+                           ("hvd_test", ctypes.c_int, [ctypes.c_int64, ctypes.POINTER(ctypes.c_int)]),
+                           ("hvd_gpu_status", ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t])):
+    _fn = getattr(_lib, _name)
+    _fn.restype, _fn.argtypes = _res, _args
+
+# ------------------------------------------------------------------ reduction ops
+# Horovod's values for its ops; Adasum is refused.
+Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
+_ENGINE_OP = {Sum: 0, Average: 1, Min: 2, Max: 3, Product: 4}
+_OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max", Product: "Product"}
+
+_ENGINE_DTYPE = _L._HVD_DTYPES
+_UINT8 = 6
+
+
+def _engine_op(op):
+    if op == Adasum:
+        raise NotImplementedError("Adasum is not served by hvdshim: use op=hvd.Average (the default) or hvd.Sum")
+    if op not in _ENGINE_OP:
+        raise ValueError("unknown reduction op %r (hvd.Average, hvd.Sum, hvd.Min, hvd.Max or hvd.Product)" % (op,))
+    return _ENGINE_OP[op]
+
+
+def _resolve_op(op, average, default=Average):
+    if average is not None:
+        if op is not None:
+            raise ValueError("the op and average arguments are mutually exclusive")
+        warnings.warn("the average argument is deprecated in Horovod: use op=hvd.Average or op=hvd.Sum",
+                      DeprecationWarning, stacklevel=3)
+        return Average if average else Sum
+    return default if op is None else op
+
+
+# ------------------------------------------------------------------ basics
+_state = {"init": False, "cross": None}
+_lock = threading.Lock()
+
+
+def init(comm=None, process_sets=None):
+    """Start hvdshim's engine (MPI, background thread); again is a no-op."""
+    if comm is not None and comm != [] and not _is_world(comm):
+        raise NotImplementedError("hvd.init(comm=...): hvdshim runs on every rank of the job (MPI_COMM_WORLD)")
+    if process_sets:
+        for ps in process_sets:
+            _check_process_set(ps, "init")
+    with _lock:
+        if _state["init"]:
+            return
+        st = _lib.hvd_init()
+        if st != 0:
+            raise HorovodInternalError("hvd.init failed: %s" % _last_error())
+        _state["init"] = True
+        global_process_set._global(_lib.hvd_size())
+    _cross_info()
+
+
+def _is_world(comm):
+    try:
+        from mpi4py import MPI
+        return comm == MPI.COMM_WORLD
+    except ImportError:
+        return False
+
+
+def shutdown():
+    """Stop this rank's engine (the job's collectives end here for this rank).
+    A later init() cannot restart it."""
+    if _state["init"]:
+        _lib.hvd_shutdown()
+
+
+def is_initialized():
+    return bool(_state["init"]) and bool(_lib.hvd_initialized())
+
+
+def _need_init(what):
+    if not _state["init"]:
+        raise ValueError("Horovod has not been initialized; use hvd.init() (called %s)" % what)
+
+
+def size():
+    _need_init("size()")
+    return _lib.hvd_size()
+
+
+def rank():
+    _need_init("rank()")
+    return _lib.hvd_rank()
+
+
+def local_size():
+    _need_init("local_size()")
+    return _lib.hvd_local_size()
+
+
+def local_rank():
+    _need_init("local_rank()")
+    return _lib.hvd_local_rank()
+
+
+def _cross_info():
+    """cross_rank/cross_size as Horovod defines them: the ranks with this
+    rank's local rank, one per host; homogeneous when every host runs as
+    many ranks.  One allgather of (local rank, local size) at init."""
+    mine = torch.tensor([[_lib.hvd_local_rank(), _lib.hvd_local_size()]], dtype=torch.int64)
+    table = synchronize(allgather_async(mine, name="hvdshim.horovod.cross_info"))
+    me = _lib.hvd_rank()
+    same = [r for r in range(table.shape[0]) if table[r, 0] == table[me, 0]]
+    _state["cross"] = (same.index(me), len(same), bool((table[:, 1] == table[0, 1]).all()))
+
+
+def cross_rank():
+    _need_init("cross_rank()")
+    return _state["cross"][0]
+
+
+def cross_size():
+    _need_init("cross_size()")
+    return _state["cross"][1]
+
+
+def is_homogeneous():
+    _need_init("is_homogeneous()")
+    return _state["cross"][2]
+
+
+def mpi_threads_supported():
+    """The engine asks MPI for MPI_THREAD_MULTIPLE; Open MPI and MPICH give it."""
+    _need_init("mpi_threads_supported()")
+    return True
+
+
+def mpi_enabled():
+    return True
+
+
+def mpi_built():
+    return True
+
+
+def gloo_enabled():
+    return False
+
+
+def gloo_built():
+    return False
+
+
+def _nccl_version():
+    if not torch.cuda.is_available():
+        return 0
+    buf = ctypes.create_string_buffer(1024)
+    if not _lib.hvd_gpu_status(buf, len(buf)):
+        return 0
+    try:
+        v = torch.cuda.nccl.version()
+        return v[0] * 1000 + v[1] * 100 + v[2] if isinstance(v, tuple) else int(v)
+    except Exception:
+        return 1
+
+
+def nccl_built():
+    """The NCCL version as Horovod encodes it (2.28.9 -> 2289... as major*1000
+    + minor*100 + patch), when CUDA tensors can be reduced here; 0 otherwise."""
+    return _nccl_version()
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def cuda_built():
+    return bool(torch.cuda.is_available() and _nccl_version())
+
+
+def rocm_built():
+    return False
+
+
+def start_timeline(file_path, mark_cycles=False):
+    raise NotImplementedError("hvd.start_timeline: hvdshim writes its timeline from the start of the job; set "
+                              "HVDSHIM_TIMELINE=%s (or HOROVOD_TIMELINE) in the environment instead" % file_path)
+
+
+def stop_timeline():
+    raise NotImplementedError("hvd.stop_timeline: hvdshim's timeline (HVDSHIM_TIMELINE) runs until the job ends")
+
+
+# ------------------------------------------------------------------ handles
+class _Op:
+    __slots__ = ("handles", "finish", "keep")
+
+    def __init__(self, handles, finish, keep):
+        self.handles = handles  # engine handles, waited in order
+        self.finish = finish    # () -> output, run once every handle completed
+        self.keep = keep        # tensors the engine reads or writes, alive until then
+
+
+_ops = {}
+_next_handle = itertools.count(1)
+_auto_names = {}
+
+
+def _last_error():
+    return (_lib.hvd_last_error() or b"").decode("utf-8", "replace")
+
+
+def _name(kind, name):
+    """Engine name of an operation: Horovod's '<kind>.<name>', or
+    '<kind>.noname.<n>' numbered per kind (the same on every rank that
+    issues its unnamed operations in the same order)."""
+    if name is None or name == "":
+        n = _auto_names[kind] = _auto_names.get(kind, 0) + 1
+        return ("%s.noname.%d" % (kind, n)).encode()
+    return ("%s.%s" % (kind, name)).encode()
+
+
+def _submit(fn, what, *args):
+    h = ctypes.c_int64(-1)
+    st = fn(*args, ctypes.byref(h))
+    if st != 0:
+        msg = _last_error()
+        if st == 1:  # HVD_ERR_INVALID: this call's arguments (a duplicate name in flight, ...)
+            raise ValueError("hvd.%s: %s" % (what, msg))
+        raise HorovodInternalError("hvd.%s: %s" % (what, msg))
+    return h.value
+
+
+def _register(handles, finish, keep):
+    h = next(_next_handle)
+    _ops[h] = _Op(handles, finish, keep)
+    return h
+
+
+def poll(handle):
+    """True when the operation has completed (synchronize() will not block)."""
+    op = _ops.get(handle)
+    if op is None:
+        raise ValueError("hvd.poll: unknown handle %r (already synchronized?)" % (handle,))
+    done = ctypes.c_int(0)
+    for h in op.handles:
+        eh = h[0] if isinstance(h, tuple) else h
+        if _lib.hvd_test(eh, ctypes.byref(done)) != 0:
+            return True  # failed: synchronize() raises at once
+        if not done.value:
+            return False
+    return True
+
+
+def synchronize(handle):
+    """Wait for an operation and return its output."""
+    op = _ops.pop(handle, None)
+    if op is None:
+        raise ValueError("hvd.synchronize: unknown handle %r (already synchronized?)" % (handle,))
+    first_error = None
+    for h in op.handles:
+        if isinstance(h, tuple):  # an allgather: (handle, like, what, out list)
+            gh, like, what, out = h
+            try:
+                out.append(_L._allgather_finish(gh, like, what))
+            except Exception as e:
+                first_error = first_error or str(e)
+            continue
+        if _lib.hvd_wait(h, -1.0) != 0 and first_error is None:
+            first_error = _last_error()
+    if first_error:
+        raise HorovodInternalError(first_error)
+    return op.finish()
+
+
+def join(device=-1):
+    raise NotImplementedError("hvd.join is not served by hvdshim yet: give every rank the same number of batches "
+                              "(hvd's DistributedSampler pads the last one; or drop_last=True) and call "
+                              "hvd.barrier() where the script joins")
+
+
+def barrier(process_set=global_process_set):
+    _check_process_set(process_set, "barrier")
+    _need_init("barrier()")
+    if _lib.hvd_barrier(-1.0) != 0:
+        raise HorovodInternalError("hvd.barrier: %s" % _last_error())
+
+
+# ------------------------------------------------------------------ tensors
+def _check_tensor(tensor, what):
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError("hvd.%s: expected a torch.Tensor, got %s" % (what, type(tensor).__name__))
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise ValueError("hvd.%s: tensors on %s are not supported (CPU and CUDA are)" % (what, tensor.device))
+    if tensor.is_sparse:
+        raise ValueError("hvd.%s: sparse tensors are not supported; use sparse_as_dense or allgather its "
+                         "indices and values" % what)
+
+
+def _reduce_dtype(tensor, what):
+    dt = _ENGINE_DTYPE.get(tensor.dtype)
+    if dt is None:
+        raise ValueError("hvd.%s: tensor type %s is not supported (uint8, int8, int16, int32, int64, float16, "
+                         "bfloat16, float32, float64)" % (what, str(tensor.dtype).replace("torch.", "")))
+    return dt
+
+
+def _scale(tensor, factor):
+    if factor != 1.0:
+        if tensor.dtype.is_floating_point:
+            tensor.mul_(factor)
+        else:
+            tensor.copy_((tensor.double() * factor).to(tensor.dtype))
+
+
+def _start_allreduce(buf, name, op, what):
+    """buf: contiguous; reduced in place by the engine."""
+    eop = _engine_op(op)
+    dt = _reduce_dtype(buf, what)
+    if buf.is_cuda:
+        return _submit(_lib.hvd_allreduce_gpu_async, what, name, buf.data_ptr(), buf.numel(), dt, eop,
+                       buf.get_device(), _L._stream_of(buf), None, None)
+    return _submit(_lib.hvd_allreduce_async, what, name, buf.data_ptr(), buf.numel(), dt, eop, None, None)
+
+
+def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set, what):
+    _check_tensor(tensor, what)
+    _check_process_set(process_set, what)
+    _need_init(what + "()")
+    # the engine reduces a contiguous buffer in place: the output itself, or
+    # a contiguous copy of a strided in-place tensor (copied back at the end);
+    # integer averages truncate toward zero
+    buf = output if output.is_contiguous() else output.contiguous()
+    if buf.data_ptr() != tensor.data_ptr():
+        buf.copy_(tensor)
+    _scale(buf, prescale_factor)
+    h = _start_allreduce(buf, _name("allreduce", name), op, what)
+
+    def finish():
+        _scale(buf, postscale_factor)
+        if buf is not output:
+            output.copy_(buf)
+        return output
+    return _register([h], finish, (tensor, output, buf))
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=global_process_set):
+    """Reduce `tensor` over every rank into a new tensor; returns a handle."""
+    op = _resolve_op(op, average)
+    return _allreduce_async(tensor, torch.empty_like(tensor, memory_format=torch.contiguous_format), name, op,
+                            prescale_factor, postscale_factor, process_set, "allreduce_async")
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=global_process_set):
+    """Reduce `tensor` in place over every rank; returns a handle."""
+    op = _resolve_op(op, average)
+    return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor, process_set,
+                            "allreduce_async_")
+
+
+class HorovodAllreduce(torch.autograd.Function):
+    """allreduce with a gradient: the gradient is reduced the same way."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.op, ctx.pre, ctx.post, ctx.ps = op, prescale_factor, postscale_factor, process_set
+        return synchronize(allreduce_async(tensor, name=name, op=op, prescale_factor=prescale_factor,
+                                           postscale_factor=postscale_factor, process_set=process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        if ctx.op not in (Average, Sum):
+            raise NotImplementedError("the gradient of hvd.allreduce with op=%s is not defined (Average or Sum)"
+                                      % _OP_NAMES.get(ctx.op, ctx.op))
+        g = allreduce(grad_output, op=ctx.op, prescale_factor=ctx.pre, postscale_factor=ctx.post,
+                      process_set=ctx.ps)
+        return g, None, None, None, None, None
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, process_set=global_process_set):
+    """The reduction of `tensor` over every rank (a new tensor; differentiable)."""
+    op = _resolve_op(op, average)
+    compressed, cctx = compression.compress(tensor)
+    if compressed.requires_grad:
+        out = HorovodAllreduce.apply(compressed, name, op, prescale_factor, postscale_factor, process_set)
+    else:
+        out = synchronize(allreduce_async(compressed, name=name, op=op, prescale_factor=prescale_factor,
+                                          postscale_factor=postscale_factor, process_set=process_set))
+    return compression.decompress(out, cctx)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=global_process_set):
+    """In-place reduction of `tensor` over every rank; returns it."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
+                                        process_set))
+
+
+def _grouped(tensors, name, start):
+    """Submit every tensor of a group (the engine fuses them); one handle.
+    Member i is named '<name>.i' ('grouped.noname.<n>.i' without a name)."""
+    tensors = list(tensors)
+    if name is None:
+        _auto_names["grouped"] = _auto_names.get("grouped", 0) + 1
+        name = "grouped.noname.%d" % _auto_names["grouped"]
+    names = ["%s.%d" % (name, i) for i in range(len(tensors))]
+    subs = [start(t, n) for t, n in zip(tensors, names)]
+    ops = [_ops.pop(h) for h in subs]
+
+    def finish():
+        return [o.finish() for o in ops]
+    return _register([h for o in ops for h in o.handles], finish, tuple(o.keep for o in ops))
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                            process_set=global_process_set):
+    op = _resolve_op(op, average)
+    return _grouped(tensors, name, lambda t, n: allreduce_async(t, name=n, op=op, prescale_factor=prescale_factor,
+                                                                postscale_factor=postscale_factor,
+                                                                process_set=process_set))
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    op = _resolve_op(op, average)
+    return _grouped(tensors, name, lambda t, n: allreduce_async_(t, name=n, op=op, prescale_factor=prescale_factor,
+                                                                 postscale_factor=postscale_factor,
+                                                                 process_set=process_set))
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    op = _resolve_op(op, average)
+    pairs = [compression.compress(t) for t in tensors]
+    outs = synchronize(grouped_allreduce_async([c for c, _ in pairs], name=name, op=op,
+                                               prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                                               process_set=process_set))
+    return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs)]
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=global_process_set):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
+                                                process_set))
+
+
+# ------------------------------------------------------------------ allgather
+def _as_bytes(t):
+    """A view the engine can move as raw data when its dtype is not a reduction
+    type (bool, complex): gathered and broadcast data are only copied."""
+    if t.dtype in _ENGINE_DTYPE:
+        return t
+    flat = t.reshape(t.shape[0], -1) if t.dim() > 0 else t.reshape(1, -1)
+    return flat.view(torch.uint8) if flat.numel() else torch.empty((flat.shape[0], 0), dtype=torch.uint8)
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Concatenate every rank's `tensor` along the first dimension (which may
+    differ per rank); returns a handle."""
+    what = "allgather_async"
+    _check_tensor(tensor, what)
+    _check_process_set(process_set, what)
+    _need_init(what + "()")
+    src = tensor if tensor.dim() > 0 else tensor.reshape(1)
+    host = src.detach().cpu().contiguous()  # the engine gathers host memory; a CUDA tensor comes back to its device
+    raw = _as_bytes(host).contiguous()
+    gh = _L._allgather_start(_name("allgather", name), raw, "hvd.allgather")
+    out = []
+
+    def finish():
+        got = out[0]
+        if got.dtype != host.dtype:
+            got = got.view(host.dtype)
+        got = got.reshape((-1,) + tuple(src.shape[1:]))
+        return got.to(tensor.device) if tensor.is_cuda else got
+    return _register([(gh, raw, "hvd.allgather", out)], finish, (tensor, raw))
+
+
+class HorovodAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.dim = tensor.shape[0] if tensor.dim() else 1
+        ctx.ps = process_set
+        return synchronize(allgather_async(tensor, name=name, process_set=process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = allreduce(grad_output, op=Sum, process_set=ctx.ps)
+        dims = allgather(torch.tensor([ctx.dim], dtype=torch.int64), process_set=ctx.ps)
+        offset = int(dims[:rank()].sum())
+        return grad.narrow(0, offset, ctx.dim), None, None
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    if tensor.requires_grad:
+        return HorovodAllgather.apply(tensor, name, process_set)
+    return synchronize(allgather_async(tensor, name=name, process_set=process_set))
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    return _grouped(tensors, name, lambda t, n: allgather_async(t, name=n, process_set=process_set))
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    return synchronize(grouped_allgather_async(tensors, name=name, process_set=process_set))
+
+
+# ------------------------------------------------------------------ broadcast
+def _broadcast_async(tensor, output, root_rank, name, process_set, what):
+    _check_tensor(tensor, what)
+    _check_process_set(process_set, what)
+    _need_init(what + "()")
+    n = _lib.hvd_size()
+    if not isinstance(root_rank, int) or not 0 <= root_rank < n:
+        raise ValueError("hvd.%s: root_rank %r is not a rank (0..%d)" % (what, root_rank, n - 1))
+    buf = output if output.is_contiguous() else output.contiguous()
+    if buf.data_ptr() != tensor.data_ptr():
+        buf.copy_(tensor)
+    dt = _ENGINE_DTYPE.get(buf.dtype)
+    count = buf.numel()
+    if dt is None:  # moved as bytes
+        dt, count = _UINT8, buf.numel() * buf.element_size()
+    ename = _name("broadcast", name)
+    if buf.is_cuda:
+        h = _submit(_lib.hvd_broadcast_gpu_async, what, ename, buf.data_ptr(), count, dt, root_rank,
+                    buf.get_device(), _L._stream_of(buf), None, None)
+    else:
+        h = _submit(_lib.hvd_broadcast_async, what, ename, buf.data_ptr(), count, dt, root_rank, None, None)
+
+    def finish():
+        if buf is not output:
+            output.copy_(buf)
+        return output
+    return _register([h], finish, (tensor, output, buf))
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    return _broadcast_async(tensor, torch.empty_like(tensor, memory_format=torch.contiguous_format), root_rank,
+                            name, process_set, "broadcast_async")
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    return _broadcast_async(tensor, tensor, root_rank, name, process_set, "broadcast_async_")
+
+
+class HorovodBroadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank, ctx.ps = root_rank, process_set
+        return synchronize(broadcast_async(tensor, root_rank, name=name, process_set=process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = allreduce(grad_output, op=Sum, process_set=ctx.ps)
+        if rank() != ctx.root_rank:
+            grad = grad * 0
+        return grad, None, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    if tensor.requires_grad:
+        return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
+    return synchronize(broadcast_async(tensor, root_rank, name=name, process_set=process_set))
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    return synchronize(broadcast_async_(tensor, root_rank, name=name, process_set=process_set))
+
+
+# ------------------------------------------------------------------ alltoall, reducescatter
+def _even_splits(rows, n):
+    """Horovod's split of `rows` over n ranks: the first rows % n get one more."""
+    return [rows // n + (1 if r < rows % n else 0) for r in range(n)]
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Rank r sends splits[j] rows (first dimension) to rank j and receives
+    what every rank sends it, in rank order.  Returns a handle whose result is
+    (output, received_splits).  Moved as two allgathers (the splits and the
+    data): each rank receives every rank's tensor, so its traffic is the
+    job's whole data, not its share."""
+    what = "alltoall"
+    _check_tensor(tensor, what)
+    _check_process_set(process_set, what)
+    _need_init(what + "()")
+    n = _lib.hvd_size()
+    rows = tensor.shape[0] if tensor.dim() else 1
+    if splits is None:
+        if rows % n:
+            raise ValueError("hvd.alltoall: the first dimension (%d) is not divisible by the number of ranks (%d); "
+                             "pass splits" % (rows, n))
+        sp = [rows // n] * n
+    else:
+        sp = [int(x) for x in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
+        if len(sp) != n or any(x < 0 for x in sp) or sum(sp) != rows:
+            raise ValueError("hvd.alltoall: splits %r must be %d non-negative counts summing to the first "
+                             "dimension (%d)" % (sp, n, rows))
+    base = _name("alltoall", name).decode()
+    hs = allgather_async(torch.tensor([sp], dtype=torch.int64), name=base + ".splits")
+    hd = allgather_async(tensor if tensor.dim() else tensor.reshape(1), name=base + ".data")
+    ops = [_ops.pop(hs), _ops.pop(hd)]
+    me = _lib.hvd_rank()
+
+    def finish():
+        table = ops[0].finish()          # [n, n]: row r = rank r's splits
+        data = ops[1].finish()           # every rank's rows, in rank order
+        counts = table.sum(dim=1).tolist()
+        starts = [0] + list(itertools.accumulate(counts))[:-1]
+        parts = []
+        for r in range(n):
+            off = starts[r] + int(table[r, :me].sum())
+            parts.append(data.narrow(0, off, int(table[r, me])))
+        return torch.cat(parts, 0), table[:, me].to(torch.int32).clone()
+    return _register(ops[0].handles + ops[1].handles, finish, (tensor, ops[0].keep, ops[1].keep))
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Horovod's alltoall: the output, and with `splits` also the received
+    splits."""
+    out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+    return out if splits is None else (out, received)
+
+
+def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
+                        process_set=global_process_set):
+    """Reduce `tensor` over every rank and keep this rank's slice of the first
+    dimension (the first rows % size ranks get one more row).  Moved as a
+    full allreduce, then sliced."""
+    if op not in (Average, Sum):
+        raise ValueError("hvd.reducescatter: op must be hvd.Average or hvd.Sum")
+    _check_tensor(tensor, "reducescatter")
+    if tensor.dim() == 0:
+        raise ValueError("hvd.reducescatter: a tensor with at least one dimension is needed")
+    h = allreduce_async(tensor, name=("reducescatter.%s" % name) if name else None, op=op,
+                        prescale_factor=prescale_factor, postscale_factor=postscale_factor, process_set=process_set)
+    inner = _ops.pop(h)
+    n, me = _lib.hvd_size(), _lib.hvd_rank()
+    sp = _even_splits(tensor.shape[0], n)
+
+    def finish():
+        full = inner.finish()
+        return full.narrow(0, sum(sp[:me]), sp[me]).clone()
+    return _register(inner.handles, finish, inner.keep)
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average, prescale_factor=1.0,
+                  postscale_factor=1.0, process_set=global_process_set):
+    compressed, cctx = compression.compress(tensor)
+    out = synchronize(reducescatter_async(compressed, name, op, prescale_factor, postscale_factor, process_set))
+    return compression.decompress(out, cctx)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
+                                process_set=global_process_set):
+    return _grouped(tensors, name, lambda t, n: reducescatter_async(t, n, op, prescale_factor, postscale_factor,
+                                                                    process_set))
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average, prescale_factor=1.0,
+                          postscale_factor=1.0, process_set=global_process_set):
+    pairs = [compression.compress(t) for t in tensors]
+    outs = synchronize(grouped_reducescatter_async([c for c, _ in pairs], name, op, prescale_factor,
+                                                   postscale_factor, process_set))
+    return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs)]
+

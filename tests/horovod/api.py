@@ -1,0 +1,342 @@
+"""Horovod's PyTorch API served by hvdshim, call by call, at any np.
+
+Every rank computes what each call must return from the formula (values
+are small integers, exact in every dtype) and compares; a difference raises
+naming the case.  Rank 0 prints "ok CASE" per case, "api done N" at the end.
+Errors are checked to raise on every rank.  Usage: api.py [--case NAME]."""
+import sys
+
+import torch
+import horovod
+import horovod.torch as hvd
+
+hvd.init()
+hvd.init()  # again: a no-op
+R, N = hvd.rank(), hvd.size()
+DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+          torch.float32, torch.float64]
+ONLY = sys.argv[sys.argv.index("--case") + 1] if "--case" in sys.argv else None
+done = []
+
+
+def case(fn):
+    if ONLY is None or ONLY == fn.__name__:
+        fn()
+        done.append(fn.__name__)
+        if R == 0:
+            print("ok", fn.__name__, flush=True)
+    return fn
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError("rank %d: %s" % (R, what))
+
+
+def same(got, want, what):
+    check(got.dtype == want.dtype, "%s: dtype %s, expected %s" % (what, got.dtype, want.dtype))
+    check(tuple(got.shape) == tuple(want.shape), "%s: shape %s, expected %s" % (what, tuple(got.shape),
+                                                                               tuple(want.shape)))
+    if got.dtype.is_floating_point:  # an average multiplies by 1/N: within an ulp or two of the exact quotient
+        tol = {torch.float16: 2e-3, torch.bfloat16: 1e-2}.get(got.dtype, 1e-6)
+        ok = torch.allclose(got.double(), want.double(), rtol=tol, atol=0)
+    else:
+        ok = torch.equal(got, want)
+    check(ok, "%s:\n got  %s\n want %s" % (what, got, want))
+
+
+def vals(r, dtype, n=6):
+    """Rank r's tensor: small values (-1..4 at np 3, 0..5 unsigned), so that
+    sums and products stay exact and in range in every dtype."""
+    base = torch.arange(n, dtype=torch.float64) % 4 + r + (0 if dtype == torch.uint8 else -1)
+    return base.to(dtype)
+
+
+def expect(dtype, n, op):
+    s = torch.stack([vals(r, dtype, n).double() for r in range(N)])
+    if op == hvd.Sum:
+        out = s.sum(0)
+    elif op == hvd.Average:
+        out = s.sum(0)
+        out = out / N if dtype.is_floating_point else torch.trunc(out / N)
+    elif op == hvd.Min:
+        out = s.min(0).values
+    elif op == hvd.Max:
+        out = s.max(0).values
+    else:
+        out = s.prod(0)
+    return out.to(dtype)
+
+
+@case
+def basics():
+    check(getattr(horovod, "__hvdshim__", False), "the served package is hvdshim's")
+    check(hvd.is_initialized(), "is_initialized")
+    check(0 <= R < N and 0 <= hvd.local_rank() < hvd.local_size() <= N, "ranks")
+    check(hvd.cross_size() * hvd.local_size() == N and hvd.cross_rank() == R // hvd.local_size(), "cross ranks")
+    check(hvd.is_homogeneous(), "one host: homogeneous")
+    check(hvd.mpi_built() and hvd.mpi_enabled() and hvd.mpi_threads_supported(), "MPI queries")
+    check(not hvd.gloo_built() and not hvd.gloo_enabled() and not hvd.ddl_built() and not hvd.ccl_built()
+          and not hvd.rocm_built(), "absent backends")
+    check(bool(hvd.nccl_built()) == bool(hvd.cuda_built()), "nccl_built and cuda_built agree")
+    check(hvd.global_process_set.size() == N and hvd.global_process_set.included(), "global process set")
+
+
+@case
+def allreduce_every_dtype_and_op():
+    for dt in DTYPES:
+        for op in (hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product):
+            t = vals(R, dt)
+            got = hvd.allreduce(t, op=op, name="ar.%s.%d" % (dt, op))
+            want = expect(dt, 6, op)
+            same(got, want, "allreduce %s %s" % (dt, op))
+            same(t, vals(R, dt), "allreduce leaves its input (%s)" % dt)
+            t2 = vals(R, dt)
+            out = hvd.allreduce_(t2, op=op, name="ar_.%s.%d" % (dt, op))
+            check(out is t2, "allreduce_ returns its tensor")
+            same(t2, want, "allreduce_ %s %s" % (dt, op))
+
+
+@case
+def float16_sums():
+    t = torch.full((1000,), 0.5 + R, dtype=torch.float16)
+    same(hvd.allreduce(t, op=hvd.Sum), torch.full((1000,), sum(0.5 + r for r in range(N)), dtype=torch.float16),
+         "float16 sum")
+
+
+@case
+def scale_factors():
+    t = torch.full((5,), float(R + 1))
+    got = hvd.allreduce(t, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5)
+    same(got, torch.full((5,), float(sum(range(1, N + 1)))), "prescale 2, postscale 0.5")
+    got = hvd.allreduce(t, op=hvd.Average, prescale_factor=3.0)
+    same(got, torch.full((5,), 3.0 * sum(range(1, N + 1)) / N), "average with prescale 3")
+
+
+@case
+def average_argument():
+    import warnings
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        got = hvd.allreduce(torch.ones(3) * R, average=False)
+    same(got, torch.ones(3) * sum(range(N)), "average=False sums")
+
+
+@case
+def strided_and_async():
+    base = torch.arange(12, dtype=torch.float32).view(3, 4) + R
+    t = base.t()  # not contiguous
+    h = hvd.allreduce_async_(t, op=hvd.Sum, name="strided")
+    out = hvd.synchronize(h)
+    want = (torch.arange(12, dtype=torch.float32).view(3, 4) * N + sum(range(N))).t()
+    same(out, want, "in-place allreduce of a transposed tensor")
+    check(out is t, "allreduce_async_ returns its tensor")
+    hs = [hvd.allreduce_async(torch.full((100,), float(R)), op=hvd.Sum, name="async.%d" % i) for i in range(5)]
+    while not all(hvd.poll(h) for h in hs):
+        pass
+    for h in hs:
+        same(hvd.synchronize(h), torch.full((100,), float(sum(range(N)))), "async allreduce")
+    try:
+        hvd.synchronize(hs[0])
+        check(False, "synchronize of a finished handle raises")
+    except ValueError:
+        pass
+
+
+@case
+def unnamed_in_order():
+    outs = [hvd.allreduce(torch.full((3,), float(i + R)), op=hvd.Sum) for i in range(4)]
+    for i, o in enumerate(outs):
+        same(o, torch.full((3,), float(N * i + sum(range(N)))), "unnamed allreduce %d" % i)
+
+
+@case
+def grouped():
+    ts = [torch.full((k + 1,), float(R + k)) for k in range(4)]
+    outs = hvd.grouped_allreduce(ts, op=hvd.Sum, name="grp")
+    for k, o in enumerate(outs):
+        same(o, torch.full((k + 1,), float(sum(range(N)) + N * k)), "grouped_allreduce %d" % k)
+    hvd.grouped_allreduce_(ts, op=hvd.Average)
+    for k, t in enumerate(ts):
+        same(t, torch.full((k + 1,), float(sum(range(N))) / N + k), "grouped_allreduce_ %d" % k)
+    g = hvd.grouped_allgather([torch.full((R + 1, 2), R), torch.tensor([R])])
+    same(g[1], torch.arange(N), "grouped_allgather")
+    check(g[0].shape == (sum(range(1, N + 1)), 2), "grouped_allgather rows")
+
+
+@case
+def allgather_every_dtype():
+    for dt in DTYPES + [torch.bool]:
+        t = (torch.arange((R + 1) * 3).view(R + 1, 3) % 2).to(dt) if dt == torch.bool else \
+            torch.full((R + 1, 3), R, dtype=torch.float64).to(dt)
+        got = hvd.allgather(t, name="ag.%s" % dt)
+        want = torch.cat([(torch.arange((r + 1) * 3).view(r + 1, 3) % 2).to(dt) if dt == torch.bool else
+                          torch.full((r + 1, 3), r, dtype=torch.float64).to(dt) for r in range(N)])
+        same(got, want, "allgather %s" % dt)
+    same(hvd.allgather(torch.tensor(float(R))), torch.arange(N, dtype=torch.float32), "allgather of scalars")
+    h = hvd.allgather_async(torch.full((2,), R), name="ag.async")
+    same(hvd.synchronize(h), torch.arange(N).repeat_interleave(2), "allgather_async")
+
+
+@case
+def broadcast_every_dtype():
+    for root in range(N):
+        for dt in DTYPES + [torch.bool]:
+            t = (torch.ones(4) * (R % 2)).to(dt) if dt == torch.bool else torch.full((4,), R + 1, dtype=dt)
+            want = (torch.ones(4) * (root % 2)).to(dt) if dt == torch.bool else torch.full((4,), root + 1, dtype=dt)
+            same(hvd.broadcast(t, root, name="bc.%d.%s" % (root, dt)), want, "broadcast from %d %s" % (root, dt))
+            hvd.broadcast_(t, root)
+            same(t, want, "broadcast_ from %d %s" % (root, dt))
+    h = hvd.broadcast_async(torch.full((3,), float(R)), N - 1)
+    same(hvd.synchronize(h), torch.full((3,), float(N - 1)), "broadcast_async")
+
+
+@case
+def autograd():
+    x = torch.full((3,), float(R + 1), requires_grad=True)
+    y = hvd.allreduce(x, op=hvd.Sum)
+    y.sum().backward()
+    same(x.grad, torch.full((3,), float(N)), "gradient of allreduce(Sum)")
+    x = torch.full((R + 1, 2), 1.0, requires_grad=True)
+    (hvd.allgather(x) * 2).sum().backward()
+    same(x.grad, torch.full((R + 1, 2), 2.0 * N), "gradient of allgather")
+    x = torch.full((2,), float(R), requires_grad=True)
+    hvd.broadcast(x, 0).sum().backward()
+    same(x.grad, torch.full((2,), float(N) if R == 0 else 0.0), "gradient of broadcast")
+
+
+@case
+def alltoall():
+    t = torch.arange(N * 2) + 100 * R  # two rows to each rank
+    got = hvd.alltoall(t)
+    same(got, torch.cat([torch.arange(2 * R, 2 * R + 2) + 100 * r for r in range(N)]), "alltoall even")
+    splits = torch.tensor([j + 1 for j in range(N)], dtype=torch.int32)  # j+1 rows to rank j
+    t = torch.full((int(splits.sum()), 2), float(R))
+    out, rsplits = hvd.alltoall(t, splits=splits)
+    same(out, torch.cat([torch.full((R + 1, 2), float(r)) for r in range(N)]), "alltoall with splits")
+    same(rsplits, torch.full((N,), R + 1, dtype=torch.int32), "received splits")
+
+
+@case
+def reducescatter():
+    rows = 2 * N + 1
+    t = torch.arange(rows * 2, dtype=torch.float32).view(rows, 2) + R
+    got = hvd.reducescatter(t, op=hvd.Sum)
+    full = torch.arange(rows * 2, dtype=torch.float32).view(rows, 2) * N + sum(range(N))
+    sp = [rows // N + (1 if r < rows % N else 0) for r in range(N)]
+    same(got, full[sum(sp[:R]):sum(sp[:R + 1])], "reducescatter sum")
+    got = hvd.reducescatter(t)
+    same(got, (full / N)[sum(sp[:R]):sum(sp[:R + 1])], "reducescatter average")
+    g = hvd.grouped_reducescatter([t, t * 2], op=hvd.Sum)
+    same(g[1], 2 * full[sum(sp[:R]):sum(sp[:R + 1])], "grouped_reducescatter")
+
+
+@case
+def objects():
+    obj = hvd.broadcast_object({"rank": R, "list": list(range(R + 3))}, root_rank=N - 1)
+    check(obj == {"rank": N - 1, "list": list(range(N + 2))}, "broadcast_object: %r" % (obj,))
+    got = hvd.allgather_object(("r", R, "x" * R))
+    check(got == [("r", r, "x" * r) for r in range(N)], "allgather_object: %r" % (got,))
+
+
+@case
+def parameters_and_optimizer_state():
+    torch.manual_seed(R)  # every rank starts different
+    m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+    opt = torch.optim.Adam(m.parameters(), lr=0.01 * (R + 1))
+    m(torch.randn(5, 4)).sum().backward()
+    opt.step()
+    hvd.broadcast_parameters(m.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    sd = [t.clone() for t in m.state_dict().values()]
+    st = opt.state_dict()
+    for i, t in enumerate(sd):
+        same(hvd.broadcast(t, 0, name="psd.%d" % i), t, "state_dict entry %d equals rank 0's" % i)
+    check(st["param_groups"][0]["lr"] == 0.01, "optimizer lr is rank 0's")
+    for k, s in st["state"].items():
+        for key, v in s.items():
+            if isinstance(v, torch.Tensor):
+                same(hvd.broadcast(v, 0, name="ost.%s.%s" % (k, key)), v, "optimizer state %s %s" % (k, key))
+    hvd.broadcast_parameters(list(m.named_parameters()), root_rank=0)
+
+
+@case
+def barrier():
+    for _ in range(3):
+        hvd.barrier()
+
+
+@case
+def sync_batch_norm():
+    torch.manual_seed(7)
+    whole = torch.randn(4 * N, 3, 5)
+    bn = hvd.SyncBatchNorm(3)
+    ref = torch.nn.BatchNorm1d(3)
+    mine = whole[4 * R:4 * R + 4].clone().requires_grad_()
+    out = bn(mine)
+    (out * torch.arange(5.0)).sum().backward()
+    ref_in = whole.clone().requires_grad_()
+    ref_out = ref(ref_in)
+    (ref_out * torch.arange(5.0)).sum().backward()
+    check(torch.allclose(out, ref_out[4 * R:4 * R + 4], atol=1e-5), "SyncBatchNorm output")
+    check(torch.allclose(mine.grad, ref_in.grad[4 * R:4 * R + 4], atol=1e-5), "SyncBatchNorm input gradient")
+    check(torch.allclose(bn.running_var, ref.running_var, atol=1e-5), "SyncBatchNorm running variance")
+    wg = hvd.allreduce(bn.weight.grad, op=hvd.Sum)
+    check(torch.allclose(wg, ref.weight.grad, atol=1e-4), "SyncBatchNorm weight gradient (summed)")
+
+
+@case
+def compression_fp16():
+    t = torch.full((10,), 0.25 * (R + 1), dtype=torch.float32)
+    got = hvd.allreduce(t, op=hvd.Sum, compression=hvd.Compression.fp16)
+    same(got, torch.full((10,), 0.25 * sum(range(1, N + 1))), "fp16 compression sum, back in float32")
+
+
+def raises(exc, fn, what, words=()):
+    try:
+        fn()
+    except exc as e:
+        for w in words:
+            check(w in str(e), "%s: message %r lacks %r" % (what, str(e), w))
+        return str(e)
+    raise AssertionError("rank %d: %s did not raise %s" % (R, what, exc.__name__))
+
+
+@case
+def errors():
+    # a count that differs across ranks: every rank raises
+    msg = raises(hvd.HorovodInternalError, lambda: hvd.allreduce(torch.ones(3 + R), name="bad.count"),
+                 "allreduce with different counts", ("bad.count",))
+    if N > 1:
+        check("count" in msg, "the message names the count: %r" % msg)
+        raises(hvd.HorovodInternalError,
+               lambda: hvd.allreduce(torch.ones(3, dtype=torch.float32 if R == 0 else torch.float64),
+                                     name="bad.dtype"), "allreduce with different dtypes", ("dtype",))
+        raises(hvd.HorovodInternalError,
+               lambda: hvd.allgather(torch.ones(2, 2 + R), name="bad.rows"), "allgather with different rows")
+    # the same name twice in flight (rank 0's first one waits for the others,
+    # who submit it after the barrier): the second fails, the first completes
+    t = torch.ones(4)
+    if R == 0:
+        h = hvd.allreduce_async(t, name="dup", op=hvd.Sum)
+        h2 = hvd.allreduce_async(torch.ones(4), name="dup", op=hvd.Sum)
+        raises(hvd.HorovodInternalError, lambda: hvd.synchronize(h2), "a duplicate name in flight",
+               ("dup", "already in flight"))
+    hvd.barrier()
+    if R != 0:
+        h = hvd.allreduce_async(t, name="dup", op=hvd.Sum)
+    same(hvd.synchronize(h), torch.full((4,), float(N)), "the first of two same-named submissions")
+    raises(NotImplementedError, lambda: hvd.allreduce(t, op=hvd.Adasum), "Adasum", ("Adasum",))
+    raises(NotImplementedError, lambda: hvd.add_process_set([0]), "add_process_set", ("process set",))
+    raises(NotImplementedError, lambda: hvd.elastic.run, "hvd.elastic", ("elastic",))
+    raises(ValueError, lambda: hvd.broadcast(t, N), "a root that is not a rank", ("root",))
+    raises(ValueError, lambda: hvd.allreduce(torch.ones(2, dtype=torch.complex64)), "complex allreduce",
+           ("complex64",))
+    raises(ValueError, lambda: hvd.alltoall(torch.ones(N + 1, 2) if N > 1 else torch.ones(1, 2), splits=[1] * 7),
+           "alltoall splits of the wrong length", ("splits",))
+    # the job goes on after every error above
+    same(hvd.allreduce(torch.ones(2), op=hvd.Sum, name="after.errors"), torch.full((2,), float(N)), "after errors")
+
+
+if R == 0:
+    print("api done %d" % len(done), flush=True)
