@@ -1,0 +1,82 @@
+#!/bin/sh
+# Scripts written the Horovod way run unmodified under hvdrun on the served
+# horovod package and match their single-process reference: the same script
+# at np=1 with the whole batch (N x the per-rank batch; the script scales
+# its learning rate by hvd.size() itself), which is the split-equivalent run
+# (DistributedSampler's step i on N ranks is the np=1 run's batch i, and
+# hvd.SyncBatchNorm normalizes over the whole batch).
+. "$(dirname "$0")/../lib.sh"
+need_mpirun
+need_torch
+H="$top_srcdir/tests/horovod"
+HVDRUN="$top_builddir/launcher/hvdrun"
+[ -n "${MPIRUN:-}" ] && export HVDRUN_MPIRUN="$MPIRUN"
+run() { # NP OUT SCRIPT ARGS...
+  _np=$1 _out=$2
+  shift 2
+  HVDRUN_LIB="$LIB" timeout -k 5 300 "$HVDRUN" -np "$_np" --oversubscribe "$PYTHON" "$@" >"$_out" 2>&1 </dev/null ||
+    { cat "$_out"; fail "np=$_np $*"; }
+}
+
+# --- MNIST-style: the canonical recipe; weights and the averaged test metrics
+for np in 2 3; do
+  run 1 "$TMP/ref.out" "$H/mnist_hvd.py" --batch-size $((16 * np)) --lr "0.0$np" --save "$TMP/ref.pt"
+  run $np "$TMP/np.out" "$H/mnist_hvd.py" --batch-size 16 --lr 0.01 --save "$TMP/np.pt"
+  same "$TMP/ref.pt" "$TMP/np.pt" 1e-5 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "mnist np=$np differs from np=1"; }
+  grep "^Test set" "$TMP/ref.out" >"$TMP/ref.metrics"
+  grep "^Test set" "$TMP/np.out" >"$TMP/np.metrics"
+  [ -s "$TMP/ref.metrics" ] && cmp -s "$TMP/ref.metrics" "$TMP/np.metrics" ||
+    { cat "$TMP/ref.out" "$TMP/np.out"; fail "mnist np=$np: the averaged test metrics differ from np=1"; }
+  pass "mnist recipe np=$np vs np=1 with the whole batch: $(cat "$TMP/cmp"); test metrics identical"
+done
+# fp16 compression and a predivide factor: the same model within float16's precision
+run 2 "$TMP/np.out" "$H/mnist_hvd.py" --batch-size 16 --lr 0.01 --fp16-allreduce --gradient-predivide-factor 2 \
+  --save "$TMP/fp16.pt"
+run 1 "$TMP/ref.out" "$H/mnist_hvd.py" --batch-size 32 --lr 0.02 --save "$TMP/ref2.pt"
+same "$TMP/ref2.pt" "$TMP/fp16.pt" 5e-3 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "mnist fp16 compression differs"; }
+pass "mnist np=2 with Compression.fp16 and gradient_predivide_factor=2: $(cat "$TMP/cmp")"
+# Adasum is refused with one clear line, on every rank, and the job ends non-zero
+HVDRUN_LIB="$LIB" timeout -k 5 120 "$HVDRUN" -np 2 "$PYTHON" "$H/mnist_hvd.py" --use-adasum >"$TMP/out" 2>&1 </dev/null &&
+  { cat "$TMP/out"; fail "Adasum ran"; }
+grep -q "NotImplementedError: Adasum is not served by hvdshim" "$TMP/out" || { cat "$TMP/out"; fail "no Adasum line"; }
+pass "Adasum: a clear NotImplementedError, job ends non-zero"
+
+# --- ResNet-style synthetic benchmark: SyncBatchNorm, clipping the Horovod
+# way (synchronize, clip, skip_synchronize), with and without autocast
+run 1 "$TMP/ref.out" "$H/resnet_hvd.py" --batch-size 16 --lr 0.1 --save "$TMP/r1.pt"
+run 2 "$TMP/np.out" "$H/resnet_hvd.py" --batch-size 8 --lr 0.05 --save "$TMP/r2.pt"
+same "$TMP/r1.pt" "$TMP/r2.pt" 1e-5 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "resnet np=2 differs from np=1"; }
+grep -q "Img/sec per rank" "$TMP/np.out" || { cat "$TMP/np.out"; fail "resnet: no throughput line"; }
+pass "resnet-style np=2 vs np=1: $(cat "$TMP/cmp")"
+# autocast (bfloat16 on a CPU, float16 with a GradScaler on a GPU): a convolution
+# over 8 samples rounds differently from one over 16 in bfloat16 (8-bit
+# mantissa, 4e-3 relative), so the tolerance is bfloat16's
+run 1 "$TMP/ref.out" "$H/resnet_hvd.py" --batch-size 16 --lr 0.1 --amp --save "$TMP/r1.pt"
+run 2 "$TMP/np.out" "$H/resnet_hvd.py" --batch-size 8 --lr 0.05 --amp --save "$TMP/r2.pt"
+same "$TMP/r1.pt" "$TMP/r2.pt" 3e-2 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "resnet --amp np=2 differs from np=1"; }
+pass "resnet-style --amp np=2 vs np=1: $(cat "$TMP/cmp")"
+
+# --- HVDSHIM_HOROVOD: on serves hvdshim's package over an installed one; off
+# serves nothing; auto (above) serves it when none is installed
+mkdir -p "$TMP/fake/horovod"
+echo 'raise ImportError("the installed Horovod was imported")' >"$TMP/fake/horovod/__init__.py"
+cat >"$TMP/which.py" <<'PY'
+import sys
+try:
+    import horovod
+    sys.stdout.write("served=%s\n" % getattr(horovod, "__hvdshim__", False))
+except ImportError as e:
+    sys.stdout.write("import failed: %s\n" % e)
+PY
+for mode in on off auto; do
+  PYTHONPATH="$TMP/fake" HVDSHIM_HOROVOD=$mode shim 1 -x PYTHONPATH "$PYTHON" "$TMP/which.py" >"$TMP/out.$mode" 2>&1 ||
+    { cat "$TMP/out.$mode"; fail "HVDSHIM_HOROVOD=$mode"; }
+done
+grep -q "served=True" "$TMP/out.on" && grep -q "the installed Horovod was imported" "$TMP/out.off" &&
+  grep -q "the installed Horovod was imported" "$TMP/out.auto" ||
+  { cat "$TMP/out.on" "$TMP/out.off" "$TMP/out.auto"; fail "HVDSHIM_HOROVOD did not choose as documented"; }
+HVDSHIM_HOROVOD=off shim 1 "$PYTHON" "$TMP/which.py" >"$TMP/out" 2>&1
+grep -q "import failed: No module named 'horovod'" "$TMP/out" || { cat "$TMP/out"; fail "HVDSHIM_HOROVOD=off served it"; }
+HVDSHIM_HOROVOD=maybe shim 1 "$PYTHON" "$TMP/which.py" >"$TMP/out" 2>&1 && { cat "$TMP/out"; fail "a bad HVDSHIM_HOROVOD was accepted"; }
+grep -q "HVDSHIM_HOROVOD" "$TMP/out" || { cat "$TMP/out"; fail "a bad HVDSHIM_HOROVOD was not named"; }
+pass "HVDSHIM_HOROVOD=on serves over an installed Horovod, off and auto leave it; a bad value is named"
