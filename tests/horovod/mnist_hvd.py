@@ -22,6 +22,7 @@ parser.add_argument("--seed", type=int, default=42)
 parser.add_argument("--fp16-allreduce", action="store_true")
 parser.add_argument("--use-adasum", action="store_true")
 parser.add_argument("--gradient-predivide-factor", type=float, default=1.0)
+parser.add_argument("--double", action="store_true", help="float64 model and data (a test's exact comparison)")
 parser.add_argument("--save", default=None)
 args = parser.parse_args()
 
@@ -39,7 +40,7 @@ def digits(n, seed):
     labels = torch.randint(0, 10, (n,), generator=g)
     proto = torch.randn(10, 1, 28, 28, generator=torch.Generator().manual_seed(0))
     images = proto[labels] + 0.5 * torch.randn(n, 1, 28, 28, generator=g)
-    return torch.utils.data.TensorDataset(images, labels)
+    return torch.utils.data.TensorDataset(images.double() if args.double else images, labels)
 
 
 train_dataset = digits(960, 1)
@@ -68,7 +69,7 @@ class Net(nn.Module):
         return F.log_softmax(self.fc2(x), dim=1)
 
 
-model = Net()
+model = Net().double() if args.double else Net()
 lr_scaler = hvd.size() if not args.use_adasum else 1
 if torch.cuda.is_available():
     model.cuda()

@@ -18,22 +18,30 @@ run() { # NP OUT SCRIPT ARGS...
     { cat "$_out"; fail "np=$_np $*"; }
 }
 
-# --- MNIST-style: the canonical recipe; weights and the averaged test metrics
+# --- MNIST-style: the canonical recipe; weights and the averaged test
+# metrics.  In float64 (--double) the runs agree to rounding (measured
+# 5.6e-17); in float32, a convolution over 16 samples rounds differently from
+# one over 32, and once in a while such a 1e-8 difference crosses a ReLU or
+# max-pool kink (on torch 2.14 at step 9: 1.5e-8 -> 7.5e-6, 2.5e-3 after two
+# epochs; on 1.13 none: 7.5e-8), so float32 is compared at 1e-2.
 for np in 2 3; do
-  run 1 "$TMP/ref.out" "$H/mnist_hvd.py" --batch-size $((16 * np)) --lr "0.0$np" --save "$TMP/ref.pt"
-  run $np "$TMP/np.out" "$H/mnist_hvd.py" --batch-size 16 --lr 0.01 --save "$TMP/np.pt"
-  same "$TMP/ref.pt" "$TMP/np.pt" 1e-5 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "mnist np=$np differs from np=1"; }
+  run 1 "$TMP/ref.out" "$H/mnist_hvd.py" --double --batch-size $((16 * np)) --lr "0.0$np" --save "$TMP/ref.pt"
+  run $np "$TMP/np.out" "$H/mnist_hvd.py" --double --batch-size 16 --lr 0.01 --save "$TMP/np.pt"
+  same "$TMP/ref.pt" "$TMP/np.pt" 1e-12 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "mnist np=$np differs from np=1"; }
   grep "^Test set" "$TMP/ref.out" >"$TMP/ref.metrics"
   grep "^Test set" "$TMP/np.out" >"$TMP/np.metrics"
   [ -s "$TMP/ref.metrics" ] && cmp -s "$TMP/ref.metrics" "$TMP/np.metrics" ||
     { cat "$TMP/ref.out" "$TMP/np.out"; fail "mnist np=$np: the averaged test metrics differ from np=1"; }
-  pass "mnist recipe np=$np vs np=1 with the whole batch: $(cat "$TMP/cmp"); test metrics identical"
+  pass "mnist recipe (float64) np=$np vs np=1 with the whole batch: $(cat "$TMP/cmp"); test metrics identical"
 done
+run 1 "$TMP/ref.out" "$H/mnist_hvd.py" --batch-size 32 --lr 0.02 --save "$TMP/ref32.pt"
+run 2 "$TMP/np.out" "$H/mnist_hvd.py" --batch-size 16 --lr 0.01 --save "$TMP/np32.pt"
+same "$TMP/ref32.pt" "$TMP/np32.pt" 1e-2 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "mnist float32 np=2 differs from np=1"; }
+pass "mnist recipe (float32) np=2 vs np=1: $(cat "$TMP/cmp")"
 # fp16 compression and a predivide factor: the same model within float16's precision
 run 2 "$TMP/np.out" "$H/mnist_hvd.py" --batch-size 16 --lr 0.01 --fp16-allreduce --gradient-predivide-factor 2 \
   --save "$TMP/fp16.pt"
-run 1 "$TMP/ref.out" "$H/mnist_hvd.py" --batch-size 32 --lr 0.02 --save "$TMP/ref2.pt"
-same "$TMP/ref2.pt" "$TMP/fp16.pt" 5e-3 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "mnist fp16 compression differs"; }
+same "$TMP/ref32.pt" "$TMP/fp16.pt" 2e-2 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "mnist fp16 compression differs"; }
 pass "mnist np=2 with Compression.fp16 and gradient_predivide_factor=2: $(cat "$TMP/cmp")"
 # Adasum is refused with one clear line, on every rank, and the job ends non-zero
 HVDRUN_LIB="$LIB" timeout -k 5 120 "$HVDRUN" -np 2 "$PYTHON" "$H/mnist_hvd.py" --use-adasum >"$TMP/out" 2>&1 </dev/null &&

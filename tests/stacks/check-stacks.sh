@@ -96,9 +96,9 @@ for name in $stacks; do
   versions=$(run '/usr/bin/python3 -c "import platform, torch; print(\"Python %s, torch %s\" % (platform.python_version(), torch.__version__))"' 2>/dev/null)
   mpiv=$(sed -n 's/^ *MPI: *\(.*\) (mpicc:.*/\1/p' "$cache/$name.build.log" | head -1)
   tests=$(run 'make -s print-tests' 2>/dev/null)
-  # MPICH: the engine and PyTorch suites, and hvdrun driving Hydra (the
+  # MPICH: the engine, PyTorch and Horovod-API suites, and hvdrun driving Hydra (the
   # fault tests find Open MPI's launcher processes by name)
-  [ "$which" = mpich ] && tests=$(echo "$tests" | tr ' ' '\n' | grep -E '^tests/(unit|mpi|torch|gpu)/|^tests/launcher/hvdrun' | tr '\n' ' ')
+  [ "$which" = mpich ] && tests=$(echo "$tests" | tr ' ' '\n' | grep -E '^tests/(unit|mpi|torch|horovod|gpu)/|^tests/launcher/hvdrun' | tr '\n' ' ')
   run "make check TESTS='$tests'" >"$cache/$name.check.log" 2>&1
   rc=$?
   p=0 f=0 s=0
