@@ -81,7 +81,7 @@
 #include "timeline.h"
 #include "wire.h"
 
-enum { F_SLOW = 1 };
+enum { F_SLOW = 1, F_STOPPED = 2 }; /* F_STOPPED: a rank has stopped for good (hvd_shutdown) */
 
 hvd_engine_state hvd_eng = {.qmu = PTHREAD_MUTEX_INITIALIZER, .qcv = PTHREAD_COND_INITIALIZER};
 static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -405,14 +405,35 @@ static void control_allreduce(uint64_t *v) {
 }
 
 /* Words 1..wr of the control vector hold ~joined bits: after the BAND a
- * cleared bit means that rank has joined. */
-static int agree_joined(const uint64_t *v) {
+ * cleared bit means that rank has joined.  *last: the highest rank that
+ * joined in this cycle (unchanged when none did). */
+static int agree_joined(const uint64_t *v, int *last) {
   int n = 0;
   for (int r = 0; r < E->size; r++) {
-    E->joined[r] = !(v[1 + r / 64] & ((uint64_t)1 << (r % 64)));
-    n += E->joined[r];
+    int j = !(v[1 + r / 64] & ((uint64_t)1 << (r % 64)));
+    if (j && !E->joined[r]) *last = r;
+    E->joined[r] = (uint8_t)j;
+    n += j;
   }
   return n;
+}
+
+/* Every rank has joined and none has stopped for good: every rank's
+ * hvd_join returns (the last rank to join) and all take part again. */
+static void end_join(void) {
+  E->joined_self = 0;
+  memset(E->joined, 0, (size_t)E->size);
+  E->njoined = 0;
+  if (E->rank == 0) HVD_DEBUG("every rank has joined (the last: rank %d); all go on", E->last_joined);
+  hvd_handle_t h = E->join_handle;
+  E->join_handle = HVD_NO_HANDLE;
+  if (h != HVD_NO_HANDLE) hvd_handles_complete(h, HVD_OK, NULL, NULL, 0);
+}
+
+static void fail_join(const char *why) {
+  hvd_handle_t h = E->join_handle;
+  E->join_handle = HVD_NO_HANDLE;
+  if (h != HVD_NO_HANDLE) hvd_handles_complete(h, HVD_ERR_SHUTDOWN, why, NULL, 0);
 }
 
 /* Every rank, same cycle: the pair rank 0 sent in the control vector. */
@@ -489,23 +510,29 @@ static int cycle(void) {
   E->qbytes = 0;
   int stopping = E->stop_requested;
   double stop_time = E->stop_time;
+  if (E->join_asked != HVD_NO_HANDLE) { /* hvd_join: this rank joins once its own work has completed */
+    E->join_handle = E->join_asked;
+    E->join_asked = HVD_NO_HANDLE;
+  }
   pthread_mutex_unlock(&E->qmu);
   for (hvd_req *n; q; q = n) {
     n = q->next;
     admit(q);
   }
   E->stats.cycles++;
-  if (stopping && !E->joined_self && (E->npending == 0 || now - stop_time >= E->shutdown_timeout)) {
+  if (E->join_handle != HVD_NO_HANDLE && !E->joined_self && E->npending == 0) E->joined_self = 1;
+  if (stopping && !E->stopped_self && (E->npending == 0 || now - stop_time >= E->shutdown_timeout)) {
     if (E->npending) {
       HVD_WARN("joining with %zu operation(s) in flight: peers did not submit them within "
                "HVDSHIM_SHUTDOWN_TIMEOUT_SECONDS=%g", E->npending, E->shutdown_timeout);
       fail_pending("this rank finished (hvd_shutdown or exit) before every rank submitted it");
     }
-    E->joined_self = 1;
+    E->joined_self = E->stopped_self = 1;
   }
 
   uint64_t *v = E->vec, flags = 0;
   if (E->nout > 0 || (E->rank == 0 && E->coord.fatal_msg)) flags |= F_SLOW;
+  if (E->stopped_self) flags |= F_STOPPED;
   v[0] = ~flags;
   for (int w = 0; w < E->wr; w++) v[1 + w] = ~(uint64_t)0;
   if (E->joined_self) v[1 + E->rank / 64] &= ~((uint64_t)1 << (E->rank % 64));
@@ -527,9 +554,15 @@ static int cycle(void) {
   hvd_liveness_tick();
   flags = ~v[0];
   int before = E->njoined;
-  E->njoined = agree_joined(v);
+  E->njoined = agree_joined(v, &E->last_joined);
+  if (E->njoined == E->size && !(flags & F_STOPPED)) { /* every rank is in hvd_join: it returns everywhere */
+    hvd_liveness_busy(0);
+    end_join();
+    return 1;
+  }
   if (E->njoined == E->size) { /* everyone finished: all leave in this cycle */
     hvd_liveness_busy(0);
+    fail_join("hvd_join: a rank has finished (hvd_shutdown or exit), so not every rank can join");
     fail_everything("every rank has finished (hvd_shutdown or exit) before it was submitted everywhere");
     return 0;
   }
@@ -583,7 +616,7 @@ static void *engine_main(void *arg) {
     int idle = !E->joined_self && E->npending == 0 && E->nout == 0 && !(E->rank == 0 && hvd_coord_busy(&E->coord));
     double deadline = start + (idle && E->cycle_s < HVD_IDLE_CYCLE_S ? HVD_IDLE_CYCLE_S : E->cycle_s);
     pthread_mutex_lock(&E->qmu);
-    while (!(E->stop_requested && !E->joined_self) && !E->qhead) { /* a stop request needs one more cycle to join */
+    while (!(E->stop_requested && !E->stopped_self) && !E->qhead && E->join_asked == HVD_NO_HANDLE) { /* a stop or join request needs a cycle */
       double t = hvd_eng_now();
       if (t >= deadline) break;
       struct timespec ts;
@@ -766,7 +799,9 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
   E->displs = E->lens ? E->lens + E->size : NULL;
   E->pending = hvd_strmap_new();
   E->joined = calloc((size_t)E->size, 1);
-  E->joined_self = 0;
+  E->joined_self = E->stopped_self = 0;
+  E->join_handle = E->join_asked = HVD_NO_HANDLE;
+  E->last_joined = -1;
   E->njoined = 0;
   E->npending = 0;
   done = STATE; /* free_state copes with any part missing */

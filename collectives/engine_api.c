@@ -125,6 +125,41 @@ static hvd_status_t broadcast(const char *name, void *buf, size_t count, hvd_dty
   return submit(name, &s, buf, NULL, device, stream, cb, cb_arg, handle);
 }
 
+/* Blocks until every rank has called it; meanwhile this rank takes part in
+ * the others' operations without data (as a finished rank does), then all
+ * go on.  The last rank to join is read once the handle has completed (the
+ * handle table's lock orders the engine's write before it). */
+hvd_status_t hvd_join(int *last_rank) {
+  hvd_handle_t h;
+  pthread_mutex_lock(&E->qmu);
+  if (!E->accepting) {
+    char why[sizeof E->closed_msg];
+    snprintf(why, sizeof why, "%s", E->closed_msg[0] ? E->closed_msg : "hvd_init() has not been called");
+    hvd_status_t st = E->closed_msg[0] ? HVD_ERR_SHUTDOWN : HVD_ERR_NOT_INIT;
+    pthread_mutex_unlock(&E->qmu);
+    return reject(st, "join: %s", why);
+  }
+  if (E->join_busy) {
+    pthread_mutex_unlock(&E->qmu);
+    return reject(HVD_ERR_INVALID, "join: another thread of this rank is already in hvd_join");
+  }
+  hvd_status_t st = hvd_handles_new(NULL, NULL, NULL, &h);
+  if (st != HVD_OK) {
+    pthread_mutex_unlock(&E->qmu);
+    return st;
+  }
+  E->join_busy = 1;
+  E->join_asked = h;
+  pthread_cond_signal(&E->qcv);
+  pthread_mutex_unlock(&E->qmu);
+  st = hvd_wait(h, -1.0);
+  if (st == HVD_OK && last_rank) *last_rank = E->last_joined;
+  pthread_mutex_lock(&E->qmu);
+  E->join_busy = 0;
+  pthread_mutex_unlock(&E->qmu);
+  return st;
+}
+
 hvd_status_t hvd_allreduce_async(const char *name, void *buf, size_t count, hvd_dtype_t dtype, hvd_op_t op,
                                  hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
   return allreduce(name, buf, count, dtype, op, -1, NULL, cb, cb_arg, handle);

@@ -69,6 +69,8 @@ typedef struct {
   size_t qbytes;
   int accepting, stop_requested;
   double stop_time;
+  hvd_handle_t join_asked; /* hvd_join's handle, until the engine takes it (HVD_NO_HANDLE: none) */
+  int join_busy;           /* an hvd_join is in progress on this rank */
   char closed_msg[512];
 
   /* ---- engine thread only ---- */
@@ -93,8 +95,12 @@ typedef struct {
   char *staging;
   size_t staging_cap;
   hvd_coord coord; /* rank 0's negotiation table (coordinator.c) */
-  /* join: the agreed set of ranks that finished, updated every cycle */
-  int joined_self;
+  /* join: the agreed set of ranks that finished or are in hvd_join, updated
+   * every cycle.  joined_self: this rank takes part without data; stopped_self:
+   * for good (hvd_shutdown), not for an hvd_join that ends when all have
+   * joined.  join_handle: this rank's hvd_join in progress (HVD_NO_HANDLE: none). */
+  int joined_self, stopped_self, last_joined;
+  hvd_handle_t join_handle;
   uint8_t *joined;
   int njoined;
   /* autotune: tw = index of its two control words; rank 0 runs the tuner */

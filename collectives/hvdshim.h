@@ -139,6 +139,15 @@ HVD_EXPORT hvd_status_t hvd_test(hvd_handle_t handle, int *done);
 /* Message of the last failed hvd_* call or wait on this thread ("" if none). */
 HVD_EXPORT const char *hvd_last_error(void);
 
+/* Horovod's join: blocks until every rank has called hvd_join.  Meanwhile
+ * this rank takes part in the other ranks' operations without data (the
+ * identity of a reduction, no allgather rows, averages over the ranks still
+ * submitting), so ranks with more batches than others finish theirs; then
+ * every rank goes on, and *last_rank (if not NULL) is the last rank to join.
+ * Fails with HVD_ERR_SHUTDOWN when a rank finishes (hvd_shutdown or exit)
+ * instead of joining. */
+HVD_EXPORT hvd_status_t hvd_join(int *last_rank);
+
 /* Blocking barrier over all ranks, bounded by timeout_s (< 0: no limit). */
 HVD_EXPORT hvd_status_t hvd_barrier(double timeout_s);
 

@@ -261,6 +261,18 @@ def parameters_and_optimizer_state():
 
 
 @case
+def join():
+    for rnd in range(2):  # rank r has r+1 batches; join is reusable
+        for s in range(R + 1):
+            got = hvd.allreduce(torch.full((2,), float(R + 1)), op=hvd.Sum, name="join.%d.%d" % (rnd, s))
+            same(got, torch.full((2,), float(sum(r + 1 for r in range(s, N)))), "sum over the ranks still stepping")
+            avg = hvd.allreduce(torch.full((2,), float(R + 1)), name="join.avg.%d.%d" % (rnd, s))
+            same(avg, torch.full((2,), sum(r + 1 for r in range(s, N)) / (N - s)), "average over those ranks")
+        check(hvd.join() == N - 1, "join returns the last rank to join")
+    same(hvd.allreduce(torch.ones(1), op=hvd.Sum, name="join.after"), torch.full((1,), float(N)), "after join")
+
+
+@case
 def barrier():
     for _ in range(3):
         hvd.barrier()

@@ -556,6 +556,56 @@ static void run_steps(int steps, int k, size_t elems) {
   free(hs);
 }
 
+/* hvd_join (Horovod's join) with uneven work: rank r runs r+1 steps of an
+ * allreduce (SUM) and an allgather, then joins; a step's sum covers the ranks
+ * still stepping, its gather their rows.  Every rank's join returns the
+ * last rank to join (the last, which steps most); then all go on together,
+ * twice over (join is reusable), and a final allreduce sums every rank. */
+static void run_hvd_join(void) {
+  for (int round = 0; round < 2; round++) {
+    for (int s = 0; s <= rank; s++) {
+      char name[64];
+      float v = (float)(rank + 1);
+      int32_t row = rank;
+      snprintf(name, sizeof name, "uneven.%d.%d", round, s);
+      hvd_handle_t h;
+      if (hvd_allreduce_async(name, &v, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h) || hvd_wait(h, 60))
+        FAIL("%s: %s", name, hvd_last_error());
+      float want = 0; /* ranks s..size-1 still step */
+      for (int r = s; r < size; r++) want += (float)(r + 1);
+      if (v != want) FAIL("%s: sum %g, expected %g (the ranks still stepping)", name, v, want);
+      snprintf(name, sizeof name, "uneven.rows.%d.%d", round, s);
+      void *out = NULL;
+      size_t rows = 0;
+      if (hvd_allgather_async(name, &row, 1, 1, HVD_INT32, NULL, NULL, &h) || hvd_allgather_wait(h, 60, &out, &rows))
+        FAIL("%s: %s", name, hvd_last_error());
+      else if (rows != (size_t)(size - s) || ((int32_t *)out)[0] != s)
+        FAIL("%s: %zu rows starting at %d, expected %d from rank %d", name, rows, rows ? ((int32_t *)out)[0] : -1,
+             size - s, s);
+      hvd_free(out);
+    }
+    int last = -2;
+    if (hvd_join(&last) != HVD_OK) FAIL("hvd_join: %s", hvd_last_error());
+    if (last != size - 1) FAIL("hvd_join: the last rank to join is %d, expected %d", last, size - 1);
+  }
+  float all = 1;
+  hvd_handle_t h;
+  if (hvd_allreduce_async("after.join", &all, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h) || hvd_wait(h, 60) ||
+      all != (float)size)
+    FAIL("allreduce after hvd_join: %g (%s), expected %d", all, hvd_last_error(), size);
+  printf("engine_test[%d]: hvd_join with uneven steps, twice, last rank %d\n", rank, size - 1);
+}
+
+/* Rank 0 joins while the others finish (exit): its hvd_join fails with
+ * HVD_ERR_SHUTDOWN naming why, and nothing hangs. */
+static void run_join_vs_exit(void) {
+  if (rank != 0) return;
+  int last = -2;
+  hvd_status_t st = hvd_join(&last);
+  if (st != HVD_ERR_SHUTDOWN) FAIL("hvd_join while the others exit: %s, expected shutdown", hvd_status_name(st));
+  else printf("engine_test[0]: hvd_join failed as expected: %s\n", hvd_last_error());
+}
+
 /* Threads of hvdshim still listed in this process (named hvd-*). */
 static int shim_threads_now(void) {
   DIR *d = opendir("/proc/self/task");
@@ -606,6 +656,8 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "stall-other")) run_stall_other();
   else if (!strcmp(mode, "stall-abort")) run_stall_abort();
   else if (!strcmp(mode, "join")) run_join(argc > 2 ? atoi(argv[2]) : size - 1);
+  else if (!strcmp(mode, "hvd-join")) run_hvd_join();
+  else if (!strcmp(mode, "join-vs-exit")) run_join_vs_exit();
   else if (!strcmp(mode, "memory")) run_memory(argc > 2 ? atoi(argv[2]) : 10000);
   else if (!strcmp(mode, "gpu-refused")) run_gpu_refused();
   else if (!strcmp(mode, "steps"))

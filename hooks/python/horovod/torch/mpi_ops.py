@@ -47,6 +47,7 @@ for _name, _res, _args in (("hvd_rank", ctypes.c_int, []), ("hvd_size", ctypes.c
                            ("hvd_local_rank", ctypes.c_int, []), ("hvd_local_size", ctypes.c_int, []),
                            ("hvd_initialized", ctypes.c_int, []), ("hvd_shutdown", None, []),
                            ("hvd_barrier", ctypes.c_int, [ctypes.c_double]),
+                           ("hvd_join", ctypes.c_int, [ctypes.POINTER(ctypes.c_int)]),
                            ("hvd_test", ctypes.c_int, [ctypes.c_int64, ctypes.POINTER(ctypes.c_int)]),
                            ("hvd_gpu_status", ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t])):
     _fn = getattr(_lib, _name)
@@ -322,9 +323,15 @@ def synchronize(handle):
 
 
 def join(device=-1):
-    raise NotImplementedError("hvd.join is not served by hvdshim yet: give every rank the same number of batches "
-                              "(hvd's DistributedSampler pads the last one; or drop_last=True) and call "
-                              "hvd.barrier() where the script joins")
+    """This rank has no more batches: until every rank has joined, it takes
+    part in the others' collectives without data (a joined rank adds nothing
+    to a sum; averages divide by the ranks still submitting).  Returns the
+    last rank to join; then every rank goes on."""
+    _need_init("join()")
+    last = ctypes.c_int(-1)
+    if _lib.hvd_join(ctypes.byref(last)) != 0:
+        raise HorovodInternalError("hvd.join: %s" % _last_error())
+    return last.value
 
 
 def barrier(process_set=global_process_set):
