@@ -83,6 +83,7 @@ static void describe_value(char *out, size_t n, int field, const hvd_sig *s) {
   case 3: snprintf(out, n, "root %d", s->root); break;
   case 4: snprintf(out, n, "%lld elements", (long long)s->count); break;
   case 5: snprintf(out, n, "%lld elements per row", (long long)s->row_elems); break;
+  case 7: snprintf(out, n, "shape #%08x", (unsigned)s->shape); break;
   default: snprintf(out, n, "%s", s->place ? "GPU memory" : "host memory"); break;
   }
 }
@@ -95,6 +96,7 @@ static int field_differs(int field, const hvd_sig *a, const hvd_sig *b) {
   case 3: return a->kind == HVD_KIND_BROADCAST && a->root != b->root;
   case 4: return a->kind != HVD_KIND_ALLGATHER && a->count != b->count;
   case 5: return a->kind == HVD_KIND_ALLGATHER && a->row_elems != b->row_elems;
+  case 7: return a->shape != b->shape;
   default: return a->place != b->place;
   }
 }
@@ -109,9 +111,10 @@ static const hvd_sig *first_present(const hvd_coord *k, const hvd_coord_entry *c
  * naming the tensor, the first field that differs and which ranks hold which
  * value.  Joined ranks that did not submit it are not compared. */
 static char *check_agreement(const hvd_coord *k, const hvd_coord_entry *c) {
-  static const char *fields[] = {"operation", "dtype", "reduction op", "root", "count", "row size", "memory"};
+  static const char *fields[] = {"operation", "dtype", "reduction op", "root", "count", "row size", "memory",
+                                 "shape (the same element count)"};
   const hvd_sig *ref = first_present(k, c);
-  for (int f = 0; f < 7; f++) {
+  for (int f = 0; f < 8; f++) {
     int differs = 0;
     for (int r = 0; r < k->size && !differs; r++) differs = c->present[r] && field_differs(f, ref, &c->sigs[r]);
     if (!differs) continue;

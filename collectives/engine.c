@@ -268,7 +268,7 @@ static void cache_insert(const char *name, const hvd_sig *sig) {
 
 static int sig_equal(const hvd_sig *a, const hvd_sig *b) {
   return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->root == b->root &&
-         a->count == b->count && a->row_elems == b->row_elems && a->place == b->place;
+         a->count == b->count && a->row_elems == b->row_elems && a->place == b->place && a->shape == b->shape;
 }
 
 static void admit(hvd_req *r) {

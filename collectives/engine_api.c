@@ -27,6 +27,9 @@ void hvd_get_stats(hvd_stats_t *out) {
   out->blocked_seconds = (double)hvd_handles_blocked_ns() * 1e-9;
 }
 
+/* hvd_next_shape: the shape tag of this thread's next submission. */
+static _Thread_local uint32_t next_shape;
+
 static hvd_status_t reject(hvd_status_t st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static hvd_status_t reject(hvd_status_t st, const char *fmt, ...) {
   char msg[HVD_NAME_MAX + 256];
@@ -35,11 +38,23 @@ static hvd_status_t reject(hvd_status_t st, const char *fmt, ...) {
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   hvd_set_last_error("%s", msg);
+  next_shape = 0; /* a refused call takes the shape it was given too */
   return st;
+}
+
+void hvd_next_shape(const int64_t *dims, int ndims) {
+  uint32_t h = 2166136261u; /* FNV-1a over the rank and the dimensions; 0 is kept for "not given" */
+  for (int i = -1; i < ndims; i++) {
+    uint64_t v = i < 0 ? (uint64_t)ndims : (uint64_t)dims[i];
+    for (int b = 0; b < 8; b++) h = (h ^ (uint8_t)(v >> (8 * b))) * 16777619u;
+  }
+  next_shape = h ? h : 1;
 }
 
 static hvd_status_t submit(const char *name, hvd_sig *sig, void *buf, const void *in, int device, void *stream,
                            hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
+  sig->shape = next_shape; /* taken by this submission, accepted or not */
+  next_shape = 0;
   if (!handle && !cb) return reject(HVD_ERR_INVALID, "%s: pass a handle pointer or a callback", hvd_kind_name(sig->kind));
   if (!name || !name[0]) return reject(HVD_ERR_INVALID, "%s: the tensor name is empty", hvd_kind_name(sig->kind));
   size_t nl = strnlen(name, HVD_NAME_MAX + 1);

@@ -139,6 +139,12 @@ HVD_EXPORT hvd_status_t hvd_test(hvd_handle_t handle, int *done);
 /* Message of the last failed hvd_* call or wait on this thread ("" if none). */
 HVD_EXPORT const char *hvd_last_error(void);
 
+/* Describes the tensor of this thread's next submission (its dimensions;
+ * for an allgather, all but the first): ranks that submit one name with the
+ * same element count but different shapes then fail with HVD_ERR_MISMATCH
+ * ("ranks disagree on the shape").  Without it only counts are compared. */
+HVD_EXPORT void hvd_next_shape(const int64_t *dims, int ndims);
+
 /* Horovod's join: blocks until every rank has called hvd_join.  Meanwhile
  * this rank takes part in the other ranks' operations without data (the
  * identity of a reduction, no allgather rows, averages over the ranks still

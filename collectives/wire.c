@@ -50,6 +50,7 @@ static void put_sig(hvd_buf *b, const hvd_sig *s) {
   hvd_buf_put(b, &s->root, 4);
   hvd_buf_put(b, &s->count, 8);
   hvd_buf_put(b, &s->row_elems, 8);
+  hvd_buf_put(b, &s->shape, 4);
 }
 
 static void get_sig(hvd_buf *b, hvd_sig *s) {
@@ -62,6 +63,7 @@ static void get_sig(hvd_buf *b, hvd_sig *s) {
   hvd_buf_get(b, &s->root, 4);
   hvd_buf_get(b, &s->count, 8);
   hvd_buf_get(b, &s->row_elems, 8);
+  hvd_buf_get(b, &s->shape, 4);
 }
 
 static void put_str(hvd_buf *b, const char *s) {

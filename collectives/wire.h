@@ -2,10 +2,10 @@
  *
  * Request (rank -> coordinator, in the slow path):
  *   u8 kind, u8 dtype, u8 op, u8 place, i32 root, i64 count, i64 row_elems,
- *   f64 age_seconds, u32 name_len, name bytes
+ *   u32 shape, f64 age_seconds, u32 name_len, name bytes
  * Response (coordinator -> all, broadcast):
  *   u8 type, u8 kind, u8 dtype, u8 op, u8 place, i32 root, i64 count, i64 row_elems,
- *   u32 name_len, name, u32 msg_len, msg, then for an allgather EXEC one
+ *   u32 shape, u32 name_len, name, u32 msg_len, msg, then for an allgather EXEC one
  *   i64 row count per rank.
  * Native byte order: every rank of a job runs on the same architecture. */
 #ifndef HVD_WIRE_H
@@ -37,6 +37,7 @@ typedef struct {
   int32_t root;
   int64_t count;     /* elements (allgather: this rank's rows) */
   int64_t row_elems; /* allgather only */
+  uint32_t shape;    /* a hash of the tensor's dimensions (allgather: all but the first); 0 = not given */
 } hvd_sig;
 
 const char *hvd_kind_name(int kind);

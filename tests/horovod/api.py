@@ -326,6 +326,16 @@ def errors():
                                      name="bad.dtype"), "allreduce with different dtypes", ("dtype",))
         raises(hvd.HorovodInternalError,
                lambda: hvd.allgather(torch.ones(2, 2 + R), name="bad.rows"), "allgather with different rows")
+        raises(hvd.HorovodInternalError, lambda: hvd.allreduce(torch.ones(2, 3) if R == 0 else torch.ones(3, 2),
+                                                               name="bad.shape"),
+               "allreduce with the same count in another shape", ("disagree on the shape", "this rank: [%d, %d]"
+                                                                  % ((2, 3) if R == 0 else (3, 2))))
+        raises(hvd.HorovodInternalError, lambda: hvd.broadcast(torch.ones(6) if R == 0 else torch.ones(2, 3), 0,
+                                                               name="bad.bshape"), "broadcast in another shape",
+               ("shape",))
+        raises(hvd.HorovodInternalError, lambda: hvd.allgather(torch.ones(1, 2, 3) if R == 0 else
+                                                               torch.ones(1, 3, 2), name="bad.gshape"),
+               "allgather rows of another shape", ("shape",))
     # the same name twice in flight (rank 0's first one waits for the others,
     # who submit it after the barrier): the second fails, the first completes
     t = torch.ones(4)

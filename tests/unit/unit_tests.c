@@ -574,6 +574,14 @@ static void test_coordinator(void) {
   CHECK_STR(out, "ERROR m: allreduce 'm': ranks disagree on the dtype: float32 on ranks 0,2; float64 on ranks 1,3\n"
                  "ERROR c: allreduce 'c': ranks disagree on the count: 10 elements on ranks 0-2; 12 elements on rank 3");
 
+  /* the same count in another shape (hvd_next_shape's tag) */
+  hvd_sig wide = f32, tall = f32;
+  wide.shape = 0x2u, tall.shape = 0x5u;
+  req(&in, 0, "s", wide, 0), req(&in, 1, "s", tall, 0), req(&in, 2, "s", wide, 0), req(&in, 3, "s", wide, 0);
+  run_round(&k, &in, 3.5, out, sizeof out, NULL);
+  CHECK_STR(out, "ERROR s: allreduce 's': ranks disagree on the shape (the same element count): shape #00000002 on "
+                 "ranks 0,2,3; shape #00000005 on rank 1");
+
   /* a rank's duplicate record in one round counts once */
   req(&in, 0, "d", f32, 0), req(&in, 0, "d", f32, 0), req(&in, 1, "d", f32, 0), req(&in, 1, "d", f32, 0);
   run_round(&k, &in, 4.0, out, sizeof out, NULL);

@@ -48,6 +48,7 @@ for _name, _res, _args in (("hvd_rank", ctypes.c_int, []), ("hvd_size", ctypes.c
                            ("hvd_initialized", ctypes.c_int, []), ("hvd_shutdown", None, []),
                            ("hvd_barrier", ctypes.c_int, [ctypes.c_double]),
                            ("hvd_join", ctypes.c_int, [ctypes.POINTER(ctypes.c_int)]),
+                           ("hvd_next_shape", None, [ctypes.POINTER(ctypes.c_int64), ctypes.c_int]),
                            ("hvd_test", ctypes.c_int, [ctypes.c_int64, ctypes.POINTER(ctypes.c_int)]),
                            ("hvd_gpu_status", ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t])):
     _fn = getattr(_lib, _name)
@@ -242,12 +243,13 @@ def stop_timeline():
 
 # ------------------------------------------------------------------ handles
 class _Op:
-    __slots__ = ("handles", "finish", "keep")
+    __slots__ = ("handles", "finish", "keep", "shapes")
 
-    def __init__(self, handles, finish, keep):
+    def __init__(self, handles, finish, keep, shapes=()):
         self.handles = handles  # engine handles, waited in order
         self.finish = finish    # () -> output, run once every handle completed
         self.keep = keep        # tensors the engine reads or writes, alive until then
+        self.shapes = shapes    # this rank's tensor shapes, for a shape mismatch's message
 
 
 _ops = {}
@@ -280,10 +282,16 @@ def _submit(fn, what, *args):
     return h.value
 
 
-def _register(handles, finish, keep):
+def _register(handles, finish, keep, shapes=()):
     h = next(_next_handle)
-    _ops[h] = _Op(handles, finish, keep)
+    _ops[h] = _Op(handles, finish, keep, shapes)
     return h
+
+
+def _shape_next(dims):
+    """The engine compares this shape across ranks for the next submission."""
+    dims = [int(d) for d in dims]
+    _lib.hvd_next_shape((ctypes.c_int64 * max(len(dims), 1))(*dims), len(dims))
 
 
 def poll(handle):
@@ -318,6 +326,8 @@ def synchronize(handle):
         if _lib.hvd_wait(h, -1.0) != 0 and first_error is None:
             first_error = _last_error()
     if first_error:
+        if "disagree on the shape" in first_error and op.shapes:
+            first_error += " (this rank: %s)" % ", ".join(str(list(s)) for s in op.shapes)
         raise HorovodInternalError(first_error)
     return op.finish()
 
@@ -372,6 +382,7 @@ def _start_allreduce(buf, name, op, what):
     """buf: contiguous; reduced in place by the engine."""
     eop = _engine_op(op)
     dt = _reduce_dtype(buf, what)
+    _shape_next(buf.shape)
     if buf.is_cuda:
         return _submit(_lib.hvd_allreduce_gpu_async, what, name, buf.data_ptr(), buf.numel(), dt, eop,
                        buf.get_device(), _L._stream_of(buf), None, None)
@@ -396,7 +407,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
         if buf is not output:
             output.copy_(buf)
         return output
-    return _register([h], finish, (tensor, output, buf))
+    return _register([h], finish, (tensor, output, buf), (tuple(tensor.shape),))
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -522,6 +533,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     src = tensor if tensor.dim() > 0 else tensor.reshape(1)
     host = src.detach().cpu().contiguous()  # the engine gathers host memory; a CUDA tensor comes back to its device
     raw = _as_bytes(host).contiguous()
+    _shape_next(src.shape[1:])
     gh = _L._allgather_start(_name("allgather", name), raw, "hvd.allgather")
     out = []
 
@@ -531,7 +543,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
             got = got.view(host.dtype)
         got = got.reshape((-1,) + tuple(src.shape[1:]))
         return got.to(tensor.device) if tensor.is_cuda else got
-    return _register([(gh, raw, "hvd.allgather", out)], finish, (tensor, raw))
+    return _register([(gh, raw, "hvd.allgather", out)], finish, (tensor, raw), (tuple(src.shape[1:]),))
 
 
 class HorovodAllgather(torch.autograd.Function):
@@ -579,6 +591,7 @@ def _broadcast_async(tensor, output, root_rank, name, process_set, what):
     if dt is None:  # moved as bytes
         dt, count = _UINT8, buf.numel() * buf.element_size()
     ename = _name("broadcast", name)
+    _shape_next(buf.shape)
     if buf.is_cuda:
         h = _submit(_lib.hvd_broadcast_gpu_async, what, ename, buf.data_ptr(), count, dt, root_rank,
                     buf.get_device(), _L._stream_of(buf), None, None)
@@ -589,7 +602,7 @@ def _broadcast_async(tensor, output, root_rank, name, process_set, what):
         if buf is not output:
             output.copy_(buf)
         return output
-    return _register([h], finish, (tensor, output, buf))
+    return _register([h], finish, (tensor, output, buf), (tuple(tensor.shape),))
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
