@@ -472,7 +472,7 @@ static void tune(double now) {
   double dt = now - E->win_t;
   if (E->tune_mode == 0 && steps > E->win_steps) E->tune_mode = 1;
   if (E->tune_mode == 0 && dt >= HVD_TUNE_WINDOW_S && bytes > E->win_bytes) E->tune_mode = 2;
-  uint64_t per = (uint64_t)hvd_cfg_int(HVD_CFG_AUTOTUNE_STEPS_PER_SAMPLE);
+  uint64_t per = E->tune_per;
   if (E->tune_mode == 0 || (E->tune_mode == 1 && steps - E->win_steps < per) ||
       (E->tune_mode == 2 && (dt < HVD_TUNE_WINDOW_S || bytes == E->win_bytes)))
     return;
@@ -502,6 +502,20 @@ void hvd_engine_tuning(hvd_tuning_now *out) {
   out->autotune = st[__atomic_load_n(&E->pub_tune, __ATOMIC_RELAXED)];
 }
 
+/* hvd_timeline_start/stop on the engine thread (the timeline's owner):
+ * rank 0 closes the current file and, for a start, opens the new one. */
+static void timeline_request(int op, char *path, int mark, hvd_handle_t h) {
+  char why[600] = "";
+  hvd_status_t st = HVD_OK;
+  if (E->rank == 0) {
+    hvd_timeline_close();
+    if (op == 1 && hvd_timeline_open(path, why, sizeof why) != 0) st = HVD_ERR_INVALID;
+  }
+  if (st == HVD_OK) E->mark_cycles = op == 1 && mark;
+  free(path);
+  hvd_handles_complete(h, st, st == HVD_OK ? NULL : why, NULL, 0);
+}
+
 static int cycle(void) {
   double now = hvd_eng_now();
   pthread_mutex_lock(&E->qmu);
@@ -514,7 +528,12 @@ static int cycle(void) {
     E->join_handle = E->join_asked;
     E->join_asked = HVD_NO_HANDLE;
   }
+  int tl_op = E->tl_op, tl_mark = E->tl_mark;
+  char *tl_path = E->tl_path;
+  hvd_handle_t tl_handle = E->tl_handle;
+  E->tl_op = 0, E->tl_path = NULL, E->tl_handle = HVD_NO_HANDLE;
   pthread_mutex_unlock(&E->qmu);
+  if (tl_op) timeline_request(tl_op, tl_path, tl_mark, tl_handle);
   for (hvd_req *n; q; q = n) {
     n = q->next;
     admit(q);
@@ -597,7 +616,7 @@ static int cycle(void) {
   if (E->rank == 0) hvd_coord_stall_check(&E->coord, hvd_eng_now());
   if (E->autotune && E->rank == 0) tune(hvd_eng_now());
   if (hvd_timeline_enabled()) {
-    if (hvd_cfg_int(HVD_CFG_TIMELINE_MARK_CYCLES)) hvd_timeline_instant("CYCLE_START", hvd_eng_us(now));
+    if (E->mark_cycles) hvd_timeline_instant("CYCLE_START", hvd_eng_us(now));
     hvd_timeline_flush();
   }
   return 1;
@@ -616,7 +635,7 @@ static void *engine_main(void *arg) {
     int idle = !E->joined_self && E->npending == 0 && E->nout == 0 && !(E->rank == 0 && hvd_coord_busy(&E->coord));
     double deadline = start + (idle && E->cycle_s < HVD_IDLE_CYCLE_S ? HVD_IDLE_CYCLE_S : E->cycle_s);
     pthread_mutex_lock(&E->qmu);
-    while (!(E->stop_requested && !E->stopped_self) && !E->qhead && E->join_asked == HVD_NO_HANDLE) { /* a stop or join request needs a cycle */
+    while (!(E->stop_requested && !E->stopped_self) && !E->qhead && E->join_asked == HVD_NO_HANDLE && !E->tl_op) { /* a stop or join request needs a cycle */
       double t = hvd_eng_now();
       if (t >= deadline) break;
       struct timespec ts;
@@ -782,6 +801,7 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
   E->wr = (E->size + 63) / 64;
   E->tw = 1 + E->wr + 2 * E->wc;
   E->autotune = (int)hvd_cfg_int(HVD_CFG_AUTOTUNE);
+  E->tune_per = (uint64_t)hvd_cfg_int(HVD_CFG_AUTOTUNE_STEPS_PER_SAMPLE);
   int tune_fusion = hvd_cfg_src(HVD_CFG_FUSION_THRESHOLD) == HVD_SRC_DEFAULT,
       tune_cycle = hvd_cfg_src(HVD_CFG_CYCLE_TIME) == HVD_SRC_DEFAULT;
   if (E->autotune && !tune_fusion && !tune_cycle && E->rank == 0)
@@ -800,7 +820,9 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
   E->pending = hvd_strmap_new();
   E->joined = calloc((size_t)E->size, 1);
   E->joined_self = E->stopped_self = 0;
-  E->join_handle = E->join_asked = HVD_NO_HANDLE;
+  E->join_handle = E->join_asked = E->tl_handle = HVD_NO_HANDLE;
+  E->tl_op = 0;
+  E->mark_cycles = (int)hvd_cfg_int(HVD_CFG_TIMELINE_MARK_CYCLES);
   E->last_joined = -1;
   E->njoined = 0;
   E->npending = 0;

@@ -175,6 +175,35 @@ hvd_status_t hvd_join(int *last_rank) {
   return st;
 }
 
+/* Hands a timeline start (op 1) or stop (op 2) to the engine thread and
+ * waits for it. */
+static hvd_status_t timeline_request(int op, const char *path, int mark_cycles) {
+  char *copy = NULL;
+  if (op == 1) {
+    if (!path || !path[0]) return reject(HVD_ERR_INVALID, "timeline start: the path is empty");
+    if (!(copy = strdup(path))) return reject(HVD_ERR_INTERNAL, "out of memory (timeline path)");
+  }
+  hvd_handle_t h;
+  pthread_mutex_lock(&E->qmu);
+  hvd_status_t st = !E->accepting ? (E->closed_msg[0] ? HVD_ERR_SHUTDOWN : HVD_ERR_NOT_INIT)
+                    : E->tl_op    ? HVD_ERR_INVALID
+                                  : hvd_handles_new(NULL, NULL, NULL, &h);
+  if (st != HVD_OK) {
+    pthread_mutex_unlock(&E->qmu);
+    free(copy);
+    return reject(st, "timeline %s: %s", op == 1 ? "start" : "stop",
+                  st == HVD_ERR_INVALID ? "another thread's start or stop is in progress"
+                  : st == HVD_ERR_NOT_INIT ? "hvd_init() has not been called" : "the engine has stopped");
+  }
+  E->tl_op = op, E->tl_path = copy, E->tl_mark = mark_cycles, E->tl_handle = h;
+  pthread_cond_signal(&E->qcv);
+  pthread_mutex_unlock(&E->qmu);
+  return hvd_wait(h, -1.0);
+}
+
+hvd_status_t hvd_timeline_start(const char *path, int mark_cycles) { return timeline_request(1, path, mark_cycles); }
+hvd_status_t hvd_timeline_stop(void) { return timeline_request(2, NULL, 0); }
+
 hvd_status_t hvd_allreduce_async(const char *name, void *buf, size_t count, hvd_dtype_t dtype, hvd_op_t op,
                                  hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
   return allreduce(name, buf, count, dtype, op, -1, NULL, cb, cb_arg, handle);

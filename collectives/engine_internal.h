@@ -71,6 +71,11 @@ typedef struct {
   double stop_time;
   hvd_handle_t join_asked; /* hvd_join's handle, until the engine takes it (HVD_NO_HANDLE: none) */
   int join_busy;           /* an hvd_join is in progress on this rank */
+  /* hvd_timeline_start/stop: what the engine thread does at its next cycle */
+  int tl_op; /* 0 none, 1 start, 2 stop */
+  char *tl_path;
+  int tl_mark;
+  hvd_handle_t tl_handle;
   char closed_msg[512];
 
   /* ---- engine thread only ---- */
@@ -100,11 +105,13 @@ typedef struct {
    * for good (hvd_shutdown), not for an hvd_join that ends when all have
    * joined.  join_handle: this rank's hvd_join in progress (HVD_NO_HANDLE: none). */
   int joined_self, stopped_self, last_joined;
+  int mark_cycles; /* a timeline marker per cycle (HVDSHIM_TIMELINE_MARK_CYCLES, or hvd_timeline_start's) */
   hvd_handle_t join_handle;
   uint8_t *joined;
   int njoined;
   /* autotune: tw = index of its two control words; rank 0 runs the tuner */
   int autotune, tw, tune_mode; /* tune_mode: 0 undecided, 1 steps/s, 2 bytes/s */
+  uint64_t tune_per;           /* HVDSHIM_AUTOTUNE_STEPS_PER_SAMPLE */
   hvd_tuner tuner;
   double win_t;
   uint64_t win_steps, win_bytes;

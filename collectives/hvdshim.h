@@ -154,6 +154,14 @@ HVD_EXPORT void hvd_next_shape(const int64_t *dims, int ndims);
  * instead of joining. */
 HVD_EXPORT hvd_status_t hvd_join(int *last_rank);
 
+/* The timeline (as HVDSHIM_TIMELINE, written by rank 0) from now on into
+ * `path`, replacing the current one if any; mark_cycles adds a marker per
+ * engine cycle.  Stop closes it (a valid JSON file).  Any rank may call them;
+ * rank 0's call opens or closes the file, and an error opening it is
+ * returned there (HVD_ERR_INVALID, with the reason). */
+HVD_EXPORT hvd_status_t hvd_timeline_start(const char *path, int mark_cycles);
+HVD_EXPORT hvd_status_t hvd_timeline_stop(void);
+
 /* Blocking barrier over all ranks, bounded by timeout_s (< 0: no limit). */
 HVD_EXPORT hvd_status_t hvd_barrier(double timeout_s);
 

@@ -40,6 +40,7 @@ int hvd_timeline_open(const char *path, char *err, size_t errlen) {
   }
   lanes = hvd_strmap_new();
   nevents = 0;
+  next_lane = 1;
   return 0;
 }
 

@@ -45,6 +45,16 @@ def same(got, want, what):
     check(ok, "%s:\n got  %s\n want %s" % (what, got, want))
 
 
+def raises(exc, fn, what, words=()):
+    try:
+        fn()
+    except exc as e:
+        for w in words:
+            check(w in str(e), "%s: message %r lacks %r" % (what, str(e), w))
+        return str(e)
+    raise AssertionError("rank %d: %s did not raise %s" % (R, what, exc.__name__))
+
+
 def vals(r, dtype, n=6):
     """Rank r's tensor: small values (-1..4 at np 3, 0..5 unsigned), so that
     sums and products stay exact and in range in every dtype."""
@@ -273,6 +283,36 @@ def join():
 
 
 @case
+def timeline():
+    import json
+    import os
+    import tempfile
+    d = hvd.broadcast_object(tempfile.mkdtemp(prefix="hvd-tl-") if R == 0 else None, 0)
+    path = os.path.join(d, "tl.json")
+    hvd.start_timeline(path, mark_cycles=True)
+    for i in range(3):
+        hvd.allreduce(torch.ones(8), name="traced.%d" % i)
+    hvd.stop_timeline()
+    if R == 0:
+        events = json.load(open(path))
+        names = {e.get("args", {}).get("name") for e in events if e.get("ph") == "M"}
+        check("allreduce.traced.2" in names, "the timeline names the traced tensors: %r" % sorted(n for n in names if n))
+        check(any(e.get("name") == "CYCLE_START" for e in events), "mark_cycles adds cycle markers")
+        n = len(events)
+    hvd.allreduce(torch.ones(8), name="untraced")
+    hvd.barrier()
+    if R == 0:
+        check(len(json.load(open(path))) == n, "nothing is written after stop_timeline")
+        raises(ValueError, lambda: hvd.start_timeline(os.path.join(d, "missing", "tl.json")), "a timeline in a "
+               "missing folder", ("missing",))
+        import shutil
+        shutil.rmtree(d)
+    else:
+        hvd.start_timeline("/nonexistent/other-ranks-do-not-open-it.json")  # only rank 0 writes
+        hvd.stop_timeline()
+
+
+@case
 def barrier():
     for _ in range(3):
         hvd.barrier()
@@ -302,16 +342,6 @@ def compression_fp16():
     t = torch.full((10,), 0.25 * (R + 1), dtype=torch.float32)
     got = hvd.allreduce(t, op=hvd.Sum, compression=hvd.Compression.fp16)
     same(got, torch.full((10,), 0.25 * sum(range(1, N + 1))), "fp16 compression sum, back in float32")
-
-
-def raises(exc, fn, what, words=()):
-    try:
-        fn()
-    except exc as e:
-        for w in words:
-            check(w in str(e), "%s: message %r lacks %r" % (what, str(e), w))
-        return str(e)
-    raise AssertionError("rank %d: %s did not raise %s" % (R, what, exc.__name__))
 
 
 @case

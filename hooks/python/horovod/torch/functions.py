@@ -38,6 +38,19 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
         synchronize(h)
 
 
+_unnamed = {"broadcast": 0, "allgather": 0}
+
+
+def _object_name(kind, name):
+    """A name the same on every rank: the caller's, or one numbered per kind
+    (Horovod names it after the object's type, which differs when only the
+    root has the object, and then the ranks wait for each other)."""
+    if name:
+        return name
+    _unnamed[kind] += 1
+    return "noname.%d" % _unnamed[kind]
+
+
 def _dumps(obj):
     buf = io.BytesIO()
     _pickler.dump(obj, buf)
@@ -47,7 +60,7 @@ def _dumps(obj):
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """root_rank's `obj` on every rank (pickled; tensors inside come back on
     the device they were on)."""
-    name = name or type(obj).__name__
+    name = _object_name("broadcast", name)
     if rank() == root_rank:
         data = torch.frombuffer(bytearray(_dumps(obj)), dtype=torch.uint8)
         n = torch.tensor([data.numel()], dtype=torch.int64)
@@ -62,7 +75,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Every rank's `obj`, as a list in rank order."""
-    name = name or type(obj).__name__
+    name = _object_name("allgather", name)
     data = torch.frombuffer(bytearray(_dumps(obj)), dtype=torch.uint8)
     sizes = allgather(torch.tensor([data.numel()], dtype=torch.int64), name="object.%s.sizes" % name,
                       process_set=process_set)

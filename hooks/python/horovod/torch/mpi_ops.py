@@ -49,6 +49,8 @@ for _name, _res, _args in (("hvd_rank", ctypes.c_int, []), ("hvd_size", ctypes.c
                            ("hvd_barrier", ctypes.c_int, [ctypes.c_double]),
                            ("hvd_join", ctypes.c_int, [ctypes.POINTER(ctypes.c_int)]),
                            ("hvd_next_shape", None, [ctypes.POINTER(ctypes.c_int64), ctypes.c_int]),
+                           ("hvd_timeline_start", ctypes.c_int, [ctypes.c_char_p, ctypes.c_int]),
+                           ("hvd_timeline_stop", ctypes.c_int, []),
                            ("hvd_test", ctypes.c_int, [ctypes.c_int64, ctypes.POINTER(ctypes.c_int)]),
                            ("hvd_gpu_status", ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t])):
     _fn = getattr(_lib, _name)
@@ -233,12 +235,18 @@ def rocm_built():
 
 
 def start_timeline(file_path, mark_cycles=False):
-    raise NotImplementedError("hvd.start_timeline: hvdshim writes its timeline from the start of the job; set "
-                              "HVDSHIM_TIMELINE=%s (or HOROVOD_TIMELINE) in the environment instead" % file_path)
+    """Write the timeline (a Chrome trace, by rank 0) into file_path from now
+    on, replacing the current one if any."""
+    _need_init("start_timeline()")
+    if _lib.hvd_timeline_start(os.fsencode(os.fspath(file_path)), 1 if mark_cycles else 0) != 0:
+        raise ValueError("hvd.start_timeline: %s" % _last_error())
 
 
 def stop_timeline():
-    raise NotImplementedError("hvd.stop_timeline: hvdshim's timeline (HVDSHIM_TIMELINE) runs until the job ends")
+    """Close the timeline file (valid JSON)."""
+    _need_init("stop_timeline()")
+    if _lib.hvd_timeline_stop() != 0:
+        raise HorovodInternalError("hvd.stop_timeline: %s" % _last_error())
 
 
 # ------------------------------------------------------------------ handles
