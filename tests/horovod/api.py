@@ -313,6 +313,63 @@ def timeline():
 
 
 @case
+def distributed_optimizer():
+    """DistributedOptimizer's options against a reference that computes every
+    rank's gradients in this process (each rank's data is known to all)."""
+    def data(r, k):
+        g = torch.Generator().manual_seed(100 * r + k)
+        return torch.randn(3, 4, generator=g), torch.randint(0, 6, (3,), generator=g)
+
+    def make():
+        torch.manual_seed(5)
+        return torch.nn.ModuleDict({"emb": torch.nn.Embedding(6, 4, sparse=True), "lin": torch.nn.Linear(4, 2)})
+
+    def loss(m, x, idx):
+        return (m["lin"](x + m["emb"](idx)) ** 2).mean()
+
+    for opts in ({}, {"backward_passes_per_step": 2}, {"op": hvd.Sum}, {"sparse_as_dense": True},
+                 {"groups": 2}, {"compression": hvd.Compression.fp16}):
+        m, ref = make(), make()
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), named_parameters=m.named_parameters(),
+                                       **opts)
+        ropt = torch.optim.SGD(ref.parameters(), lr=0.1)
+        passes = opts.get("backward_passes_per_step", 1)
+        scale = 1.0 if opts.get("op") == hvd.Sum else 1.0 / N
+        for step in range(3):
+            opt.zero_grad()
+            ropt.zero_grad()
+            for k in range(passes):
+                loss(m, *data(R, 10 * step + k)).backward()
+                for r in range(N):
+                    (loss(ref, *data(r, 10 * step + k)) * scale).backward()
+            opt.step()
+            ropt.step()
+        tol = 1e-3 if opts.get("compression") is hvd.Compression.fp16 else 1e-6
+        for (n, p), q in zip(m.named_parameters(), ref.parameters()):
+            check(torch.allclose(p, q, atol=tol), "DistributedOptimizer(%s): %s differs by %g"
+                  % (opts, n, (p - q).abs().max()))
+    # the Horovod guards
+    m = make()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), named_parameters=m.named_parameters())
+    loss(m, *data(R, 0)).backward()
+    raises(AssertionError, opt.zero_grad, "zero_grad between backward and step", ("zero_grad",))
+    opt.step()
+    raises(ValueError, lambda: hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                                        named_parameters=[("a", m["lin"].weight)]),
+           "named_parameters that miss parameters", ("not named",))
+    raises(ValueError, lambda: hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                                        named_parameters=[("a", p) for p in m.parameters()]),
+           "duplicate names", ("unique",))
+    # a parameter unused on one rank still gets the others' gradient
+    lin = torch.nn.ModuleList([torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)])
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(lin.parameters(), lr=1.0), named_parameters=lin.named_parameters())
+    before = lin[1].weight.detach().clone()
+    (lin[0](torch.ones(1, 2)).sum() + (lin[1](torch.ones(1, 2)).sum() if R == 0 else 0)).backward()
+    opt.step()
+    same(lin[1].weight.detach(), before - 1.0 / N, "a parameter used on rank 0 only: its gradient averaged over all")
+
+
+@case
 def barrier():
     for _ in range(3):
         hvd.barrier()

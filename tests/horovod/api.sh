@@ -9,7 +9,7 @@ need_mpirun
 need_torch
 for np in 2 3; do
   shim $np "$PYTHON" "$top_srcdir/tests/horovod/api.py" >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "np=$np: the API suite failed"; }
-  grep -q "^api done 21$" "$TMP/out" || { cat "$TMP/out"; fail "np=$np: not every case ran"; }
+  grep -q "^api done 22$" "$TMP/out" || { cat "$TMP/out"; fail "np=$np: not every case ran"; }
   # the errors named their cause on every rank, and the job went on
   [ "$(grep -c "allreduce 'allreduce.bad.count': ranks disagree on the count" "$TMP/out")" = "$np" ] ||
     { cat "$TMP/out"; fail "np=$np: the count mismatch was not reported by every rank"; }
