@@ -51,6 +51,17 @@ void hvd_next_shape(const int64_t *dims, int ndims) {
   next_shape = h ? h : 1;
 }
 
+/* With qmu held: HVD_OK (still held) when the engine takes work; else qmu
+ * is released and the status returned with the reason, after `what`. */
+static hvd_status_t refuse_if_closed(const char *what) {
+  if (E->accepting) return HVD_OK;
+  char why[sizeof E->closed_msg];
+  snprintf(why, sizeof why, "%s", E->closed_msg[0] ? E->closed_msg : "hvd_init() has not been called");
+  hvd_status_t st = E->closed_msg[0] ? HVD_ERR_SHUTDOWN : HVD_ERR_NOT_INIT;
+  pthread_mutex_unlock(&E->qmu);
+  return reject(st, "%s: %s", what, why);
+}
+
 static hvd_status_t submit(const char *name, hvd_sig *sig, void *buf, const void *in, int device, void *stream,
                            hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
   sig->shape = next_shape; /* taken by this submission, accepted or not */
@@ -92,14 +103,13 @@ static hvd_status_t submit(const char *name, hvd_sig *sig, void *buf, const void
     }
   }
   size_t bytes = (size_t)sig->count * (sig->row_elems ? (size_t)sig->row_elems : 1) * hvd_dtype_size((hvd_dtype_t)sig->dtype);
+  char what[HVD_NAME_MAX + 32];
+  snprintf(what, sizeof what, "%s '%s'", hvd_kind_name(sig->kind), name);
   pthread_mutex_lock(&E->qmu);
-  if (!E->accepting) {
-    char why[sizeof E->closed_msg];
-    snprintf(why, sizeof why, "%s", E->closed_msg[0] ? E->closed_msg : "hvd_init() has not been called");
-    hvd_status_t st = E->closed_msg[0] ? HVD_ERR_SHUTDOWN : HVD_ERR_NOT_INIT;
-    pthread_mutex_unlock(&E->qmu);
+  hvd_status_t closed = refuse_if_closed(what);
+  if (closed != HVD_OK) {
     hvd_eng_req_free(r);
-    return reject(st, "%s '%s': %s", hvd_kind_name(sig->kind), name, why);
+    return closed;
   }
   if (sig->kind == HVD_KIND_BROADCAST && (sig->root < HVD_ROOT_FIRST_ACTIVE || sig->root >= E->size)) {
     pthread_mutex_unlock(&E->qmu);
@@ -140,6 +150,21 @@ static hvd_status_t broadcast(const char *name, void *buf, size_t count, hvd_dty
   return submit(name, &s, buf, NULL, device, stream, cb, cb_arg, handle);
 }
 
+/* With qmu held: the handle of a control request (join, timeline) that the
+ * engine thread takes at its next cycle; on failure qmu is released and the
+ * reason recorded.  busy: this rank already has one of that kind. */
+static hvd_status_t control_handle(const char *what, int busy, hvd_handle_t *h) {
+  hvd_status_t st = refuse_if_closed(what);
+  if (st != HVD_OK) return st;
+  if (busy) {
+    pthread_mutex_unlock(&E->qmu);
+    return reject(HVD_ERR_INVALID, "%s: another thread of this rank is already in it", what);
+  }
+  st = hvd_handles_new(NULL, NULL, NULL, h);
+  if (st != HVD_OK) pthread_mutex_unlock(&E->qmu);
+  return st;
+}
+
 /* Blocks until every rank has called it; meanwhile this rank takes part in
  * the others' operations without data (as a finished rank does), then all
  * go on.  The last rank to join is read once the handle has completed (the
@@ -147,22 +172,8 @@ static hvd_status_t broadcast(const char *name, void *buf, size_t count, hvd_dty
 hvd_status_t hvd_join(int *last_rank) {
   hvd_handle_t h;
   pthread_mutex_lock(&E->qmu);
-  if (!E->accepting) {
-    char why[sizeof E->closed_msg];
-    snprintf(why, sizeof why, "%s", E->closed_msg[0] ? E->closed_msg : "hvd_init() has not been called");
-    hvd_status_t st = E->closed_msg[0] ? HVD_ERR_SHUTDOWN : HVD_ERR_NOT_INIT;
-    pthread_mutex_unlock(&E->qmu);
-    return reject(st, "join: %s", why);
-  }
-  if (E->join_busy) {
-    pthread_mutex_unlock(&E->qmu);
-    return reject(HVD_ERR_INVALID, "join: another thread of this rank is already in hvd_join");
-  }
-  hvd_status_t st = hvd_handles_new(NULL, NULL, NULL, &h);
-  if (st != HVD_OK) {
-    pthread_mutex_unlock(&E->qmu);
-    return st;
-  }
+  hvd_status_t st = control_handle("join", E->join_busy, &h);
+  if (st != HVD_OK) return st;
   E->join_busy = 1;
   E->join_asked = h;
   pthread_cond_signal(&E->qcv);
@@ -185,15 +196,10 @@ static hvd_status_t timeline_request(int op, const char *path, int mark_cycles) 
   }
   hvd_handle_t h;
   pthread_mutex_lock(&E->qmu);
-  hvd_status_t st = !E->accepting ? (E->closed_msg[0] ? HVD_ERR_SHUTDOWN : HVD_ERR_NOT_INIT)
-                    : E->tl_op    ? HVD_ERR_INVALID
-                                  : hvd_handles_new(NULL, NULL, NULL, &h);
+  hvd_status_t st = control_handle(op == 1 ? "timeline start" : "timeline stop", E->tl_op != 0, &h);
   if (st != HVD_OK) {
-    pthread_mutex_unlock(&E->qmu);
     free(copy);
-    return reject(st, "timeline %s: %s", op == 1 ? "start" : "stop",
-                  st == HVD_ERR_INVALID ? "another thread's start or stop is in progress"
-                  : st == HVD_ERR_NOT_INIT ? "hvd_init() has not been called" : "the engine has stopped");
+    return st;
   }
   E->tl_op = op, E->tl_path = copy, E->tl_mark = mark_cycles, E->tl_handle = h;
   pthread_cond_signal(&E->qcv);

@@ -8,7 +8,7 @@ import torch
 
 from horovod.common.process_sets import global_process_set
 from horovod.torch.compression import Compression
-from horovod.torch.mpi_ops import (Adasum, Average, Sum, _engine_op, _lib, allgather_async, allreduce_async_,
+from horovod.torch.mpi_ops import (Average, _engine_op, _lib, allgather_async, allreduce_async_,
                                    size, synchronize)
 
 _HAS_POST_ACCUMULATE = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
@@ -19,10 +19,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                  gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False, process_set=global_process_set):
         super(self.__class__, self).__init__(params)
         self._compression = compression
-        if op == Adasum:
-            _engine_op(op)  # raises the clear NotImplementedError
-        if op not in (Average, Sum) and op is not None:
-            _engine_op(op)
+        op = Average if op is None else op
+        _engine_op(op)  # Adasum or an unknown op: the clear error
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("gradient_predivide_factor not supported with op != Average")
         self.op = op
