@@ -6,7 +6,8 @@
  * invalidates that entry on every rank (INVALIDATE).  The stall inspector
  * warns about names some ranks have waited on for HVDSHIM_STALL_WARNING_
  * SECONDS, and turns the warning into a FATAL response after HVDSHIM_STALL_
- * SHUTDOWN_SECONDS.  No MPI here: the engine gathers the records and
+ * SHUTDOWN_SECONDS.  An operation on a process set waits for the set's
+ * members only; adding or removing a set waits for every rank.  No MPI here: the engine gathers the records and
  * broadcasts the responses (engine.c slow_path); tests drive it directly
  * (tests/unit/unit_tests.c, "coordinator"). */
 #include "coordinator.h"
@@ -75,7 +76,13 @@ void hvd_rank_list(const uint8_t *flags, int size, int want, char *out, size_t n
 
 
 
+static int pset_kind(int kind) { return kind == HVD_KIND_PSET_ADD || kind == HVD_KIND_PSET_REMOVE; }
+
+static int member(const hvd_coord *k, int set, int rank) { return !k->in_set || k->in_set(set, rank, k->ctx); }
+
 static void describe_value(char *out, size_t n, int field, const hvd_sig *s) {
+  if (s->kind == HVD_KIND_PSET_ADD && field == 4) field = 9;
+  if (s->kind == HVD_KIND_PSET_ADD && field == 7) field = 10;
   switch (field) {
   case 0: snprintf(out, n, "%s", hvd_kind_name(s->kind)); break;
   case 1: snprintf(out, n, "%s", hvd_dtype_name((hvd_dtype_t)s->dtype)); break;
@@ -84,6 +91,9 @@ static void describe_value(char *out, size_t n, int field, const hvd_sig *s) {
   case 4: snprintf(out, n, "%lld elements", (long long)s->count); break;
   case 5: snprintf(out, n, "%lld elements per row", (long long)s->row_elems); break;
   case 7: snprintf(out, n, "shape #%08x", (unsigned)s->shape); break;
+  case 8: snprintf(out, n, "process set %d", (int)s->set); break;
+  case 9: snprintf(out, n, "%lld ranks", (long long)s->count); break;
+  case 10: snprintf(out, n, "member list #%08x", (unsigned)s->shape); break;
   default: snprintf(out, n, "%s", s->place ? "GPU memory" : "host memory"); break;
   }
 }
@@ -93,10 +103,11 @@ static int field_differs(int field, const hvd_sig *a, const hvd_sig *b) {
   case 0: return a->kind != b->kind;
   case 1: return a->dtype != b->dtype;
   case 2: return a->kind == HVD_KIND_ALLREDUCE && a->op != b->op;
-  case 3: return a->kind == HVD_KIND_BROADCAST && a->root != b->root;
+  case 3: return (a->kind == HVD_KIND_BROADCAST || a->kind == HVD_KIND_PSET_REMOVE) && a->root != b->root;
   case 4: return a->kind != HVD_KIND_ALLGATHER && a->count != b->count;
   case 5: return a->kind == HVD_KIND_ALLGATHER && a->row_elems != b->row_elems;
   case 7: return a->shape != b->shape;
+  case 8: return a->set != b->set;
   default: return a->place != b->place;
   }
 }
@@ -112,9 +123,11 @@ static const hvd_sig *first_present(const hvd_coord *k, const hvd_coord_entry *c
  * value.  Joined ranks that did not submit it are not compared. */
 static char *check_agreement(const hvd_coord *k, const hvd_coord_entry *c) {
   static const char *fields[] = {"operation", "dtype", "reduction op", "root", "count", "row size", "memory",
-                                 "shape (the same element count)"};
+                                 "shape (the same element count)", "process set"};
+  static const int order[] = {0, 8, 1, 2, 3, 4, 5, 6, 7}; /* the process set right after the operation */
   const hvd_sig *ref = first_present(k, c);
-  for (int f = 0; f < 8; f++) {
+  for (int fi = 0; fi < 9; fi++) {
+    int f = order[fi];
     int differs = 0;
     for (int r = 0; r < k->size && !differs; r++) differs = c->present[r] && field_differs(f, ref, &c->sigs[r]);
     if (!differs) continue;
@@ -122,8 +135,11 @@ static char *check_agreement(const hvd_coord *k, const hvd_coord_entry *c) {
     char *msg = malloc(cap);
     uint8_t *done = calloc((size_t)k->size, 1), *group = calloc((size_t)k->size, 1);
     if (!msg || !done || !group) HVD_FATAL("out of memory (mismatch report)");
-    len = (size_t)snprintf(msg, cap, "%s '%s': ranks disagree on the %s:", hvd_kind_name(ref->kind), c->name,
-                           fields[f]);
+    const char *field = ref->kind == HVD_KIND_PSET_ADD && f == 4   ? "number of ranks"
+                        : ref->kind == HVD_KIND_PSET_ADD && f == 7 ? "member list (the same number of ranks)"
+                        : ref->kind == HVD_KIND_PSET_REMOVE && f == 3 ? "process set to remove"
+                                                                      : fields[f];
+    len = (size_t)snprintf(msg, cap, "%s '%s': ranks disagree on the %s:", hvd_kind_name(ref->kind), c->name, field);
     for (int r = 0; r < k->size; r++) done[r] = !c->present[r];
     int first = 1;
     for (int r = 0; r < k->size; r++) {
@@ -157,14 +173,28 @@ static void coord_unlink(hvd_coord *k, hvd_coord_entry *c) {
   free(c);
 }
 
-/* Every rank submitted c or has joined: answer it (EXEC or ERROR) and drop
- * it from the table. */
+/* Every member of its process set submitted c or has joined: answer it
+ * (EXEC or ERROR) and drop it from the table.  Adding or removing a process
+ * set needs every rank: one that has joined gets it refused. */
 static void coord_try_respond(hvd_coord *k, hvd_coord_entry *c) {
-  if (c->npresent < k->size - (*k->njoined)) return; /* cheap test first: some rank is missing */
-  for (int r = 0; r < k->size; r++)
-    if (!c->present[r] && !k->joined[r]) return;
   const hvd_sig *ref = first_present(k, c);
+  int everyone = pset_kind(ref->kind);
+  if (ref->set == 0 && !everyone && c->npresent < k->size - *k->njoined) return; /* cheap test first */
+  int gone = 0;
+  for (int r = 0; r < k->size; r++) {
+    if (c->present[r] || !member(k, ref->set, r)) continue;
+    if (!k->joined[r]) return;
+    gone |= everyone;
+  }
   char *msg = check_agreement(k, c);
+  if (!msg && gone) {
+    char list[256];
+    hvd_rank_list(k->joined, k->size, 1, list, sizeof list);
+    size_t cap = strlen(c->name) + 400;
+    if (!(msg = malloc(cap))) HVD_FATAL("out of memory (coordinator)");
+    snprintf(msg, cap, "%s '%s': rank(s) %s have finished or are in join(); every rank must take part in adding or "
+             "removing a process set", hvd_kind_name(ref->kind), c->name, list);
+  }
   if (msg) {
     hvd_wire_put_resp(k->resp, HVD_RESP_ERROR, ref, c->name, msg, NULL, 0);
     free(msg);
@@ -280,7 +310,7 @@ int hvd_coord_stall_check(hvd_coord *k, double now) {
     double age = 0;
     const hvd_coord_entry *lead = stalled[i];
     for (int j = i; j < n; j++) /* this group: the same submitting ranks */
-      if (stalled[j] && same_ranks(k, lead, stalled[j])) {
+      if (stalled[j] && same_ranks(k, lead, stalled[j]) && first_present(k, lead)->set == first_present(k, stalled[j])->set) {
         hvd_coord_entry *c = group[ng++] = stalled[j];
         stalled[j] = NULL;
         if (now - c->first_seen > age) age = now - c->first_seen;
@@ -288,7 +318,11 @@ int hvd_coord_stall_check(hvd_coord *k, double now) {
       }
     if (!due) continue;
     uint8_t covered[k->size], late[k->size];
-    for (int r = 0; r < k->size; r++) covered[r] = group[0]->present[r] || k->joined[r], late[r] = !covered[r];
+    const hvd_sig *lead_sig = first_present(k, group[0]);
+    for (int r = 0; r < k->size; r++)
+      covered[r] = group[0]->present[r] || (k->joined[r] && !pset_kind(lead_sig->kind)) ||
+                   !member(k, lead_sig->set, r),
+      late[r] = !covered[r];
     /* what the late ranks submitted that the others did not (they disagree) */
     hvd_coord_entry *other[3];
     int nother = 0, more = 0;

@@ -17,6 +17,9 @@ typedef struct {
   const int *njoined;    /* and its count */
   double stall_warn, stall_shutdown;
   int (*is_cached)(const char *name, void *ctx); /* the response cache holds name */
+  /* rank belongs to process set `set` (NULL: every rank belongs to every set);
+   * an operation on a set waits for its members only */
+  int (*in_set)(int set, int rank, void *ctx);
   void *ctx;
   hvd_strmap *table, *invalidated; /* name -> entry; names invalidated this round */
   hvd_coord_entry *head, *tail;    /* entries in arrival order */

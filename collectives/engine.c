@@ -232,10 +232,23 @@ static hvd_req *phantom(const char *name, const hvd_sig *sig) {
   return r;
 }
 
+/* A rank outside an operation's process set walks it in the agreed list
+ * without running it (engine_psets.c): no buffer, no handle, not pending. */
+static hvd_req *skip_req(const char *name, const hvd_sig *sig) {
+  hvd_req *r = calloc(1, sizeof *r);
+  if (!r || !(r->name = strdup(name))) HVD_FATAL("out of memory (process set stand-in)");
+  r->sig = *sig;
+  r->phantom = r->skip = 1;
+  r->handle = HVD_NO_HANDLE;
+  r->cache_bit = -1;
+  return r;
+}
+
 /* ------------------------------------------------------------------ cache */
 
 static int cache_lookup(const char *name) { return hvd_cache_lookup(&E->cache, name); }
 static int is_cached(const char *name, void *ctx) { return (void)ctx, cache_lookup(name) >= 0; }
+static int in_set(int set, int rank, void *ctx) { return (void)ctx, hvd_pset_member(set, rank); }
 
 static void outbox_push(hvd_req *r) {
   if (E->nout == E->capout) {
@@ -257,7 +270,8 @@ static void cache_erase(int bit) {
 }
 
 static void cache_insert(const char *name, const hvd_sig *sig) {
-  if (sig->kind == HVD_KIND_ALLGATHER) return; /* per-rank row counts vary: always negotiated */
+  /* per-rank row counts vary, and sets are added once: always negotiated */
+  if (sig->kind == HVD_KIND_ALLGATHER || sig->kind == HVD_KIND_PSET_ADD || sig->kind == HVD_KIND_PSET_REMOVE) return;
   void *evicted = NULL;
   if (hvd_cache_insert(&E->cache, name, sig, E->tick, &evicted) < 0 && E->cache.cap > 0)
     HVD_FATAL("out of memory (response cache)");
@@ -268,7 +282,8 @@ static void cache_insert(const char *name, const hvd_sig *sig) {
 
 static int sig_equal(const hvd_sig *a, const hvd_sig *b) {
   return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->root == b->root &&
-         a->count == b->count && a->row_elems == b->row_elems && a->place == b->place && a->shape == b->shape;
+         a->count == b->count && a->row_elems == b->row_elems && a->place == b->place && a->shape == b->shape &&
+         a->set == b->set;
 }
 
 static void admit(hvd_req *r) {
@@ -353,6 +368,13 @@ static void slow_path(double now) {
     if (w.type == HVD_RESP_INVALIDATE) {
       int bit = cache_lookup(name);
       if (bit >= 0) cache_erase(bit);
+      continue;
+    }
+    if (!hvd_pset_member(w.sig.set, E->rank)) { /* another set's operation: walked in step, never run */
+      if (w.type == HVD_RESP_EXEC) {
+        cache_insert(name, &w.sig);
+        exec_push(skip_req(name, &w.sig), w.rows);
+      }
       continue;
     }
     hvd_req *r = hvd_strmap_get(E->pending, name);
@@ -559,6 +581,8 @@ static int cycle(void) {
   for (int w = 0; w < E->wc; w++) ready[w] = E->joined_self ? ~(uint64_t)0 : 0, invalid[w] = ~(uint64_t)0;
   for (int b = 0; b < E->cache.cap && !E->joined_self; b++) {
     hvd_req *r = E->cache.e[b].pending;
+    if (!r && E->cache.e[b].name && E->cache.e[b].sig.set && !hvd_pset_member(E->cache.e[b].sig.set, E->rank))
+      ready[b / 64] |= (uint64_t)1 << (b % 64); /* another set's: ready whenever its members are */
     if (!r) continue;
     ready[b / 64] |= (uint64_t)1 << (b % 64);
     if (now - r->t_submit > E->stale_age) invalid[b / 64] &= ~((uint64_t)1 << (b % 64));
@@ -595,7 +619,9 @@ static int cycle(void) {
     uint64_t m = (uint64_t)1 << (b % 64);
     if (ready[b / 64] & m) {
       hvd_req *r = E->cache.e[b].pending;
-      if (!r && E->joined_self && E->cache.e[b].name) r = phantom(E->cache.e[b].name, &E->cache.e[b].sig);
+      const hvd_sig *cs = &E->cache.e[b].sig;
+      if (!r && E->cache.e[b].name && !hvd_pset_member(cs->set, E->rank)) r = skip_req(E->cache.e[b].name, cs);
+      else if (!r && E->joined_self && E->cache.e[b].name) r = phantom(E->cache.e[b].name, cs);
       if (!r) HVD_FATAL("internal error: cache bit %d ready everywhere but not pending here", b);
       E->cache.e[b].pending = NULL;
       r->cache_bit = -1;
@@ -830,7 +856,9 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
   int cache_rc = hvd_cache_init(&E->cache, cache_cap);
   int coord_rc = hvd_coord_init(&E->coord, E->size, E->joined, &E->njoined, stall_warn,
                                 hvd_cfg_double(HVD_CFG_STALL_SHUTDOWN_SECONDS), is_cached, NULL);
-  if (!E->vec || cache_rc || coord_rc || !E->lens || !E->pending || !E->joined) {
+  E->coord.in_set = in_set;
+  int sets_rc = hvd_psets_start();
+  if (!E->vec || cache_rc || coord_rc || sets_rc || !E->lens || !E->pending || !E->joined) {
     snprintf(err, errlen, "out of memory starting the engine");
     goto undo;
   }
@@ -879,7 +907,10 @@ undo:
     hvd_metrics_close();
   }
   if (done >= WATCHDOG) hvd_liveness_stop();
-  if (done >= STATE) free_state();
+  if (done >= STATE) {
+    hvd_psets_free(1);
+    free_state();
+  }
   if (done >= TYPES) hvd_mpi_backend_fini();
   if (done >= COMM) {
     hvd_log_set_abort_hook(NULL);
@@ -910,10 +941,11 @@ void hvd_engine_stop(void) {
   hvd_liveness_stop();
   hvd_timeline_close();
   hvd_metrics_close();
-  free_state();
-  hvd_mpi_backend_fini();
   int down = 0;
   MPI_Finalized(&down);
+  hvd_psets_free(!down);
+  free_state();
+  hvd_mpi_backend_fini();
   if (!down) MPI_Comm_free(&E->comm);
   if (E->mpi_owned && !down) PMPI_Finalize(); /* not MPI_Finalize: that is our hook */
   E->mpi_owned = 0;

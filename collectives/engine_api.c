@@ -27,8 +27,10 @@ void hvd_get_stats(hvd_stats_t *out) {
   out->blocked_seconds = (double)hvd_handles_blocked_ns() * 1e-9;
 }
 
-/* hvd_next_shape: the shape tag of this thread's next submission. */
+/* hvd_next_shape / hvd_next_process_set: the shape tag and the process set
+ * of this thread's next submission. */
 static _Thread_local uint32_t next_shape;
+static _Thread_local int next_set;
 
 static hvd_status_t reject(hvd_status_t st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static hvd_status_t reject(hvd_status_t st, const char *fmt, ...) {
@@ -38,7 +40,7 @@ static hvd_status_t reject(hvd_status_t st, const char *fmt, ...) {
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   hvd_set_last_error("%s", msg);
-  next_shape = 0; /* a refused call takes the shape it was given too */
+  next_shape = 0, next_set = 0; /* a refused call takes the shape and set it was given too */
   return st;
 }
 
@@ -50,6 +52,8 @@ void hvd_next_shape(const int64_t *dims, int ndims) {
   }
   next_shape = h ? h : 1;
 }
+
+void hvd_next_process_set(int id) { next_set = id; }
 
 /* With qmu held: HVD_OK (still held) when the engine takes work; else qmu
  * is released and the status returned with the reason, after `what`. */
@@ -64,8 +68,9 @@ static hvd_status_t refuse_if_closed(const char *what) {
 
 static hvd_status_t submit(const char *name, hvd_sig *sig, void *buf, const void *in, int device, void *stream,
                            hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
-  sig->shape = next_shape; /* taken by this submission, accepted or not */
-  next_shape = 0;
+  if (sig->kind != HVD_KIND_PSET_ADD && sig->kind != HVD_KIND_PSET_REMOVE)
+    sig->shape = next_shape, sig->set = next_set; /* taken by this submission, accepted or not */
+  next_shape = 0, next_set = 0;
   if (!handle && !cb) return reject(HVD_ERR_INVALID, "%s: pass a handle pointer or a callback", hvd_kind_name(sig->kind));
   if (!name || !name[0]) return reject(HVD_ERR_INVALID, "%s: the tensor name is empty", hvd_kind_name(sig->kind));
   size_t nl = strnlen(name, HVD_NAME_MAX + 1);
@@ -116,6 +121,14 @@ static hvd_status_t submit(const char *name, hvd_sig *sig, void *buf, const void
     hvd_eng_req_free(r);
     return reject(HVD_ERR_INVALID, "broadcast '%s': root %d is not a rank (0..%d, or HVD_ROOT_FIRST_ACTIVE)", name,
                   sig->root, E->size - 1);
+  }
+  const char *why = hvd_pset_refuse(sig, device);
+  if (why) {
+    char copy[512];
+    snprintf(copy, sizeof copy, "%s", why);
+    pthread_mutex_unlock(&E->qmu);
+    hvd_eng_req_free(r);
+    return reject(HVD_ERR_INVALID, "%s: %s", what, copy);
   }
   hvd_status_t st = hvd_handles_new(cb, cb_arg, r->stream, &r->handle);
   if (st != HVD_OK) {
@@ -253,12 +266,88 @@ hvd_status_t hvd_allgather_async(const char *name, const void *in, size_t rows, 
 }
 
 hvd_status_t hvd_barrier(double timeout_s) {
-  static uint64_t seq; /* every rank calls barriers in the same order */
+  /* every member of a set calls its barriers in the same order: numbered per set */
+  static uint64_t seq;
+  hvd_pset *p = E->started ? (hvd_pset *)hvd_pset_get(next_set) : NULL;
+  uint64_t n = __atomic_fetch_add(p ? &p->barriers : &seq, 1, __ATOMIC_SEQ_CST);
   char name[64];
-  snprintf(name, sizeof name, "hvdshim.barrier.%llu", (unsigned long long)__atomic_fetch_add(&seq, 1, __ATOMIC_SEQ_CST));
+  snprintf(name, sizeof name, "hvdshim.barrier.%d.%llu", next_set, (unsigned long long)n);
   hvd_sig s = {.kind = HVD_KIND_BARRIER, .dtype = HVD_UINT8};
   hvd_handle_t h;
   hvd_status_t st = submit(name, &s, NULL, NULL, -1, NULL, NULL, NULL, &h);
   if (st != HVD_OK) return st;
   return hvd_wait(h, timeout_s);
+}
+
+/* ------------------------------------------------------------------ process sets */
+
+static hvd_status_t pset_request(hvd_sig *s, hvd_pset_arg *a) {
+  static uint64_t seq; /* every rank adds and removes sets in the same order */
+  char name[64];
+  snprintf(name, sizeof name, "hvdshim.process_set.%llu", (unsigned long long)__atomic_fetch_add(&seq, 1, __ATOMIC_SEQ_CST));
+  hvd_handle_t h;
+  hvd_status_t st = submit(name, s, a, NULL, -1, NULL, NULL, NULL, &h);
+  if (st != HVD_OK) return st;
+  return hvd_wait(h, -1.0);
+}
+
+static int int_cmp(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+hvd_status_t hvd_process_set_add(const int *ranks, int n, int *id) {
+  if (!E->started) return reject(HVD_ERR_NOT_INIT, "process set add: hvd_init() has not been called");
+  if (!ranks || n <= 0) return reject(HVD_ERR_INVALID, "process set add: give at least one rank");
+  int *sorted = malloc(sizeof(int) * (size_t)n);
+  if (!sorted) return reject(HVD_ERR_INTERNAL, "out of memory (process set add)");
+  memcpy(sorted, ranks, sizeof(int) * (size_t)n);
+  qsort(sorted, (size_t)n, sizeof(int), int_cmp);
+  uint32_t h = 2166136261u; /* FNV-1a over the members: the coordinator compares it across ranks */
+  for (int i = 0; i < n; i++) {
+    if (sorted[i] < 0 || sorted[i] >= E->size || (i && sorted[i] == sorted[i - 1])) {
+      int bad = sorted[i];
+      free(sorted);
+      if (bad < 0 || bad >= E->size)
+        return reject(HVD_ERR_INVALID, "process set add: %d is not a rank of this job (0..%d)", bad, E->size - 1);
+      return reject(HVD_ERR_INVALID, "process set add: rank %d is listed twice", bad);
+    }
+    for (int b = 0; b < 4; b++) h = (h ^ (uint8_t)((unsigned)sorted[i] >> (8 * b))) * 16777619u;
+  }
+  hvd_pset_arg a = {sorted, n, -1};
+  hvd_sig s = {.kind = HVD_KIND_PSET_ADD, .dtype = HVD_INT32, .count = n, .shape = h ? h : 1};
+  hvd_status_t st = pset_request(&s, &a);
+  free(sorted);
+  if (st == HVD_OK && id) *id = a.id;
+  return st;
+}
+
+hvd_status_t hvd_process_set_remove(int id) {
+  if (!E->started) return reject(HVD_ERR_NOT_INIT, "process set remove: hvd_init() has not been called");
+  if (id == 0) return reject(HVD_ERR_INVALID, "process set remove: the global process set (0) cannot be removed");
+  const hvd_pset *p = hvd_pset_get(id);
+  if (!p || __atomic_load_n(&p->removed, __ATOMIC_ACQUIRE))
+    return reject(HVD_ERR_INVALID, "process set remove: process set %d does not exist (never added, or removed)", id);
+  hvd_sig s = {.kind = HVD_KIND_PSET_REMOVE, .dtype = HVD_INT32, .root = id};
+  return pset_request(&s, NULL);
+}
+
+/* A set's size and this rank's place in it (-1: not a member), or -1 for a
+ * set that does not exist. */
+int hvd_process_set_size(int id) {
+  pthread_mutex_lock(&E->qmu); /* the registry is freed when the engine stops */
+  const hvd_pset *p = E->accepting ? hvd_pset_get(id) : NULL;
+  int n = p && !__atomic_load_n(&p->removed, __ATOMIC_ACQUIRE) ? p->n : -1;
+  pthread_mutex_unlock(&E->qmu);
+  return n;
+}
+
+int hvd_process_set_rank(int id) {
+  pthread_mutex_lock(&E->qmu);
+  const hvd_pset *p = E->accepting ? hvd_pset_get(id) : NULL;
+  int me = -1;
+  for (int i = 0; p && !__atomic_load_n(&p->removed, __ATOMIC_ACQUIRE) && i < p->n; i++)
+    if (p->ranks[i] == E->rank) me = i;
+  pthread_mutex_unlock(&E->qmu);
+  return me;
 }

@@ -4,7 +4,9 @@
  * allreduces of one dtype, place and compatible op are grouped up to the
  * fusion threshold and reduced (backend_mpi.c on the host, gpu.c on the
  * device); broadcasts, allgathers and barriers run one at a time; handles
- * complete.  Every rank groups the same list the same way. */
+ * complete.  Every rank groups the same list the same way: a rank outside
+ * an operation's process set walks it as a stand-in ("skip") that groups
+ * like the members' request and runs nothing. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +22,9 @@
 #include "timeline.h"
 
 static int fusable(const hvd_req *a, const hvd_req *b) {
-  if (b->sig.kind != HVD_KIND_ALLREDUCE || a->sig.dtype != b->sig.dtype || a->sig.place != b->sig.place) return 0;
+  if (b->sig.kind != HVD_KIND_ALLREDUCE || a->sig.dtype != b->sig.dtype || a->sig.place != b->sig.place ||
+      a->sig.set != b->sig.set)
+    return 0;
   int sa = a->sig.op == HVD_SUM || a->sig.op == HVD_AVG, sb = b->sig.op == HVD_SUM || b->sig.op == HVD_AVG;
   return sa ? sb : a->sig.op == b->sig.op;
 }
@@ -36,8 +40,31 @@ static void cpu_staging(size_t total) {
   }
 }
 
+/* Frees the stand-ins of exec items [i, j) (another set's operations). */
+static void drop_skipped(size_t i, size_t j) {
+  for (size_t k = i; k < j; k++) hvd_eng_req_free(E->exec[k].req);
+}
+
+/* The communicator of r's process set; MPI_COMM_NULL (r finished with an
+ * error) when the set was removed before r ran. */
+static MPI_Comm set_comm(hvd_req *r) {
+  const hvd_pset *p = hvd_pset_get(r->sig.set);
+  if (p && p->comm != MPI_COMM_NULL) return p->comm;
+  char msg[HVD_NAME_MAX + 128];
+  snprintf(msg, sizeof msg, "%s '%s': process set %d was removed before it ran", hvd_kind_name(r->sig.kind), r->name,
+           (int)r->sig.set);
+  hvd_eng_finish(r, HVD_ERR_INVALID, msg, NULL, 0);
+  return MPI_COMM_NULL;
+}
+
 static void run_allreduce_group(size_t i, size_t j) {
   size_t n = j - i, total = 0;
+  if (E->exec[i].req->skip) return drop_skipped(i, j);
+  MPI_Comm comm = E->comm;
+  if (E->exec[i].req->sig.set != 0 && (comm = set_comm(E->exec[i].req)) == MPI_COMM_NULL) {
+    for (size_t k = i + 1; k < j; k++) set_comm(E->exec[k].req);
+    return;
+  }
   hvd_eng_grow(&E->fuse, &E->capfuse, n, sizeof *E->fuse, "fusion");
   hvd_dtype_t dt = (hvd_dtype_t)E->exec[i].req->sig.dtype;
   size_t es = hvd_dtype_size(dt);
@@ -47,7 +74,8 @@ static void run_allreduce_group(size_t i, size_t j) {
     hvd_req *r = E->exec[i + k].req;
     E->fuse[k].ptr = r->buf;
     E->fuse[k].bytes = (size_t)r->sig.count * es;
-    E->fuse[k].divisor = r->sig.op == HVD_AVG ? E->size - E->njoined : 1; /* over the ranks still submitting */
+    /* over the ranks (of the set) still submitting */
+    E->fuse[k].divisor = r->sig.op != HVD_AVG ? 1 : r->sig.set ? hvd_pset_active(r->sig.set) : E->size - E->njoined;
     total += E->fuse[k].bytes;
   }
   hvd_phase_times t = {0, 0, 0};
@@ -66,7 +94,7 @@ static void run_allreduce_group(size_t i, size_t j) {
       HVD_FATAL("GPU allreduce of '%s'%s: %s", E->exec[i].req->name, n > 1 ? " and the tensors fused with it" : "", err);
   } else {
     if (n > 1) cpu_staging(total);
-    hvd_eng_mpi_check(hvd_mpi_allreduce_group(E->fuse, n, dt, op, E->chunk, E->staging, E->comm, &t), "MPI_Allreduce");
+    hvd_eng_mpi_check(hvd_mpi_allreduce_group(E->fuse, n, dt, op, E->chunk, E->staging, comm, &t), "MPI_Allreduce");
   }
   double end = hvd_eng_now();
   E->stats.groups++;
@@ -99,9 +127,9 @@ static void run_allreduce_group(size_t i, size_t j) {
 }
 
 static void note_start(hvd_req *r) {
-  if (hvd_timeline_enabled())
+  if (hvd_timeline_enabled() && !r->skip)
     hvd_timeline_span(r->name, "NEGOTIATE", hvd_eng_us(r->t_submit), (r->t_ready - r->t_submit) * 1e6);
-  E->stats.tensors++;
+  E->stats.tensors += !r->skip;
   E->tick++;
   int bit = hvd_cache_lookup(&E->cache, r->name);
   if (bit >= 0) E->cache.e[bit].last_used = E->tick;
@@ -141,10 +169,22 @@ void hvd_eng_execute(void) {
       continue;
     }
     double start = hvd_eng_now();
-    if (r->sig.kind == HVD_KIND_BROADCAST) {
+    MPI_Comm comm = E->comm;
+    const hvd_pset *ps = hvd_pset_get(r->sig.set);
+    if (r->skip) {
+      hvd_eng_req_free(r);
+    } else if (r->sig.kind == HVD_KIND_PSET_ADD || r->sig.kind == HVD_KIND_PSET_REMOVE) {
+      hvd_pset_execute(r);
+    } else if (r->sig.set != 0 && (comm = set_comm(r)) == MPI_COMM_NULL) {
+      /* finished with the reason */
+    } else if (r->sig.kind == HVD_KIND_BROADCAST) {
       int root = r->sig.root;
-      if (root == HVD_ROOT_FIRST_ACTIVE) /* the lowest rank still running (one always is) */
-        for (root = 0; E->joined[root]; root++) {}
+      if (root == HVD_ROOT_FIRST_ACTIVE) { /* the lowest member still running (one always is) */
+        root = ps->ranks[0];
+        for (int m = 0; m < ps->n && E->joined[root]; m++) root = ps->ranks[m];
+      }
+      int set_root = 0; /* the root's rank in the set's communicator */
+      while (ps->ranks[set_root] != root) set_root++;
       if (E->joined[root]) {
         char msg[HVD_NAME_MAX + 200];
         snprintf(msg, sizeof msg, "broadcast '%s': root rank %d has finished (joined) and has no data to send; "
@@ -162,21 +202,21 @@ void hvd_eng_execute(void) {
                             (hvd_eng_now() - start) * 1e6);
         hvd_eng_finish_gpu(r, done);
       } else {
-        hvd_eng_mpi_check(hvd_mpi_broadcast(r->buf, (size_t)r->sig.count, (hvd_dtype_t)r->sig.dtype, root, E->comm),
+        hvd_eng_mpi_check(hvd_mpi_broadcast(r->buf, (size_t)r->sig.count, (hvd_dtype_t)r->sig.dtype, set_root, comm),
                   "MPI_Bcast");
         if (hvd_timeline_enabled())
           hvd_timeline_span(r->name, "MPI_BCAST", hvd_eng_us(start), (hvd_eng_now() - start) * 1e6);
         hvd_eng_finish(r, HVD_OK, NULL, NULL, 0);
       }
     } else if (r->sig.kind == HVD_KIND_ALLGATHER) {
-      int64_t rows[E->size], total_rows = 0;
-      memcpy(rows, E->exec[i].rows, sizeof rows);
-      for (int q = 0; q < E->size; q++) total_rows += rows[q];
+      int64_t all[E->size], rows[ps->n], total_rows = 0; /* the members' rows, in the set's rank order */
+      memcpy(all, E->exec[i].rows, sizeof all);
+      for (int m = 0; m < ps->n; m++) total_rows += rows[m] = all[ps->ranks[m]];
       size_t bytes = (size_t)total_rows * (size_t)r->sig.row_elems * hvd_dtype_size((hvd_dtype_t)r->sig.dtype);
       void *out = malloc(bytes ? bytes : 1);
       char err[256];
       if (!out) HVD_FATAL("out of memory: allgather '%s' needs %zu bytes", r->name, bytes);
-      int rc = hvd_mpi_allgather(r->in, out, rows, (size_t)r->sig.row_elems, (hvd_dtype_t)r->sig.dtype, E->comm, err,
+      int rc = hvd_mpi_allgather(r->in, out, rows, (size_t)r->sig.row_elems, (hvd_dtype_t)r->sig.dtype, comm, err,
                                  sizeof err);
       if (rc == MPI_ERR_COUNT) {
         free(out);

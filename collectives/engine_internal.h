@@ -8,6 +8,7 @@
  *                   dispatching it to the backends
  *   coordinator.c   rank 0's negotiation table and stall inspector (its
  *                   own state, no MPI)
+ *   engine_psets.c  process sets: the registry, adding and removing sets
  *
  * Ownership: `qmu` guards the queue, `accepting`, `stop_requested` and
  * `closed_msg`.  Everything below the marked line is touched by the engine
@@ -40,10 +41,35 @@ typedef struct hvd_req {
   double t_submit, t_ready;
   int cache_bit;
   int phantom; /* a joined rank's stand-in: buf is ours, no handle */
+  int skip;    /* a stand-in on a rank outside the operation's process set: walked, never run */
   void *stream;         /* GPU: the producing and consuming stream */
   hvd_gpu_event *ready; /* GPU: recorded on `stream` at submission */
   struct hvd_req *next;
 } hvd_req;
+
+/* A process set: a sub-group of the job's ranks with its own communicator.
+ * Every rank holds every set (the same id everywhere: sets are added and
+ * removed by negotiated operations every rank runs in the same order), so
+ * the coordinator and non-members can tell who an operation waits for.
+ * Published once complete (atomic pointer store), never freed before the
+ * engine stops: user threads read it without a lock. */
+#define HVD_MAX_PSETS 1024
+typedef struct {
+  int n;           /* members */
+  int *ranks;      /* their ranks in the job, ascending */
+  uint8_t *member; /* one flag per rank of the job */
+  MPI_Comm comm;   /* the members' communicator; MPI_COMM_NULL on non-members (set 0: E->comm) */
+  int removed;     /* atomic: hvd_process_set_remove ran */
+  uint64_t barriers; /* atomic: this rank's hvd_barrier sequence on the set */
+} hvd_pset;
+
+/* What an hvd_process_set_add request carries (its buf): the members, and
+ * the id the execution hands back. */
+typedef struct {
+  const int *ranks; /* ascending */
+  int n;
+  int id;
+} hvd_pset_arg;
 
 typedef struct {
   hvd_req *req;
@@ -100,6 +126,8 @@ typedef struct {
   char *staging;
   size_t staging_cap;
   hvd_coord coord; /* rank 0's negotiation table (coordinator.c) */
+  hvd_pset *psets[HVD_MAX_PSETS]; /* atomic pointers: published by the engine thread, read anywhere */
+  int npsets;                     /* ids handed out (the next one) */
   /* join: the agreed set of ranks that finished or are in hvd_join, updated
    * every cycle.  joined_self: this rank takes part without data; stopped_self:
    * for good (hvd_shutdown), not for an hvd_join that ends when all have
@@ -140,5 +168,16 @@ void hvd_eng_finish(hvd_req *r, hvd_status_t st, const char *msg, void *gathered
 void hvd_eng_finish_gpu(hvd_req *r, hvd_gpu_event *done);
 /* Runs this cycle's agreed list E->exec[0..nexec) (engine_exec.c). */
 void hvd_eng_execute(void);
+
+/* Process sets (engine_psets.c). */
+int hvd_psets_start(void);              /* set 0 (every rank); -1 out of memory */
+void hvd_psets_free(int mpi_up);        /* every set (communicators freed while MPI is up) */
+const hvd_pset *hvd_pset_get(int id);   /* any thread: the set, or NULL (unknown id) */
+int hvd_pset_member(int id, int rank);  /* rank belongs to set id (0 for an unknown id) */
+int hvd_pset_active(int id);            /* engine thread: members still submitting (not joined) */
+void hvd_pset_execute(hvd_req *r);      /* engine thread: runs an agreed add or remove, finishes r */
+/* With qmu held, before a submission on set `set`: NULL, or why it is refused
+ * (a static message for the calling thread). */
+const char *hvd_pset_refuse(const hvd_sig *sig, int device);
 
 #endif

@@ -162,6 +162,28 @@ HVD_EXPORT hvd_status_t hvd_join(int *last_rank);
 HVD_EXPORT hvd_status_t hvd_timeline_start(const char *path, int mark_cycles);
 HVD_EXPORT hvd_status_t hvd_timeline_stop(void);
 
+/* Process sets: collectives among some ranks only (Horovod's process sets).
+ * Set 0 is every rank.  hvd_process_set_add is called by every rank of the
+ * job with the same members (in any order; each listed once), in the same
+ * order as the job's other adds and removes; it blocks until every rank has
+ * called it and gives the new set's id (the same on every rank).  Then
+ * hvd_next_process_set(id) before a submission (allreduce, broadcast,
+ * allgather or hvd_barrier) runs it among the set's members only: only
+ * members submit it, a broadcast's root is a member (its rank in the job),
+ * an allgather returns the members' rows in rank order, and averages divide
+ * by the members still submitting.  Host memory only for sets other than 0.
+ * hvd_process_set_remove (every rank, like add) frees a set; its id is not
+ * reused.  A rank that is not a member, an unknown or removed set, or ranks
+ * that disagree on the members fail with HVD_ERR_INVALID or
+ * HVD_ERR_MISMATCH and the reason. */
+HVD_EXPORT hvd_status_t hvd_process_set_add(const int *ranks, int n, int *id);
+HVD_EXPORT hvd_status_t hvd_process_set_remove(int id);
+HVD_EXPORT void hvd_next_process_set(int id);
+/* The number of members of set id (-1: no such set), and this rank's index
+ * among them (-1: not a member, or no such set). */
+HVD_EXPORT int hvd_process_set_size(int id);
+HVD_EXPORT int hvd_process_set_rank(int id);
+
 /* Blocking barrier over all ranks, bounded by timeout_s (< 0: no limit). */
 HVD_EXPORT hvd_status_t hvd_barrier(double timeout_s);
 

@@ -40,8 +40,9 @@ void hvd_buf_get(hvd_buf *b, void *data, size_t n) {
 int hvd_buf_more(const hvd_buf *b) { return !b->bad && b->pos < b->len; }
 
 const char *hvd_kind_name(int kind) {
-  static const char *names[] = {"allreduce", "broadcast", "allgather", "barrier"};
-  return kind >= 0 && kind < 4 ? names[kind] : "unknown";
+  static const char *names[] = {"allreduce", "broadcast", "allgather", "barrier", "process set add",
+                                "process set remove"};
+  return kind >= 0 && kind < 6 ? names[kind] : "unknown";
 }
 
 static void put_sig(hvd_buf *b, const hvd_sig *s) {
@@ -51,6 +52,7 @@ static void put_sig(hvd_buf *b, const hvd_sig *s) {
   hvd_buf_put(b, &s->count, 8);
   hvd_buf_put(b, &s->row_elems, 8);
   hvd_buf_put(b, &s->shape, 4);
+  hvd_buf_put(b, &s->set, 4);
 }
 
 static void get_sig(hvd_buf *b, hvd_sig *s) {
@@ -64,6 +66,7 @@ static void get_sig(hvd_buf *b, hvd_sig *s) {
   hvd_buf_get(b, &s->count, 8);
   hvd_buf_get(b, &s->row_elems, 8);
   hvd_buf_get(b, &s->shape, 4);
+  hvd_buf_get(b, &s->set, 4);
 }
 
 static void put_str(hvd_buf *b, const char *s) {

@@ -2,11 +2,11 @@
  *
  * Request (rank -> coordinator, in the slow path):
  *   u8 kind, u8 dtype, u8 op, u8 place, i32 root, i64 count, i64 row_elems,
- *   u32 shape, f64 age_seconds, u32 name_len, name bytes
+ *   u32 shape, i32 process_set, f64 age_seconds, u32 name_len, name bytes
  * Response (coordinator -> all, broadcast):
  *   u8 type, u8 kind, u8 dtype, u8 op, u8 place, i32 root, i64 count, i64 row_elems,
- *   u32 shape, u32 name_len, name, u32 msg_len, msg, then for an allgather EXEC one
- *   i64 row count per rank.
+ *   u32 shape, i32 process_set, u32 name_len, name, u32 msg_len, msg, then for an
+ *   allgather EXEC one i64 row count per rank (of the job: 0 for non-members).
  * Native byte order: every rank of a job runs on the same architecture. */
 #ifndef HVD_WIRE_H
 #define HVD_WIRE_H
@@ -27,7 +27,14 @@ void hvd_buf_put(hvd_buf *b, const void *data, size_t n);
 void hvd_buf_get(hvd_buf *b, void *data, size_t n);
 int hvd_buf_more(const hvd_buf *b);
 
-enum { HVD_KIND_ALLREDUCE = 0, HVD_KIND_BROADCAST = 1, HVD_KIND_ALLGATHER = 2, HVD_KIND_BARRIER = 3 };
+enum {
+  HVD_KIND_ALLREDUCE = 0,
+  HVD_KIND_BROADCAST = 1,
+  HVD_KIND_ALLGATHER = 2,
+  HVD_KIND_BARRIER = 3,
+  HVD_KIND_PSET_ADD = 4,   /* every rank: count = members, shape = hash of the member list */
+  HVD_KIND_PSET_REMOVE = 5 /* every rank: root = the set's id */
+};
 enum { HVD_RESP_EXEC = 0, HVD_RESP_ERROR = 1, HVD_RESP_INVALIDATE = 2, HVD_RESP_FATAL = 3 };
 
 /* What every rank must agree on for one tensor. */
@@ -38,6 +45,7 @@ typedef struct {
   int64_t count;     /* elements (allgather: this rank's rows) */
   int64_t row_elems; /* allgather only */
   uint32_t shape;    /* a hash of the tensor's dimensions (allgather: all but the first); 0 = not given */
+  int32_t set;       /* process set id (0: every rank) */
 } hvd_sig;
 
 const char *hvd_kind_name(int kind);

@@ -436,7 +436,6 @@ def errors():
         h = hvd.allreduce_async(t, name="dup", op=hvd.Sum)
     same(hvd.synchronize(h), torch.full((4,), float(N)), "the first of two same-named submissions")
     raises(NotImplementedError, lambda: hvd.allreduce(t, op=hvd.Adasum), "Adasum", ("Adasum",))
-    raises(NotImplementedError, lambda: hvd.add_process_set([0]), "add_process_set", ("process set",))
     raises(NotImplementedError, lambda: hvd.elastic.run, "hvd.elastic", ("elastic",))
     raises(ValueError, lambda: hvd.broadcast(t, N), "a root that is not a rank", ("root",))
     raises(ValueError, lambda: hvd.allreduce(torch.ones(2, dtype=torch.complex64)), "complex allreduce",
@@ -445,6 +444,94 @@ def errors():
            "alltoall splits of the wrong length", ("splits",))
     # the job goes on after every error above
     same(hvd.allreduce(torch.ones(2), op=hvd.Sum, name="after.errors"), torch.full((2,), float(N)), "after errors")
+
+
+def set_expect(members, dtype, n, op):
+    s = torch.stack([vals(r, dtype, n).double() for r in members])
+    out = {hvd.Sum: lambda: s.sum(0), hvd.Min: lambda: s.min(0).values, hvd.Max: lambda: s.max(0).values,
+           hvd.Product: lambda: s.prod(0)}.get(op, lambda: s.sum(0) / len(members))()
+    if op == hvd.Average and not dtype.is_floating_point:
+        out = torch.trunc(out)
+    return out.to(dtype)
+
+
+@case
+def process_sets():
+    """Horovod's process sets: even and odd ranks (Horovod's own test), and
+    at np >= 3 two overlapping sets; each collective checked over its
+    members, with global operations in between; errors; removal."""
+    even = hvd.add_process_set([r for r in range(N) if r % 2 == 0])
+    odd = hvd.add_process_set(hvd.ProcessSet([r for r in range(N) if r % 2 == 1]))
+    mine, other = (even, odd) if R % 2 == 0 else (odd, even)
+    m = mine.ranks
+    check(mine.included() and not other.included() and mine.size() == len(m) and mine.rank() == m.index(R)
+          and other.rank() == -1, "set queries")
+    for dt in DTYPES:
+        for op in (hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product):
+            same(hvd.allreduce(vals(R, dt), op=op, process_set=mine), set_expect(m, dt, 6, op),
+                 "allreduce %s %s on %r" % (dt, op, mine))
+    for root in m:  # a broadcast's root is a rank of the job in the set
+        same(hvd.broadcast(torch.full((3,), R + 1), root, process_set=mine), torch.full((3,), root + 1),
+             "broadcast from %d on %r" % (root, mine))
+    got = hvd.allgather(torch.full((R + 1, 2), R), process_set=mine)
+    same(got, torch.cat([torch.full((r + 1, 2), r) for r in m]), "allgather on %r" % (mine,))
+    g = hvd.grouped_allreduce([torch.ones(2) * R, torch.ones(3)], op=hvd.Sum, process_set=mine)
+    same(g[0], torch.ones(2) * sum(m), "grouped_allreduce on a set")
+    t = torch.arange(len(m) * 2) + 100 * R
+    same(hvd.alltoall(t, process_set=mine), torch.cat([torch.arange(2 * mine.rank(), 2 * mine.rank() + 2) + 100 * r
+                                                        for r in m]), "alltoall on a set")
+    rows = 2 * len(m) + 1
+    full = torch.arange(rows, dtype=torch.float32) * len(m) + sum(m)
+    sp = [rows // len(m) + (1 if i < rows % len(m) else 0) for i in range(len(m))]
+    k = mine.rank()
+    same(hvd.reducescatter(torch.arange(rows, dtype=torch.float32) + R, op=hvd.Sum, process_set=mine),
+         full[sum(sp[:k]):sum(sp[:k + 1])], "reducescatter on a set")
+    check(hvd.allgather_object(R, process_set=mine) == m, "allgather_object on a set")
+    hvd.barrier(process_set=mine)
+    # interleaved with global operations, unnamed (numbered per set), async, many times (cached)
+    for i in range(10):
+        ha = hvd.allreduce_async(torch.full((4,), float(R)), op=hvd.Sum, process_set=mine)
+        hg = hvd.allreduce_async(torch.full((4,), float(R)), op=hvd.Sum)
+        same(hvd.synchronize(hg), torch.full((4,), float(sum(range(N)))), "global among set operations")
+        same(hvd.synchronize(ha), torch.full((4,), float(sum(m))), "set among global operations")
+    if N >= 3:  # overlapping sets: {0, 1} and {1, 2}, rank 1 in both, submitting in either order
+        lo, hi = hvd.add_process_set([0, 1]), hvd.add_process_set([2, 1])
+        for i in range(10):
+            hs = []
+            for ps in ((lo, hi) if (i + R) % 2 else (hi, lo)):
+                if ps.included():
+                    hs.append((ps, hvd.allreduce_async(torch.full((5,), float(R + 1)), op=hvd.Average,
+                                                       name="ov.%d" % i, process_set=ps)))
+            for ps, h in hs:
+                same(hvd.synchronize(h), torch.full((5,), sum(r + 1 for r in ps.ranks) / 2.0), "overlapping sets")
+        opt_model = torch.nn.Linear(3, 1)
+        torch.manual_seed(0)
+        torch.nn.init.constant_(opt_model.weight, 1.0)
+        if hi.included():  # DistributedOptimizer averages over the set only
+            opt = hvd.DistributedOptimizer(torch.optim.SGD(opt_model.parameters(), lr=1.0),
+                                           named_parameters=opt_model.named_parameters(), process_set=hi)
+            (opt_model(torch.ones(1, 3)) * (R + 1)).sum().backward()
+            opt.step()
+            same(opt_model.weight.detach(), torch.full((1, 3), 1.0 - 2.5), "DistributedOptimizer on a set")
+        check(hvd.remove_process_set(lo) and hvd.remove_process_set(hi), "remove_process_set")
+    # errors, on the ranks that make them; then removal
+    raises(ValueError, lambda: hvd.allreduce(torch.ones(1), process_set=other), "a non-member's allreduce",
+           ("not in",))
+    raises(ValueError, lambda: hvd.broadcast(torch.ones(1), other.ranks[0], process_set=mine),
+           "a root outside the set", ("root_rank",))
+    raises(ValueError, lambda: hvd.add_process_set(list(m)), "a set that exists", ("exists already",))
+    raises(ValueError, lambda: hvd.allreduce(torch.ones(1), process_set=hvd.ProcessSet([0])), "a set never added",
+           ("has not been added",))
+    raises(ValueError, lambda: hvd.remove_process_set(hvd.global_process_set), "removing the global set",
+           ("global",))
+    raises(ValueError, lambda: hvd.add_process_set([0, 0]), "a rank listed twice", ("twice",))
+    if N >= 3:  # (sets that do not exist: [0, 1] and [1, 2] were removed)
+        raises(ValueError, lambda: hvd.add_process_set([1, 2] if R == 0 else [0, 1]),
+               "ranks that disagree on the members", ("ranks disagree on the member list",))
+    check(hvd.remove_process_set(odd) and hvd.remove_process_set(even), "remove_process_set")
+    check(not hvd.remove_process_set(even), "removing twice returns False")
+    raises(ValueError, lambda: hvd.allreduce(torch.ones(1), process_set=mine), "a removed set",
+           ("has not been added",))
 
 
 if R == 0:

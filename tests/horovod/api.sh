@@ -1,7 +1,8 @@
 #!/bin/sh
 # Horovod's PyTorch API served by hvdshim (tests/horovod/api.py): every call,
 # dtype and op, async/poll/synchronize, in-place, autograd, objects, optimizer
-# state, SyncBatchNorm, and the errors, at np 2 and 3.  The script checks each
+# state, SyncBatchNorm, process sets (even/odd and overlapping), and the
+# errors, at np 2 and 3.  The script checks each
 # result against its formula on every rank; a rank that finds a difference
 # fails the job.
 . "$(dirname "$0")/../lib.sh"
@@ -9,7 +10,7 @@ need_mpirun
 need_torch
 for np in 2 3; do
   shim $np "$PYTHON" "$top_srcdir/tests/horovod/api.py" >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "np=$np: the API suite failed"; }
-  grep -q "^api done 22$" "$TMP/out" || { cat "$TMP/out"; fail "np=$np: not every case ran"; }
+  grep -q "^api done 23$" "$TMP/out" || { cat "$TMP/out"; fail "np=$np: not every case ran"; }
   # the errors named their cause on every rank, and the job went on
   [ "$(grep -c "allreduce 'allreduce.bad.count': ranks disagree on the count" "$TMP/out")" = "$np" ] ||
     { cat "$TMP/out"; fail "np=$np: the count mismatch was not reported by every rank"; }

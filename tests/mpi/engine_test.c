@@ -606,6 +606,155 @@ static void run_join_vs_exit(void) {
   else printf("engine_test[0]: hvd_join failed as expected: %s\n", hvd_last_error());
 }
 
+/* Process sets: A = every rank but the last, B = every rank but the first
+ * (they overlap), S = the last rank alone.  Each rank submits its sets'
+ * operations and global ones in an order of its own, many times (the cache
+ * then answers them); results are checked against formulas over the
+ * members; then errors, removal, and members that joined. */
+static void check_set_reduce(const char *name, int set, int lo, int hi, hvd_op_t op, int joined_from) {
+  /* members lo..hi, those >= joined_from have joined (no data) */
+  double v = rank + 1, want = 0;
+  int n = 0;
+  for (int r = lo; r <= hi && r < joined_from; r++) want += r + 1, n++;
+  if (op == HVD_AVG) want /= n;
+  hvd_handle_t h;
+  hvd_next_process_set(set);
+  if (hvd_allreduce_async(name, &v, 1, HVD_FLOAT64, op, NULL, NULL, &h) || hvd_wait(h, 60))
+    FAIL("%s: %s", name, hvd_last_error());
+  else if (v != want) FAIL("%s: %g, expected %g", name, v, want);
+}
+
+static void run_process_sets(void) {
+  if (size < 3) {
+    FAIL("process-sets needs at least 3 ranks");
+    return;
+  }
+  int last = size - 1, ra[64], rb[64], na = 0, nb = 0, A, B, S;
+  for (int r = last - 1; r >= 0; r--) ra[na++] = r; /* given in any order */
+  for (int r = 1; r <= last; r++) rb[nb++] = r;
+  if (hvd_process_set_add(ra, na, &A) || hvd_process_set_add(rb, nb, &B) || hvd_process_set_add(&last, 1, &S))
+    FAIL("process set add: %s", hvd_last_error());
+  if (A != 1 || B != 2 || S != 3) FAIL("process set ids %d %d %d, expected 1 2 3", A, B, S);
+  if (hvd_process_set_size(A) != na || hvd_process_set_rank(B) != (rank >= 1 ? rank - 1 : -1) ||
+      hvd_process_set_size(0) != size || hvd_process_set_rank(0) != rank)
+    FAIL("process set size/rank: %d %d", hvd_process_set_size(A), hvd_process_set_rank(B));
+  int inA = rank < last, inB = rank > 0, inS = rank == last;
+  uint64_t seed = 1000 + (uint64_t)rank;
+  for (int it = 0; it < 30; it++) {
+    /* per rank, a shuffled order of: A sum, A avg, B sum (float32 vector), S, global */
+    enum { N = 5 };
+    int order[N] = {0, 1, 2, 3, 4};
+    for (int k = N - 1; k > 0; k--) {
+      int j = (int)(rng_next(&seed) % (uint64_t)(k + 1)), t = order[k];
+      order[k] = order[j], order[j] = t;
+    }
+    double a_sum = rank + 1, a_avg = rank + 1, s_val = rank + 1, g = rank + 1;
+    float b_vec[100];
+    for (int i = 0; i < 100; i++) b_vec[i] = (float)(rank * i);
+    hvd_handle_t h[N];
+    int used[N] = {0};
+    for (int k = 0; k < N; k++) {
+      int o = order[k], st = 0;
+      if (o == 0 && inA) hvd_next_process_set(A), st = hvd_allreduce_async("set.a.sum", &a_sum, 1, HVD_FLOAT64, HVD_SUM, NULL, NULL, &h[o]) + 1;
+      if (o == 1 && inA) hvd_next_process_set(A), st = hvd_allreduce_async("set.a.avg", &a_avg, 1, HVD_FLOAT64, HVD_AVG, NULL, NULL, &h[o]) + 1;
+      if (o == 2 && inB) hvd_next_process_set(B), st = hvd_allreduce_async("set.b.vec", b_vec, 100, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h[o]) + 1;
+      if (o == 3 && inS) hvd_next_process_set(S), st = hvd_allreduce_async("set.s", &s_val, 1, HVD_FLOAT64, HVD_MAX, NULL, NULL, &h[o]) + 1;
+      if (o == 4) st = hvd_allreduce_async("set.global", &g, 1, HVD_FLOAT64, HVD_SUM, NULL, NULL, &h[o]) + 1;
+      if (st > 1) FAIL("iteration %d, op %d: submit: %s", it, o, hvd_last_error());
+      used[o] = st == 1;
+    }
+    for (int o = 0; o < N; o++)
+      if (used[o] && hvd_wait(h[o], 60)) FAIL("iteration %d, op %d: %s", it, o, hvd_last_error());
+    double sa = 0, sg = 0;
+    for (int r = 0; r < last; r++) sa += r + 1;
+    for (int r = 0; r <= last; r++) sg += r + 1;
+    if (inA && (a_sum != sa || a_avg != sa / na)) FAIL("set A: sum %g avg %g, expected %g %g", a_sum, a_avg, sa, sa / na);
+    if (inS && s_val != last + 1) FAIL("set S: %g", s_val);
+    if (g != sg) FAIL("global: %g, expected %g", g, sg);
+    for (int i = 0; inB && i < 100; i++) {
+      float want = 0;
+      for (int r = 1; r <= last; r++) want += (float)(r * i);
+      if (b_vec[i] != want) {
+        FAIL("set B element %d: %g, expected %g", i, b_vec[i], want);
+        break;
+      }
+    }
+  }
+  /* broadcast in B from its last member, allgather in A (rows = rank + 1), barrier in B */
+  int32_t bc[4] = {rank, rank, rank, rank}, rows[64];
+  hvd_handle_t h;
+  if (inB) {
+    hvd_next_process_set(B);
+    if (hvd_broadcast_async("set.b.bcast", bc, 4, HVD_INT32, last, NULL, NULL, &h) || hvd_wait(h, 60)) FAIL("bcast: %s", hvd_last_error());
+    else if (bc[0] != last || bc[3] != last) FAIL("set B broadcast: %d, expected %d", bc[0], last);
+    hvd_next_process_set(B);
+    if (hvd_barrier(60)) FAIL("barrier on B: %s", hvd_last_error());
+  }
+  if (inA) {
+    for (int i = 0; i <= rank; i++) rows[i] = rank;
+    void *out = NULL;
+    size_t got = 0;
+    hvd_next_process_set(A);
+    if (hvd_allgather_async("set.a.gather", rows, (size_t)rank + 1, 1, HVD_INT32, NULL, NULL, &h) ||
+        hvd_allgather_wait(h, 60, &out, &got))
+      FAIL("allgather on A: %s", hvd_last_error());
+    else {
+      size_t at = 0, want = (size_t)na * (size_t)(na + 1) / 2;
+      if (got != want) FAIL("allgather on A: %zu rows, expected %zu", got, want);
+      for (int r = 0; r < last && at < got; r++)
+        for (int i = 0; i <= r; i++, at++)
+          if (((int32_t *)out)[at] != r) FAIL("allgather on A: row %zu is %d, expected %d", at, ((int32_t *)out)[at], r);
+      hvd_free(out);
+    }
+  }
+  /* errors: a non-member, an unknown set, a root outside the set, a member list that differs */
+  double x = 1;
+  hvd_next_process_set(inA ? B : A); /* rank 0 is not in B; the last rank not in A */
+  if (!inA || !inB) {
+    if (hvd_allreduce_async("set.not.mine", &x, 1, HVD_FLOAT64, HVD_SUM, NULL, NULL, &h) != HVD_ERR_INVALID ||
+        !strstr(hvd_last_error(), "is not in process set"))
+      FAIL("a non-member's submission: %s", hvd_last_error());
+  } else {
+    hvd_next_process_set(0);
+  }
+  hvd_next_process_set(99);
+  if (hvd_allreduce_async("set.unknown", &x, 1, HVD_FLOAT64, HVD_SUM, NULL, NULL, &h) != HVD_ERR_INVALID ||
+      !strstr(hvd_last_error(), "process set 99 does not exist"))
+    FAIL("an unknown set: %s", hvd_last_error());
+  if (inB) {
+    hvd_next_process_set(B);
+    if (hvd_broadcast_async("set.b.badroot", bc, 1, HVD_INT32, 0, NULL, NULL, &h) != HVD_ERR_INVALID ||
+        !strstr(hvd_last_error(), "root rank 0 is not in process set"))
+      FAIL("a root outside the set: %s", hvd_last_error());
+  }
+  int mine[2] = {0, rank == 0 ? 2 : 1}, bad;
+  if (hvd_process_set_add(mine, 2, &bad) != HVD_ERR_MISMATCH || !strstr(hvd_last_error(), "member list"))
+    FAIL("differing member lists: %s", hvd_last_error());
+  else if (rank == 0) printf("engine_test: got expected error: %s\n", hvd_last_error());
+  if (hvd_process_set_remove(0) != HVD_ERR_INVALID || hvd_process_set_add(mine, 0, &bad) != HVD_ERR_INVALID ||
+      hvd_process_set_add((int[]){1, 1}, 2, &bad) != HVD_ERR_INVALID)
+    FAIL("bad process set arguments accepted");
+  /* members that join: the last rank (in B) and rank 0 (not in B) join at
+   * once; B's other members average over themselves */
+  if (rank == 0 || rank == last) {
+    if (hvd_join(NULL)) FAIL("join: %s", hvd_last_error());
+  } else {
+    for (int i = 0; i < 5; i++) check_set_reduce("set.b.joined", B, 1, last, HVD_AVG, last);
+    if (hvd_join(NULL)) FAIL("join: %s", hvd_last_error());
+  }
+  /* removal: the set's id is gone afterwards, on every rank */
+  if (hvd_process_set_remove(A)) FAIL("remove A: %s", hvd_last_error());
+  if (hvd_process_set_remove(A) != HVD_ERR_INVALID) FAIL("removing A twice accepted");
+  hvd_next_process_set(A);
+  if (hvd_allreduce_async("set.removed", &x, 1, HVD_FLOAT64, HVD_SUM, NULL, NULL, &h) != HVD_ERR_INVALID)
+    FAIL("a removed set accepted a submission");
+  if (inB) check_set_reduce("set.b.after", B, 1, last, HVD_SUM, size);
+  int again;
+  if (hvd_process_set_add(ra, na, &again) || again != 4) FAIL("add after remove: id %d (%s)", again, hvd_last_error());
+  if (inA) check_set_reduce("set.a.again", again, 0, last - 1, HVD_SUM, size);
+  printf("engine_test[%d]: process sets done\n", rank);
+}
+
 /* Threads of hvdshim still listed in this process (named hvd-*). */
 static int shim_threads_now(void) {
   DIR *d = opendir("/proc/self/task");
@@ -658,6 +807,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "join")) run_join(argc > 2 ? atoi(argv[2]) : size - 1);
   else if (!strcmp(mode, "hvd-join")) run_hvd_join();
   else if (!strcmp(mode, "join-vs-exit")) run_join_vs_exit();
+  else if (!strcmp(mode, "process-sets")) run_process_sets();
   else if (!strcmp(mode, "memory")) run_memory(argc > 2 ? atoi(argv[2]) : 10000);
   else if (!strcmp(mode, "gpu-refused")) run_gpu_refused();
   else if (!strcmp(mode, "steps"))

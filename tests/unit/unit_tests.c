@@ -637,6 +637,67 @@ static void test_coordinator(void) {
   hvd_coord_free(&k);
 }
 
+/* Process sets in the coordinator: set 1 = ranks 1,2 (of 4). */
+static int set12(int set, int rank, void *ctx) { return (void)ctx, set == 0 || rank == 1 || rank == 2; }
+
+static void test_coordinator_sets(void) {
+  uint8_t joined[4] = {0};
+  int njoined = 0;
+  hvd_coord k;
+  CHECK_INT(hvd_coord_init(&k, 4, joined, &njoined, 2.0, 0.0, cached_names, NULL), 0);
+  k.in_set = set12;
+  round_in in = {.size = 4};
+  char out[4096];
+  hvd_sig s1 = {.kind = HVD_KIND_ALLREDUCE, .dtype = HVD_FLOAT32, .count = 4, .set = 1}, s0 = s1;
+  s0.set = 0;
+  /* a set's operation waits for its members only */
+  req(&in, 1, "p", s1, 0);
+  run_round(&k, &in, 0.0, out, sizeof out, NULL);
+  CHECK_STR(out, "");
+  req(&in, 2, "p", s1, 0);
+  run_round(&k, &in, 0.5, out, sizeof out, NULL);
+  CHECK_STR(out, "EXEC p");
+  /* one name on two sets: the ranks disagree on the process set */
+  req(&in, 1, "q", s1, 0), req(&in, 2, "q", s0, 0);
+  run_round(&k, &in, 1.0, out, sizeof out, NULL);
+  CHECK_STR(out, "ERROR q: allreduce 'q': ranks disagree on the process set: process set 1 on rank 1; process set 0 "
+                 "on rank 2");
+  /* allgather rows: non-members contribute none */
+  hvd_sig g = {.kind = HVD_KIND_ALLGATHER, .dtype = HVD_INT32, .row_elems = 1, .set = 1};
+  g.count = 3, req(&in, 1, "g", g, 0);
+  g.count = 4, req(&in, 2, "g", g, 0);
+  int64_t rows[4] = {-1, -1, -1, -1};
+  run_round(&k, &in, 1.5, out, sizeof out, rows);
+  CHECK_STR(out, "EXEC g");
+  CHECK(rows[0] == 0 && rows[1] == 3 && rows[2] == 4 && rows[3] == 0);
+  /* the stall inspector names the missing member only */
+  req(&in, 1, "late", s1, 0);
+  run_round(&k, &in, 2.0, out, sizeof out, NULL);
+  CHECK_INT(hvd_coord_stall_check(&k, 5.0), 1);
+  CHECK_STR_HAS(k.last_line, "stall: allreduce 'late' submitted by rank(s) 1 has waited 3.0 s for rank(s) 2;");
+  /* a joined member completes it */
+  joined[2] = 1, njoined = 1;
+  run_round(&k, &in, 5.5, out, sizeof out, NULL);
+  CHECK_STR(out, "EXEC late");
+  /* adding a set needs every rank: a joined one gets it refused; member lists compared */
+  hvd_sig add = {.kind = HVD_KIND_PSET_ADD, .dtype = HVD_INT32, .count = 2, .shape = 7}, other = add;
+  other.shape = 9;
+  req(&in, 0, "add", add, 0), req(&in, 1, "add", add, 0), req(&in, 3, "add", add, 0);
+  run_round(&k, &in, 6.0, out, sizeof out, NULL);
+  CHECK_STR(out, "ERROR add: process set add 'add': rank(s) 2 have finished or are in join(); every rank must take "
+                 "part in adding or removing a process set");
+  joined[2] = 0, njoined = 0;
+  req(&in, 0, "add2", add, 0), req(&in, 1, "add2", other, 0), req(&in, 2, "add2", add, 0);
+  run_round(&k, &in, 7.0, out, sizeof out, NULL);
+  CHECK_STR(out, "");
+  req(&in, 3, "add2", add, 0);
+  run_round(&k, &in, 7.5, out, sizeof out, NULL);
+  CHECK_STR(out, "ERROR add2: process set add 'add2': ranks disagree on the member list (the same number of ranks): "
+                 "member list #00000007 on ranks 0,2,3; member list #00000009 on rank 1");
+  for (int r = 0; r < 4; r++) hvd_buf_free(&in.rank[r]);
+  hvd_coord_free(&k);
+}
+
 /* unit_tests [TEXT]: every test, or those whose name contains TEXT */
 int main(int argc, char **argv) {
   static const check_test tests[] = {
@@ -659,6 +720,7 @@ int main(int argc, char **argv) {
       {"hook specs: types, defaults, expressions", test_hookspec},
       {"autotune search finds the best pair of a noisy landscape", test_autotune},
       {"coordinator: agreement, mismatch, duplicates, cache invalidation, joined ranks, stalls", test_coordinator},
+      {"coordinator: process sets (members only, set mismatch, rows, stalls, joined, adding)", test_coordinator_sets},
       {NULL, NULL},
   };
   return check_run(tests, argc > 1 ? argv[1] : NULL);

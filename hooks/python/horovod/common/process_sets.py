@@ -1,29 +1,52 @@
-"""Process sets.  hvdshim serves the global set (every rank); the others are
-not served yet, and asking for one says so."""
+"""Process sets: collectives among some ranks only, on hvdshim's engine
+(hvd_process_set_add/remove in libhvdshim.so, each set its own MPI
+communicator).  As in Horovod: every rank adds and removes the same sets in
+the same order (hvd.add_process_set, or hvd.init(process_sets=[...])); only
+a set's members run its operations; a broadcast's root_rank is a rank of the
+job that belongs to the set."""
 
 
 class ProcessSet:
-    """A set of ranks that run collectives among themselves."""
+    """A set of ranks that run collectives among themselves.  Usable once
+    added (its process_set_id is then set)."""
 
-    def __init__(self, ranks_or_comm=None):
-        self.ranks = None if ranks_or_comm is None else sorted(int(r) for r in ranks_or_comm)
+    def __init__(self, ranks_or_comm):
         self.process_set_id = None
+        self.mpi_comm = None
+        if hasattr(ranks_or_comm, "Get_group"):  # an mpi4py communicator: its ranks in MPI_COMM_WORLD
+            from mpi4py import MPI
+            self.mpi_comm = ranks_or_comm
+            group = ranks_or_comm.Get_group()
+            self.ranks = sorted(MPI.Group.Translate_ranks(group, list(range(group.Get_size())),
+                                                          MPI.COMM_WORLD.Get_group()))
+            return
+        ranks = list(ranks_or_comm)
+        if any(isinstance(r, bool) or not isinstance(r, int) for r in ranks):
+            raise ValueError("ProcessSet: ranks must be integers, got %r" % (ranks,))
+        self.ranks = sorted(ranks)
 
     def _global(self, size):
         self.ranks = list(range(size))
         self.process_set_id = 0
 
+    def _me(self):
+        from horovod.torch.mpi_ops import rank
+        return rank()
+
     def size(self):
-        from horovod.torch import size
-        return len(self.ranks) if self.ranks is not None else size()
+        """The number of ranks in the set (None before it is added)."""
+        return None if self.process_set_id is None else len(self.ranks)
 
     def rank(self):
-        from horovod.torch import rank
-        return rank() if self.process_set_id == 0 else (self.ranks.index(rank()) if rank() in self.ranks else -1)
+        """This rank's index in the set (-1: not a member; None before it is added)."""
+        if self.process_set_id is None:
+            return None
+        me = self._me()
+        return self.ranks.index(me) if me in self.ranks else -1
 
     def included(self):
-        from horovod.torch import rank
-        return self.process_set_id == 0 or (self.ranks is not None and rank() in self.ranks)
+        """This rank belongs to the set (None before it is added)."""
+        return None if self.process_set_id is None else self._me() in self.ranks
 
     def __eq__(self, other):
         return isinstance(other, ProcessSet) and self.ranks == other.ranks
@@ -32,30 +55,76 @@ class ProcessSet:
         return hash(tuple(self.ranks or ()))
 
     def __repr__(self):
-        return "ProcessSet(process_set_id=%r, ranks=%r)" % (self.process_set_id, self.ranks)
+        return "ProcessSet(process_set_id=%r, ranks=%r, mpi_comm=%r)" % (self.process_set_id, self.ranks,
+                                                                         self.mpi_comm)
 
 
-global_process_set = ProcessSet()
+global_process_set = ProcessSet([])
 global_process_set.process_set_id = 0
+_registry = {}  # id -> ProcessSet, the sets added and not removed (not the global one)
 
-_NOT_SERVED = ("process sets other than the global one are not served by hvdshim yet; run the collective over "
-               "every rank (process_set=hvd.global_process_set), or launch a separate job for the subset")
+
+def _ops():
+    from horovod.torch import mpi_ops
+    return mpi_ops
+
+
+def _add(process_set, what):
+    m = _ops()
+    m._need_init(what + "()")
+    if process_set.process_set_id is not None:
+        raise ValueError("hvd.%s: %r has been added already" % (what, process_set))
+    if process_set.ranks == global_process_set.ranks or any(ps.ranks == process_set.ranks
+                                                             for ps in _registry.values()):
+        raise ValueError("hvd.%s: a process set with ranks %r exists already" % (what, process_set.ranks))
+    import ctypes
+    n = len(process_set.ranks)
+    new_id = ctypes.c_int(-1)
+    st = m._lib.hvd_process_set_add((ctypes.c_int * max(n, 1))(*process_set.ranks), n, ctypes.byref(new_id))
+    if st != 0:
+        err = m._last_error()
+        raise (ValueError if st in (1, 2) else m.HorovodInternalError)("hvd.%s: %s" % (what, err))
+    process_set.process_set_id = new_id.value
+    _registry[new_id.value] = process_set
+    return process_set
 
 
 def add_process_set(process_set):
-    raise NotImplementedError("hvd.add_process_set: " + _NOT_SERVED)
+    """Add a process set (a ProcessSet or a list of ranks) on every rank, in
+    the same order everywhere; returns it, ready to use.  Blocks until every
+    rank has added it."""
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    return _add(process_set, "add_process_set")
 
 
 def remove_process_set(process_set):
-    if process_set is global_process_set or process_set == global_process_set:
+    """Remove a process set on every rank (in the same order everywhere).
+    Returns False when it was not added."""
+    if process_set is global_process_set or process_set.process_set_id == 0:
         raise ValueError("hvd.remove_process_set: the global process set cannot be removed")
-    raise NotImplementedError("hvd.remove_process_set: " + _NOT_SERVED)
+    if process_set.process_set_id not in _registry:
+        return False
+    m = _ops()
+    if m._lib.hvd_process_set_remove(process_set.process_set_id) != 0:
+        raise m.HorovodInternalError("hvd.remove_process_set: %s" % m._last_error())
+    del _registry[process_set.process_set_id]
+    process_set.process_set_id = None
+    return True
 
 
 def _check(process_set, what):
-    """The collectives accept the global set only."""
+    """The engine id of the set an operation runs on (0: every rank)."""
     if process_set is None or process_set is global_process_set:
-        return
-    if isinstance(process_set, ProcessSet) and process_set.process_set_id == 0:
-        return
-    raise NotImplementedError("hvd.%s(process_set=...): %s" % (what, _NOT_SERVED))
+        return 0
+    if not isinstance(process_set, ProcessSet):
+        raise TypeError("hvd.%s: process_set must be a ProcessSet, got %s" % (what, type(process_set).__name__))
+    if process_set.process_set_id == 0:
+        return 0
+    if process_set.process_set_id is None or _registry.get(process_set.process_set_id) is not process_set:
+        raise ValueError("hvd.%s: %r has not been added (hvd.add_process_set, or hvd.init(process_sets=...))"
+                         % (what, process_set))
+    if not process_set.included():
+        raise ValueError("hvd.%s: rank %d is not in %r: only its members run its operations"
+                         % (what, process_set._me(), process_set))
+    return process_set.process_set_id

@@ -16,7 +16,7 @@ import warnings
 import torch
 
 from horovod.common.exceptions import HorovodInternalError
-from horovod.common.process_sets import _check as _check_process_set, global_process_set
+from horovod.common.process_sets import _add as _add_process_set, _check as _check_process_set, global_process_set
 from horovod.torch.compression import Compression
 
 
@@ -49,6 +49,10 @@ for _name, _res, _args in (("hvd_rank", ctypes.c_int, []), ("hvd_size", ctypes.c
                            ("hvd_barrier", ctypes.c_int, [ctypes.c_double]),
                            ("hvd_join", ctypes.c_int, [ctypes.POINTER(ctypes.c_int)]),
                            ("hvd_next_shape", None, [ctypes.POINTER(ctypes.c_int64), ctypes.c_int]),
+                           ("hvd_next_process_set", None, [ctypes.c_int]),
+                           ("hvd_process_set_add", ctypes.c_int,
+                            [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(ctypes.c_int)]),
+                           ("hvd_process_set_remove", ctypes.c_int, [ctypes.c_int]),
                            ("hvd_timeline_start", ctypes.c_int, [ctypes.c_char_p, ctypes.c_int]),
                            ("hvd_timeline_stop", ctypes.c_int, []),
                            ("hvd_test", ctypes.c_int, [ctypes.c_int64, ctypes.POINTER(ctypes.c_int)]),
@@ -93,9 +97,12 @@ def init(comm=None, process_sets=None):
     """Start hvdshim's engine (MPI, background thread); again is a no-op."""
     if comm is not None and comm != [] and not _is_world(comm):
         raise NotImplementedError("hvd.init(comm=...): hvdshim runs on every rank of the job (MPI_COMM_WORLD)")
-    if process_sets:
-        for ps in process_sets:
-            _check_process_set(ps, "init")
+    from horovod.common.process_sets import ProcessSet
+    if isinstance(process_sets, str):
+        if process_sets != "dynamic":
+            raise ValueError("hvd.init: process_sets is a list of ProcessSet, or 'dynamic'")
+        process_sets = None  # hvdshim adds sets at any time
+    static = [ps if isinstance(ps, ProcessSet) else ProcessSet(ps) for ps in (process_sets or [])]
     with _lock:
         if _state["init"]:
             return
@@ -105,6 +112,9 @@ def init(comm=None, process_sets=None):
         _state["init"] = True
         global_process_set._global(_lib.hvd_size())
     _cross_info()
+    for ps in static:  # Horovod's static process sets: added on every rank, in the order given
+        if ps.process_set_id is None:
+            _add_process_set(ps, "init")
 
 
 def _is_world(comm):
@@ -269,10 +279,14 @@ def _last_error():
     return (_lib.hvd_last_error() or b"").decode("utf-8", "replace")
 
 
-def _name(kind, name):
+def _name(kind, name, psid=0):
     """Engine name of an operation: Horovod's '<kind>.<name>', or
     '<kind>.noname.<n>' numbered per kind (the same on every rank that
-    issues its unnamed operations in the same order)."""
+    issues its unnamed operations in the same order); on a process set other
+    than the global one, '<kind>.ps<id>...' (numbered per set: only its
+    members count)."""
+    if psid:
+        kind = "%s.ps%d" % (kind, psid)
     if name is None or name == "":
         n = _auto_names[kind] = _auto_names.get(kind, 0) + 1
         return ("%s.noname.%d" % (kind, n)).encode()
@@ -296,10 +310,11 @@ def _register(handles, finish, keep, shapes=()):
     return h
 
 
-def _shape_next(dims):
-    """The engine compares this shape across ranks for the next submission."""
+def _next(dims, psid):
+    """The next submission's shape (compared across ranks) and process set."""
     dims = [int(d) for d in dims]
     _lib.hvd_next_shape((ctypes.c_int64 * max(len(dims), 1))(*dims), len(dims))
+    _lib.hvd_next_process_set(psid)
 
 
 def poll(handle):
@@ -353,8 +368,8 @@ def join(device=-1):
 
 
 def barrier(process_set=global_process_set):
-    _check_process_set(process_set, "barrier")
     _need_init("barrier()")
+    _lib.hvd_next_process_set(_check_process_set(process_set, "barrier"))
     if _lib.hvd_barrier(-1.0) != 0:
         raise HorovodInternalError("hvd.barrier: %s" % _last_error())
 
@@ -386,11 +401,11 @@ def _scale(tensor, factor):
             tensor.copy_((tensor.double() * factor).to(tensor.dtype))
 
 
-def _start_allreduce(buf, name, op, what):
+def _start_allreduce(buf, name, op, what, psid=0):
     """buf: contiguous; reduced in place by the engine."""
     eop = _engine_op(op)
     dt = _reduce_dtype(buf, what)
-    _shape_next(buf.shape)
+    _next(buf.shape, psid)
     if buf.is_cuda:
         return _submit(_lib.hvd_allreduce_gpu_async, what, name, buf.data_ptr(), buf.numel(), dt, eop,
                        buf.get_device(), _L._stream_of(buf), None, None)
@@ -399,8 +414,8 @@ def _start_allreduce(buf, name, op, what):
 
 def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set, what):
     _check_tensor(tensor, what)
-    _check_process_set(process_set, what)
     _need_init(what + "()")
+    psid = _check_process_set(process_set, what)
     # the engine reduces a contiguous buffer in place: the output itself, or
     # a contiguous copy of a strided in-place tensor (copied back at the end);
     # integer averages truncate toward zero
@@ -408,7 +423,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     if buf.data_ptr() != tensor.data_ptr():
         buf.copy_(tensor)
     _scale(buf, prescale_factor)
-    h = _start_allreduce(buf, _name("allreduce", name), op, what)
+    h = _start_allreduce(buf, _name("allreduce", name, psid), op, what, psid)
 
     def finish():
         _scale(buf, postscale_factor)
@@ -473,13 +488,13 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
                                         process_set))
 
 
-def _grouped(tensors, name, start):
+def _grouped(tensors, name, start, process_set):
     """Submit every tensor of a group (the engine fuses them); one handle.
-    Member i is named '<name>.i' ('grouped.noname.<n>.i' without a name)."""
+    Member i is named '<name>.i' ('grouped.noname.<n>.i' without a name,
+    numbered per process set)."""
     tensors = list(tensors)
     if name is None:
-        _auto_names["grouped"] = _auto_names.get("grouped", 0) + 1
-        name = "grouped.noname.%d" % _auto_names["grouped"]
+        name = _name("grouped", None, _check_process_set(process_set, "grouped operation")).decode()
     names = ["%s.%d" % (name, i) for i in range(len(tensors))]
     subs = [start(t, n) for t, n in zip(tensors, names)]
     ops = [_ops.pop(h) for h in subs]
@@ -494,7 +509,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
     op = _resolve_op(op, average)
     return _grouped(tensors, name, lambda t, n: allreduce_async(t, name=n, op=op, prescale_factor=prescale_factor,
                                                                 postscale_factor=postscale_factor,
-                                                                process_set=process_set))
+                                                                process_set=process_set), process_set)
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -502,7 +517,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     op = _resolve_op(op, average)
     return _grouped(tensors, name, lambda t, n: allreduce_async_(t, name=n, op=op, prescale_factor=prescale_factor,
                                                                  postscale_factor=postscale_factor,
-                                                                 process_set=process_set))
+                                                                 process_set=process_set), process_set)
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
@@ -536,13 +551,14 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     differ per rank); returns a handle."""
     what = "allgather_async"
     _check_tensor(tensor, what)
-    _check_process_set(process_set, what)
     _need_init(what + "()")
+    psid = _check_process_set(process_set, what)
     src = tensor if tensor.dim() > 0 else tensor.reshape(1)
     host = src.detach().cpu().contiguous()  # the engine gathers host memory; a CUDA tensor comes back to its device
     raw = _as_bytes(host).contiguous()
-    _shape_next(src.shape[1:])
-    gh = _L._allgather_start(_name("allgather", name), raw, "hvd.allgather")
+    ename = _name("allgather", name, psid)
+    _next(src.shape[1:], psid)
+    gh = _L._allgather_start(ename, raw, "hvd.allgather")
     out = []
 
     def finish():
@@ -565,7 +581,7 @@ class HorovodAllgather(torch.autograd.Function):
     def backward(ctx, grad_output):
         grad = allreduce(grad_output, op=Sum, process_set=ctx.ps)
         dims = allgather(torch.tensor([ctx.dim], dtype=torch.int64), process_set=ctx.ps)
-        offset = int(dims[:rank()].sum())
+        offset = int(dims[:_set_rank(ctx.ps)].sum())
         return grad.narrow(0, offset, ctx.dim), None, None
 
 
@@ -576,7 +592,7 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
-    return _grouped(tensors, name, lambda t, n: allgather_async(t, name=n, process_set=process_set))
+    return _grouped(tensors, name, lambda t, n: allgather_async(t, name=n, process_set=process_set), process_set)
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
@@ -586,11 +602,13 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 # ------------------------------------------------------------------ broadcast
 def _broadcast_async(tensor, output, root_rank, name, process_set, what):
     _check_tensor(tensor, what)
-    _check_process_set(process_set, what)
     _need_init(what + "()")
+    psid = _check_process_set(process_set, what)
     n = _lib.hvd_size()
     if not isinstance(root_rank, int) or not 0 <= root_rank < n:
         raise ValueError("hvd.%s: root_rank %r is not a rank (0..%d)" % (what, root_rank, n - 1))
+    if psid and root_rank not in process_set.ranks:
+        raise ValueError("hvd.%s: root_rank %d is not in %r" % (what, root_rank, process_set))
     buf = output if output.is_contiguous() else output.contiguous()
     if buf.data_ptr() != tensor.data_ptr():
         buf.copy_(tensor)
@@ -598,8 +616,8 @@ def _broadcast_async(tensor, output, root_rank, name, process_set, what):
     count = buf.numel()
     if dt is None:  # moved as bytes
         dt, count = _UINT8, buf.numel() * buf.element_size()
-    ename = _name("broadcast", name)
-    _shape_next(buf.shape)
+    ename = _name("broadcast", name, psid)
+    _next(buf.shape, psid)
     if buf.is_cuda:
         h = _submit(_lib.hvd_broadcast_gpu_async, what, ename, buf.data_ptr(), count, dt, root_rank,
                     buf.get_device(), _L._stream_of(buf), None, None)
@@ -647,6 +665,16 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
 
 # ------------------------------------------------------------------ alltoall, reducescatter
+def _set_size(process_set):
+    return _lib.hvd_size() if process_set is None or process_set.process_set_id == 0 else len(process_set.ranks)
+
+
+def _set_rank(process_set):
+    """This rank's index in the set (its place in gathered and scattered rows)."""
+    me = _lib.hvd_rank()
+    return me if process_set is None or process_set.process_set_id == 0 else process_set.ranks.index(me)
+
+
 def _even_splits(rows, n):
     """Horovod's split of `rows` over n ranks: the first rows % n get one more."""
     return [rows // n + (1 if r < rows % n else 0) for r in range(n)]
@@ -660,9 +688,9 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     job's whole data, not its share."""
     what = "alltoall"
     _check_tensor(tensor, what)
-    _check_process_set(process_set, what)
     _need_init(what + "()")
-    n = _lib.hvd_size()
+    psid = _check_process_set(process_set, what)
+    n = _set_size(process_set)
     rows = tensor.shape[0] if tensor.dim() else 1
     if splits is None:
         if rows % n:
@@ -674,11 +702,11 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         if len(sp) != n or any(x < 0 for x in sp) or sum(sp) != rows:
             raise ValueError("hvd.alltoall: splits %r must be %d non-negative counts summing to the first "
                              "dimension (%d)" % (sp, n, rows))
-    base = _name("alltoall", name).decode()
-    hs = allgather_async(torch.tensor([sp], dtype=torch.int64), name=base + ".splits")
-    hd = allgather_async(tensor if tensor.dim() else tensor.reshape(1), name=base + ".data")
+    base = _name("alltoall", name, psid).decode()
+    hs = allgather_async(torch.tensor([sp], dtype=torch.int64), name=base + ".splits", process_set=process_set)
+    hd = allgather_async(tensor if tensor.dim() else tensor.reshape(1), name=base + ".data", process_set=process_set)
     ops = [_ops.pop(hs), _ops.pop(hd)]
-    me = _lib.hvd_rank()
+    me = _set_rank(process_set)
 
     def finish():
         table = ops[0].finish()          # [n, n]: row r = rank r's splits
@@ -713,7 +741,7 @@ def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0, post
     h = allreduce_async(tensor, name=("reducescatter.%s" % name) if name else None, op=op,
                         prescale_factor=prescale_factor, postscale_factor=postscale_factor, process_set=process_set)
     inner = _ops.pop(h)
-    n, me = _lib.hvd_size(), _lib.hvd_rank()
+    n, me = _set_size(process_set), _set_rank(process_set)
     sp = _even_splits(tensor.shape[0], n)
 
     def finish():
@@ -732,7 +760,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
 def grouped_reducescatter_async(tensors, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
                                 process_set=global_process_set):
     return _grouped(tensors, name, lambda t, n: reducescatter_async(t, n, op, prescale_factor, postscale_factor,
-                                                                    process_set))
+                                                                    process_set), process_set)
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average, prescale_factor=1.0,

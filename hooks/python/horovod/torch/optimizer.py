@@ -8,8 +8,8 @@ import torch
 
 from horovod.common.process_sets import global_process_set
 from horovod.torch.compression import Compression
-from horovod.torch.mpi_ops import (Average, _engine_op, _lib, allgather_async, allreduce_async_,
-                                   size, synchronize)
+from horovod.torch.mpi_ops import (Average, _engine_op, _lib, _set_size, allgather_async, allreduce_async_,
+                                   synchronize)
 
 _HAS_POST_ACCUMULATE = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
 
@@ -59,7 +59,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         self._should_synchronize = True
         self._allreduce_delay = {}
-        if size() > 1:
+        if _set_size(self.process_set) > 1:
             self._register_hooks()
 
     # -------------------------------------------------------------- hooks
@@ -123,7 +123,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """Wait for every gradient's reduction (submitting those the hooks did
         not: unused parameters, or delayed accumulation) and put the results
         in .grad."""
-        if size() <= 1:
+        if _set_size(self.process_set) <= 1:
             self._synchronized = True
             return
         for p in self._requires_update - set(self._handles):
@@ -136,7 +136,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 hi, hv, shape = handle
                 idx, vals = synchronize(hi), synchronize(hv)
                 if self.op == Average:
-                    vals = vals / size()
+                    vals = vals / _set_size(self.process_set)
                 p.grad = torch.sparse_coo_tensor(idx.t(), vals, shape).coalesce()
             else:
                 output = synchronize(handle)
