@@ -144,6 +144,20 @@ int hvd_mpi_broadcast(void *buf, size_t count, hvd_dtype_t dtype, int root, MPI_
   return MPI_SUCCESS;
 }
 
+/* Element counts and displacements of `rows` row counts (n of them): -1
+ * when a count or an offset passes INT_MAX (MPI counts are int). */
+static int row_layout(const int64_t *rows, int n, size_t row_elems, int *counts, int *displs) {
+  int64_t off = 0;
+  for (int r = 0; r < n; r++) {
+    int64_t c = rows[r] * (int64_t)row_elems;
+    if (c > INT_MAX || off > INT_MAX) return -1;
+    counts[r] = (int)c;
+    displs[r] = (int)off;
+    off += c;
+  }
+  return 0;
+}
+
 int hvd_mpi_allgather(const void *in, void *out, const int64_t *rows, size_t row_elems, hvd_dtype_t dtype,
                       MPI_Comm comm, char *err, size_t errlen) {
   int size;
@@ -154,17 +168,10 @@ int hvd_mpi_allgather(const void *in, void *out, const int64_t *rows, size_t row
     return MPI_ERR_NO_MEM;
   }
   int *displs = counts + size;
-  int64_t off = 0;
-  for (int r = 0; r < size; r++) {
-    int64_t c = rows[r] * (int64_t)row_elems;
-    if (c > INT_MAX || off > INT_MAX) {
-      snprintf(err, errlen, "allgather larger than %d elements is not supported by the MPI backend", INT_MAX);
-      free(counts);
-      return MPI_ERR_COUNT;
-    }
-    counts[r] = (int)c;
-    displs[r] = (int)off;
-    off += c;
+  if (row_layout(rows, size, row_elems, counts, displs) != 0) {
+    snprintf(err, errlen, "allgather larger than %d elements is not supported by the MPI backend", INT_MAX);
+    free(counts);
+    return MPI_ERR_COUNT;
   }
   int me;
   MPI_Comm_rank(comm, &me);
@@ -172,5 +179,47 @@ int hvd_mpi_allgather(const void *in, void *out, const int64_t *rows, size_t row
   int rc = MPI_Allgatherv(in, counts[me], type, out, counts, displs,
                           type, comm);
   free(counts);
+  return rc;
+}
+
+int hvd_mpi_reducescatter(const void *in, void *out, const int *counts, hvd_dtype_t dtype, hvd_op_t op,
+                          MPI_Comm comm) {
+  return MPI_Reduce_scatter(in ? in : MPI_IN_PLACE, out, counts, hvd_mpi_dtype(dtype), mpi_op(dtype, op), comm);
+}
+
+int hvd_mpi_alltoall(const void *in, const int64_t *send_rows, size_t row_elems, hvd_dtype_t dtype, void **out,
+                     int64_t *recv_rows, int64_t *total_rows, MPI_Comm comm, char *err, size_t errlen) {
+  int n;
+  MPI_Comm_size(comm, &n);
+  *out = NULL;
+  int rc = MPI_Alltoall(send_rows, 1, MPI_INT64_T, recv_rows, 1, MPI_INT64_T, comm);
+  if (rc != MPI_SUCCESS) return rc;
+  int *v = malloc(sizeof(int) * (size_t)n * 4);
+  if (!v) {
+    snprintf(err, errlen, "out of memory");
+    return MPI_ERR_NO_MEM;
+  }
+  int *sc = v, *sd = v + n, *rcnt = v + 2 * n, *rd = v + 3 * n;
+  /* too large for int counts on some rank: every rank gives up together */
+  int big = row_layout(send_rows, n, row_elems, sc, sd) != 0 || row_layout(recv_rows, n, row_elems, rcnt, rd) != 0;
+  rc = MPI_Allreduce(MPI_IN_PLACE, &big, 1, MPI_INT, MPI_MAX, comm);
+  if (rc != MPI_SUCCESS || big) {
+    snprintf(err, errlen, "alltoall larger than %d elements on some rank is not supported by the MPI backend",
+             INT_MAX);
+    free(v);
+    return rc != MPI_SUCCESS ? rc : MPI_ERR_COUNT;
+  }
+  *total_rows = 0;
+  for (int r = 0; r < n; r++) *total_rows += recv_rows[r];
+  size_t bytes = (size_t)*total_rows * row_elems * hvd_dtype_size(dtype);
+  *out = malloc(bytes ? bytes : 1);
+  if (!*out) {
+    snprintf(err, errlen, "out of memory: %zu bytes", bytes);
+    free(v);
+    return MPI_ERR_NO_MEM;
+  }
+  MPI_Datatype type = hvd_mpi_dtype(dtype);
+  rc = MPI_Alltoallv(in, sc, sd, type, *out, rcnt, rd, type, comm);
+  free(v);
   return rc;
 }

@@ -28,4 +28,15 @@ int hvd_mpi_broadcast(void *buf, size_t count, hvd_dtype_t dtype, int root, MPI_
 int hvd_mpi_allgather(const void *in, void *out, const int64_t *rows, size_t row_elems, hvd_dtype_t dtype,
                       MPI_Comm comm, char *err, size_t errlen);
 
+/* MPI_Reduce_scatter: this rank's counts[rank] elements of the reduction go
+ * to out; in NULL: in place (out holds every element). */
+int hvd_mpi_reducescatter(const void *in, void *out, const int *counts, hvd_dtype_t dtype, hvd_op_t op,
+                          MPI_Comm comm);
+/* Alltoall of rows: send_rows[j] rows (of row_elems elements) to rank j of
+ * comm; recv_rows gets the rows from each, *out a malloc'd buffer of all
+ * received rows (*total_rows of them), in rank order.  MPI_ERR_COUNT (with
+ * err) past INT_MAX elements. */
+int hvd_mpi_alltoall(const void *in, const int64_t *send_rows, size_t row_elems, hvd_dtype_t dtype, void **out,
+                     int64_t *recv_rows, int64_t *total_rows, MPI_Comm comm, char *err, size_t errlen);
+
 #endif

@@ -102,10 +102,11 @@ static int field_differs(int field, const hvd_sig *a, const hvd_sig *b) {
   switch (field) {
   case 0: return a->kind != b->kind;
   case 1: return a->dtype != b->dtype;
-  case 2: return a->kind == HVD_KIND_ALLREDUCE && a->op != b->op;
+  case 2: return (a->kind == HVD_KIND_ALLREDUCE || a->kind == HVD_KIND_REDUCESCATTER) && a->op != b->op;
   case 3: return (a->kind == HVD_KIND_BROADCAST || a->kind == HVD_KIND_PSET_REMOVE) && a->root != b->root;
-  case 4: return a->kind != HVD_KIND_ALLGATHER && a->count != b->count;
-  case 5: return a->kind == HVD_KIND_ALLGATHER && a->row_elems != b->row_elems;
+  case 4: return a->kind != HVD_KIND_ALLGATHER && a->kind != HVD_KIND_ALLTOALL && a->count != b->count;
+  case 5: return (a->kind == HVD_KIND_ALLGATHER || a->kind == HVD_KIND_ALLTOALL || a->kind == HVD_KIND_REDUCESCATTER) &&
+                 a->row_elems != b->row_elems;
   case 7: return a->shape != b->shape;
   case 8: return a->set != b->set;
   default: return a->place != b->place;

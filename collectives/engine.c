@@ -214,7 +214,7 @@ static hvd_req *phantom(const char *name, const hvd_sig *sig) {
   r->handle = HVD_NO_HANDLE;
   r->cache_bit = -1;
   r->t_submit = r->t_ready = hvd_eng_now();
-  if (sig->kind == HVD_KIND_ALLGATHER) {
+  if (sig->kind == HVD_KIND_ALLGATHER || sig->kind == HVD_KIND_ALLTOALL) {
     r->sig.count = 0;
   } else if (sig->kind != HVD_KIND_BARRIER && sig->count > 0 && sig->place) {
     char err[512];
@@ -225,7 +225,8 @@ static hvd_req *phantom(const char *name, const hvd_sig *sig) {
     r->buf = malloc((size_t)sig->count * hvd_dtype_size((hvd_dtype_t)sig->dtype));
     if (!r->buf) HVD_FATAL("out of memory: a joined rank's stand-in for '%s'", name);
     hvd_fill_identity(r->buf, (size_t)sig->count, (hvd_dtype_t)sig->dtype,
-                      sig->kind == HVD_KIND_ALLREDUCE ? (hvd_op_t)sig->op : HVD_SUM);
+                      sig->kind == HVD_KIND_ALLREDUCE || sig->kind == HVD_KIND_REDUCESCATTER ? (hvd_op_t)sig->op
+                                                                                            : HVD_SUM);
   }
   if (hvd_strmap_put(E->pending, r->name, r) != 0) HVD_FATAL("out of memory (pending)");
   E->npending++;
@@ -271,7 +272,9 @@ static void cache_erase(int bit) {
 
 static void cache_insert(const char *name, const hvd_sig *sig) {
   /* per-rank row counts vary, and sets are added once: always negotiated */
-  if (sig->kind == HVD_KIND_ALLGATHER || sig->kind == HVD_KIND_PSET_ADD || sig->kind == HVD_KIND_PSET_REMOVE) return;
+  if (sig->kind == HVD_KIND_ALLGATHER || sig->kind == HVD_KIND_ALLTOALL || sig->kind == HVD_KIND_PSET_ADD ||
+      sig->kind == HVD_KIND_PSET_REMOVE)
+    return;
   void *evicted = NULL;
   if (hvd_cache_insert(&E->cache, name, sig, E->tick, &evicted) < 0 && E->cache.cap > 0)
     HVD_FATAL("out of memory (response cache)");

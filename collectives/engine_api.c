@@ -1,6 +1,7 @@
 /* Entry points, on the user's threads: validate a request, take a handle,
  * push it onto the engine's queue under `qmu` (and wake an idle engine).
  * Nothing here waits for the network. */
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,8 +67,14 @@ static hvd_status_t refuse_if_closed(const char *what) {
   return reject(st, "%s: %s", what, why);
 }
 
-static hvd_status_t submit(const char *name, hvd_sig *sig, void *buf, const void *in, int device, void *stream,
-                           hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
+/* Alltoall's send splits and where its received splits go (else NULL). */
+typedef struct {
+  const int64_t *splits;
+  int64_t *recv;
+} a2a_splits;
+
+static hvd_status_t submit_ex(const char *name, hvd_sig *sig, void *buf, const void *in, const a2a_splits *a2a,
+                              int device, void *stream, hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
   if (sig->kind != HVD_KIND_PSET_ADD && sig->kind != HVD_KIND_PSET_REMOVE)
     sig->shape = next_shape, sig->set = next_set; /* taken by this submission, accepted or not */
   next_shape = 0, next_set = 0;
@@ -96,6 +103,7 @@ static hvd_status_t submit(const char *name, hvd_sig *sig, void *buf, const void
   r->sig = *sig;
   r->buf = buf;
   r->in = in;
+  if (a2a) r->splits = a2a->splits, r->recv_splits = a2a->recv;
   r->cache_bit = -1;
   r->t_submit = hvd_eng_now();
   if (device >= 0) {
@@ -145,6 +153,11 @@ static hvd_status_t submit(const char *name, hvd_sig *sig, void *buf, const void
   if (handle) *handle = r->handle;
   pthread_mutex_unlock(&E->qmu);
   return HVD_OK;
+}
+
+static hvd_status_t submit(const char *name, hvd_sig *sig, void *buf, const void *in, int device, void *stream,
+                           hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
+  return submit_ex(name, sig, buf, in, NULL, device, stream, cb, cb_arg, handle);
 }
 
 static hvd_status_t allreduce(const char *name, void *buf, size_t count, hvd_dtype_t dtype, hvd_op_t op, int device,
@@ -263,6 +276,39 @@ hvd_status_t hvd_allgather_async(const char *name, const void *in, size_t rows, 
   hvd_sig s = {.kind = HVD_KIND_ALLGATHER, .dtype = (uint8_t)dtype, .count = (int64_t)rows, .row_elems = (int64_t)row_elems};
   if ((unsigned)dtype >= 256) s.dtype = 255;
   return submit(name, &s, NULL, in, -1, NULL, cb, cb_arg, handle);
+}
+
+hvd_status_t hvd_reducescatter_async(const char *name, const void *in, void *out, size_t rows, size_t row_elems,
+                                     hvd_dtype_t dtype, hvd_op_t op, hvd_callback_t cb, void *cb_arg,
+                                     hvd_handle_t *handle) {
+  if (!in && rows && row_elems) return reject(HVD_ERR_INVALID, "reducescatter '%s': null buffer", name ? name : "");
+  if (row_elems && rows > (size_t)INT_MAX / row_elems)
+    return reject(HVD_ERR_INVALID, "reducescatter '%s': more than %d elements (MPI counts are int)", name ? name : "",
+                  INT_MAX);
+  hvd_sig s = {.kind = HVD_KIND_REDUCESCATTER, .dtype = (uint8_t)dtype, .op = (uint8_t)op,
+               .count = (int64_t)(rows * row_elems), .row_elems = (int64_t)row_elems};
+  if ((unsigned)dtype >= 256 || (unsigned)op >= 256) s.dtype = 255, s.op = 255;
+  return submit(name, &s, out, in, -1, NULL, cb, cb_arg, handle);
+}
+
+hvd_status_t hvd_alltoall_async(const char *name, const void *in, const int64_t *splits, size_t row_elems,
+                                hvd_dtype_t dtype, int64_t *recv_splits, hvd_callback_t cb, void *cb_arg,
+                                hvd_handle_t *handle) {
+  /* the splits are one per member of the set the submission runs on */
+  const hvd_pset *p = E->started ? hvd_pset_get(next_set) : NULL;
+  int64_t rows = 0;
+  if (!splits) return reject(HVD_ERR_INVALID, "alltoall '%s': no splits", name ? name : "");
+  for (int i = 0; p && i < p->n; i++) {
+    if (splits[i] < 0)
+      return reject(HVD_ERR_INVALID, "alltoall '%s': split %d is negative (%lld)", name ? name : "", i,
+                    (long long)splits[i]);
+    rows += splits[i];
+  }
+  if (!in && rows && row_elems) return reject(HVD_ERR_INVALID, "alltoall '%s': null buffer", name ? name : "");
+  hvd_sig s = {.kind = HVD_KIND_ALLTOALL, .dtype = (uint8_t)dtype, .count = rows, .row_elems = (int64_t)row_elems};
+  if ((unsigned)dtype >= 256) s.dtype = 255;
+  a2a_splits a = {splits, recv_splits};
+  return submit_ex(name, &s, NULL, in, &a, -1, NULL, cb, cb_arg, handle);
 }
 
 hvd_status_t hvd_barrier(double timeout_s) {

@@ -135,6 +135,64 @@ static void note_start(hvd_req *r) {
   if (bit >= 0) E->cache.e[bit].last_used = E->tick;
 }
 
+/* This rank's index in set p. */
+static int set_index(const hvd_pset *p) {
+  for (int m = 0; m < p->n; m++)
+    if (p->ranks[m] == E->rank) return m;
+  return -1;
+}
+
+/* Horovod's split: member m gets rows / n rows, plus one for the first
+ * rows % n members; counts in elements. */
+static void run_reducescatter(hvd_req *r, const hvd_pset *p, MPI_Comm comm, double start) {
+  int n = p->n, me = set_index(p), counts[n];
+  int64_t re = r->sig.row_elems, rows = re ? r->sig.count / re : 0;
+  for (int m = 0; m < n; m++) counts[m] = (int)((rows / n + (m < rows % n)) * re);
+  if (!r->phantom && counts[me] > 0 && !r->buf) {
+    char msg[HVD_NAME_MAX + 128];
+    snprintf(msg, sizeof msg, "reducescatter '%s': no output buffer for this rank's %d element(s)", r->name,
+             counts[me]);
+    hvd_eng_finish(r, HVD_ERR_INVALID, msg, NULL, 0);
+    return;
+  }
+  hvd_dtype_t dt = (hvd_dtype_t)r->sig.dtype;
+  hvd_op_t op = r->sig.op == HVD_AVG ? HVD_SUM : (hvd_op_t)r->sig.op;
+  /* a joined rank reduces its identity buffer in place */
+  hvd_eng_mpi_check(hvd_mpi_reducescatter(r->phantom ? NULL : r->in, r->buf, counts, dt, op, comm),
+                    "MPI_Reduce_scatter");
+  if (r->sig.op == HVD_AVG && counts[me] > 0)
+    hvd_scale_copy(r->buf, r->buf, (size_t)counts[me], dt, r->sig.set ? hvd_pset_active(r->sig.set)
+                                                                       : E->size - E->njoined);
+  if (hvd_timeline_enabled())
+    hvd_timeline_span(r->name, "MPI_REDUCESCATTER", hvd_eng_us(start), (hvd_eng_now() - start) * 1e6);
+  E->stats.bytes_reduced += (size_t)r->sig.count * hvd_dtype_size(dt);
+  hvd_eng_finish(r, HVD_OK, NULL, NULL, 0);
+}
+
+/* A joined rank sends nothing and drops what it receives. */
+static void run_alltoall(hvd_req *r, const hvd_pset *p, MPI_Comm comm, double start) {
+  int n = p->n;
+  int64_t send[n], recv[n], total = 0;
+  for (int m = 0; m < n; m++) send[m] = r->splits && !r->phantom ? r->splits[m] : 0;
+  void *out = NULL;
+  char err[256];
+  int rc = hvd_mpi_alltoall(r->in, send, (size_t)r->sig.row_elems, (hvd_dtype_t)r->sig.dtype, &out, recv, &total,
+                            comm, err, sizeof err);
+  if (rc == MPI_ERR_NO_MEM) HVD_FATAL("alltoall '%s': %s", r->name, err);
+  if (rc == MPI_ERR_COUNT) {
+    free(out);
+    char msg[HVD_NAME_MAX + 300];
+    snprintf(msg, sizeof msg, "alltoall '%s': %s", r->name, err);
+    hvd_eng_finish(r, HVD_ERR_INVALID, msg, NULL, 0);
+    return;
+  }
+  hvd_eng_mpi_check(rc, "MPI_Alltoallv");
+  if (r->recv_splits) memcpy(r->recv_splits, recv, sizeof recv);
+  if (hvd_timeline_enabled())
+    hvd_timeline_span(r->name, "MPI_ALLTOALL", hvd_eng_us(start), (hvd_eng_now() - start) * 1e6);
+  hvd_eng_finish(r, HVD_OK, NULL, out, (size_t)total);
+}
+
 /* Walk the agreed list in order.  An allreduce starts a group and pulls in
  * every later allreduce of the same dtype and a compatible op while the group
  * stays under the fusion threshold (as Horovod does), so a list interleaving
@@ -227,6 +285,10 @@ void hvd_eng_execute(void) {
           hvd_timeline_span(r->name, "MPI_ALLGATHER", hvd_eng_us(start), (hvd_eng_now() - start) * 1e6);
         hvd_eng_finish(r, HVD_OK, NULL, out, (size_t)total_rows);
       }
+    } else if (r->sig.kind == HVD_KIND_REDUCESCATTER) {
+      run_reducescatter(r, ps, comm, start);
+    } else if (r->sig.kind == HVD_KIND_ALLTOALL) {
+      run_alltoall(r, ps, comm, start);
     } else {
       hvd_eng_finish(r, HVD_OK, NULL, NULL, 0); /* barrier: negotiation was the barrier */
     }

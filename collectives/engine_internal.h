@@ -42,6 +42,8 @@ typedef struct hvd_req {
   int cache_bit;
   int phantom; /* a joined rank's stand-in: buf is ours, no handle */
   int skip;    /* a stand-in on a rank outside the operation's process set: walked, never run */
+  const int64_t *splits; /* alltoall: rows sent to each member of the set */
+  int64_t *recv_splits;  /* alltoall: rows received from each (written before completion; may be NULL) */
   void *stream;         /* GPU: the producing and consuming stream */
   hvd_gpu_event *ready; /* GPU: recorded on `stream` at submission */
   struct hvd_req *next;

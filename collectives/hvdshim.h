@@ -125,6 +125,26 @@ HVD_EXPORT hvd_status_t hvd_broadcast_gpu_async(const char *name, void *buf, siz
  * runtime and NCCL with their paths, the device kernels) or why not. */
 HVD_EXPORT int hvd_gpu_status(char *out, size_t n);
 
+/* Reduce-scatter (Horovod's reducescatter): every rank gives `rows` rows of
+ * `row_elems` elements at `in` (the same on every rank); the reduction (any
+ * op) is split along the first dimension, the first rows % n ranks getting
+ * one row more than rows / n (n: the ranks of the process set, in rank
+ * order), and this rank's rows are written to `out` (NULL when it gets
+ * none).  At most INT_MAX elements. */
+HVD_EXPORT hvd_status_t hvd_reducescatter_async(const char *name, const void *in, void *out, size_t rows,
+                                                size_t row_elems, hvd_dtype_t dtype, hvd_op_t op, hvd_callback_t cb,
+                                                void *cb_arg, hvd_handle_t *handle);
+/* Alltoall: this rank sends splits[j] rows of `row_elems` elements (the
+ * rows at `in`, in order) to the j-th rank of the process set and receives
+ * every rank's rows for it, in rank order; splits has one entry per rank of
+ * the set, and may differ per rank.  The result (a new buffer, its row
+ * count) is fetched as an allgather's (hvd_allgather_result or
+ * hvd_allgather_wait); recv_splits (one per rank of the set, or NULL) gets
+ * the rows received from each, before the operation completes. */
+HVD_EXPORT hvd_status_t hvd_alltoall_async(const char *name, const void *in, const int64_t *splits, size_t row_elems,
+                                           hvd_dtype_t dtype, int64_t *recv_splits, hvd_callback_t cb, void *cb_arg,
+                                           hvd_handle_t *handle);
+
 /* hvd_wait for an allgather that also hands over its result (free it with
  * hvd_free) when the status is HVD_OK: one call instead of test/result/wait. */
 HVD_EXPORT hvd_status_t hvd_allgather_wait(hvd_handle_t handle, double timeout_s, void **out, size_t *total_rows);

@@ -41,8 +41,8 @@ int hvd_buf_more(const hvd_buf *b) { return !b->bad && b->pos < b->len; }
 
 const char *hvd_kind_name(int kind) {
   static const char *names[] = {"allreduce", "broadcast", "allgather", "barrier", "process set add",
-                                "process set remove"};
-  return kind >= 0 && kind < 6 ? names[kind] : "unknown";
+                                "process set remove", "reducescatter", "alltoall"};
+  return kind >= 0 && kind < 8 ? names[kind] : "unknown";
 }
 
 static void put_sig(hvd_buf *b, const hvd_sig *s) {

@@ -33,7 +33,9 @@ enum {
   HVD_KIND_ALLGATHER = 2,
   HVD_KIND_BARRIER = 3,
   HVD_KIND_PSET_ADD = 4,   /* every rank: count = members, shape = hash of the member list */
-  HVD_KIND_PSET_REMOVE = 5 /* every rank: root = the set's id */
+  HVD_KIND_PSET_REMOVE = 5, /* every rank: root = the set's id */
+  HVD_KIND_REDUCESCATTER = 6, /* count = every row's elements, row_elems */
+  HVD_KIND_ALLTOALL = 7       /* count = the rows this rank sends (differs per rank), row_elems */
 };
 enum { HVD_RESP_EXEC = 0, HVD_RESP_ERROR = 1, HVD_RESP_INVALIDATE = 2, HVD_RESP_FATAL = 3 };
 

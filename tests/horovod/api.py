@@ -225,6 +225,17 @@ def alltoall():
     out, rsplits = hvd.alltoall(t, splits=splits)
     same(out, torch.cat([torch.full((R + 1, 2), float(r)) for r in range(N)]), "alltoall with splits")
     same(rsplits, torch.full((N,), R + 1, dtype=torch.int32), "received splits")
+    # rows of two dimensions, nothing to some ranks (rank j gets j rows from every rank), bool moved as bytes
+    sp = [j for j in range(N)]
+    t = torch.full((sum(sp), 2, 3), float(R)) + torch.arange(sum(sp)).view(-1, 1, 1)
+    out, rsplits = hvd.alltoall(t, splits=sp, name="a2a.2d")
+    start = sum(sp[:R])
+    same(out, torch.cat([torch.full((R, 2, 3), float(r)) + torch.arange(start, start + R).view(-1, 1, 1).float()
+                         for r in range(N)]), "alltoall of 2-D rows with empty splits")
+    same(rsplits, torch.full((N,), R, dtype=torch.int32), "received splits (empty ones)")
+    b = (torch.arange(N * 3) % 2 == R % 2).view(N, 3)
+    same(hvd.alltoall(b), torch.cat([(torch.arange(N * 3) % 2 == r % 2).view(N, 3)[R:R + 1] for r in range(N)]),
+         "alltoall of bool")
 
 
 @case
@@ -239,6 +250,15 @@ def reducescatter():
     same(got, (full / N)[sum(sp[:R]):sum(sp[:R + 1])], "reducescatter average")
     g = hvd.grouped_reducescatter([t, t * 2], op=hvd.Sum)
     same(g[1], 2 * full[sum(sp[:R]):sum(sp[:R + 1])], "grouped_reducescatter")
+    for dt in (torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8):
+        got = hvd.reducescatter(t.to(dt), op=hvd.Sum, name="rs.%s" % dt)
+        same(got, full[sum(sp[:R]):sum(sp[:R + 1])].to(dt), "reducescatter sum %s" % dt)
+    got = hvd.reducescatter(t, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.25)
+    same(got, full[sum(sp[:R]):sum(sp[:R + 1])] / 2, "reducescatter with scale factors")
+    same(t, torch.arange(rows * 2, dtype=torch.float32).view(rows, 2) + R, "reducescatter leaves its input")
+    few = torch.ones(N - 1 if N > 1 else 1, 2) * (R + 1)  # fewer rows than ranks: the last rank gets none
+    got = hvd.reducescatter(few, op=hvd.Sum)
+    check(got.shape == ((1 if R < few.shape[0] else 0), 2), "reducescatter of fewer rows than ranks: %s" % (got.shape,))
 
 
 @case

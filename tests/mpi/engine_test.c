@@ -755,6 +755,123 @@ static void run_process_sets(void) {
   printf("engine_test[%d]: process sets done\n", rank);
 }
 
+/* Reducescatter (every dtype and op, a row count the ranks do not divide)
+ * and alltoall (uneven splits, zeros among them), over every rank and over
+ * a set of all ranks but rank 0; then with the last rank joined (its part
+ * of a reducescatter is the identity, averages over the others; it sends
+ * nothing and drops what it receives). */
+static int scatter_ok(int t, int gi, const int *mem, int n, int upto, hvd_dtype_t dt, hvd_op_t op, double got) {
+  double want = op == HVD_PROD ? 1 : op == HVD_MIN ? 1e9 : op == HVD_MAX ? -1e9 : 0;
+  int k = 0;
+  for (int m = 0; m < n; m++) {
+    if (mem[m] >= upto) continue;
+    double v = value_op(t, (size_t)gi, mem[m], dt, op);
+    want = op == HVD_PROD ? want * v : op == HVD_MIN ? (v < want ? v : want) : op == HVD_MAX ? (v > want ? v : want) : want + v;
+    k++;
+  }
+  if (op == HVD_AVG) want = dt <= HVD_BFLOAT16 && dt != HVD_INT32 ? want / k : trunc(want / k);
+  double tol = dt == HVD_FLOAT16 || dt == HVD_BFLOAT16 ? 2e-2 : 1e-6;
+  return fabs(got - want) <= tol * (fabs(want) + 1);
+}
+
+static void run_reducescatter(int set, const int *mem, int n, int upto, int only_op, const char *tag) {
+  int idx = -1;
+  for (int m = 0; m < n; m++)
+    if (mem[m] == rank) idx = m;
+  if (idx < 0) return;
+  for (int dt = 0; dt <= HVD_INT16; dt++)
+    for (int op = 0; op <= HVD_PROD; op++) {
+      if (only_op >= 0 && op != only_op) continue;
+      int rows = 2 * n + 1, re = 3, mine = rows / n + (idx < rows % n), first = 0, t = dt * 8 + op;
+      for (int m = 0; m < idx; m++) first += rows / n + (m < rows % n);
+      char in[8 * 64], out[8 * 64], name[96];
+      for (int i = 0; i < rows * re; i++) store(in, (size_t)i, (hvd_dtype_t)dt, value_op(t, (size_t)i, rank, (hvd_dtype_t)dt, (hvd_op_t)op));
+      snprintf(name, sizeof name, "rs.%s.%d.%d", tag, dt, op);
+      hvd_handle_t h;
+      hvd_next_process_set(set);
+      if (hvd_reducescatter_async(name, in, out, (size_t)rows, (size_t)re, (hvd_dtype_t)dt, (hvd_op_t)op, NULL, NULL, &h) ||
+          hvd_wait(h, 60)) {
+        FAIL("%s: %s", name, hvd_last_error());
+        continue;
+      }
+      for (int j = 0; j < mine * re; j++)
+        if (!scatter_ok(t, first * re + j, mem, n, upto, (hvd_dtype_t)dt, (hvd_op_t)op, load(out, (size_t)j, (hvd_dtype_t)dt))) {
+          FAIL("%s: element %d of this rank's %d rows is %g", name, j, mine, load(out, (size_t)j, (hvd_dtype_t)dt));
+          break;
+        }
+    }
+}
+
+static void run_alltoall_check(int set, const int *mem, int n, int upto, const char *tag) {
+  int idx = -1;
+  for (int m = 0; m < n; m++)
+    if (mem[m] == rank) idx = m;
+  if (idx < 0) return;
+  int64_t splits[64], recv[64];
+  int32_t in[2 * 3 * 64];
+  int at = 0;
+  for (int j = 0; j < n; j++) {
+    splits[j] = (rank + j) % 3; /* rows to member j (0 for some) */
+    for (int k = 0; k < splits[j]; k++, at += 2) in[at] = rank * 100 + j * 10 + k, in[at + 1] = -in[at];
+  }
+  char name[64];
+  snprintf(name, sizeof name, "a2a.%s", tag);
+  hvd_handle_t h;
+  void *out = NULL;
+  size_t rows = 0;
+  hvd_next_process_set(set);
+  if (hvd_alltoall_async(name, in, splits, 2, HVD_INT32, recv, NULL, NULL, &h) || hvd_allgather_wait(h, 60, &out, &rows)) {
+    FAIL("%s: %s", name, hvd_last_error());
+    return;
+  }
+  size_t want_rows = 0, r = 0;
+  for (int m = 0; m < n; m++) {
+    int64_t from = mem[m] < upto ? (mem[m] + idx) % 3 : 0; /* a joined member sends nothing */
+    if (recv[m] != from) FAIL("%s: %lld rows from member %d, expected %lld", name, (long long)recv[m], m, (long long)from);
+    for (int k = 0; k < from && r < rows; k++, r++) {
+      int32_t *row = (int32_t *)out + 2 * r;
+      if (row[0] != mem[m] * 100 + idx * 10 + k || row[1] != -row[0])
+        FAIL("%s: row %zu is (%d, %d), expected %d from rank %d", name, r, row[0], row[1], mem[m] * 100 + idx * 10 + k, mem[m]);
+    }
+    want_rows += (size_t)from;
+  }
+  if (rows != want_rows) FAIL("%s: %zu rows, expected %zu", name, rows, want_rows);
+  hvd_free(out);
+}
+
+static void run_scatter(void) {
+  int all[64], rest[64], last = size - 1, S = 0;
+  for (int r = 0; r < size; r++) all[r] = r, rest[r] = r + 1;
+  run_reducescatter(0, all, size, size, -1, "all");
+  run_alltoall_check(0, all, size, size, "all");
+  if (size >= 3) {
+    if (hvd_process_set_add(rest, size - 1, &S)) FAIL("process set add: %s", hvd_last_error());
+    run_reducescatter(S, rest, size - 1, size, -1, "set");
+    run_alltoall_check(S, rest, size - 1, size, "set");
+  }
+  if (rank == last) {
+    if (hvd_join(NULL)) FAIL("join: %s", hvd_last_error());
+  } else {
+    run_reducescatter(0, all, size, last, HVD_AVG, "joined");
+    run_alltoall_check(0, all, size, last, "joined");
+    if (hvd_join(NULL)) FAIL("join: %s", hvd_last_error());
+  }
+  /* errors: a row size that differs, a null output for rows this rank gets */
+  float a[8] = {0}, b[8];
+  hvd_handle_t h;
+  hvd_reducescatter_async("rs.bad", a, b, 2, rank == 0 ? 4 : 3, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h);
+  expect_error(HVD_ERR_MISMATCH, h, "rs.bad", "ranks disagree on the count");
+  int64_t sp[64];
+  for (int j = 0; j < size; j++) sp[j] = 0;
+  hvd_alltoall_async("a2a.bad", a, sp, rank == 0 ? 2 : 1, HVD_FLOAT32, NULL, NULL, NULL, &h);
+  expect_error(HVD_ERR_MISMATCH, h, "a2a.bad", "row size");
+  sp[0] = -1;
+  if (hvd_alltoall_async("a2a.neg", a, sp, 1, HVD_FLOAT32, NULL, NULL, NULL, &h) != HVD_ERR_INVALID ||
+      !strstr(hvd_last_error(), "negative"))
+    FAIL("a negative split: %s", hvd_last_error());
+  printf("engine_test[%d]: reducescatter and alltoall done\n", rank);
+}
+
 /* Threads of hvdshim still listed in this process (named hvd-*). */
 static int shim_threads_now(void) {
   DIR *d = opendir("/proc/self/task");
@@ -808,6 +925,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "hvd-join")) run_hvd_join();
   else if (!strcmp(mode, "join-vs-exit")) run_join_vs_exit();
   else if (!strcmp(mode, "process-sets")) run_process_sets();
+  else if (!strcmp(mode, "scatter")) run_scatter();
   else if (!strcmp(mode, "memory")) run_memory(argc > 2 ? atoi(argv[2]) : 10000);
   else if (!strcmp(mode, "gpu-refused")) run_gpu_refused();
   else if (!strcmp(mode, "steps"))

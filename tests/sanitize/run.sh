@@ -20,7 +20,7 @@ status=0
 # left out: it bounds RSS growth, which ASan's quarantine changes.
 MPI_TESTS="tests/mpi/allreduce-np1.sh tests/mpi/allreduce-np2.sh tests/mpi/allreduce-np3.sh tests/mpi/allreduce-np4.sh
   tests/mpi/fusion-modes.sh tests/mpi/cache-modes.sh tests/mpi/collectives.sh tests/mpi/mismatch.sh tests/mpi/stall.sh
-  tests/mpi/join.sh tests/mpi/hvd-join.sh tests/mpi/process-sets.sh tests/mpi/adopt.sh tests/mpi/timeline.sh tests/mpi/start-fail.sh"
+  tests/mpi/join.sh tests/mpi/hvd-join.sh tests/mpi/process-sets.sh tests/mpi/scatter.sh tests/mpi/adopt.sh tests/mpi/timeline.sh tests/mpi/start-fail.sh"
 mkdir -p "$sb"
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 # A fresh copy of the sources (make distdir), since a source tree configured
@@ -79,6 +79,7 @@ vrun 2 mismatch
 vrun 3 join 0
 vrun 3 hvd-join
 vrun 3 process-sets
+vrun 3 scatter
 vrun 2 adopt
 # the engine start failing at each step: the same test, each rank under memcheck
 runs=$((runs + 1))
@@ -88,5 +89,5 @@ if ! VALGRIND="$vg" ENGINE_TEST="$et" top_builddir="$top" top_srcdir="$src" sh "
   echo "check-sanitize: valgrind: tests/mpi/start-fail.sh FAILED"
   status=1
 fi
-[ $status = 0 ] && echo "check-sanitize: valgrind memcheck: $runs runs clean (unit_tests; engine_test random, collectives, mismatch, join, hvd-join, process-sets, adopt; start-fail.sh, the engine start failing at each of its 8 steps)"
+[ $status = 0 ] && echo "check-sanitize: valgrind memcheck: $runs runs clean (unit_tests; engine_test random, collectives, mismatch, join, hvd-join, process-sets, scatter, adopt; start-fail.sh, the engine start failing at each of its 8 steps)"
 exit $status

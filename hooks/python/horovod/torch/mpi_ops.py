@@ -53,6 +53,14 @@ for _name, _res, _args in (("hvd_rank", ctypes.c_int, []), ("hvd_size", ctypes.c
                            ("hvd_process_set_add", ctypes.c_int,
                             [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(ctypes.c_int)]),
                            ("hvd_process_set_remove", ctypes.c_int, [ctypes.c_int]),
+                           ("hvd_reducescatter_async", ctypes.c_int,
+                            [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
+                             ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                             ctypes.POINTER(ctypes.c_int64)]),
+                           ("hvd_alltoall_async", ctypes.c_int,
+                            [ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64), ctypes.c_size_t,
+                             ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.c_void_p, ctypes.c_void_p,
+                             ctypes.POINTER(ctypes.c_int64)]),
                            ("hvd_timeline_start", ctypes.c_int, [ctypes.c_char_p, ctypes.c_int]),
                            ("hvd_timeline_stop", ctypes.c_int, []),
                            ("hvd_test", ctypes.c_int, [ctypes.c_int64, ctypes.POINTER(ctypes.c_int)]),
@@ -681,17 +689,17 @@ def _even_splits(rows, n):
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
-    """Rank r sends splits[j] rows (first dimension) to rank j and receives
-    what every rank sends it, in rank order.  Returns a handle whose result is
-    (output, received_splits).  Moved as two allgathers (the splits and the
-    data): each rank receives every rank's tensor, so its traffic is the
-    job's whole data, not its share."""
+    """Rank r sends splits[j] rows (first dimension) to the j-th rank of the
+    set and receives what every rank sends it, in rank order.  Returns a
+    handle whose result is (output, received_splits).  One MPI_Alltoallv in
+    the engine (hvd_alltoall_async): each rank moves only its own rows."""
     what = "alltoall"
     _check_tensor(tensor, what)
     _need_init(what + "()")
     psid = _check_process_set(process_set, what)
     n = _set_size(process_set)
-    rows = tensor.shape[0] if tensor.dim() else 1
+    src = tensor if tensor.dim() else tensor.reshape(1)
+    rows = src.shape[0]
     if splits is None:
         if rows % n:
             raise ValueError("hvd.alltoall: the first dimension (%d) is not divisible by the number of ranks (%d); "
@@ -702,23 +710,23 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         if len(sp) != n or any(x < 0 for x in sp) or sum(sp) != rows:
             raise ValueError("hvd.alltoall: splits %r must be %d non-negative counts summing to the first "
                              "dimension (%d)" % (sp, n, rows))
-    base = _name("alltoall", name, psid).decode()
-    hs = allgather_async(torch.tensor([sp], dtype=torch.int64), name=base + ".splits", process_set=process_set)
-    hd = allgather_async(tensor if tensor.dim() else tensor.reshape(1), name=base + ".data", process_set=process_set)
-    ops = [_ops.pop(hs), _ops.pop(hd)]
-    me = _set_rank(process_set)
+    host = src.detach().cpu().contiguous()  # the engine moves host memory; a CUDA tensor comes back to its device
+    raw = _as_bytes(host).contiguous()
+    row_elems = raw.shape[1:].numel()
+    send, recv = (ctypes.c_int64 * n)(*sp), (ctypes.c_int64 * n)()
+    ename = _name("alltoall", name, psid)
+    _next(src.shape[1:], psid)
+    h = _submit(_lib.hvd_alltoall_async, what, ename, raw.data_ptr(), send, row_elems, _ENGINE_DTYPE[raw.dtype], recv,
+                None, None)
+    out = []
 
     def finish():
-        table = ops[0].finish()          # [n, n]: row r = rank r's splits
-        data = ops[1].finish()           # every rank's rows, in rank order
-        counts = table.sum(dim=1).tolist()
-        starts = [0] + list(itertools.accumulate(counts))[:-1]
-        parts = []
-        for r in range(n):
-            off = starts[r] + int(table[r, :me].sum())
-            parts.append(data.narrow(0, off, int(table[r, me])))
-        return torch.cat(parts, 0), table[:, me].to(torch.int32).clone()
-    return _register(ops[0].handles + ops[1].handles, finish, (tensor, ops[0].keep, ops[1].keep))
+        got = out[0]
+        if got.dtype != host.dtype:
+            got = got.view(host.dtype)
+        got = got.reshape((-1,) + tuple(src.shape[1:]))
+        return (got.to(tensor.device) if tensor.is_cuda else got), torch.tensor(list(recv), dtype=torch.int32)
+    return _register([(h, raw, "hvd.alltoall", out)], finish, (tensor, raw, send, recv), (tuple(src.shape[1:]),))
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
@@ -730,24 +738,35 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
                         process_set=global_process_set):
-    """Reduce `tensor` over every rank and keep this rank's slice of the first
-    dimension (the first rows % size ranks get one more row).  Moved as a
-    full allreduce, then sliced."""
+    """Reduce `tensor` over the set's ranks and keep this rank's slice of the
+    first dimension (the first rows % size ranks get one more row).  One
+    MPI_Reduce_scatter in the engine (hvd_reducescatter_async)."""
+    what = "reducescatter"
     if op not in (Average, Sum):
         raise ValueError("hvd.reducescatter: op must be hvd.Average or hvd.Sum")
-    _check_tensor(tensor, "reducescatter")
+    _check_tensor(tensor, what)
     if tensor.dim() == 0:
         raise ValueError("hvd.reducescatter: a tensor with at least one dimension is needed")
-    h = allreduce_async(tensor, name=("reducescatter.%s" % name) if name else None, op=op,
-                        prescale_factor=prescale_factor, postscale_factor=postscale_factor, process_set=process_set)
-    inner = _ops.pop(h)
+    _need_init(what + "()")
+    psid = _check_process_set(process_set, what)
+    dt = _reduce_dtype(tensor, what)
     n, me = _set_size(process_set), _set_rank(process_set)
-    sp = _even_splits(tensor.shape[0], n)
+    rows = tensor.shape[0]
+    sp = _even_splits(rows, n)
+    buf = tensor.detach().cpu().contiguous()  # read by the engine; host memory
+    if prescale_factor != 1.0:
+        buf = buf.clone() if buf.data_ptr() == tensor.data_ptr() else buf
+        _scale(buf, prescale_factor)
+    out = torch.empty((sp[me],) + tuple(tensor.shape[1:]), dtype=tensor.dtype)
+    row_elems = tensor.shape[1:].numel()
+    _next(tensor.shape[1:], psid)
+    h = _submit(_lib.hvd_reducescatter_async, what, _name("reducescatter", name, psid), buf.data_ptr(),
+                out.data_ptr() if out.numel() else None, rows, row_elems, dt, _engine_op(op), None, None)
 
     def finish():
-        full = inner.finish()
-        return full.narrow(0, sum(sp[:me]), sp[me]).clone()
-    return _register(inner.handles, finish, inner.keep)
+        _scale(out, postscale_factor)
+        return out.to(tensor.device) if tensor.is_cuda else out
+    return _register([h], finish, (tensor, buf, out), (tuple(tensor.shape),))
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average, prescale_factor=1.0,
