@@ -420,14 +420,22 @@ def _start_allreduce(buf, name, op, what, psid=0):
     return _submit(_lib.hvd_allreduce_async, what, name, buf.data_ptr(), buf.numel(), dt, eop, None, None)
 
 
+def _engine_buffer(output, psid):
+    """The contiguous buffer the engine works on in place: the output itself,
+    or a contiguous copy of a strided in-place tensor (copied back at the
+    end); a host copy of a CUDA tensor on a process set other than the global
+    one (those run in host memory: NCCL has no communicator per set here)."""
+    if psid and output.is_cuda:
+        return torch.empty(output.shape, dtype=output.dtype)
+    return output if output.is_contiguous() else output.contiguous()
+
+
 def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set, what):
     _check_tensor(tensor, what)
     _need_init(what + "()")
     psid = _check_process_set(process_set, what)
-    # the engine reduces a contiguous buffer in place: the output itself, or
-    # a contiguous copy of a strided in-place tensor (copied back at the end);
     # integer averages truncate toward zero
-    buf = output if output.is_contiguous() else output.contiguous()
+    buf = _engine_buffer(output, psid)
     if buf.data_ptr() != tensor.data_ptr():
         buf.copy_(tensor)
     _scale(buf, prescale_factor)
@@ -617,7 +625,7 @@ def _broadcast_async(tensor, output, root_rank, name, process_set, what):
         raise ValueError("hvd.%s: root_rank %r is not a rank (0..%d)" % (what, root_rank, n - 1))
     if psid and root_rank not in process_set.ranks:
         raise ValueError("hvd.%s: root_rank %d is not in %r" % (what, root_rank, process_set))
-    buf = output if output.is_contiguous() else output.contiguous()
+    buf = _engine_buffer(output, psid)
     if buf.data_ptr() != tensor.data_ptr():
         buf.copy_(tensor)
     dt = _ENGINE_DTYPE.get(buf.dtype)
