@@ -1,6 +1,6 @@
 """hvdshim vs hand-written DDP (gloo) and vs the plain script, same run.
 
-    python3 bench/run-torch-bench.py [--repeats 5] [--steps 60]
+    python3 bench/run-torch-bench.py [--repeats 5] [--steps 60] [--accumulate K]
     (make bench-torch)
 
 For each model (cnn, mlp), alternating runs of:
@@ -8,6 +8,8 @@ For each model (cnn, mlp), alternating runs of:
   ddp2   mpirun -np 2 python bench/torch_train.py --ddp STORE
   shim1  LD_PRELOAD=libhvdshim.so mpirun -np 1 python bench/torch_train.py
   plain  python bench/torch_train.py
+  shim2every  shim2 with HVDSHIM_ACCUMULATE=off (with --accumulate K: the
+              reduction at every backward, against shim2's once per step)
 Throughput is global samples/s (ranks x per-rank samples/s, same per-rank
 batch); medians over the repeats; ratios shim2/ddp2 (target >= 1.05) and
 shim1/plain (target >= 0.99).  OMP_NUM_THREADS=1 on every side."""
@@ -27,7 +29,9 @@ ap.add_argument("--steps", type=int, default=60)
 ap.add_argument("--python", default=os.environ.get("PYTHON", "/usr/bin/python3"))
 ap.add_argument("--lib", default=os.path.join(os.environ.get("top_builddir", top), ".libs", "libhvdshim.so"))
 ap.add_argument("--models", default="cnn,mlp")
-ap.add_argument("--kinds", default="shim2,ddp2,shim1,plain", help="which of shim2,ddp2,shim1,plain to run")
+ap.add_argument("--kinds", default="shim2,ddp2,shim1,plain",
+                help="which of shim2,ddp2,shim1,plain,shim2every to run")
+ap.add_argument("--accumulate", type=int, default=1, metavar="K", help="K backward passes per optimizer step")
 args = ap.parse_args()
 
 env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -38,15 +42,18 @@ script = os.path.join(here, "torch_train.py")
 
 
 def run(kind, model):
-    common = [args.python, script, "--model", model, "--steps", str(args.steps)]
+    common = [args.python, script, "--model", model, "--steps", str(args.steps), "--accumulate", str(args.accumulate)]
     e = dict(env)
+    if kind.endswith("every"):
+        kind, e["HVDSHIM_ACCUMULATE"] = kind[:-len("every")], "off"
     with tempfile.TemporaryDirectory() as tmp:
         if kind == "plain":
             cmd, ranks = common, 1
         elif kind.startswith("shim"):
             ranks = int(kind[4:])
             e["LD_PRELOAD"] = args.lib
-            cmd = mpirun + ["-np", str(ranks), "-x", "LD_PRELOAD"] + common
+            cmd = mpirun + ["-np", str(ranks), "-x", "LD_PRELOAD", "-x", "HVDSHIM_ACCUMULATE"] + common
+            e.setdefault("HVDSHIM_ACCUMULATE", "auto")
         else:
             ranks = int(kind[3:])
             cmd = mpirun + ["-np", str(ranks)] + common + ["--ddp", os.path.join(tmp, "store")]
@@ -57,8 +64,8 @@ def run(kind, model):
     return float(m.group(1)) * ranks
 
 
-print("hvdshim PyTorch benchmark: %d repeats x %d timed steps, batch 64 per rank, OMP_NUM_THREADS=1"
-      % (args.repeats, args.steps))
+print("hvdshim PyTorch benchmark: %d repeats x %d timed steps, batch 64 per rank, %d backward pass(es) per "
+      "optimizer step, OMP_NUM_THREADS=1" % (args.repeats, args.steps, args.accumulate))
 for model in args.models.split(","):
     results = {k: [] for k in args.kinds.split(",")}
     for i in range(args.repeats):
@@ -73,5 +80,7 @@ for model in args.models.split(","):
                                                            for k in results)))
     if "shim2" in med and "ddp2" in med:
         print("%s ratio shim np=2 / DDP np=2: %.3f (target >= 1.05)" % (model, med["shim2"] / med["ddp2"]))
+    if "shim2" in med and "shim2every" in med:
+        print("%s ratio shim np=2 / shim np=2 reducing every backward: %.3f" % (model, med["shim2"] / med["shim2every"]))
     if "shim1" in med and "plain" in med:
         print("%s ratio shim np=1 / plain:    %.3f (target >= 0.99)" % (model, med["shim1"] / med["plain"]))

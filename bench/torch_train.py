@@ -7,7 +7,11 @@ user would without hvdshim.
     mpirun -np 2 python3 bench/torch_train.py --model cnn --ddp STORE
 
 Prints "samples/s <local>": samples this process trained per second over the
-timed steps (after --warmup steps)."""
+timed steps (after --warmup steps).  --accumulate K: K backward passes (a
+batch each, loss / K) per optimizer step, as gradient accumulation scripts
+do; DDP skips its reduction in the first K-1 (model.no_sync(), as a DDP
+user writes it).  A step counts one batch either way."""
+import contextlib
 import argparse
 import os
 import time
@@ -22,6 +26,7 @@ ap.add_argument("--model", choices=["cnn", "mlp"], default="cnn")
 ap.add_argument("--batch", type=int, default=64)
 ap.add_argument("--steps", type=int, default=60)
 ap.add_argument("--warmup", type=int, default=10)
+ap.add_argument("--accumulate", type=int, default=1, metavar="K")
 ap.add_argument("--ddp", metavar="STORE_FILE", help="distribute with DDP (gloo), rendezvous through this file")
 args = ap.parse_args()
 
@@ -57,9 +62,13 @@ while step < args.warmup + args.steps:
     for x, y in loader:
         if step == args.warmup:
             start = time.perf_counter()
-        opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        opt.step()
+        last = (step + 1) % args.accumulate == 0
+        sync = model.no_sync() if args.ddp and not last else contextlib.nullcontext()
+        with sync:
+            (F.cross_entropy(model(x), y) / args.accumulate).backward()
+        if last:
+            opt.step()
+            opt.zero_grad()
         step += 1
         if step == args.warmup + args.steps:
             break

@@ -1,12 +1,22 @@
 """Gradients: each accumulated gradient goes to the engine as it is ready; the
 end of backward agrees on which parameters got one anywhere and waits;
-optimizer steps are wrapped (closure loss, metrics, hyperparameters)."""
+optimizer steps are wrapped (closure loss, metrics, hyperparameters).
+
+Gradient accumulation (k backward passes per optimizer step): once k has
+been the same for two steps, rank 0 proposes it in the round that ends a
+reducing backward, every rank adopts it, and the first k-1 backward passes
+of each step only accumulate locally; the k-th reduces the accumulated
+gradients (averaging is linear: the same result as reducing every pass).
+A step (or a clipping or unscaling call) that comes while gradients are
+still local reduces them first: a wrong guess costs one reduction without
+overlap, never a wrong result."""
 import weakref
 import torch
 
 from . import lib as _libmod
 from . import rng as _rng
-from .lib import _AVG, _MAX, _SUM, HvdShimError, _wrap, _GRAD_DTYPES, _Pending, _allgather_finish, _allgather_start, _allreduce
+from .lib import (_AVG, _MAX, _SUM, HvdShimError, _wrap, _GRAD_DTYPES, _Pending, _allgather_finish, _allgather_start,
+                  _allreduce, _debug)
 from .state import _S, _info_once
 
 
@@ -40,7 +50,12 @@ class _Param:
 def _grad_ready(idx):
     if not _S.in_backward:
         _S.in_backward = True
+        # not inside a step (an LBFGS closure's backward reduces: the step needs it now)
+        _S.skip_bw = _S.k > 1 and _S.in_step == 0 and _S.bw_window + 1 < _S.k
         torch.autograd.Variable._execution_engine.queue_callback(_end_of_backward)
+    if _S.skip_bw:  # accumulate only: reduced by the window's last backward
+        _S.used[idx] = 1
+        return
     if idx in _S.submitted:  # a second accumulation in one backward (retain_graph tricks)
         _S.pending.wait()
         _S.submitted.clear()
@@ -98,36 +113,90 @@ def _finish_sparse():
 
 
 def _end_of_backward():
-    """One small float64 sum per backward carries two things: which
-    parameters got a gradient on any rank (the ones that did not here
-    contribute their current gradient, or zeros), and rank 0's scalar
-    hyperparameters (the other ranks contribute zeros), which every rank then
-    takes before its optimizer step."""
     _S.in_backward = False
+    _S.bw_window += 1
+    if _S.skip_bw:
+        _S.skip_bw = False
+        _S.deferred = True
+        _S.acc_skipped += 1
+        _rng.diverge()
+        return
+    _reduce_round()
+
+
+def _reduce_round():
+    """One small float64 sum per reducing backward carries three things:
+    which parameters got a gradient on any rank since the last reduction
+    (those not submitted here contribute their current gradient, or zeros),
+    rank 0's scalar hyperparameters (the other ranks contribute zeros), which
+    every rank then takes before its optimizer step, and rank 0's proposal
+    of k (backward passes per step)."""
     try:
         slots = _hyper_slots()
         n = len(_S.used)
-        mine = torch.frombuffer(bytearray(_S.used), dtype=torch.uint8) if n else None
-        vec = torch.zeros(n + len(slots), dtype=torch.float64)
+        vec = torch.zeros(n + len(slots) + 1, dtype=torch.float64)
         if n:
-            vec[:n] = mine
-        if _S.rank == 0 and slots:
-            vec[n:] = torch.tensor([float(v) for _g, _k, _i, v in slots], dtype=torch.float64)
+            vec[:n] = torch.frombuffer(bytearray(_S.used), dtype=torch.uint8)
+        if _S.rank == 0:
+            if slots:
+                vec[n:n + len(slots)] = torch.tensor([float(v) for _g, _k, _i, v in slots], dtype=torch.float64)
+            vec[-1] = _propose_k()
         flags = _Pending()
         _allreduce(b"hvdshim.used.%d.%d" % (n, len(slots)), vec, _SUM, flags,
                    "agreeing on used parameters and hyperparameters")
         flags.wait()
         if n:
-            missing = ((vec[:n] > 0) & (mine == 0)).nonzero().flatten().tolist()
-            for i in missing:
-                _submit_grad(_S.params[i])
-        _apply_hyper(slots, vec[n:].tolist())
+            for i in (vec[:n] > 0).nonzero().flatten().tolist():
+                if i not in _S.submitted:  # used elsewhere, or only in a backward that accumulated
+                    _submit_grad(_S.params[i])
+        _apply_hyper(slots, vec[n:n + len(slots)].tolist())
+        _adopt_k(int(vec[-1]))
         _S.pending.wait()
         _finish_sparse()
         _rng.diverge()
     finally:
         _S.submitted.clear()
         _S.used[:] = bytes(len(_S.used))
+        _S.deferred = False
+
+
+# ------------------------------------------------------------------ gradient accumulation
+def _propose_k():
+    """Rank 0: backward passes per step for the coming steps.  A length seen
+    for two steps in a row; one odd step (an epoch's short last window) keeps
+    the current k; otherwise 1 (reduce every backward)."""
+    w = _S.windows
+    if not _S.accumulate:
+        return 1
+    if len(w) >= 2 and w[-1] == w[-2] and w[-1] > 1:
+        return w[-1]
+    if _S.k > 1 and _S.k in w[-2:]:
+        return _S.k
+    return 1
+
+
+def _adopt_k(k):
+    if k > 1 and k != _S.k:
+        _info_once("accumulate-%d" % k, "%d backward passes per optimizer step: gradients are reduced once per step, "
+                   "by the last one (HVDSHIM_ACCUMULATE=off reduces at every backward)" % k)
+    _S.k = max(1, k)
+
+
+def _reduce_deferred(why):
+    """Gradients that only accumulated are needed now (a step, clipping, an
+    unscale): reduce them before going on."""
+    if _S.deferred and _S.enabled and _S.started and not _S.in_backward:
+        _S.acc_fallbacks += 1
+        _debug("reducing accumulated gradients before %s (the step came sooner than %d backward passes)"
+               % (why, _S.k))
+        _reduce_round()
+
+
+def _end_window():
+    """An optimizer step ended: the backward passes since the last one form a window."""
+    if _S.bw_window:
+        _S.windows = (_S.windows + [_S.bw_window])[-3:]
+        _S.bw_window = 0
 
 
 # ------------------------------------------------------------------ hyperparameters
@@ -249,6 +318,8 @@ def _mark_step():
 def _wrap_step(cls):
     def make_step(orig):
         def step(self, closure=None, *args, **kwargs):
+            if _S.in_step == 0:
+                _reduce_deferred("the optimizer step")
             _S.in_step += 1
             try:
                 if closure is None or not _S.enabled:
@@ -262,6 +333,7 @@ def _wrap_step(cls):
                 if _S.in_step == 0:
                     _mark_step()
             if _S.in_step == 0 and _S.enabled and _S.started:
+                _end_window()
                 _S.steps += 1
                 _check_replicas()
             return result

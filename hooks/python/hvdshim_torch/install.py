@@ -9,7 +9,7 @@ from .lib import _debug, _info, _load_library, _setting, _untraced, _wrap
 from .state import _S, _warn_once
 from .output import _redirect_output, _set_threads
 from .lifecycle import _check_stand_aside, _other_distribution, _stand_aside
-from .grads import _HAS_POST_ACCUMULATE, _average_loss, _note_optimizer, _wrap_step
+from .grads import _reduce_deferred, _HAS_POST_ACCUMULATE, _average_loss, _note_optimizer, _wrap_step
 from .rng import seed_torch_at_import as _seed_torch
 from .models import _forward_pre_hook
 from .data import _prepare_loader, _warn_if_alone
@@ -74,6 +74,24 @@ def _patch():
         if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer) and "step" in vars(cls):
             _wrap_step(cls)
 
+    # what reads gradients between backward and step: accumulated gradients are reduced first
+    def make_needs_grads(orig):
+        def needs_grads(*args, **kwargs):
+            _reduce_deferred(getattr(orig, "__name__", "reading gradients"))
+            return orig(*args, **kwargs)
+        needs_grads.hvdshim_reads_grads = True
+        return needs_grads
+    import torch.nn.utils.clip_grad as clip_mod
+    for owner in (torch.nn.utils, clip_mod):
+        for fn in ("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "get_total_norm"):
+            if hasattr(owner, fn) and not getattr(getattr(owner, fn), "hvdshim_reads_grads", False):
+                _wrap(owner, fn, make_needs_grads)
+    for amp_mod in ("torch.cuda.amp", "torch.amp", "torch.cpu.amp"):
+        scaler = getattr(sys.modules.get(amp_mod) or _import_quiet(amp_mod), "GradScaler", None)
+        if isinstance(scaler, type) and "unscale_" in vars(scaler) and \
+                not getattr(scaler.unscale_, "hvdshim_reads_grads", False):
+            _wrap(scaler, "unscale_", make_needs_grads)
+
     dist = getattr(torch, "distributed", None)
     if dist is not None and hasattr(dist, "init_process_group"):
         def make_init_pg(orig):
@@ -84,6 +102,14 @@ def _patch():
         _wrap(dist, "init_process_group", make_init_pg)
 
     _S.hook_handles.append(torch.nn.modules.module.register_module_forward_pre_hook(_untraced(_forward_pre_hook)))
+
+
+def _import_quiet(name):
+    try:
+        import importlib
+        return importlib.import_module(name)
+    except Exception:
+        return None
 
 
 class _HorovodWatcher:
@@ -111,6 +137,7 @@ def install(rng_seed=None):
     _S.scale_lr = _setting("HVDSHIM_SCALE_LR") == "1"
     _S.rng_mode = _setting("HVDSHIM_RNG") or "per-rank"
     _S.check_steps = int(_setting("HVDSHIM_CHECK_STEPS") or 0)
+    _S.accumulate = (_setting("HVDSHIM_ACCUMULATE") or "auto") != "off"
     if _S.size <= 1:
         _info("one rank: nothing to distribute")
         return

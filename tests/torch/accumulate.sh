@@ -1,0 +1,32 @@
+#!/bin/sh
+# Gradient accumulation (HVDSHIM_ACCUMULATE): 4 backward passes per
+# optimizer step, a short last step per epoch, clipping before each step,
+# a parameter used only in some passes (tests/torch/accumulate.py).  Once k
+# has repeated, gradients are reduced once per step; a step that comes
+# sooner (the short one) reduces first.  Checked: split mode against the
+# plain run and against reducing every backward (float64), the ranks
+# identical at every step (replica guard), and fewer reductions.
+. "$(dirname "$0")/../lib.sh"
+need_mpirun
+need_torch
+A="$TORCH_DIR/accumulate.py"
+export HVDSHIM_DATA=split HVDSHIM_CHECK_STEPS=1 HVDSHIM_LOG_LEVEL=info
+"$PYTHON" "$A" --out "$TMP/plain.pt" >"$TMP/plain.out" 2>&1 || { cat "$TMP/plain.out"; fail "plain run"; }
+for mode in off auto; do
+  HVDSHIM_ACCUMULATE=$mode HVDSHIM_METRICS="$TMP/m-$mode.jsonl" shim 2 "$PYTHON" "$A" --out "$TMP/$mode.pt" \
+    >"$TMP/$mode.out" 2>&1 || { cat "$TMP/$mode.out"; fail "np=2 HVDSHIM_ACCUMULATE=$mode"; }
+  same "$TMP/plain.pt" "$TMP/$mode.pt" 1e-9 >"$TMP/cmp-$mode" || { cat "$TMP/cmp-$mode" "$TMP/$mode.out"; fail "$mode differs from plain"; }
+done
+same "$TMP/off.pt" "$TMP/auto.pt" 1e-9 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "auto differs from reducing every backward"; }
+grep -q "4 backward passes per optimizer step: gradients are reduced once per step" "$TMP/auto.out" ||
+  { cat "$TMP/auto.out"; fail "auto: k=4 was not adopted"; }
+grep -q "backward passes per optimizer step" "$TMP/off.out" && { cat "$TMP/off.out"; fail "off: k adopted"; }
+count() { "$PYTHON" -c 'import json,sys; print(sum(json.loads(l)["tensors"] for l in open(sys.argv[1])))' "$1"; }
+t_off=$(count "$TMP/m-off.jsonl") t_auto=$(count "$TMP/m-auto.jsonl")
+[ $((t_auto * 10)) -lt $((t_off * 6)) ] || fail "auto reduced $t_auto tensors, off $t_off: expected under 60%"
+pass "k=4 at np=2 (split): same weights as plain ($(cat "$TMP/cmp-auto")) and as reducing every backward ($(cat "$TMP/cmp")); $t_auto tensors reduced instead of $t_off"
+# shard mode at np=3, k=3 with a short last step: ranks identical at every step (the guard), k adopted
+HVDSHIM_DATA=shard shim 3 "$PYTHON" "$A" --k 3 --batches 21 --out "$TMP/s3.pt" >"$TMP/s3.out" 2>&1 ||
+  { cat "$TMP/s3.out"; fail "np=3 shard k=3"; }
+grep -q "3 backward passes per optimizer step" "$TMP/s3.out" || { cat "$TMP/s3.out"; fail "np=3: k=3 not adopted"; }
+pass "k=3 at np=3 (shard): ranks identical at every step, k adopted"
