@@ -28,7 +28,8 @@ ap.add_argument("--repeats", type=int, default=5)
 ap.add_argument("--steps", type=int, default=60)
 ap.add_argument("--python", default=os.environ.get("PYTHON", "/usr/bin/python3"))
 ap.add_argument("--lib", default=os.path.join(os.environ.get("top_builddir", top), ".libs", "libhvdshim.so"))
-ap.add_argument("--models", default="cnn,mlp")
+ap.add_argument("--models", default="cnn,mlp,small")
+ap.add_argument("--batch", type=int, default=64, help="batch per rank (the small CNN is usually run with 32)")
 ap.add_argument("--kinds", default="shim2,ddp2,shim1,plain",
                 help="which of shim2,ddp2,shim1,plain,shim2every to run")
 ap.add_argument("--accumulate", type=int, default=1, metavar="K", help="K backward passes per optimizer step")
@@ -42,7 +43,8 @@ script = os.path.join(here, "torch_train.py")
 
 
 def run(kind, model):
-    common = [args.python, script, "--model", model, "--steps", str(args.steps), "--accumulate", str(args.accumulate)]
+    common = [args.python, script, "--model", model, "--steps", str(args.steps), "--accumulate", str(args.accumulate),
+              "--batch", str(args.batch)]
     e = dict(env)
     if kind.endswith("every"):
         kind, e["HVDSHIM_ACCUMULATE"] = kind[:-len("every")], "off"
@@ -64,8 +66,8 @@ def run(kind, model):
     return float(m.group(1)) * ranks
 
 
-print("hvdshim PyTorch benchmark: %d repeats x %d timed steps, batch 64 per rank, %d backward pass(es) per "
-      "optimizer step, OMP_NUM_THREADS=1" % (args.repeats, args.steps, args.accumulate))
+print("hvdshim PyTorch benchmark: %d repeats x %d timed steps, batch %d per rank, %d backward pass(es) per "
+      "optimizer step, OMP_NUM_THREADS=1" % (args.repeats, args.steps, args.batch, args.accumulate))
 for model in args.models.split(","):
     results = {k: [] for k in args.kinds.split(",")}
     for i in range(args.repeats):

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--model", choices=["cnn", "mlp"], default="cnn")
+ap.add_argument("--model", choices=["cnn", "mlp", "small"], default="cnn")
 ap.add_argument("--batch", type=int, default=64)
 ap.add_argument("--steps", type=int, default=60)
 ap.add_argument("--warmup", type=int, default=10)
@@ -44,6 +44,11 @@ if args.model == "cnn":
     model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                           nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                           nn.Flatten(), nn.Linear(64 * 8 * 8, 128), nn.ReLU(), nn.Linear(128, 10))
+elif args.model == "small":  # an ordinary small CNN (MNIST-sized, ~70 k parameters): steps of a few ms
+    X, Y = torch.randn(n, 1, 28, 28), torch.randint(0, 10, (n,))
+    model = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Flatten(), nn.Linear(32 * 7 * 7, 40), nn.ReLU(), nn.Linear(40, 10))
 else:
     X, Y = torch.randn(n, 784), torch.randint(0, 10, (n,))
     model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))

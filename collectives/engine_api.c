@@ -18,8 +18,8 @@ int hvd_local_rank(void) { return E->started ? E->local_rank : -1; }
 int hvd_local_size(void) { return E->started ? E->local_size : -1; }
 
 void hvd_step_mark(int64_t samples) {
-  if (!E->started) return;
-  hvd_metrics_step(__atomic_add_fetch(&E->steps, 1, __ATOMIC_RELAXED), samples);
+  if (!E->started) return hvd_metrics_observe(samples); /* a no-op unless HVDSHIM_OBSERVE=1 */
+  hvd_metrics_step(__atomic_add_fetch(&E->steps, 1, __ATOMIC_RELAXED), samples, E->size);
 }
 
 void hvd_get_stats(hvd_stats_t *out) {

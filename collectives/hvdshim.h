@@ -225,8 +225,9 @@ HVD_EXPORT void hvd_get_stats(hvd_stats_t *stats);
  * `samples` is the number this rank processed in it, or -1 when unknown.
  * Rank 0 writes a line to the HVDSHIM_METRICS file (see the README's
  * schema), and autotune measures throughput in steps.  Framework adapters
- * and native hooks call it; a program using the C API may too.  A no-op
- * before hvd_init. */
+ * and native hooks call it; a program using the C API may too.  Before
+ * hvd_init: a no-op, except with HVDSHIM_OBSERVE=1 (one plain process,
+ * counted: the line says 1 rank and no reduction). */
 HVD_EXPORT void hvd_step_mark(int64_t samples);
 
 HVD_EXPORT const char *hvd_dtype_name(hvd_dtype_t dtype);

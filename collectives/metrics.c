@@ -9,6 +9,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "../base/config.h"
+#include "../base/log.h"
 #include "handles.h"
 #include "hvdshim.h"
 
@@ -49,7 +51,7 @@ void hvd_metrics_close(void) {
   pthread_mutex_unlock(&mu);
 }
 
-void hvd_metrics_step(uint64_t n, int64_t samples) {
+void hvd_metrics_step(uint64_t n, int64_t samples, int size) {
   pthread_mutex_lock(&mu);
   if (!out) {
     pthread_mutex_unlock(&mu);
@@ -60,7 +62,6 @@ void hvd_metrics_step(uint64_t n, int64_t samples) {
   hvd_get_stats(&s);
   hvd_tuning_now tn;
   hvd_engine_tuning(&tn);
-  int size = hvd_size();
   char smp[32];
   if (samples >= 0) snprintf(smp, sizeof smp, "%lld", (long long)samples * size);
   else snprintf(smp, sizeof smp, "null");
@@ -76,4 +77,20 @@ void hvd_metrics_step(uint64_t n, int64_t samples) {
   prev = s;
   last_t = t;
   pthread_mutex_unlock(&mu);
+}
+
+static pthread_once_t observe_once = PTHREAD_ONCE_INIT;
+static uint64_t observed_steps;
+
+static void observe_open(void) {
+  const char *path = hvd_cfg_str(HVD_CFG_METRICS);
+  char err[600];
+  hvd_metrics_reset();
+  if (path[0] && hvd_metrics_open(path, err, sizeof err) != 0) HVD_WARN("%s; metrics disabled", err);
+}
+
+void hvd_metrics_observe(int64_t samples) {
+  if (!hvd_cfg_int(HVD_CFG_OBSERVE)) return;
+  pthread_once(&observe_once, observe_open);
+  hvd_metrics_step(__atomic_add_fetch(&observed_steps, 1, __ATOMIC_RELAXED), samples, 1);
 }

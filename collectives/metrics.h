@@ -11,8 +11,12 @@ int hvd_metrics_open(const char *path, char *err, size_t errlen);
 void hvd_metrics_close(void);
 void hvd_metrics_reset(void);
 /* Step n (counted by the engine, engine_api.c hvd_step_mark) has ended with
- * `samples` on this rank (-1: unknown): one line, if the file is open. */
-void hvd_metrics_step(uint64_t n, int64_t samples);
+ * `samples` on this rank (-1: unknown) in a job of `ranks`: one line, if the
+ * file is open. */
+void hvd_metrics_step(uint64_t n, int64_t samples, int ranks);
+/* HVDSHIM_OBSERVE=1 in a process without the engine (one plain process:
+ * hvdshim-ab's baseline): a step ended; the file is opened at the first. */
+void hvd_metrics_observe(int64_t samples);
 
 /* What the engine reports about its tunable settings, for each line. */
 typedef struct {

@@ -117,14 +117,18 @@ static void say_role(const char *why) {
   hvd_log_threshold = saved;
 }
 
+static int env_true(const char *name) { /* a BOOL setting read before the settings are parsed */
+  const char *v = getenv(name);
+  return v && (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcasecmp(v, "on"));
+}
+
 __attribute__((constructor)) static void hvd_shim_ctor(void) {
   hvd_mpi_hooks_on_finalize(hvd_shutdown); /* the program's MPI_Finalize stops the engine first */
   if (getauxval(AT_SECURE)) { /* setuid/setgid: never act on the environment */
     hvd_role_set(HVD_ROLE_DISABLED);
     return;
   }
-  const char *dis = getenv("HVDSHIM_DISABLE");
-  if (dis && (!strcmp(dis, "1") || !strcasecmp(dis, "true") || !strcasecmp(dis, "yes") || !strcasecmp(dis, "on"))) {
+  if (env_true("HVDSHIM_DISABLE")) {
     hvd_role_set(HVD_ROLE_DISABLED);
     say_role("HVDSHIM_DISABLE is set");
     return;
@@ -133,6 +137,9 @@ __attribute__((constructor)) static void hvd_shim_ctor(void) {
   int rank = hvd_env_rank(&local_rank);
   if (rank < 0) { /* mpirun, its daemons, plain processes */
     say_role("no rank in the environment");
+    /* one plain Python process observed (hvdshim-ab's baseline): the adapter
+     * only counts samples and steps into HVDSHIM_METRICS */
+    if (env_true("HVDSHIM_OBSERVE")) hvd_python_arm();
     return;
   }
   const char *active = getenv("HVDSHIM_ACTIVE_PID");

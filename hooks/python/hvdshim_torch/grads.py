@@ -310,7 +310,7 @@ def _average_loss(loss):
 
 def _mark_step():
     """An optimizer step ended: one line of HVDSHIM_METRICS, a tick for autotune."""
-    if _S.enabled and _S.started:
+    if (_S.enabled and _S.started) or _S.observe:
         _libmod._lib.hvd_step_mark(_S.samples if _S.samples else -1)
     _S.samples = 0
 

@@ -11,7 +11,7 @@ from .output import _redirect_output, _set_threads
 from .lifecycle import _check_stand_aside, _other_distribution, _stand_aside
 from .grads import _reduce_deferred, _HAS_POST_ACCUMULATE, _average_loss, _note_optimizer, _wrap_step
 from .rng import seed_torch_at_import as _seed_torch
-from .models import _forward_pre_hook
+from .models import _first_keyword_tensor, _forward_pre_hook
 from .data import _prepare_loader, _warn_if_alone
 
 
@@ -112,6 +112,33 @@ def _import_quiet(name):
         return None
 
 
+def _observe():
+    """HVDSHIM_OBSERVE=1: count what the script trains and change nothing.
+    A top-level training forward (no module's forward around it; a model in
+    train mode with gradients enabled) adds its batch to the step's samples;
+    every optimizer step writes one metrics line (hvd_step_mark)."""
+    _S.observe = True
+    depth = [0]
+
+    def pre(module, inputs):
+        if depth[0] == 0 and module.training and torch.is_grad_enabled():
+            x = inputs[0] if inputs else _first_keyword_tensor()
+            if isinstance(x, torch.Tensor) and x.dim() > 0:
+                _S.samples += x.shape[0]
+        depth[0] += 1
+
+    def post(module, inputs, output):
+        depth[0] = max(0, depth[0] - 1)
+
+    _S.hook_handles.append(torch.nn.modules.module.register_module_forward_pre_hook(_untraced(pre)))
+    _S.hook_handles.append(torch.nn.modules.module.register_module_forward_hook(_untraced(post)))
+    for name in dir(torch.optim):
+        cls = getattr(torch.optim, name)
+        if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer) and "step" in vars(cls):
+            _wrap_step(cls)
+    _debug("observing: samples and optimizer steps go to HVDSHIM_METRICS; nothing is distributed")
+
+
 class _HorovodWatcher:
     """Stands aside the moment a script imports Horovod."""
 
@@ -128,6 +155,9 @@ def install(rng_seed=None):
     except (OSError, AttributeError):
         return  # libhvdshim.so is not preloaded in this process
     if _libmod._lib.hvd_role_now() not in (b"armed", b"active"):
+        if _setting("HVDSHIM_OBSERVE") == "1" and _libmod._lib.hvd_role_now() == b"dormant" and \
+                not os.environ.get("HVDSHIM_ACTIVE_PID"):
+            _observe()
         return
     os.environ["HVDSHIM_ACTIVE_PID"] = str(os.getpid())  # this process is the rank
     vals = [ctypes.c_int() for _ in range(4)]
@@ -140,6 +170,8 @@ def install(rng_seed=None):
     _S.accumulate = (_setting("HVDSHIM_ACCUMULATE") or "auto") != "off"
     if _S.size <= 1:
         _info("one rank: nothing to distribute")
+        if _setting("HVDSHIM_OBSERVE") == "1":
+            _observe()
         return
     _S.enabled = True
     reason = _other_distribution()

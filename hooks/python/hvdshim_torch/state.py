@@ -9,6 +9,7 @@ class _State:
         self.rank = self.size = self.local_rank = self.local_size = 0
         self.enabled = False        # distributing this script (False: stood aside, or 1 rank)
         self.started = False        # hvd_init done
+        self.observe = False        # HVDSHIM_OBSERVE=1 in one plain process: count samples and steps only
         self.aside_reason = None
         self.data_mode = "shard"
         self.scale_lr = False
