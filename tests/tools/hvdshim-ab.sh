@@ -1,10 +1,16 @@
 #!/bin/sh
-# tools/hvdshim-ab end to end: the native example and the bundled PyTorch
-# example (examples/train.py) as baseline and under the shim at np 1-2 with
-# two setting variants; the report files exist, the SVG plots are XML, the
-# numbers in the Markdown table parse and agree with results.json.  Also:
-# wrong uses are one line with status 2; a failing command is reported;
-# Ctrl-C (SIGINT) leaves a partial report and no stray process.
+# tools/hvdshim-ab end to end: the native example (two setting variants,
+# SVG plots), a fixed-epochs PyTorch script (examples/train.py: the same
+# samples in every run, the baseline counted by observation) and a
+# fixed-steps one (tests/tools/ab_steps.py: samples grow with the ranks, so
+# throughput must come from each run's own count); the report files exist,
+# the plots are PNG or well-formed SVG, the numbers in the Markdown table
+# agree with results.json; the script's metrics (loss, val_loss, acc) and
+# the time to a --target; oversubscription flagged; no library warnings;
+# the HTML rendered in headless chromium with its images loaded.  Also:
+# wrong uses are one line with status 2; failed runs give FAILED or PARTIAL
+# with their reason; Ctrl-C (SIGINT) leaves a partial report and no stray
+# process.
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
 PY=$(command -v python3 || true)
@@ -26,9 +32,10 @@ err "--variant 'x': expected NAME:VAR=VALUE" --variant x -- true
 err "--variant 'a:FOO=1': 'FOO=1' is not VAR=VALUE with an HVDSHIM_* or HOROVOD_* variable" --variant a:FOO=1 -- true
 err "--variant: the name 'a' is used twice" --variant a: --variant a: -- true
 err "--threads: 'x' is neither" --threads x -- true
+err "--target: expected METRIC=VALUE" --target loss -- true
 pass "wrong uses: one line, status 2"
 
-# check_report DIR NCONFIG UNIT: files, XML plots, table numbers vs results.json
+# check_report DIR NCONFIG UNIT: files, plots, table numbers vs results.json
 check_report() {
   for f in report.md report.html results.json; do [ -s "$1/$f" ] || fail "$1/$f missing"; done
   "$PY" - "$@" <<'PYEOF' || fail "report in $1"
@@ -36,10 +43,10 @@ import json, os, sys, xml.etree.ElementTree as ET
 d, nconf, unit = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 res = json.load(open(os.path.join(d, "results.json")))
 an = res["analysis"]
-assert res["status"] == "complete", res["status"]
+assert res["status"] == "complete" and res["status_word"] == "complete", res["status"]
 assert an["unit"] == unit, (an["unit"], unit)
-plots = [p for p in ("throughput.png", "loss.png", "throughput.svg", "loss.svg") if os.path.exists(os.path.join(d, p))]
-assert len(plots) == 2, plots
+plots = [p for p in os.listdir(d) if p.endswith((".png", ".svg"))]
+assert sorted(os.path.splitext(p)[0] for p in plots) == ["metric", "speedup", "throughput"], plots
 for p in plots:
     if p.endswith(".svg"):
         ET.parse(os.path.join(d, p))  # well-formed XML
@@ -49,21 +56,21 @@ rows = [l for l in open(os.path.join(d, "report.md")) if l.startswith("| ") and 
 assert len(rows) == nconf, (len(rows), nconf)
 for line, c in zip(rows, an["configs"]):
     cells = [x.strip() for x in line.strip().strip("|").split("|")]
-    wall, thr, speed, eff = float(cells[3]), float(cells[5]), float(cells[6]), float(cells[8])
+    wall, thr, speed, eff = float(cells[3]), float(cells[5]), float(cells[7]), float(cells[9])
     assert wall > 0 and thr > 0 and speed > 0 and eff > 0, cells
     assert abs(wall - c["wall_s"]) < 1e-3 and abs(speed - c["speedup"]) < 1e-3, (cells, c)
+    assert abs(thr - c["throughput"]) <= 1e-3 * c["throughput"], (cells, c)
     assert abs(eff - c["speedup"] / c["ranks"]) < 2e-3, (cells, c)
-    lo, hi = (float(x) for x in cells[7].split("-"))
+    lo, hi = (float(x) for x in cells[8].split("-"))
     assert lo <= speed + 1e-3 and speed <= hi + 1e-3, cells
 base = an["configs"][0]
 assert base["kind"] == "baseline" and abs(base["speedup"] - 1) < 1e-9, base
-losses = [r for r in res["state"]["runs"] if r["losses"]]
-assert losses, "no loss lines collected"
-print("report: %d configurations, plots %s, %d runs with loss lines" % (nconf, plots, len(losses)))
+assert an["primary"], "no metric found in the command's output"
+print("report: %d configurations, plots %s, metrics %s" % (nconf, sorted(plots), an["metrics"]))
 PYEOF
 }
 
-# the native example (weak scaling: every rank trains --steps steps)
+# the native example (weak scaling: every rank trains --steps steps; samples unknown: runs/min)
 . "$top_srcdir/tests/native/native-lib.sh"
 build_lib "$BIN"
 build_train "$BIN" train
@@ -73,13 +80,18 @@ HVDSHIM_HOOKS="$EX/mlp.hooks" $AB -np 1,2 --repeat 1 --variant default: --varian
 cat "$TMP/native.log"
 check_report "$TMP/native" 5 runs/min
 grep -q '"fusion_threshold": 1048576' "$TMP/native/results.json" || fail "variant setting not in the metrics"
-pass "native example: report, SVG plots, numbers parse"
+pass "native example: report, SVG plots (throughput, speedup, metric), numbers parse"
 
-# a failing command: reported, status 1
-$AB -np 1 --repeat 1 --no-baseline --out "$TMP/failing" -- sh -c 'echo loss 1.0; exit 3' >"$TMP/f.log" 2>&1 && fail "a failing command gave status 0"
-grep -q "FAILED (status 3" "$TMP/f.log" || { cat "$TMP/f.log"; fail "no FAILED line"; }
-grep -q "## Failed runs" "$TMP/failing/report.md" || fail "report does not list the failed run"
-pass "a failing command: FAILED line, listed in the report, status 1"
+# a failing command: FAILED with the reason, status 1
+$AB -np 1 --repeat 1 --no-baseline --out "$TMP/failing" -- sh -c 'echo loss 1.0; echo "it broke" >&2; exit 3' >"$TMP/f.log" 2>&1 && fail "a failing command gave status 0"
+grep -q "FAILED (status 3; last line: it broke" "$TMP/f.log" || { cat "$TMP/f.log"; fail "no FAILED line with the reason"; }
+grep -q "hvdshim-ab: FAILED (every run failed" "$TMP/f.log" || { cat "$TMP/f.log"; fail "the console does not say FAILED"; }
+grep -q "^Status: FAILED" "$TMP/failing/report.md" && grep -q "status 3; last line: it broke" "$TMP/failing/report.md" ||
+  { cat "$TMP/failing/report.md"; fail "report: no FAILED status or reason"; }
+# one of two configurations failing: PARTIAL
+$AB -np 1 --repeat 1 --out "$TMP/half" -- sh -c 'echo loss 0.5; [ -z "${OMPI_COMM_WORLD_RANK-}" ]' >"$TMP/h.log" 2>&1 && fail "a half-failing experiment gave status 0"
+grep -q "^Status: PARTIAL (1 of 2 runs failed)" "$TMP/half/report.md" || { cat "$TMP/half/report.md"; fail "no PARTIAL status"; }
+pass "failing runs: FAILED or PARTIAL with each run's reason, status 1"
 
 # Ctrl-C after the first runs: partial report, status 130, no stray process
 $AB -np 1 --repeat 20 --no-baseline --out "$TMP/int" -- sh -c 'echo loss 0.5; sleep 0.3; echo loss 0.25; exec sleep 3600 </dev/null' \
@@ -92,19 +104,70 @@ kill -INT $pid
 wait $pid
 rc=$?
 [ $rc = 130 ] || { cat "$TMP/int.log"; fail "status $rc after SIGINT, expected 130"; }
-grep -q "PARTIAL (interrupted)" "$TMP/int/report.md" || { cat "$TMP/int/report.md"; fail "no PARTIAL status in the report"; }
+grep -q "^Status: PARTIAL (interrupted" "$TMP/int/report.md" || { cat "$TMP/int/report.md"; fail "no PARTIAL status in the report"; }
+grep -q "all ok" "$TMP/int.log" && { cat "$TMP/int.log"; fail "the console says 'all ok' after an interrupt"; }
+grep -q "hvdshim-ab: PARTIAL (interrupted" "$TMP/int.log" || { cat "$TMP/int.log"; fail "the console does not say PARTIAL"; }
 "$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["status"]=="interrupted"' "$TMP/int/results.json" ||
   fail "results.json not marked interrupted"
 sleep 0.5
 pgrep -f "sleep 3600" >/dev/null && { pkill -f "sleep 3600"; fail "a run's process survived the interrupt"; }
 pass "SIGINT: partial report, status 130, the run's processes killed"
 
-# the bundled PyTorch example at np 1-2 (samples/s from the metrics)
 PYTHON=${PYTHON:-/usr/bin/python3}
 "$PYTHON" -c 'import torch' 2>/dev/null || { echo "SKIP (part): PyTorch not importable by $PYTHON"; exit 0; }
-# run by the torch interpreter: PNG plots when its python3-matplotlib imports
-"$PYTHON" "$top_srcdir/tools/hvdshim-ab" --hvdrun "$top_builddir/launcher/hvdrun" -np 1,2 --repeat 1 --out "$TMP/torch" -- "$PYTHON" "$top_srcdir/examples/train.py" --epochs 1 \
-  --checkpoint "$TMP/ck.pt" >"$TMP/torch.log" 2>&1 || { cat "$TMP/torch.log"; fail "hvdshim-ab on examples/train.py"; }
-cat "$TMP/torch.log"
+ABT="$PYTHON $top_srcdir/tools/hvdshim-ab --hvdrun $top_builddir/launcher/hvdrun"
+samples() { "$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(" ".join("%s=%s" % (c["key"], c["samples"]) for c in r["analysis"]["configs"]))' "$1"; }
+
+# fixed epochs (examples/train.py): every configuration trains the same samples
+$ABT -np 1,2 --repeat 1 --out "$TMP/torch" -- "$PYTHON" "$top_srcdir/examples/train.py" --epochs 1 \
+  --checkpoint "$TMP/ck.pt" >"$TMP/torch.log" 2>"$TMP/torch.err" || { cat "$TMP/torch.log" "$TMP/torch.err"; fail "hvdshim-ab on examples/train.py"; }
+cat "$TMP/torch.err"
 check_report "$TMP/torch" 3 samples/s
-pass "examples/train.py: report in samples/s, plots ($(ls "$TMP/torch" | grep -E 'png|svg' | tr '\n' ' '))"
+[ "$(samples "$TMP/torch/results.json")" = "baseline=1536 default.np1=1536 default.np2=1536" ] ||
+  fail "fixed epochs: samples per run $(samples "$TMP/torch/results.json"), expected 1536 everywhere"
+pass "fixed epochs (examples/train.py): 1536 samples in every run, the baseline counted by observation; plots $(ls "$TMP/torch" | grep -E 'png|svg' | tr '\n' ' ')"
+
+# fixed steps (tests/tools/ab_steps.py): the work grows with the ranks; oversubscribed at np=3 (2-core machines)
+cpus=$(nproc)
+$ABT -np 1,2,3 --repeat 1 --target val_loss=10 --out "$TMP/steps" -- "$PYTHON" "$top_srcdir/tests/tools/ab_steps.py" --steps 30 --batch 16 \
+  >"$TMP/steps.log" 2>"$TMP/steps.err" || { cat "$TMP/steps.log" "$TMP/steps.err"; fail "hvdshim-ab on ab_steps.py"; }
+cat "$TMP/steps.err"
+check_report "$TMP/steps" 4 samples/s
+[ "$(samples "$TMP/steps/results.json")" = "baseline=480 default.np1=480 default.np2=960 default.np3=1440" ] ||
+  fail "fixed steps: samples per run $(samples "$TMP/steps/results.json"), expected 480, 480, 960, 1440"
+"$PY" - "$TMP/steps" <<'PYEOF' || fail "fixed steps: throughput, metrics or target"
+import json, os, sys
+d = sys.argv[1]
+an = json.load(open(os.path.join(d, "results.json")))["analysis"]
+runs = {r["config"]: r for r in json.load(open(os.path.join(d, "results.json")))["state"]["runs"]}
+for c in an["configs"]:
+    r = runs[c["key"]]
+    assert abs(c["throughput"] - r["metrics"]["samples"] / r["wall_s"]) < 1e-6 * c["throughput"], c  # its own samples
+    assert abs(c["speedup"] - c["throughput"] / an["configs"][0]["throughput"]) < 1e-9, c
+    for m in ("val_loss", "acc", "loss"):
+        assert m in c["final"], (m, c["final"])
+    assert c["to_target"] is not None and c["to_target"] <= c["wall_s"], c
+md = open(os.path.join(d, "report.md")).read()
+for col in ("val_loss (last, median)", "acc (last, median)", "time to val_loss <= 10 (s)", "steady samples/s"):
+    assert col in md, col
+print("fixed steps: throughput from each run's own samples, metrics %s, time to target" % an["metrics"])
+PYEOF
+if [ "$cpus" -lt 3 ]; then
+  grep -q "default np=3 (oversubscribed)" "$TMP/steps/report.md" && grep -q "Oversubscribed" "$TMP/steps/report.md" &&
+    grep -q "warning: -np 3 oversubscribes this machine's $cpus cores" "$TMP/steps.err" ||
+    { cat "$TMP/steps.err"; fail "np=3 on $cpus cores not flagged as oversubscribed"; }
+fi
+grep -qE "UserWarning|DeprecationWarning|[Mm]atplotlib|Fontconfig" "$TMP/steps.err" "$TMP/torch.err" 2>/dev/null &&
+  { cat "$TMP/steps.err"; fail "library warnings on the console"; }
+pass "fixed steps (ab_steps.py): samples 480/480/960/1440 from each run, speedup from throughput, val_loss/acc/loss columns, time to target, oversubscription flagged, no library warnings"
+
+# the HTML report in a browser: tables and images load
+if command -v chromium >/dev/null 2>&1; then
+  timeout 120 chromium --headless --no-sandbox --disable-gpu --virtual-time-budget=10000 --dump-dom \
+    "file://$TMP/steps/report.html" >"$TMP/dom.html" 2>"$TMP/chromium.err" || { tail -5 "$TMP/chromium.err"; fail "chromium could not render the report"; }
+  grep -q 'data-images-loaded="yes"' "$TMP/dom.html" || { grep -o 'data-images-loaded="[a-z]*"' "$TMP/dom.html"; fail "the report's images did not load in chromium"; }
+  [ "$(grep -o '<tr>' "$TMP/dom.html" | wc -l)" = 5 ] || fail "the rendered report does not have 5 table rows"
+  pass "report.html in headless chromium: 3 images loaded, the table has its 4 configurations"
+else
+  echo "SKIP (part): chromium not installed (apt-get install chromium): the report was not rendered in a browser"
+fi
