@@ -83,7 +83,7 @@ grep -q '"fusion_threshold": 1048576' "$TMP/native/results.json" || fail "varian
 pass "native example: report, SVG plots (throughput, speedup, metric), numbers parse"
 
 # a failing command: FAILED with the reason, status 1
-$AB -np 1 --repeat 1 --no-baseline --out "$TMP/failing" -- sh -c 'echo loss 1.0; echo "it broke" >&2; exit 3' >"$TMP/f.log" 2>&1 && fail "a failing command gave status 0"
+$AB -np 1 --repeat 1 --no-baseline --out "$TMP/failing" -- sh -c 'echo loss 1.0; echo "it broke"; exit 3' >"$TMP/f.log" 2>&1 && fail "a failing command gave status 0"
 grep -q "FAILED (status 3; last line: it broke" "$TMP/f.log" || { cat "$TMP/f.log"; fail "no FAILED line with the reason"; }
 grep -q "hvdshim-ab: FAILED (every run failed" "$TMP/f.log" || { cat "$TMP/f.log"; fail "the console does not say FAILED"; }
 grep -q "^Status: FAILED" "$TMP/failing/report.md" && grep -q "status 3; last line: it broke" "$TMP/failing/report.md" ||
