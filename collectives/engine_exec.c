@@ -60,11 +60,12 @@ static MPI_Comm set_comm(hvd_req *r) {
 static void run_allreduce_group(size_t i, size_t j) {
   size_t n = j - i, total = 0;
   if (E->exec[i].req->skip) return drop_skipped(i, j);
-  MPI_Comm comm = E->comm;
-  if (E->exec[i].req->sig.set != 0 && (comm = set_comm(E->exec[i].req)) == MPI_COMM_NULL) {
+  MPI_Comm comm = set_comm(E->exec[i].req); /* a group is one set's */
+  if (comm == MPI_COMM_NULL) {
     for (size_t k = i + 1; k < j; k++) set_comm(E->exec[k].req);
     return;
   }
+  int active = hvd_pset_active(E->exec[i].req->sig.set); /* averages: over the set's ranks still submitting */
   hvd_eng_grow(&E->fuse, &E->capfuse, n, sizeof *E->fuse, "fusion");
   hvd_dtype_t dt = (hvd_dtype_t)E->exec[i].req->sig.dtype;
   size_t es = hvd_dtype_size(dt);
@@ -74,8 +75,7 @@ static void run_allreduce_group(size_t i, size_t j) {
     hvd_req *r = E->exec[i + k].req;
     E->fuse[k].ptr = r->buf;
     E->fuse[k].bytes = (size_t)r->sig.count * es;
-    /* over the ranks (of the set) still submitting */
-    E->fuse[k].divisor = r->sig.op != HVD_AVG ? 1 : r->sig.set ? hvd_pset_active(r->sig.set) : E->size - E->njoined;
+    E->fuse[k].divisor = r->sig.op == HVD_AVG ? active : 1;
     total += E->fuse[k].bytes;
   }
   hvd_phase_times t = {0, 0, 0};
@@ -161,8 +161,7 @@ static void run_reducescatter(hvd_req *r, const hvd_pset *p, MPI_Comm comm, doub
   hvd_eng_mpi_check(hvd_mpi_reducescatter(r->phantom ? NULL : r->in, r->buf, counts, dt, op, comm),
                     "MPI_Reduce_scatter");
   if (r->sig.op == HVD_AVG && counts[me] > 0)
-    hvd_scale_copy(r->buf, r->buf, (size_t)counts[me], dt, r->sig.set ? hvd_pset_active(r->sig.set)
-                                                                       : E->size - E->njoined);
+    hvd_scale_copy(r->buf, r->buf, (size_t)counts[me], dt, hvd_pset_active(r->sig.set));
   if (hvd_timeline_enabled())
     hvd_timeline_span(r->name, "MPI_REDUCESCATTER", hvd_eng_us(start), (hvd_eng_now() - start) * 1e6);
   E->stats.bytes_reduced += (size_t)r->sig.count * hvd_dtype_size(dt);
@@ -227,22 +226,23 @@ void hvd_eng_execute(void) {
       continue;
     }
     double start = hvd_eng_now();
-    MPI_Comm comm = E->comm;
+    MPI_Comm comm;
     const hvd_pset *ps = hvd_pset_get(r->sig.set);
     if (r->skip) {
       hvd_eng_req_free(r);
     } else if (r->sig.kind == HVD_KIND_PSET_ADD || r->sig.kind == HVD_KIND_PSET_REMOVE) {
       hvd_pset_execute(r);
-    } else if (r->sig.set != 0 && (comm = set_comm(r)) == MPI_COMM_NULL) {
+    } else if ((comm = set_comm(r)) == MPI_COMM_NULL) {
       /* finished with the reason */
     } else if (r->sig.kind == HVD_KIND_BROADCAST) {
-      int root = r->sig.root;
-      if (root == HVD_ROOT_FIRST_ACTIVE) { /* the lowest member still running (one always is) */
-        root = ps->ranks[0];
-        for (int m = 0; m < ps->n && E->joined[root]; m++) root = ps->ranks[m];
-      }
-      int set_root = 0; /* the root's rank in the set's communicator */
-      while (ps->ranks[set_root] != root) set_root++;
+      /* the root's index in the set (its rank in the set's communicator);
+       * HVD_ROOT_FIRST_ACTIVE: the lowest member still running (one always is) */
+      int set_root = 0;
+      if (r->sig.root == HVD_ROOT_FIRST_ACTIVE)
+        while (set_root + 1 < ps->n && E->joined[ps->ranks[set_root]]) set_root++;
+      else
+        while (ps->ranks[set_root] != r->sig.root) set_root++;
+      int root = ps->ranks[set_root];
       if (E->joined[root]) {
         char msg[HVD_NAME_MAX + 200];
         snprintf(msg, sizeof msg, "broadcast '%s': root rank %d has finished (joined) and has no data to send; "

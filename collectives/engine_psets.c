@@ -77,6 +77,7 @@ int hvd_pset_member(int id, int rank) {
 }
 
 int hvd_pset_active(int id) {
+  if (id == 0) return E->size - E->njoined;
   const hvd_pset *p = hvd_pset_get(id);
   int n = 0;
   for (int i = 0; p && i < p->n; i++) n += !E->joined[p->ranks[i]];

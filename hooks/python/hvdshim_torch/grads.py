@@ -118,7 +118,6 @@ def _end_of_backward():
     if _S.skip_bw:
         _S.skip_bw = False
         _S.deferred = True
-        _S.acc_skipped += 1
         _rng.diverge()
         return
     _reduce_round()
@@ -186,7 +185,6 @@ def _reduce_deferred(why):
     """Gradients that only accumulated are needed now (a step, clipping, an
     unscale): reduce them before going on."""
     if _S.deferred and _S.enabled and _S.started and not _S.in_backward:
-        _S.acc_fallbacks += 1
         _debug("reducing accumulated gradients before %s (the step came sooner than %d backward passes)"
                % (why, _S.k))
         _reduce_round()
@@ -195,7 +193,7 @@ def _reduce_deferred(why):
 def _end_window():
     """An optimizer step ended: the backward passes since the last one form a window."""
     if _S.bw_window:
-        _S.windows = (_S.windows + [_S.bw_window])[-3:]
+        _S.windows = (_S.windows + [_S.bw_window])[-2:]
         _S.bw_window = 0
 
 

@@ -11,7 +11,7 @@ from .output import _redirect_output, _set_threads
 from .lifecycle import _check_stand_aside, _other_distribution, _stand_aside
 from .grads import _reduce_deferred, _HAS_POST_ACCUMULATE, _average_loss, _note_optimizer, _wrap_step
 from .rng import seed_torch_at_import as _seed_torch
-from .models import _first_keyword_tensor, _forward_pre_hook
+from .models import _count_batch, _forward_pre_hook
 from .data import _prepare_loader, _warn_if_alone
 
 
@@ -69,10 +69,7 @@ def _patch():
         return share_memory
     _wrap(torch.nn.Module, "share_memory", make_share_memory)
 
-    for name in dir(torch.optim):
-        cls = getattr(torch.optim, name)
-        if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer) and "step" in vars(cls):
-            _wrap_step(cls)
+    _wrap_optimizers()
 
     # what reads gradients between backward and step: accumulated gradients are reduced first
     def make_needs_grads(orig):
@@ -104,6 +101,14 @@ def _patch():
     _S.hook_handles.append(torch.nn.modules.module.register_module_forward_pre_hook(_untraced(_forward_pre_hook)))
 
 
+def _wrap_optimizers():
+    """Every optimizer class's own step (steps mark metrics, and more when distributing)."""
+    for name in dir(torch.optim):
+        cls = getattr(torch.optim, name)
+        if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer) and "step" in vars(cls):
+            _wrap_step(cls)
+
+
 def _import_quiet(name):
     try:
         import importlib
@@ -121,10 +126,8 @@ def _observe():
     depth = [0]
 
     def pre(module, inputs):
-        if depth[0] == 0 and module.training and torch.is_grad_enabled():
-            x = inputs[0] if inputs else _first_keyword_tensor()
-            if isinstance(x, torch.Tensor) and x.dim() > 0:
-                _S.samples += x.shape[0]
+        if depth[0] == 0:
+            _count_batch(module, inputs)
         depth[0] += 1
 
     def post(module, inputs, output):
@@ -132,10 +135,7 @@ def _observe():
 
     _S.hook_handles.append(torch.nn.modules.module.register_module_forward_pre_hook(_untraced(pre)))
     _S.hook_handles.append(torch.nn.modules.module.register_module_forward_hook(_untraced(post)))
-    for name in dir(torch.optim):
-        cls = getattr(torch.optim, name)
-        if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer) and "step" in vars(cls):
-            _wrap_step(cls)
+    _wrap_optimizers()
     _debug("observing: samples and optimizer steps go to HVDSHIM_METRICS; nothing is distributed")
 
 

@@ -117,7 +117,14 @@ def _hook_unfrozen():
 
 def _count_samples(module, inputs):
     """A training forward of a model: its batch counts toward the step's samples."""
-    if module in _S.roots and module.training and torch.is_grad_enabled():
+    if module in _S.roots:
+        _count_batch(module, inputs)
+
+
+def _count_batch(module, inputs):
+    """A forward in training mode with gradients enabled adds its batch (the
+    first input's first dimension) to the step's samples."""
+    if module.training and torch.is_grad_enabled():
         x = inputs[0] if inputs else _first_keyword_tensor()
         if isinstance(x, torch.Tensor) and x.dim() > 0:
             _S.samples += x.shape[0]

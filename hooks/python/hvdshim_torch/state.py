@@ -42,11 +42,9 @@ class _State:
         self.accumulate = True      # auto: learn k and reduce once per step
         self.k = 1                  # the agreed k (rank 0's proposal, carried by the last reducing round)
         self.bw_window = 0          # backward passes since the last optimizer step
-        self.windows = []           # the last window lengths (backward passes per step)
+        self.windows = []           # the last two window lengths (backward passes per step)
         self.skip_bw = False        # this backward only accumulates (a later one of the window reduces)
         self.deferred = False       # gradients accumulated locally and not reduced yet
-        self.acc_skipped = 0        # backward passes that only accumulated
-        self.acc_fallbacks = 0      # reductions the step (or clipping) had to run itself: k was guessed wrong
 
 
 _S = _State()

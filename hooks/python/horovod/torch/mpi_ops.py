@@ -682,13 +682,12 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
 # ------------------------------------------------------------------ alltoall, reducescatter
 def _set_size(process_set):
-    return _lib.hvd_size() if process_set is None or process_set.process_set_id == 0 else len(process_set.ranks)
+    return (process_set or global_process_set).size()
 
 
 def _set_rank(process_set):
     """This rank's index in the set (its place in gathered and scattered rows)."""
-    me = _lib.hvd_rank()
-    return me if process_set is None or process_set.process_set_id == 0 else process_set.ranks.index(me)
+    return (process_set or global_process_set).rank()
 
 
 def _even_splits(rows, n):
