@@ -4,9 +4,11 @@
  *      tensors (25.6 M float32), through the engine vs one MPI_Allreduce per
  *      tensor vs one MPI_Allreduce over the same total bytes (no copies);
  *  (b) single buffers 1 MiB .. 256 MiB through the engine vs raw
- *      MPI_Allreduce, reporting algbw and busbw = algbw * 2(n-1)/n.
- * The anchors run first, with the program's own MPI and no engine thread;
- * then hvd_init adopts MPI and the same work goes through the engine.
+ *      MPI_Allreduce, reporting algbw and busbw = algbw * 2(n-1)/n, and
+ *      the memory-copy limit: every rank copying the buffer once, at once.
+ * The anchors of (a) run first, with the program's own MPI and no engine
+ * thread; then hvd_init adopts MPI and the same work goes through the
+ * engine.  (b) alternates runs of raw MPI, the engine and the copy.
  * Medians over repetitions; every figure is a sum (no averaging cost on
  * either side). */
 #include <mpi.h>
@@ -76,6 +78,16 @@ static double time_one_call(float *big, size_t total) {
   return MPI_Wtime() - t;
 }
 
+/* The copy limit: every rank copies the buffer once, at the same time (the
+ * floor of an allreduce between the ranks of one host is about one copy of
+ * the buffer per rank). */
+static double time_copy(float *dst, const float *src, size_t bytes) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t = MPI_Wtime();
+  memcpy(dst, src, bytes);
+  return MPI_Wtime() - t;
+}
+
 static double time_engine(tset *s, const char *prefix) {
   hvd_handle_t *h = malloc(sizeof *h * (size_t)s->n);
   char name[64];
@@ -103,6 +115,7 @@ static double agree(double t) {
 }
 
 #define REPS_A 41
+#define ROUNDS 3
 
 int main(int argc, char **argv) {
   int provided;
@@ -139,15 +152,7 @@ int main(int argc, char **argv) {
   int nsizes = 0;
   size_t sizes[16];
   for (size_t mib = 1; mib <= max_mib; mib *= 2) sizes[nsizes++] = mib << 20;
-  double raw_b[16], eng_b[16];
-  for (int s = 0; s < nsizes; s++) {
-    int reps = sizes[s] >= (64u << 20) ? 5 : 11;
-    for (int r = 0; r < reps + 2; r++) {
-      double t = agree(time_one_call(big, sizes[s] / 4));
-      if (r >= 2) v[r - 2] = t;
-    }
-    raw_b[s] = median(v, reps);
-  }
+  double raw_b[16], eng_b[16], copy_b[16];
 
   if (hvd_init() != HVD_OK) { /* adopts the MPI initialized above */
     fprintf(stderr, "bench: hvd_init: %s\n", hvd_last_error());
@@ -161,20 +166,40 @@ int main(int argc, char **argv) {
     }
     engine[k] = median(v, reps);
   }
+  /* (b): raw MPI, the engine and the copy limit in turn, a run of
+   * repetitions each (back to back, as a training loop's steps), ROUNDS
+   * times, so a change in the machine's speed hits all three alike. */
   tset single = {0};
   add(&single, 0);
   single.buf = &big;
+  float *copy = malloc(max_count * 4);
+  for (size_t i = 0; i < max_count; i++) copy[i] = 0.0f;
+  double vr[ROUNDS * 11], vc[ROUNDS * 11], vb[ROUNDS * 11];
   for (int s = 0; s < nsizes; s++) {
     int reps = sizes[s] >= (64u << 20) ? 5 : 11;
     single.count[0] = sizes[s] / 4;
     char nm[32];
     snprintf(nm, sizeof nm, "single%d", s);
-    for (int r = 0; r < reps + 2; r++) {
-      double t = agree(time_engine(&single, nm));
-      if (r >= 2) v[r - 2] = t;
+    int m = 0;
+    for (int round = 0; round < ROUNDS; round++, m += reps) {
+      for (int r = 0; r < reps + 2; r++) {
+        double t = agree(time_one_call(big, sizes[s] / 4));
+        if (r >= 2) vr[m + r - 2] = t;
+      }
+      for (int r = 0; r < reps + 2; r++) {
+        double t = agree(time_engine(&single, nm));
+        if (r >= 2) vb[m + r - 2] = t;
+      }
+      for (int r = 0; r < reps + 2; r++) {
+        double t = agree(time_copy(copy, big, sizes[s]));
+        if (r >= 2) vc[m + r - 2] = t;
+      }
     }
-    eng_b[s] = median(v, reps);
+    raw_b[s] = median(vr, m);
+    eng_b[s] = median(vb, m);
+    copy_b[s] = median(vc, m);
   }
+  free(copy);
   hvd_stats_t st;
   hvd_get_stats(&st);
 
@@ -189,13 +214,15 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 2; k++)
       printf("| %s | %.0f | %.0f | %.0f | %.2fx | %.2fx |\n", names[k], per_tensor[k] * 1e6, one_call[k] * 1e6,
              engine[k] * 1e6, per_tensor[k] / engine[k], one_call[k] / engine[k]);
-    printf("\n(b) single buffers (medians)\n");
-    printf("| size | raw MPI algbw GB/s | raw busbw GB/s | engine algbw GB/s | engine busbw GB/s | engine / raw |\n");
-    printf("|---|---|---|---|---|---|\n");
+    printf("\n(b) single buffers (medians; the three columns of a row measured in turn)\n");
+    printf("| size | raw MPI algbw GB/s | raw busbw GB/s | engine algbw GB/s | engine busbw GB/s | engine / raw "
+           "| memcpy GB/s (every rank at once) | engine / memcpy |\n");
+    printf("|---|---|---|---|---|---|---|---|\n");
     double f = 2.0 * (size - 1) / size;
     for (int s = 0; s < nsizes; s++) {
-      double ra = sizes[s] / raw_b[s] / 1e9, ea = sizes[s] / eng_b[s] / 1e9;
-      printf("| %zu MiB | %.2f | %.2f | %.2f | %.2f | %.2fx |\n", sizes[s] >> 20, ra, ra * f, ea, ea * f, ea / ra);
+      double ra = sizes[s] / raw_b[s] / 1e9, ea = sizes[s] / eng_b[s] / 1e9, ca = sizes[s] / copy_b[s] / 1e9;
+      printf("| %zu MiB | %.2f | %.2f | %.2f | %.2f | %.2fx | %.2f | %.2f |\n", sizes[s] >> 20, ra, ra * f, ea, ea * f,
+             ea / ra, ca, ea / ca);
     }
     printf("\nengine stats: %llu cycles, %llu coordinator rounds, %llu cache hits, %llu groups\n",
            (unsigned long long)st.cycles, (unsigned long long)st.slow_rounds, (unsigned long long)st.cache_hits,

@@ -72,7 +72,7 @@ MPI_Datatype hvd_mpi_dtype(hvd_dtype_t dtype) {
   return MPI_DATATYPE_NULL;
 }
 
-static MPI_Op mpi_op(hvd_dtype_t dtype, hvd_op_t op) {
+MPI_Op hvd_mpi_op(hvd_dtype_t dtype, hvd_op_t op) {
   if (dtype == HVD_FLOAT16) return half_ops[op];
   if (dtype == HVD_BFLOAT16) return bf16_ops[op];
   return op == HVD_MIN ? MPI_MIN : op == HVD_MAX ? MPI_MAX : op == HVD_PROD ? MPI_PROD : MPI_SUM;
@@ -95,7 +95,7 @@ int hvd_mpi_allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype
   for (size_t i = 0; i < n; i++) total += e[i].bytes;
   if (total == 0) return MPI_SUCCESS;
   MPI_Datatype type = hvd_mpi_dtype(dtype);
-  MPI_Op mop = mpi_op(dtype, op);
+  MPI_Op mop = hvd_mpi_op(dtype, op);
   size_t piece = piece_bytes(chunk, total, es);
   double t0, t1;
   if (n == 1) {
@@ -184,7 +184,7 @@ int hvd_mpi_allgather(const void *in, void *out, const int64_t *rows, size_t row
 
 int hvd_mpi_reducescatter(const void *in, void *out, const int *counts, hvd_dtype_t dtype, hvd_op_t op,
                           MPI_Comm comm) {
-  return MPI_Reduce_scatter(in ? in : MPI_IN_PLACE, out, counts, hvd_mpi_dtype(dtype), mpi_op(dtype, op), comm);
+  return MPI_Reduce_scatter(in ? in : MPI_IN_PLACE, out, counts, hvd_mpi_dtype(dtype), hvd_mpi_op(dtype, op), comm);
 }
 
 int hvd_mpi_alltoall(const void *in, const int64_t *send_rows, size_t row_elems, hvd_dtype_t dtype, void **out,

@@ -15,6 +15,8 @@ typedef struct {
 int hvd_mpi_backend_init(void);
 void hvd_mpi_backend_fini(void);
 MPI_Datatype hvd_mpi_dtype(hvd_dtype_t dtype);
+/* The MPI op of op on dtype (a user op for the 16-bit floats; HVD_AVG: sum). */
+MPI_Op hvd_mpi_op(hvd_dtype_t dtype, hvd_op_t op);
 
 /* Allreduce a group of same-dtype tensors.  One entry: reduced in place, a
  * piece of `chunk` bytes at a time, each piece divided right after its

@@ -22,7 +22,8 @@ int hvd_op_valid(int op);
 const char *hvd_op_name(int op);
 
 /* acc[i] = op(acc[i], in[i]) for n elements; op is SUM (AVG reduces as SUM),
- * MIN, MAX or PROD.  Used by the MPI user ops for 16-bit floats and by tests. */
+ * MIN, MAX or PROD; acc and in do not overlap.  Used by the MPI user ops for
+ * 16-bit floats, by the shared-memory allreduce and by tests. */
 void hvd_reduce_into(void *acc, const void *in, size_t n, hvd_dtype_t dtype, hvd_op_t op);
 
 /* dst[i] = src[i] / divisor for n elements (floats: times 1/divisor;

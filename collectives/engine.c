@@ -77,6 +77,7 @@
 #include "handles.h"
 #include "liveness.h"
 #include "metrics.h"
+#include "shm.h"
 #include "strmap.h"
 #include "timeline.h"
 #include "wire.h"
@@ -753,7 +754,7 @@ static int injected(int step, char *err, size_t errlen) {
  * alone, finalizing would wait for the others, and this process's exit
  * ends the job through the launcher instead. */
 hvd_status_t hvd_engine_start(char *err, size_t errlen) {
-  enum { NONE, MPI_UP, COMM, TYPES, STATE, WATCHDOG, FILES } done = NONE;
+  enum { NONE, MPI_UP, COMM, TYPES, STATE, SHM, WATCHDOG, FILES } done = NONE;
   hvd_status_t st = HVD_ERR_INTERNAL;
   int provided = 0, up = 0, down = 0, everyone_failed = 0;
   MPI_Initialized(&up);
@@ -870,10 +871,16 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
   __atomic_store_n(&E->steps, 0, __ATOMIC_RELAXED);
   if (injected(5, err, errlen)) goto undo;
 
+  if (hvd_shm_start(E->comm, E->rank, E->size, hvd_cfg_int(HVD_CFG_SHM) == 0,
+                    (size_t)hvd_cfg_int(HVD_CFG_SHM_BUFFER), (int)hvd_cfg_int(HVD_CFG_TEST_SHM_HOSTS), err, errlen) != 0)
+    goto undo;
+  done = SHM;
+  if (injected(6, err, errlen)) goto undo;
+
   if (hvd_liveness_start(E->comm, E->rank, E->size, hvd_cfg_double(HVD_CFG_PEER_TIMEOUT_SECONDS), err, errlen) != 0)
     goto undo;
   done = WATCHDOG;
-  if (injected(6, err, errlen)) goto undo;
+  if (injected(7, err, errlen)) goto undo;
 
   const char *tl = hvd_cfg_str(HVD_CFG_TIMELINE);
   char why[512];
@@ -882,14 +889,14 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
   hvd_metrics_reset();
   if (E->rank == 0 && mp[0] && hvd_metrics_open(mp, why, sizeof why) != 0) HVD_WARN("%s; metrics disabled", why);
   done = FILES;
-  if (injected(7, err, errlen)) goto undo;
+  if (injected(8, err, errlen)) goto undo;
 
   pthread_mutex_lock(&E->qmu);
   E->accepting = 1;
   E->stop_requested = 0;
   E->closed_msg[0] = 0;
   pthread_mutex_unlock(&E->qmu);
-  int thread_rc = injected(8, err, errlen) ? -1 : pthread_create(&E->thread, NULL, engine_main, NULL);
+  int thread_rc = injected(9, err, errlen) ? -1 : pthread_create(&E->thread, NULL, engine_main, NULL);
   if (thread_rc != 0) {
     if (thread_rc > 0) snprintf(err, errlen, "cannot start the engine thread: %s", strerror(thread_rc));
     pthread_mutex_lock(&E->qmu);
@@ -899,9 +906,9 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
   }
   pthread_setname_np(E->thread, "hvd-engine"); /* named before hvd_init returns (top -H, tests) */
   E->started = 1;
-  HVD_INFO("engine started: %d rank(s), MPI %s, fusion %zu bytes, cycle %g ms, cache %d", E->size,
+  HVD_INFO("engine started: %d rank(s), MPI %s, fusion %zu bytes, cycle %g ms, cache %d, shared memory %s", E->size,
            E->mpi_owned ? "initialized by hvdshim" : "adopted from the program", E->fusion, E->cycle_s * 1e3,
-           cache_cap);
+           cache_cap, hvd_shm_describe());
   return HVD_OK;
 
 undo:
@@ -910,6 +917,7 @@ undo:
     hvd_metrics_close();
   }
   if (done >= WATCHDOG) hvd_liveness_stop();
+  if (done >= SHM) hvd_shm_stop(1);
   if (done >= STATE) {
     hvd_psets_free(1);
     free_state();
@@ -946,6 +954,7 @@ void hvd_engine_stop(void) {
   hvd_metrics_close();
   int down = 0;
   MPI_Finalized(&down);
+  hvd_shm_stop(!down);
   hvd_psets_free(!down);
   free_state();
   hvd_mpi_backend_fini();

@@ -2,9 +2,9 @@
  * cycle (E->exec, cached-ready tensors in bit order, then the slow path's
  * responses in the coordinator's order) is walked in order; consecutive
  * allreduces of one dtype, place and compatible op are grouped up to the
- * fusion threshold and reduced (backend_mpi.c on the host, gpu.c on the
- * device); broadcasts, allgathers and barriers run one at a time; handles
- * complete.  Every rank groups the same list the same way: a rank outside
+ * fusion threshold and reduced (on the host: shm.c when the job's ranks
+ * share memory, else backend_mpi.c; gpu.c on the device); broadcasts,
+ * allgathers and barriers run one at a time; handles complete.  Every rank groups the same list the same way: a rank outside
  * an operation's process set walks it as a stand-in ("skip") that groups
  * like the members' request and runs nothing. */
 #include <stdio.h>
@@ -19,6 +19,7 @@
 #include "handles.h"
 #include "liveness.h"
 #include "metrics.h"
+#include "shm.h"
 #include "timeline.h"
 
 static int fusable(const hvd_req *a, const hvd_req *b) {
@@ -79,6 +80,7 @@ static void run_allreduce_group(size_t i, size_t j) {
     total += E->fuse[k].bytes;
   }
   hvd_phase_times t = {0, 0, 0};
+  int shm = !E->exec[i].req->sig.place && E->exec[i].req->sig.set == 0 && hvd_shm_active(); /* one host's ranks share memory */
   hvd_gpu_event *done = NULL;
   double start = hvd_eng_now();
   if (E->exec[i].req->sig.place) {
@@ -92,6 +94,8 @@ static void run_allreduce_group(size_t i, size_t j) {
     for (size_t k = 0; k < n && all_avg; k++) all_avg = E->exec[i + k].req->sig.op == HVD_AVG;
     if (hvd_gpu_allreduce(E->gpu_items, n, dt, op, all_avg, E->comm, E->chunk, &done, &t, err, sizeof err) != 0)
       HVD_FATAL("GPU allreduce of '%s'%s: %s", E->exec[i].req->name, n > 1 ? " and the tensors fused with it" : "", err);
+  } else if (shm) {
+    hvd_eng_mpi_check(hvd_shm_allreduce_group(E->fuse, n, dt, op, &t), "MPI_Allreduce (between hosts)");
   } else {
     if (n > 1) cpu_staging(total);
     hvd_eng_mpi_check(hvd_mpi_allreduce_group(E->fuse, n, dt, op, E->chunk, E->staging, comm, &t), "MPI_Allreduce");
@@ -107,11 +111,14 @@ static void run_allreduce_group(size_t i, size_t j) {
       hvd_req *r = E->exec[i + k].req;
       hvd_timeline_span(r->name, "QUEUE", hvd_eng_us(r->t_ready), s - hvd_eng_us(r->t_ready));
       double at = s;
-      if (n > 1) hvd_timeline_span(r->name, "MEMCPY_IN_FUSION_BUFFER", at, t.copy_in_us), at += t.copy_in_us;
-      hvd_timeline_span(r->name, !r->sig.place ? "MPI_ALLREDUCE" : E->gpu_nccl ? "NCCL_ALLREDUCE" : "MPI_ALLREDUCE_STAGED",
-                        at, t.reduce_us), at += t.reduce_us;
+      if (n > 1 || shm)
+        hvd_timeline_span(r->name, shm ? "MEMCPY_IN_SHARED_BUFFER" : "MEMCPY_IN_FUSION_BUFFER", at, t.copy_in_us),
+            at += t.copy_in_us;
+      hvd_timeline_span(r->name, shm ? "SHM_ALLREDUCE" : !r->sig.place ? "MPI_ALLREDUCE" : E->gpu_nccl ? "NCCL_ALLREDUCE"
+                        : "MPI_ALLREDUCE_STAGED", at, t.reduce_us), at += t.reduce_us;
       if (t.copy_out_us > 0)
-        hvd_timeline_span(r->name, n > 1 ? "MEMCPY_OUT_FUSION_BUFFER" : "SCALE", at, t.copy_out_us);
+        hvd_timeline_span(r->name, shm ? "MEMCPY_OUT_SHARED_BUFFER" : n > 1 ? "MEMCPY_OUT_FUSION_BUFFER" : "SCALE", at,
+                          t.copy_out_us);
     }
   }
   hvd_eng_grow(&E->handles, &E->caphandles, n, sizeof *E->handles, "completions");

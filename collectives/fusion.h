@@ -21,6 +21,12 @@ typedef struct {
 } hvd_fuse_cursor;
 
 void hvd_fuse_begin(hvd_fuse_cursor *c, const hvd_fuse_entry *e, size_t n);
+/* The next contiguous span of the logical buffer, at most len bytes (inside
+ * one entry): its address in *ptr, its entry's divisor in *divisor.  Returns
+ * its length (0 at the end) and moves past it. */
+size_t hvd_fuse_span(hvd_fuse_cursor *c, size_t len, char **ptr, int *divisor);
+/* Move past the next len bytes. */
+void hvd_fuse_skip(hvd_fuse_cursor *c, size_t len);
 /* Copy the next len bytes of the logical buffer into dst. */
 void hvd_fuse_pack(hvd_fuse_cursor *c, char *dst, size_t len);
 /* Copy the next len bytes from src back into the entries, dividing each by

@@ -6,7 +6,8 @@
 # would give a fresh login), so LD_PRELOAD and the HVDSHIM_* settings reach
 # the remote rank only if hvdrun forwards them.  The native example at 2
 # ranks (one per host, TCP over the veth) must match the plain trainer with
-# a 2x batch, and both ranks must report their own host.
+# a 2x batch, and both ranks must report their own host.  Then 2 ranks per
+# host (shared memory within a host, MPI between) against a 4x batch.
 # Skips, with the reason, where namespaces cannot be made (not root, no
 # iproute2, a container without CAP_SYS_ADMIN).
 . "$(dirname "$0")/../lib.sh"
@@ -39,6 +40,8 @@ for ns in $A $B; do "$IP" -n $ns link set lo up; done
 
 # The launch agent: called as AGENT HOST COMMAND...; enters HOST's namespace
 # with only PATH set, and runs the command through a shell (as sshd would).
+# Each "host" also gets its own host name (a UTS namespace): Open MPI tells
+# nodes apart by name, and two daemons on one name crash it at 2 ranks each.
 cat >"$TMP/agent" <<AGENTEOF
 #!/bin/sh
 host=\$1
@@ -50,7 +53,7 @@ case \$host in
   10.77.$sub.2) ns=$B ;;
   *) echo "agent: unknown host \$host" >&2; exit 1 ;;
 esac
-exec env -i PATH=/usr/local/bin:/usr/bin:/bin "$IP" netns exec \$ns /bin/sh -c "\$*"
+exec env -i PATH=/usr/local/bin:/usr/bin:/bin "$IP" netns exec \$ns unshare --uts /bin/sh -c "hostname \$ns; \$*"
 AGENTEOF
 chmod +x "$TMP/agent"
 
@@ -62,7 +65,7 @@ build_train "$BIN" train
 # OMPI_MCA_* environment, as a user's site configuration would
 export OMPI_MCA_plm_rsh_agent="$TMP/agent" PRTE_MCA_plm_ssh_agent="$TMP/agent" OMPI_MCA_btl=self,tcp \
   OMPI_MCA_btl_tcp_if_include=10.77.$sub.0/24 OMPI_MCA_oob_tcp_if_include=10.77.$sub.0/24
-HVDSHIM_HOOKS="$EX/mlp.hooks" HVDSHIM_LOG_LEVEL=info timeout -k 5 120 "$IP" netns exec $A \
+HVDSHIM_HOOKS="$EX/mlp.hooks" HVDSHIM_LOG_LEVEL=info timeout -k 5 120 "$IP" netns exec $A unshare --uts sh -c 'hostname '$A'; exec "$@"' sh \
   "$HVDRUN" --verbose -np 2 -H 10.77.$sub.1:1,10.77.$sub.2:1 -- "$BIN/train" --steps 100 --batch 16 --out "$TMP/np2.bin" \
   </dev/null >"$TMP/np2.log" 2>&1 || { cat "$TMP/np2.log"; fail "hvdrun across two namespaces"; }
 grep "^hvdrun: " "$TMP/np2.log" | head -1
@@ -72,3 +75,13 @@ grep -q "hvdshim\[1\]: .*engine started: 2 rank(s)" "$TMP/np2.log" ||
   { cat "$TMP/np2.log"; fail "rank 1 (the other host) did not start the engine: settings not forwarded?"; }
 same "$TMP/ref.bin" "$TMP/np2.bin" || fail "2 hosts differ from the plain run with batch 32"
 pass "2 hosts (network namespaces, TCP over veth, launch agent with an empty environment): matches the plain run"
+
+# 2 ranks on each host: the shared-memory allreduce within a host and MPI
+# (TCP) between the hosts, one allreduce per slice (the hierarchical path)
+HVDSHIM_HOOKS="$EX/mlp.hooks" HVDSHIM_LOG_LEVEL=info timeout -k 5 180 "$IP" netns exec $A unshare --uts sh -c 'hostname '$A'; exec "$@"' sh \
+  "$HVDRUN" --verbose -np 4 -H 10.77.$sub.1:2,10.77.$sub.2:2 -- "$BIN/train" --steps 100 --batch 8 --out "$TMP/np4.bin" \
+  </dev/null >"$TMP/np4.log" 2>&1 || { cat "$TMP/np4.log"; fail "hvdrun with 2 ranks on each of two namespaces"; }
+grep -q "hvdshim\[0\]: .*shared memory 2 rank(s) per host x 2 host(s)" "$TMP/np4.log" ||
+  { cat "$TMP/np4.log"; fail "2 x 2: the shared-memory path across hosts was not used"; }
+same "$TMP/ref.bin" "$TMP/np4.bin" || fail "2 hosts x 2 ranks differ from the plain run with batch 32"
+pass "2 hosts x 2 ranks: shared memory within each, MPI between them: matches the plain run"

@@ -12,6 +12,7 @@
  *   engine_test stall-abort     the last rank never submits
  *   engine_test join J          rank J finishes early (joins)
  *   engine_test memory ITERS    RSS after warm-up vs after ITERS steps
+ *   engine_test big MIB ITERS   one MIB-MiB float32 sum ITERS times (0: until killed)
  *   engine_test adopt           the program initializes and finalizes MPI
  *   engine_test steps S K E     S training-like steps: K float32 allreduces
  *                               of E elements each, checked, then
@@ -189,11 +190,20 @@ static int run_random(uint64_t seed, int n, int nthreads, int iters) {
         double tol = half ? 0.02 * (1 + (want < 0 ? -want : want)) : 1e-6 * (1 + (want < 0 ? -want : want));
         if (!(got - want <= tol && want - got <= tol)) {
           FAIL("iter %d %s (%s %s, %zu elems) [%zu] = %g, expected %g", it, ts[t].name, hvd_dtype_name(ts[t].dt),
-               (const char *[]){"sum", "avg", "min", "max"}[ts[t].op], ts[t].count, i, got, want);
+               (const char *[]){"sum", "avg", "min", "max", "prod"}[ts[t].op], ts[t].count, i, got, want);
           break;
         }
       }
     }
+    /* every rank holds the same bytes (replicas stay equal): a hash of
+     * every result, compared across ranks */
+    uint64_t h = 1469598103934665603ull, lo_hi[2];
+    for (int t = 0; t < n; t++)
+      for (size_t i = 0; i < ts[t].count * hvd_dtype_size(ts[t].dt); i++)
+        h = (h ^ ((const unsigned char *)ts[t].buf)[i]) * 1099511628211ull;
+    MPI_Allreduce(&h, &lo_hi[0], 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&h, &lo_hi[1], 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    if (lo_hi[0] != lo_hi[1]) FAIL("iter %d: the ranks' results differ (hash %llx here)", it, (unsigned long long)h);
   }
   for (int t = 0; t < n; t++) free(ts[t].buf);
   free(ts);
@@ -483,6 +493,27 @@ static int run_memory(int iters) {
          iters, (unsigned long long)(s1.cycles - s0.cycles));
   if (s1.cycles - s0.cycles < 9000) FAIL("only %llu cycles measured", (unsigned long long)(s1.cycles - s0.cycles));
   if (end - warm > 1024) FAIL("RSS grew by %ld KiB", end - warm);
+  return failures;
+}
+
+/* mib MiB of float32 summed iters times (0: until killed), a line per
+ * iteration: a long stretch inside the data path (tests/mpi/shm.sh kills a
+ * rank there). */
+static int run_big(size_t mib, long iters) {
+  size_t n = mib << 18;
+  float *b = malloc(n * sizeof *b);
+  if (!b) FAIL("out of memory");
+  for (long it = 0; b && (iters == 0 || it < iters); it++) {
+    for (size_t i = 0; i < n; i++) b[i] = (float)(rank + 1);
+    hvd_handle_t h;
+    if (hvd_allreduce_async("big", b, n, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h) != HVD_OK || hvd_wait(h, 600) != HVD_OK)
+      FAIL("big allreduce: %s", hvd_last_error());
+    float want = (float)size * (float)(size + 1) / 2;
+    if (b[0] != want || b[n / 2] != want || b[n - 1] != want) FAIL("big allreduce: %g, expected %g", b[n - 1], want);
+    printf("engine_test[%d]: big iteration %ld\n", rank, it);
+    fflush(stdout);
+  }
+  free(b);
   return failures;
 }
 
@@ -927,6 +958,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "process-sets")) run_process_sets();
   else if (!strcmp(mode, "scatter")) run_scatter();
   else if (!strcmp(mode, "memory")) run_memory(argc > 2 ? atoi(argv[2]) : 10000);
+  else if (!strcmp(mode, "big")) run_big(argc > 2 ? (size_t)atoll(argv[2]) : 64, argc > 3 ? atol(argv[3]) : 3);
   else if (!strcmp(mode, "gpu-refused")) run_gpu_refused();
   else if (!strcmp(mode, "steps"))
     run_steps(argc > 2 ? atoi(argv[2]) : 100, argc > 3 ? atoi(argv[3]) : 64,

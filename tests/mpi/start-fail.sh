@@ -7,7 +7,7 @@
 # the memcheck command, ENGINE_TEST to the uninstalled binary): any report fails.
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
-for step in 1 2 3 4 5 6 7 8; do
+for step in 1 2 3 4 5 6 7 8 9; do
   T=60 mpi 2 -x HVDSHIM_TEST_FAIL_START=$step ${VALGRIND:-} "$ENGINE_TEST" collectives >"$TMP/out" 2>&1 &&
     { cat "$TMP/out"; fail "step $step: the job succeeded"; }
   ranks_said "$TMP/out" "hvd_init failed: HVDSHIM_TEST_FAIL_START=$step: the engine start fails at this step" 2 ||

@@ -6,19 +6,26 @@
 need_mpirun
 PY=$(command -v python3 || true)
 [ -n "$PY" ] || skip "python3 not found (needed to validate JSON)"
-HVDSHIM_TIMELINE="$TMP/tl.json" HVDSHIM_TIMELINE_MARK_CYCLES=1 mpi 2 "$ENGINE_TEST" random 3 40 2 2 >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "run"; }
-"$PY" - "$TMP/tl.json" <<'PYEOF' || fail "timeline content"
+# with MPI (HVDSHIM_SHM=off) and through shared memory (the default on one host)
+for shm in off auto; do
+HVDSHIM_SHM=$shm HVDSHIM_TIMELINE="$TMP/tl.json" HVDSHIM_TIMELINE_MARK_CYCLES=1 mpi 2 "$ENGINE_TEST" random 3 40 2 2 >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "run"; }
+"$PY" - "$TMP/tl.json" $shm <<'PYEOF' || fail "timeline content (HVDSHIM_SHM=$shm)"
 import json, sys
 ev = json.load(open(sys.argv[1]))
 names = {e["name"] for e in ev}
-need = {"NEGOTIATE", "QUEUE", "MEMCPY_IN_FUSION_BUFFER", "MPI_ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER", "thread_name", "CYCLE_START"}
+if sys.argv[2] == "off":
+    need = {"MEMCPY_IN_FUSION_BUFFER", "MPI_ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER"}
+else:
+    need = {"MEMCPY_IN_SHARED_BUFFER", "SHM_ALLREDUCE", "MEMCPY_OUT_SHARED_BUFFER"}
+need |= {"NEGOTIATE", "QUEUE", "thread_name", "CYCLE_START"}
 missing = need - names
 assert not missing, "missing phases: %s" % missing
 lanes = {e["args"]["name"] for e in ev if e["name"] == "thread_name"}
 assert "grad.0" in lanes, "no lane for grad.0"
 assert all(e.get("dur", 0) >= 0 for e in ev)
-print("timeline: %d events, %d tensors" % (len(ev), len(lanes)))
+print("timeline (HVDSHIM_SHM=%s): %d events, %d tensors" % (sys.argv[2], len(ev), len(lanes)))
 PYEOF
+done
 [ "$(stat -c %a "$TMP/tl.json")" = 644 ] || fail "timeline mode is $(stat -c %a "$TMP/tl.json"), not 644"
 # killed mid-run
 HVDSHIM_TIMELINE="$TMP/crash.json" HVDSHIM_CYCLE_TIME=0.2 mpi 2 "$ENGINE_TEST" memory 10000000 >"$TMP/crash" 2>&1 &

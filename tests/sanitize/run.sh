@@ -20,7 +20,7 @@ status=0
 # left out: it bounds RSS growth, which ASan's quarantine changes.
 MPI_TESTS="tests/mpi/allreduce-np1.sh tests/mpi/allreduce-np2.sh tests/mpi/allreduce-np3.sh tests/mpi/allreduce-np4.sh
   tests/mpi/fusion-modes.sh tests/mpi/cache-modes.sh tests/mpi/collectives.sh tests/mpi/mismatch.sh tests/mpi/stall.sh
-  tests/mpi/join.sh tests/mpi/hvd-join.sh tests/mpi/process-sets.sh tests/mpi/scatter.sh tests/mpi/adopt.sh tests/mpi/timeline.sh tests/mpi/start-fail.sh"
+  tests/mpi/join.sh tests/mpi/hvd-join.sh tests/mpi/process-sets.sh tests/mpi/scatter.sh tests/mpi/shm.sh tests/mpi/adopt.sh tests/mpi/timeline.sh tests/mpi/start-fail.sh"
 mkdir -p "$sb"
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 # A fresh copy of the sources (make distdir), since a source tree configured

@@ -1,0 +1,287 @@
+/* Shared-memory allreduce.  See shm.h for the protocol. */
+#define _GNU_SOURCE /* sched_getaffinity */
+#include "shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../base/log.h"
+#include "dtype.h"
+
+#define HDR 128 /* two flag words, a cache line each */
+enum { ARRIVE = 0, REDUCED = 8 }; /* offsets of the flags, in uint64_t */
+
+static struct {
+  int active;
+  MPI_Comm node, cross; /* cross: MPI_COMM_NULL on one host */
+  int me, n, hosts;
+  size_t half, region, maplen;
+  char *map;
+  char *tmp; /* the small path's private sum */
+  uint64_t seq;
+  unsigned spin; /* pause loops before yielding (0 when the host is oversubscribed) */
+  char why[160];
+} S = {0, MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, 0, 0, "off"};
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield");
+#endif
+}
+
+static uint64_t *flag(int k, int which) { return (uint64_t *)(S.map + (size_t)k * S.region) + which; }
+static char *buffer(int k, int b) { return S.map + (size_t)k * S.region + HDR + (size_t)b * S.half; }
+
+static void post(int which, uint64_t s) { __atomic_store_n(flag(S.me, which), s, __ATOMIC_RELEASE); }
+
+/* Until every peer's flag has reached s: spin, then yield, then nap 20 us. */
+static void wait_all(int which, uint64_t s) {
+  for (int k = 0; k < S.n; k++) {
+    if (k == S.me) continue;
+    const uint64_t *f = flag(k, which);
+    unsigned i = 0;
+    while (__atomic_load_n(f, __ATOMIC_ACQUIRE) < s) {
+      if (i < S.spin) {
+        cpu_relax();
+      } else if (i < S.spin + 200) {
+        sched_yield();
+      } else {
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+        continue;
+      }
+      i++;
+    }
+  }
+}
+
+int hvd_shm_active(void) { return S.active; }
+const char *hvd_shm_describe(void) { return S.why; }
+
+static void release(int mpi_up) {
+  if (S.map) munmap(S.map, S.maplen);
+  S.map = NULL;
+  free(S.tmp);
+  S.tmp = NULL;
+  if (mpi_up) {
+    if (S.node != MPI_COMM_NULL) MPI_Comm_free(&S.node);
+    if (S.cross != MPI_COMM_NULL) MPI_Comm_free(&S.cross);
+  }
+  S.node = S.cross = MPI_COMM_NULL;
+  S.active = 0;
+}
+
+void hvd_shm_stop(int mpi_up) {
+  release(mpi_up);
+  snprintf(S.why, sizeof S.why, "off");
+}
+
+/* Local root: creates and sizes the segment; fills name.  0, or -1 with why. */
+static int create_segment(char *name, size_t namelen, char *why, size_t whylen) {
+  static unsigned serial;
+  snprintf(name, namelen, "/hvdshim-%ld-%u-%u", (long)getpid(), serial++, (unsigned)(now_us()) & 0xffffu);
+  int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) return snprintf(why, whylen, "shm_open(%s): %s", name, strerror(errno)), -1;
+  int rc = ftruncate(fd, (off_t)S.maplen) != 0 ? errno : posix_fallocate(fd, 0, (off_t)S.maplen);
+  close(fd);
+  if (rc != 0) {
+    shm_unlink(name);
+    return snprintf(why, whylen, "no room for %zu bytes in /dev/shm: %s", S.maplen, strerror(rc)), -1;
+  }
+  return 0;
+}
+
+static int map_segment(const char *name, char *why, size_t whylen) {
+  int fd = shm_open(name, O_RDWR, 0600);
+  if (fd < 0) return snprintf(why, whylen, "shm_open(%s) of the host's segment: %s", name, strerror(errno)), -1;
+  void *p = mmap(NULL, S.maplen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int e = errno;
+  close(fd);
+  if (p == MAP_FAILED) return snprintf(why, whylen, "mmap of %zu bytes: %s", S.maplen, strerror(e)), -1;
+  S.map = p;
+  return 0;
+}
+
+static int cpus_available(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
+int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, size_t buffer_bytes, int hosts_override, char *err,
+                  size_t errlen) {
+  S.seq = 0;
+  S.active = 0;
+  if (!mode || size < 2) return snprintf(S.why, sizeof S.why, "off"), 0;
+  int rc;
+  if (hosts_override > 0) {
+    if (size % hosts_override != 0) {
+      snprintf(S.why, sizeof S.why, "off (HVDSHIM_TEST_SHM_HOSTS=%d does not divide %d ranks)", hosts_override, size);
+      return 0;
+    }
+    rc = MPI_Comm_split(comm, rank / (size / hosts_override), rank, &S.node);
+  } else {
+    rc = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &S.node);
+  }
+  if (rc != MPI_SUCCESS) return snprintf(err, errlen, "MPI_Comm_split_type (shared memory) failed"), -1;
+  MPI_Comm_rank(S.node, &S.me);
+  MPI_Comm_size(S.node, &S.n);
+  int mm[2] = {-S.n, S.n};
+  if (MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_INT, MPI_MAX, comm) != MPI_SUCCESS) {
+    release(1);
+    return snprintf(err, errlen, "MPI_Allreduce (ranks per host) failed"), -1;
+  }
+  if (-mm[0] != mm[1] || mm[1] < 2) {
+    if (mm[1] < 2)
+      snprintf(S.why, sizeof S.why, "off (one rank per host)");
+    else
+      snprintf(S.why, sizeof S.why, "off (hosts run %d to %d ranks; it needs the same number on each)", -mm[0], mm[1]);
+    release(1);
+    return 0;
+  }
+  S.hosts = size / S.n;
+  if (S.hosts > 1 && MPI_Comm_split(comm, S.me, rank, &S.cross) != MPI_SUCCESS) {
+    release(1);
+    return snprintf(err, errlen, "MPI_Comm_split (ranks across hosts) failed"), -1;
+  }
+  S.half = buffer_bytes - buffer_bytes % 64;
+  S.region = HDR + 2 * S.half;
+  S.maplen = S.region * (size_t)S.n;
+  S.spin = cpus_available() >= S.n ? 2000 : 0;
+  char name[96] = "", why[200] = "";
+  int ok = 1;
+  if (S.me == 0) ok = create_segment(name, sizeof name, why, sizeof why) == 0;
+  if (MPI_Bcast(name, sizeof name, MPI_CHAR, 0, S.node) != MPI_SUCCESS) {
+    if (S.me == 0 && ok) shm_unlink(name);
+    release(1);
+    return snprintf(err, errlen, "MPI_Bcast (shared segment name) failed"), -1;
+  }
+  if (ok && name[0]) ok = map_segment(name, why, sizeof why) == 0;
+  else if (ok) ok = 0, snprintf(why, sizeof why, "the host's first rank could not create the segment");
+  if (ok && !(S.tmp = malloc(S.half))) ok = 0, snprintf(why, sizeof why, "out of memory");
+  int all = ok;
+  rc = MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, comm); /* every rank has mapped (or given up) */
+  if (S.me == 0 && name[0]) shm_unlink(name);
+  if (rc != MPI_SUCCESS) {
+    release(1);
+    return snprintf(err, errlen, "MPI_Allreduce (shared segment check) failed"), -1;
+  }
+  if (!all) {
+    if (!ok) HVD_WARN("shared-memory allreduce off, MPI used instead: %s", why);
+    snprintf(S.why, sizeof S.why, "off (a rank could not map the segment%s%s)", ok ? "" : ": ", ok ? "" : why);
+    release(1);
+    return 0;
+  }
+  S.active = 1;
+  snprintf(S.why, sizeof S.why, "%d rank(s) per host x %d host(s), %zu-byte pieces", S.n, S.hosts, S.half);
+  return 0;
+}
+
+/* Element index where slice j of a piece of `elems` elements begins: equal
+ * slices, each starting on a 64-byte boundary. */
+static size_t slice_lo(size_t elems, size_t es, int j) {
+  size_t unit = 64 / es, per = (elems + (size_t)S.n - 1) / (size_t)S.n;
+  per = (per + unit - 1) / unit * unit;
+  size_t lo = per * (size_t)j;
+  return lo < elems ? lo : elems;
+}
+
+/* This rank's slice: dst (its own buffer) = its tensors' bytes reduced with
+ * every peer's (at offset `at` of their buffer b), a block at a time so each
+ * block stays in L1 from the copy to the last peer; `direct`: the result
+ * also goes back into the tensors (divided), so the copy out skips it. */
+#define OWN_BLOCK 16384
+static void reduce_own(hvd_fuse_cursor *own, char *dst, size_t bytes, int b, size_t at, hvd_dtype_t dtype,
+                       hvd_op_t op, int direct) {
+  size_t es = hvd_dtype_size(dtype);
+  char *p;
+  int d;
+  for (size_t take; (take = hvd_fuse_span(own, bytes < OWN_BLOCK ? bytes : OWN_BLOCK, &p, &d)) > 0;) {
+    memcpy(dst, p, take);
+    for (int k = 0; k < S.n; k++)
+      if (k != S.me) hvd_reduce_into(dst, buffer(k, b) + at, take / es, dtype, op);
+    if (direct) hvd_scale_copy(p, dst, take / es, dtype, d);
+    dst += take, at += take, bytes -= take;
+  }
+}
+
+int hvd_shm_allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype, hvd_op_t op, hvd_phase_times *t) {
+  size_t es = hvd_dtype_size(dtype), total = 0;
+  for (size_t i = 0; i < n; i++) total += e[i].bytes;
+  MPI_Datatype type = hvd_mpi_dtype(dtype);
+  MPI_Op mop = hvd_mpi_op(dtype, op);
+  hvd_fuse_cursor in, out;
+  hvd_fuse_begin(&in, e, n);
+  hvd_fuse_begin(&out, e, n);
+  for (size_t off = 0; off < total;) {
+    size_t len = total - off < S.half ? total - off : S.half;
+    uint64_t s = ++S.seq;
+    int b = (int)(s & 1);
+    char *mine = buffer(S.me, b);
+    size_t elems = len / es;
+    int small = len <= HVD_SHM_SMALL;
+    /* every slice but this rank's own goes into the segment now; its own is
+     * read from the tensors while it is reduced (reduce_own) */
+    size_t lo = small ? len : slice_lo(elems, es, S.me) * es, hi = small ? len : slice_lo(elems, es, S.me + 1) * es;
+    double t0 = now_us();
+    hvd_fuse_pack(&in, mine, lo);
+    hvd_fuse_cursor own = in;
+    hvd_fuse_skip(&in, hi - lo);
+    hvd_fuse_pack(&in, mine + hi, len - hi);
+    double t1 = now_us();
+    post(ARRIVE, s);
+    wait_all(ARRIVE, s);
+    if (small) {
+      memcpy(S.tmp, buffer(0, b), len);
+      for (int k = 1; k < S.n; k++) hvd_reduce_into(S.tmp, buffer(k, b), elems, dtype, op);
+      if (S.cross != MPI_COMM_NULL) {
+        int rc = MPI_Allreduce(MPI_IN_PLACE, S.tmp, (int)elems, type, mop, S.cross);
+        if (rc != MPI_SUCCESS) return rc;
+      }
+      double t2 = now_us();
+      hvd_fuse_unpack(&out, S.tmp, len, dtype);
+      t->copy_in_us += t1 - t0;
+      t->reduce_us += t2 - t1;
+      t->copy_out_us += now_us() - t2;
+    } else {
+      lo /= es, hi /= es;
+      int direct = S.cross == MPI_COMM_NULL; /* this slice's result is final: straight to the tensors too */
+      reduce_own(&own, mine + lo * es, (hi - lo) * es, b, lo * es, dtype, op, direct);
+      if (!direct && hi > lo) {
+        int rc = MPI_Allreduce(MPI_IN_PLACE, mine + lo * es, (int)(hi - lo), type, mop, S.cross);
+        if (rc != MPI_SUCCESS) return rc;
+      }
+      post(REDUCED, s);
+      wait_all(REDUCED, s);
+      double t2 = now_us();
+      for (int j = 0; j < S.n; j++) {
+        size_t a = slice_lo(elems, es, j), z = slice_lo(elems, es, j + 1);
+        if (j == S.me && direct) hvd_fuse_skip(&out, (z - a) * es);
+        else if (z > a) hvd_fuse_unpack(&out, buffer(j, b) + a * es, (z - a) * es, dtype);
+      }
+      t->copy_in_us += t1 - t0;
+      t->reduce_us += t2 - t1;
+      t->copy_out_us += now_us() - t2;
+    }
+    off += len;
+  }
+  return MPI_SUCCESS;
+}

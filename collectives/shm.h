@@ -1,0 +1,52 @@
+/* Shared-memory allreduce between the ranks of one host (HVDSHIM_SHM).
+ *
+ * At the start every host's ranks map one segment (POSIX shared memory,
+ * unlinked as soon as all have mapped it, so nothing is left in /dev/shm
+ * after a crash).  Each rank owns a region: two flag words and two buffers
+ * of HVDSHIM_SHM_BUFFER bytes, used in turn by consecutive pieces.  A piece
+ * of an allreduce group:
+ *   1. every rank packs its piece into its own buffer and raises `arrive`;
+ *   2. small piece (<= HVD_SHM_SMALL bytes): every rank sums all buffers in
+ *      local-rank order into a private copy (one sync point, the same result
+ *      everywhere);
+ *      larger: each rank reduces its own slice of the piece in place from
+ *      the others' buffers and raises `reduced`; then copies every slice
+ *      out of its owner's buffer;
+ *   3. the copy out divides by each tensor's divisor (averages).
+ * Across hosts (the same number of ranks on each), the slice is allreduced
+ * with MPI among the ranks of equal local rank before `reduced`: a local
+ * reduce-scatter, one MPI allreduce per slice across hosts, a local
+ * allgather.  A buffer is written again two pieces later, when every peer
+ * has raised `arrive` for the piece in between, so it has read the old one.
+ * Waits spin, then yield, then nap; a dead peer is caught by the liveness
+ * watchdog (the engine is marked busy while it executes).  Engine thread
+ * only. */
+#ifndef HVD_SHM_H
+#define HVD_SHM_H
+
+#include <mpi.h>
+#include <stddef.h>
+
+#include "backend_mpi.h"
+#include "fusion.h"
+
+#define HVD_SHM_SMALL 16384
+
+/* Collective over comm.  mode 0: off.  hosts_override > 0 (tests): treat
+ * consecutive blocks of ranks as that many hosts.  Sets up the segment when
+ * every host runs the same number (>= 2) of ranks and every rank could map
+ * it; otherwise stays inactive (MPI only), with the reason logged.  Returns
+ * 0, or -1 (with err) when an MPI call failed. */
+int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, size_t buffer, int hosts_override, char *err,
+                  size_t errlen);
+int hvd_shm_active(void);
+/* "2 ranks per host x 1 host" or the reason it is off (for the start line). */
+const char *hvd_shm_describe(void);
+/* Allreduce a group of same-dtype host tensors between all ranks of the job
+ * (set 0).  Returns an MPI error code (the cross-host step's). */
+int hvd_shm_allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype, hvd_op_t op, hvd_phase_times *t);
+/* Unmaps the segment; frees the communicators when mpi_up.  Local: no peer
+ * is waited for. */
+void hvd_shm_stop(int mpi_up);
+
+#endif

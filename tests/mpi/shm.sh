@@ -1,0 +1,103 @@
+#!/bin/sh
+# The shared-memory allreduce (HVDSHIM_SHM=auto, the default for ranks that
+# share a host), checked against the reference every rank computes:
+#  1. every dtype and op, sizes 0..300 k elements, a different random order
+#     on every rank from 3 threads; every rank's bytes identical: np 2, 3, 4,
+#     with small pieces (many pieces, uneven slices, a tail) and the default;
+#  2. the cross-host path (HVDSHIM_TEST_SHM_HOSTS: consecutive ranks as
+#     hosts; a local reduce-scatter, MPI per slice across, a local
+#     allgather): 2 hosts x 2 ranks, 3 x 2; a joined rank through it;
+#  3. the start line says what is used, and why not (one rank per host,
+#     hosts that cannot be split evenly, HVDSHIM_SHM=off);
+#  4. a rank killed while its peers wait in the shared segment: the job ends
+#     within 30 s naming it, with a non-zero status;
+#  5. nothing is left in /dev/shm.
+. "$(dirname "$0")/../lib.sh"
+need_mpirun
+shm_files() { ls /dev/shm 2>/dev/null | grep -c '^hvdshim-' || true; }
+before=$(shm_files)
+run_random() { # NP SETTINGS... : engine_test random with the settings (NAME=VALUE)
+  _np=$1
+  shift
+  _x=
+  for _s in "$@"; do _x="$_x -x $_s"; done
+  # shellcheck disable=SC2086
+  mpi "$_np" $_x -x HVDSHIM_LOG_LEVEL=info "$ENGINE_TEST" random 33 60 3 3 >"$TMP/out" 2>&1 ||
+    { cat "$TMP/out"; fail "engine_test random at np=$_np with $*"; }
+  expect_ok_lines "$TMP/out" "$_np"
+  used=$(grep -o "shared memory .*" "$TMP/out" | sort -u)
+}
+for np in 2 3 4; do
+  for buf in 40010 512K; do
+    run_random $np HVDSHIM_SHM_BUFFER=$buf
+    case $used in "shared memory $np rank(s) per host x 1 host(s), "*) ;;
+      *) cat "$TMP/out"; fail "np=$np: the shared-memory path was not used: $used" ;; esac
+  done
+  pass "np=$np: every dtype and op through shared memory (40000- and 524288-byte pieces: HVDSHIM_SHM_BUFFER=40010 rounds down to 64-byte units), ranks identical"
+done
+run_random 4 HVDSHIM_TEST_SHM_HOSTS=2 HVDSHIM_SHM_BUFFER=40010
+[ "$used" = "shared memory 2 rank(s) per host x 2 host(s), 40000-byte pieces" ] || { cat "$TMP/out"; fail "2x2: $used"; }
+run_random 6 HVDSHIM_TEST_SHM_HOSTS=3
+[ "$used" = "shared memory 2 rank(s) per host x 3 host(s), 524288-byte pieces" ] || { cat "$TMP/out"; fail "3x2: $used"; }
+pass "across hosts (2 x 2 and 3 x 2 ranks): every dtype and op, ranks identical"
+mpi 4 -x HVDSHIM_TEST_SHM_HOSTS=2 "$ENGINE_TEST" join 2 >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "join across hosts"; }
+expect_ok_lines "$TMP/out" 4
+pass "a joined rank takes part through the shared segment and across hosts"
+
+run_random 4 HVDSHIM_TEST_SHM_HOSTS=4
+[ "$used" = "shared memory off (one rank per host)" ] || { cat "$TMP/out"; fail "one rank per host: $used"; }
+run_random 3 HVDSHIM_TEST_SHM_HOSTS=2
+[ "$used" = "shared memory off (HVDSHIM_TEST_SHM_HOSTS=2 does not divide 3 ranks)" ] || { cat "$TMP/out"; fail "3 ranks, 2 hosts: $used"; }
+run_random 2 HVDSHIM_SHM=off
+[ "$used" = "shared memory off" ] || { cat "$TMP/out"; fail "HVDSHIM_SHM=off: $used"; }
+mpi 2 -x HVDSHIM_SHM_BUFFER=1K "$ENGINE_TEST" collectives >"$TMP/out" 2>&1 && fail "HVDSHIM_SHM_BUFFER=1K was accepted"
+grep -q "HVDSHIM_SHM_BUFFER" "$TMP/out" || { cat "$TMP/out"; fail "no line naming HVDSHIM_SHM_BUFFER"; }
+pass "the start line names the path or why shared memory is off; a too small piece is refused"
+
+# a rank killed inside the data path (64 MiB sums: most of the time is spent
+# there): with the launcher's default policy, and with Open MPI's
+# --enable-recovery, which leaves ending the job to the shim's watchdog (that
+# mpirun then reports status 0 whatever the ranks' status: not checked)
+kill_rank1() { # NAME MPIRUN-OPTIONS...
+  _name=$1
+  shift
+  T=90 mpi 3 "$@" "$ENGINE_TEST" big 64 0 >"$TMP/$_name" 2>&1 &
+  job=$!
+  i=0
+  until grep -q "big iteration 3" "$TMP/$_name" 2>/dev/null; do
+    i=$((i + 1))
+    [ $i -le 600 ] || { cat "$TMP/$_name"; fail "$_name: no progress within 60 s"; }
+    sleep 0.1
+  done
+  victim=
+  for p in $(pgrep -f "engine_test big 64 0" || true); do
+    [ "$(cat /proc/$p/comm 2>/dev/null)" = engine_test ] || continue
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1\|PMI_RANK=1" && victim=$p
+  done
+  [ -n "$victim" ] || { cat "$TMP/$_name"; fail "$_name: rank 1 not found"; }
+  t0=$(date +%s%3N)
+  kill -9 "$victim"
+  wait $job
+  rc=$?
+  took=$(($(date +%s%3N) - t0))
+  [ "$took" -lt 30000 ] || { cat "$TMP/$_name"; fail "$_name: the job took $took ms to end"; }
+  sleep 1
+  [ -z "$(pgrep -f "engine_test big 64 0" || true)" ] || fail "$_name: processes left behind"
+}
+kill_rank1 default
+[ "$rc" != 0 ] || { cat "$TMP/default"; fail "default: the job ended with status 0 after a rank was killed"; }
+tr -s '\n ' '  ' <"$TMP/default" | grep -q "lost rank 1 \|process rank 1 with PID .* exited on signal 9\|rank 1 .*[Kk]illed" ||
+  { cat "$TMP/default"; fail "default: the lost rank is not named"; }
+pass "rank 1 killed in the shared-memory data path: the job ended after $took ms with status $rc, rank named"
+case $MPI_KIND in
+  ompi | ompi5)
+    kill_rank1 recovery --enable-recovery
+    grep -q "lost rank 1 (pid $victim on .*): the process is gone" "$TMP/recovery" ||
+      { cat "$TMP/recovery"; fail "recovery: the shim's watchdog did not name the lost rank"; }
+    pass "the same under mpirun --enable-recovery: the watchdog named rank 1 and ended the job after $took ms"
+    ;;
+esac
+
+after=$(shm_files)
+[ "$after" -le "$before" ] || { ls -l /dev/shm; fail "segments left in /dev/shm ($before before, $after after)"; }
+pass "nothing left in /dev/shm"
