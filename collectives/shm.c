@@ -168,14 +168,15 @@ int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, size_t buffer_byt
   S.spin = cpus_available() >= S.n ? 2000 : 0;
   char name[96] = "", why[200] = "";
   int ok = 1;
-  if (S.me == 0) ok = create_segment(name, sizeof name, why, sizeof why) == 0;
+  if (S.me == 0 && !(ok = create_segment(name, sizeof name, why, sizeof why) == 0)) name[0] = 0;
   if (MPI_Bcast(name, sizeof name, MPI_CHAR, 0, S.node) != MPI_SUCCESS) {
     if (S.me == 0 && ok) shm_unlink(name);
     release(1);
     return snprintf(err, errlen, "MPI_Bcast (shared segment name) failed"), -1;
   }
+  int told = 0; /* the host's first rank failed and says why */
   if (ok && name[0]) ok = map_segment(name, why, sizeof why) == 0;
-  else if (ok) ok = 0, snprintf(why, sizeof why, "the host's first rank could not create the segment");
+  else if (ok) ok = 0, told = 1;
   if (ok && !(S.tmp = malloc(S.half))) ok = 0, snprintf(why, sizeof why, "out of memory");
   int all = ok;
   rc = MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, comm); /* every rank has mapped (or given up) */
@@ -185,8 +186,9 @@ int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, size_t buffer_byt
     return snprintf(err, errlen, "MPI_Allreduce (shared segment check) failed"), -1;
   }
   if (!all) {
-    if (!ok) HVD_WARN("shared-memory allreduce off, MPI used instead: %s", why);
-    snprintf(S.why, sizeof S.why, "off (a rank could not map the segment%s%s)", ok ? "" : ": ", ok ? "" : why);
+    if (!ok && !told) HVD_WARN("shared-memory allreduce off, MPI used instead: %s", why);
+    snprintf(S.why, sizeof S.why, "off (a rank could not map the segment%s%s)", ok && !told ? "" : ": ",
+             ok && !told ? "" : told ? "see the host's first rank" : why);
     release(1);
     return 0;
   }

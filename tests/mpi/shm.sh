@@ -11,7 +11,8 @@
 #     hosts that cannot be split evenly, HVDSHIM_SHM=off);
 #  4. a rank killed while its peers wait in the shared segment: the job ends
 #     within 30 s naming it, with a non-zero status;
-#  5. nothing is left in /dev/shm.
+#  5. a /dev/shm too small for the segment: every rank on MPI, one warning;
+#  6. nothing is left in /dev/shm.
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
 shm_files() { ls /dev/shm 2>/dev/null | grep -c '^hvdshim-' || true; }
@@ -53,6 +54,23 @@ run_random 2 HVDSHIM_SHM=off
 mpi 2 -x HVDSHIM_SHM_BUFFER=1K "$ENGINE_TEST" collectives >"$TMP/out" 2>&1 && fail "HVDSHIM_SHM_BUFFER=1K was accepted"
 grep -q "HVDSHIM_SHM_BUFFER" "$TMP/out" || { cat "$TMP/out"; fail "no line naming HVDSHIM_SHM_BUFFER"; }
 pass "the start line names the path or why shared memory is off; a too small piece is refused"
+
+# /dev/shm too small for the segment (a private 16 MiB tmpfs in a mount
+# namespace): every rank falls back to MPI, the cause is named, the job runs
+if command -v unshare >/dev/null && unshare -m sh -c 'mount -t tmpfs -o size=16M tmpfs /dev/shm' 2>/dev/null; then
+  unshare -m sh -c 'mount -t tmpfs -o size=16M tmpfs /dev/shm && exec "$@"' sh \
+    sh -c ". '$top_srcdir/tests/lib.sh'; need_mpirun; mpi 2 -x HVDSHIM_SHM_BUFFER=16M -x HVDSHIM_LOG_LEVEL=info '$ENGINE_TEST' random 33 60 3 3" \
+    >"$TMP/full" 2>&1 || { cat "$TMP/full"; fail "a full /dev/shm: the job failed"; }
+  expect_ok_lines "$TMP/full" 2
+  grep -q "warning.*shared-memory allreduce off, MPI used instead: no room for .* bytes in /dev/shm: No space left on device" "$TMP/full" ||
+    { cat "$TMP/full"; fail "a full /dev/shm: no warning naming the cause"; }
+  [ "$(grep -c "warning.*shared-memory allreduce off" "$TMP/full")" = 1 ] || { cat "$TMP/full"; fail "a full /dev/shm: more than one warning"; }
+  grep -q "shared memory off (a rank could not map the segment: see the host's first rank)" "$TMP/full" ||
+    { cat "$TMP/full"; fail "a full /dev/shm: rank 1's start line"; }
+  pass "/dev/shm too small: one warning naming the cause, every rank on MPI, results right"
+else
+  echo "(a full /dev/shm not tried: no mount namespace here)"
+fi
 
 # a rank killed inside the data path (64 MiB sums: most of the time is spent
 # there): with the launcher's default policy, and with Open MPI's
