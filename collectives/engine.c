@@ -414,6 +414,7 @@ static void slow_path(double now) {
  * spin briefly (the common, aligned case), then sleep, doubling the sleep
  * from 20 us up to HVD_POLL_NAP_MAX_NS. */
 static void control_allreduce(uint64_t *v) {
+  if (hvd_shm_control(v)) return; /* every rank on this host: through shared memory */
   MPI_Request req;
   hvd_eng_mpi_check(MPI_Iallreduce(MPI_IN_PLACE, v, E->nwords, MPI_UINT64_T, MPI_BAND, E->comm, &req), "MPI_Iallreduce (cycle)");
   int done = 0;
@@ -872,7 +873,8 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
   if (injected(5, err, errlen)) goto undo;
 
   if (hvd_shm_start(E->comm, E->rank, E->size, hvd_cfg_int(HVD_CFG_SHM) == 0,
-                    (size_t)hvd_cfg_int(HVD_CFG_SHM_BUFFER), (int)hvd_cfg_int(HVD_CFG_TEST_SHM_HOSTS), err, errlen) != 0)
+                    (size_t)hvd_cfg_int(HVD_CFG_SHM_BUFFER), (int)hvd_cfg_int(HVD_CFG_TEST_SHM_HOSTS),
+                    (size_t)E->nwords, err, errlen) != 0)
     goto undo;
   done = SHM;
   if (injected(6, err, errlen)) goto undo;

@@ -10,27 +10,31 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <linux/futex.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../base/log.h"
 #include "dtype.h"
 
-#define HDR 128 /* two flag words, a cache line each */
-enum { ARRIVE = 0, REDUCED = 8 }; /* offsets of the flags, in uint64_t */
+#define HDR 192 /* three flag words, a cache line each */
+enum { ARRIVE = 0, REDUCED = 8, CONTROL = 16 }; /* offsets of the flags, in uint64_t */
 
 static struct {
   int active;
   MPI_Comm node, cross; /* cross: MPI_COMM_NULL on one host */
   int me, n, hosts;
   size_t half, region, maplen;
+  size_t cwords, cbytes; /* control round: words of the vector; bytes of one copy (64-byte units) */
+  uint32_t cseq;         /* control rounds run */
   char *map;
   char *tmp; /* the small path's private sum */
   uint64_t seq;
   unsigned spin; /* pause loops before yielding (0 when the host is oversubscribed) */
   char why[160];
-} S = {0, MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, 0, 0, "off"};
+} S = {0, MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, 0, 0, "off"};
 
 static double now_us(void) {
   struct timespec ts;
@@ -47,7 +51,12 @@ static inline void cpu_relax(void) {
 }
 
 static uint64_t *flag(int k, int which) { return (uint64_t *)(S.map + (size_t)k * S.region) + which; }
-static char *buffer(int k, int b) { return S.map + (size_t)k * S.region + HDR + (size_t)b * S.half; }
+static char *buffer(int k, int b) { return S.map + (size_t)k * S.region + HDR + 2 * S.cbytes + (size_t)b * S.half; }
+static uint64_t *control_copy(int k, int b) {
+  return (uint64_t *)(S.map + (size_t)k * S.region + HDR + (size_t)b * S.cbytes);
+}
+/* The control round's futex word: the low half of rank k's CONTROL flag. */
+static uint32_t *control_word(int k) { return (uint32_t *)flag(k, CONTROL); }
 
 static void post(int which, uint64_t s) { __atomic_store_n(flag(S.me, which), s, __ATOMIC_RELEASE); }
 
@@ -126,8 +135,8 @@ static int cpus_available(void) {
   return n > 0 ? (int)n : 1;
 }
 
-int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, size_t buffer_bytes, int hosts_override, char *err,
-                  size_t errlen) {
+int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, size_t buffer_bytes, int hosts_override,
+                  size_t control_words, char *err, size_t errlen) {
   S.seq = 0;
   S.active = 0;
   if (!mode || size < 2) return snprintf(S.why, sizeof S.why, "off"), 0;
@@ -163,7 +172,10 @@ int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, size_t buffer_byt
     return snprintf(err, errlen, "MPI_Comm_split (ranks across hosts) failed"), -1;
   }
   S.half = buffer_bytes - buffer_bytes % 64;
-  S.region = HDR + 2 * S.half;
+  S.cwords = control_words;
+  S.cbytes = (control_words * 8 + 63) / 64 * 64;
+  S.cseq = 0;
+  S.region = HDR + 2 * S.cbytes + 2 * S.half;
   S.maplen = S.region * (size_t)S.n;
   S.spin = cpus_available() >= S.n ? 2000 : 0;
   char name[96] = "", why[200] = "";
@@ -286,4 +298,43 @@ int hvd_shm_allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype
     off += len;
   }
   return MPI_SUCCESS;
+}
+
+/* ------------------------------------------------------------ control round */
+
+static long futex(uint32_t *addr, int op, uint32_t val, const struct timespec *timeout) {
+  return syscall(SYS_futex, addr, op, val, timeout, NULL, 0);
+}
+
+int hvd_shm_control(uint64_t *v) {
+  if (!S.active || S.hosts != 1) return 0;
+  uint32_t k = ++S.cseq;
+  int b = (int)(k & 1);
+  memcpy(control_copy(S.me, b), v, S.cwords * 8);
+  __atomic_store_n(control_word(S.me), k, __ATOMIC_RELEASE);
+  futex(control_word(S.me), FUTEX_WAKE, INT32_MAX, NULL); /* peers asleep on this rank's word */
+  for (int p = 0; p < S.n; p++) {
+    if (p == S.me) continue;
+    uint32_t *w = control_word(p);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (unsigned i = 0;; i++) {
+      uint32_t seen = __atomic_load_n(w, __ATOMIC_ACQUIRE);
+      if ((int32_t)(seen - k) >= 0) break;
+      if (i < 64 || (i & 63)) { /* spin about 50 us, checking the clock now and then */
+        cpu_relax();
+        continue;
+      }
+      clock_gettime(CLOCK_MONOTONIC, &t);
+      if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 50000) continue;
+      struct timespec limit = {0, 100000000}; /* re-check every 100 ms (the watchdog judges a dead peer) */
+      futex(w, FUTEX_WAIT, seen, &limit);
+    }
+  }
+  for (int p = 0; p < S.n; p++) {
+    if (p == S.me) continue;
+    const uint64_t *c = control_copy(p, b);
+    for (size_t i = 0; i < S.cwords; i++) v[i] &= c[i];
+  }
+  return 1;
 }

@@ -3,7 +3,8 @@
  * At the start every host's ranks map one segment (POSIX shared memory,
  * unlinked as soon as all have mapped it, so nothing is left in /dev/shm
  * after a crash).  Each rank owns a region: two flag words and two buffers
- * of HVDSHIM_SHM_BUFFER bytes, used in turn by consecutive pieces.  A piece
+ * of HVDSHIM_SHM_BUFFER bytes, used in turn by consecutive pieces (and a
+ * control area: see hvd_shm_control).  A piece
  * of an allreduce group:
  *   1. every rank packs its piece into its own buffer and raises `arrive`;
  *   2. small piece (<= HVD_SHM_SMALL bytes): every rank sums all buffers in
@@ -37,14 +38,22 @@
  * every host runs the same number (>= 2) of ranks and every rank could map
  * it; otherwise stays inactive (MPI only), with the reason logged.  Returns
  * 0, or -1 (with err) when an MPI call failed. */
-int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, size_t buffer, int hosts_override, char *err,
-                  size_t errlen);
+int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, size_t buffer, int hosts_override,
+                  size_t control_words, char *err, size_t errlen);
 int hvd_shm_active(void);
 /* "2 ranks per host x 1 host" or the reason it is off (for the start line). */
 const char *hvd_shm_describe(void);
 /* Allreduce a group of same-dtype host tensors between all ranks of the job
  * (set 0).  Returns an MPI error code (the cross-host step's). */
 int hvd_shm_allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype, hvd_op_t op, hvd_phase_times *t);
+/* The engine's control round (a bitwise AND of every rank's vector of
+ * control_words words) through the segment, when every rank of the job is
+ * on this host: each rank writes its vector (two copies, used in turn, as
+ * the data buffers), raises its round count and wakes the peers asleep on
+ * it (a futex); a rank waits for each peer's count (spin ~50 us, then sleep
+ * on the peer's futex word), then ANDs every vector.  Returns 0 (nothing
+ * done: use MPI) when the job spans hosts or shared memory is off. */
+int hvd_shm_control(uint64_t *v);
 /* Unmaps the segment; frees the communicators when mpi_up.  Local: no peer
  * is waited for. */
 void hvd_shm_stop(int mpi_up);
