@@ -33,7 +33,7 @@ static struct {
   char *tmp; /* the small path's private sum */
   uint64_t seq;
   unsigned spin; /* pause loops before yielding (0 when the host is oversubscribed) */
-  char why[160];
+  char why[320];
 } S = {0, MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, 0, 0, "off"};
 
 static double now_us(void) {

@@ -89,5 +89,5 @@ if ! VALGRIND="$vg" ENGINE_TEST="$et" top_builddir="$top" top_srcdir="$src" sh "
   echo "check-sanitize: valgrind: tests/mpi/start-fail.sh FAILED"
   status=1
 fi
-[ $status = 0 ] && echo "check-sanitize: valgrind memcheck: $runs runs clean (unit_tests; engine_test random, collectives, mismatch, join, hvd-join, process-sets, scatter, adopt; start-fail.sh, the engine start failing at each of its 8 steps)"
+[ $status = 0 ] && echo "check-sanitize: valgrind memcheck: $runs runs clean (unit_tests; engine_test random, collectives, mismatch, join, hvd-join, process-sets, scatter, adopt; start-fail.sh, the engine start failing at each of its 9 steps)"
 exit $status
