@@ -32,7 +32,9 @@ static struct {
   char *map;
   char *tmp; /* the small path's private sum */
   uint64_t seq;
-  unsigned spin; /* pause loops before yielding (0 when the host is oversubscribed) */
+  unsigned spin; /* pause loops before yielding: 0 when this process may use fewer CPUs than the host has
+                    * ranks (bound to one core by the launcher, or oversubscribed), where a spinning
+                    * engine thread would take the core from its own training thread or a peer */
   char why[320];
 } S = {0, MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, 0, 0, "off"};
 
