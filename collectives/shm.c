@@ -20,7 +20,7 @@
 #include "dtype.h"
 
 #define HDR 192 /* three flag words, a cache line each */
-enum { ARRIVE = 0, REDUCED = 8, CONTROL = 16 }; /* offsets of the flags, in uint64_t */
+enum { ARRIVE = 0, REDUCED = 16, CONTROL = 32 }; /* offsets of the flags, in uint32_t (64 bytes apart) */
 
 static struct {
   int active;
@@ -28,10 +28,10 @@ static struct {
   int me, n, hosts;
   size_t half, region, maplen;
   size_t cwords, cbytes; /* control round: words of the vector; bytes of one copy (64-byte units) */
-  uint32_t cseq;         /* control rounds run */
+  uint32_t cseq;         /* control rounds run (counts wrap: compared as differences) */
   char *map;
   char *tmp; /* the small path's private sum */
-  uint64_t seq;
+  uint32_t seq;  /* pieces run */
   unsigned spin; /* pause loops before yielding: 0 when this process may use fewer CPUs than the host has
                     * ranks (bound to one core by the launcher, or oversubscribed), where a spinning
                     * engine thread would take the core from its own training thread or a peer */
@@ -52,33 +52,39 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-static uint64_t *flag(int k, int which) { return (uint64_t *)(S.map + (size_t)k * S.region) + which; }
+static uint32_t *flag(int k, int which) { return (uint32_t *)(S.map + (size_t)k * S.region) + which; }
 static char *buffer(int k, int b) { return S.map + (size_t)k * S.region + HDR + 2 * S.cbytes + (size_t)b * S.half; }
 static uint64_t *control_copy(int k, int b) {
   return (uint64_t *)(S.map + (size_t)k * S.region + HDR + (size_t)b * S.cbytes);
 }
-/* The control round's futex word: the low half of rank k's CONTROL flag. */
-static uint32_t *control_word(int k) { return (uint32_t *)flag(k, CONTROL); }
 
-static void post(int which, uint64_t s) { __atomic_store_n(flag(S.me, which), s, __ATOMIC_RELEASE); }
+static long futex(uint32_t *addr, int op, uint32_t val, const struct timespec *timeout) {
+  return syscall(SYS_futex, addr, op, val, timeout, NULL, 0);
+}
 
-/* Until every peer's flag has reached s: spin, then yield, then nap 20 us. */
-static void wait_all(int which, uint64_t s) {
+static void post(int which, uint32_t s) { __atomic_store_n(flag(S.me, which), s, __ATOMIC_RELEASE); }
+
+/* Until every peer's flag `which` has reached s: spin S.spin pauses, then
+ * sleep: on the peer's futex word (control rounds, whose peers may be
+ * computing for milliseconds; re-checked every 100 ms, the watchdog judges
+ * a dead peer), or yield and nap 20 us (the data path, whose peers are
+ * executing the same piece). */
+static void wait_all(int which, uint32_t s, int on_futex) {
   for (int k = 0; k < S.n; k++) {
     if (k == S.me) continue;
-    const uint64_t *f = flag(k, which);
-    unsigned i = 0;
-    while (__atomic_load_n(f, __ATOMIC_ACQUIRE) < s) {
+    uint32_t *f = flag(k, which), seen;
+    for (unsigned i = 0; (int32_t)((seen = __atomic_load_n(f, __ATOMIC_ACQUIRE)) - s) < 0; i++) {
       if (i < S.spin) {
         cpu_relax();
+      } else if (on_futex) {
+        struct timespec limit = {0, 100000000};
+        futex(f, FUTEX_WAIT, seen, &limit);
       } else if (i < S.spin + 200) {
         sched_yield();
       } else {
         struct timespec ts = {0, 20000};
         nanosleep(&ts, NULL);
-        continue;
       }
-      i++;
     }
   }
 }
@@ -249,7 +255,7 @@ int hvd_shm_allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype
   hvd_fuse_begin(&out, e, n);
   for (size_t off = 0; off < total;) {
     size_t len = total - off < S.half ? total - off : S.half;
-    uint64_t s = ++S.seq;
+    uint32_t s = ++S.seq;
     int b = (int)(s & 1);
     char *mine = buffer(S.me, b);
     size_t elems = len / es;
@@ -264,7 +270,7 @@ int hvd_shm_allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype
     hvd_fuse_pack(&in, mine + hi, len - hi);
     double t1 = now_us();
     post(ARRIVE, s);
-    wait_all(ARRIVE, s);
+    wait_all(ARRIVE, s, 0);
     if (small) {
       memcpy(S.tmp, buffer(0, b), len);
       for (int k = 1; k < S.n; k++) hvd_reduce_into(S.tmp, buffer(k, b), elems, dtype, op);
@@ -272,31 +278,29 @@ int hvd_shm_allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype
         int rc = MPI_Allreduce(MPI_IN_PLACE, S.tmp, (int)elems, type, mop, S.cross);
         if (rc != MPI_SUCCESS) return rc;
       }
-      double t2 = now_us();
-      hvd_fuse_unpack(&out, S.tmp, len, dtype);
-      t->copy_in_us += t1 - t0;
-      t->reduce_us += t2 - t1;
-      t->copy_out_us += now_us() - t2;
     } else {
-      lo /= es, hi /= es;
       int direct = S.cross == MPI_COMM_NULL; /* this slice's result is final: straight to the tensors too */
-      reduce_own(&own, mine + lo * es, (hi - lo) * es, b, lo * es, dtype, op, direct);
+      reduce_own(&own, mine + lo, hi - lo, b, lo, dtype, op, direct);
       if (!direct && hi > lo) {
-        int rc = MPI_Allreduce(MPI_IN_PLACE, mine + lo * es, (int)(hi - lo), type, mop, S.cross);
+        int rc = MPI_Allreduce(MPI_IN_PLACE, mine + lo, (int)((hi - lo) / es), type, mop, S.cross);
         if (rc != MPI_SUCCESS) return rc;
       }
       post(REDUCED, s);
-      wait_all(REDUCED, s);
-      double t2 = now_us();
-      for (int j = 0; j < S.n; j++) {
-        size_t a = slice_lo(elems, es, j), z = slice_lo(elems, es, j + 1);
-        if (j == S.me && direct) hvd_fuse_skip(&out, (z - a) * es);
-        else if (z > a) hvd_fuse_unpack(&out, buffer(j, b) + a * es, (z - a) * es, dtype);
-      }
-      t->copy_in_us += t1 - t0;
-      t->reduce_us += t2 - t1;
-      t->copy_out_us += now_us() - t2;
+      wait_all(REDUCED, s, 0);
     }
+    double t2 = now_us();
+    if (small) {
+      hvd_fuse_unpack(&out, S.tmp, len, dtype);
+    } else {
+      for (int j = 0; j < S.n; j++) {
+        size_t a = slice_lo(elems, es, j) * es, z = slice_lo(elems, es, j + 1) * es;
+        if (j == S.me && S.cross == MPI_COMM_NULL) hvd_fuse_skip(&out, z - a); /* already in the tensors */
+        else hvd_fuse_unpack(&out, buffer(j, b) + a, z - a, dtype);
+      }
+    }
+    t->copy_in_us += t1 - t0;
+    t->reduce_us += t2 - t1;
+    t->copy_out_us += now_us() - t2;
     off += len;
   }
   return MPI_SUCCESS;
@@ -304,35 +308,14 @@ int hvd_shm_allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype
 
 /* ------------------------------------------------------------ control round */
 
-static long futex(uint32_t *addr, int op, uint32_t val, const struct timespec *timeout) {
-  return syscall(SYS_futex, addr, op, val, timeout, NULL, 0);
-}
-
 int hvd_shm_control(uint64_t *v) {
   if (!S.active || S.hosts != 1) return 0;
   uint32_t k = ++S.cseq;
   int b = (int)(k & 1);
   memcpy(control_copy(S.me, b), v, S.cwords * 8);
-  __atomic_store_n(control_word(S.me), k, __ATOMIC_RELEASE);
-  futex(control_word(S.me), FUTEX_WAKE, INT32_MAX, NULL); /* peers asleep on this rank's word */
-  for (int p = 0; p < S.n; p++) {
-    if (p == S.me) continue;
-    uint32_t *w = control_word(p);
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (unsigned i = 0;; i++) {
-      uint32_t seen = __atomic_load_n(w, __ATOMIC_ACQUIRE);
-      if ((int32_t)(seen - k) >= 0) break;
-      if (i < 64 || (i & 63)) { /* spin about 50 us, checking the clock now and then */
-        cpu_relax();
-        continue;
-      }
-      clock_gettime(CLOCK_MONOTONIC, &t);
-      if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 50000) continue;
-      struct timespec limit = {0, 100000000}; /* re-check every 100 ms (the watchdog judges a dead peer) */
-      futex(w, FUTEX_WAIT, seen, &limit);
-    }
-  }
+  post(CONTROL, k);
+  futex(flag(S.me, CONTROL), FUTEX_WAKE, INT32_MAX, NULL); /* peers asleep on this rank's word */
+  wait_all(CONTROL, k, 1);
   for (int p = 0; p < S.n; p++) {
     if (p == S.me) continue;
     const uint64_t *c = control_copy(p, b);

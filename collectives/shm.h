@@ -6,22 +6,24 @@
  * of HVDSHIM_SHM_BUFFER bytes, used in turn by consecutive pieces (and a
  * control area: see hvd_shm_control).  A piece
  * of an allreduce group:
- *   1. every rank packs its piece into its own buffer and raises `arrive`;
+ *   1. every rank packs its piece (large pieces: all but its own slice)
+ *      into its own buffer and raises `arrive`;
  *   2. small piece (<= HVD_SHM_SMALL bytes): every rank sums all buffers in
  *      local-rank order into a private copy (one sync point, the same result
  *      everywhere);
- *      larger: each rank reduces its own slice of the piece in place from
- *      the others' buffers and raises `reduced`; then copies every slice
- *      out of its owner's buffer;
+ *      larger: each rank reduces its own slice from its tensors and the
+ *      others' buffers into its buffer (and back into its tensors) and
+ *      raises `reduced`; then copies the other slices out of their owners'
+ *      buffers;
  *   3. the copy out divides by each tensor's divisor (averages).
  * Across hosts (the same number of ranks on each), the slice is allreduced
  * with MPI among the ranks of equal local rank before `reduced`: a local
  * reduce-scatter, one MPI allreduce per slice across hosts, a local
  * allgather.  A buffer is written again two pieces later, when every peer
  * has raised `arrive` for the piece in between, so it has read the old one.
- * Waits spin, then yield, then nap; a dead peer is caught by the liveness
- * watchdog (the engine is marked busy while it executes).  Engine thread
- * only. */
+ * Waits spin (not when bound to one core), then yield, then nap; a dead
+ * peer is caught by the liveness watchdog (the engine is marked busy while
+ * it executes).  Engine thread only. */
 #ifndef HVD_SHM_H
 #define HVD_SHM_H
 
@@ -50,8 +52,8 @@ int hvd_shm_allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype
  * control_words words) through the segment, when every rank of the job is
  * on this host: each rank writes its vector (two copies, used in turn, as
  * the data buffers), raises its round count and wakes the peers asleep on
- * it (a futex); a rank waits for each peer's count (spin ~50 us, then sleep
- * on the peer's futex word), then ANDs every vector.  Returns 0 (nothing
+ * it (a futex); a rank waits for each peer's count (the data path's spin,
+ * then sleep on the peer's futex word), then ANDs every vector.  Returns 0 (nothing
  * done: use MPI) when the job spans hosts or shared memory is off. */
 int hvd_shm_control(uint64_t *v);
 /* Unmaps the segment; frees the communicators when mpi_up.  Local: no peer
