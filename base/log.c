@@ -3,6 +3,8 @@
  * so any thread may log at any time. */
 #include "log.h"
 
+#include "check.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -44,6 +46,16 @@ void hvd_log_write(int level, const char *file, int line, const char *fmt, ...) 
   va_start(ap, fmt);
   vwrite_line(level, file, line, fmt, ap);
   va_end(ap);
+}
+
+int hvd_fail(char *err, size_t errlen, const char *fmt, ...) {
+  if (err && errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return -1;
 }
 
 volatile int hvd_fatal_started;

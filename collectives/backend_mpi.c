@@ -223,3 +223,42 @@ int hvd_mpi_alltoall(const void *in, const int64_t *send_rows, size_t row_elems,
   free(v);
   return rc;
 }
+
+const char *hvd_mpi_msg(int rc) {
+  static __thread char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "MPI error %d", rc);
+  return msg;
+}
+
+/* ------------------------------------------------------------------ the contract (backend.h) */
+
+static int bk_allreduce(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dt, hvd_op_t op, const hvd_bk_ctx *c,
+                        hvd_phase_times *t, char *err, size_t errlen) {
+  HVD_CHECK_MPI(hvd_mpi_allreduce_group(e, n, dt, op, c->chunk, c->staging, c->comm, t), "MPI_Allreduce");
+  return 0;
+}
+
+static int bk_broadcast(void *buf, size_t count, hvd_dtype_t dt, int root, const hvd_bk_ctx *c, char *err,
+                        size_t errlen) {
+  HVD_CHECK_MPI(hvd_mpi_broadcast(buf, count, dt, root, c->comm), "MPI_Bcast");
+  return 0;
+}
+
+/* -2: counts past INT_MAX (the request fails, the job goes on). */
+static int bk_allgather(const void *in, void *out, const int64_t *rows, size_t row_elems, hvd_dtype_t dt,
+                        const hvd_bk_ctx *c, char *err, size_t errlen) {
+  int rc = hvd_mpi_allgather(in, out, rows, row_elems, dt, c->comm, err, errlen);
+  if (rc == MPI_ERR_COUNT) return -2;
+  HVD_CHECK_MPI(rc, "MPI_Allgatherv");
+  return 0;
+}
+
+const hvd_backend hvd_backend_mpi = {
+    .name = "MPI",
+    .allreduce_span = "MPI_ALLREDUCE",
+    .broadcast_span = "MPI_BCAST",
+    .allreduce = bk_allreduce,
+    .broadcast = bk_broadcast,
+    .allgather = bk_allgather,
+};

@@ -1,4 +1,5 @@
-/* MPI backend: the data movement of the CPU path.  Called on the engine
+/* MPI backend: the data movement of the CPU path (hvd_backend_mpi, see
+ * backend.h), and the MPI pieces other backends use.  Called on the engine
  * thread only. */
 #ifndef HVD_BACKEND_MPI_H
 #define HVD_BACKEND_MPI_H
@@ -6,11 +7,13 @@
 #include <mpi.h>
 #include <stddef.h>
 
-#include "fusion.h"
+#include "../base/check.h"
+#include "backend.h"
 
-typedef struct {
-  double copy_in_us, reduce_us, copy_out_us;
-} hvd_phase_times;
+/* MPI's text for an error code (a per-thread buffer). */
+const char *hvd_mpi_msg(int rc);
+#define HVD_CHECK_MPI(call, what) HVD_CHECK_CODE_(int, call, MPI_SUCCESS, hvd_mpi_msg, what)
+#define HVD_CHECK_MPI_GOTO(call, what, label) HVD_CHECK_CODE_GOTO_(int, call, MPI_SUCCESS, hvd_mpi_msg, what, label)
 
 int hvd_mpi_backend_init(void);
 void hvd_mpi_backend_fini(void);

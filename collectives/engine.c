@@ -642,7 +642,7 @@ static int cycle(void) {
   if ((flags & F_SLOW) || E->njoined != before) slow_path(now);
   hvd_eng_execute();
   char gerr[512];
-  if (hvd_gpu_check_async(gerr, sizeof gerr) != 0) HVD_FATAL("%s", gerr);
+  if (E->dev_bk->check_async && E->dev_bk->check_async(gerr, sizeof gerr) != 0) HVD_FATAL("%s", gerr);
   hvd_liveness_busy(0);
   if (E->rank == 0) hvd_coord_stall_check(&E->coord, hvd_eng_now());
   if (E->autotune && E->rank == 0) tune(hvd_eng_now());
@@ -679,7 +679,7 @@ static void *engine_main(void *arg) {
     pthread_mutex_unlock(&E->qmu);
   }
   hvd_liveness_busy(1); /* every rank is here in the same cycle: NCCL's teardown is bounded by the watchdog */
-  hvd_gpu_engine_stop();
+  hvd_gpu_engine_stop(E->dev_bk);
   hvd_liveness_busy(0);
   return NULL;
 }
@@ -819,8 +819,8 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
   }
   if (injected(4, err, errlen)) goto undo;
 
-  E->gpu_nccl = hvd_cfg_int(HVD_CFG_GPU_OPERATIONS) == 0;
-  hvd_gpu_configure(E->rank, E->size, E->gpu_nccl, (int)hvd_cfg_int(HVD_CFG_COMPRESSION));
+  E->dev_bk = hvd_cfg_int(HVD_CFG_GPU_OPERATIONS) == 0 ? &hvd_backend_nccl : &hvd_backend_staged;
+  hvd_gpu_configure(E->rank, E->size, (int)hvd_cfg_int(HVD_CFG_COMPRESSION));
   E->cycle_s = hvd_cfg_double(HVD_CFG_CYCLE_TIME) / 1000.0;
   E->fusion = (size_t)hvd_cfg_int(HVD_CFG_FUSION_THRESHOLD);
   E->chunk = (size_t)hvd_cfg_int(HVD_CFG_PIPELINE_CHUNK);

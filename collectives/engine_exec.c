@@ -2,9 +2,11 @@
  * cycle (E->exec, cached-ready tensors in bit order, then the slow path's
  * responses in the coordinator's order) is walked in order; consecutive
  * allreduces of one dtype, place and compatible op are grouped up to the
- * fusion threshold and reduced (on the host: shm.c when the job's ranks
- * share memory, else backend_mpi.c; gpu.c on the device); broadcasts,
- * allgathers and barriers run one at a time; handles complete.  Every rank groups the same list the same way: a rank outside
+ * fusion threshold and reduced by a backend (backend.h: on the host
+ * hvd_backend_shm when the job's ranks share memory and the group is the
+ * global set's, else hvd_backend_mpi; on the device gpu.c around the device
+ * backend chosen at start); broadcasts, allgathers and barriers run one at
+ * a time; handles complete.  Every rank groups the same list the same way: a rank outside
  * an operation's process set walks it as a stand-in ("skip") that groups
  * like the members' request and runs nothing. */
 #include <stdio.h>
@@ -80,26 +82,32 @@ static void run_allreduce_group(size_t i, size_t j) {
     total += E->fuse[k].bytes;
   }
   hvd_phase_times t = {0, 0, 0};
-  int shm = !E->exec[i].req->sig.place && E->exec[i].req->sig.set == 0 && hvd_shm_active(); /* one host's ranks share memory */
+  int place = E->exec[i].req->sig.place;
+  const hvd_backend *b = place                                             ? E->dev_bk
+                         : E->exec[i].req->sig.set == 0 && hvd_shm_active() ? &hvd_backend_shm
+                                                                             : &hvd_backend_mpi;
+  hvd_bk_ctx ctx = {comm, E->chunk, NULL, NULL};
   hvd_gpu_event *done = NULL;
+  char err[512];
+  int rc;
   double start = hvd_eng_now();
-  if (E->exec[i].req->sig.place) {
+  if (place) {
     hvd_eng_grow(&E->gpu_items, &E->capgpu, n, sizeof *E->gpu_items, "GPU group");
     for (size_t k = 0; k < n; k++) {
       hvd_req *r = E->exec[i + k].req;
       E->gpu_items[k] = (hvd_gpu_item){r->buf, (size_t)r->sig.count, E->fuse[k].divisor, r->ready};
     }
-    char err[512];
     int all_avg = E->njoined == 0;
     for (size_t k = 0; k < n && all_avg; k++) all_avg = E->exec[i + k].req->sig.op == HVD_AVG;
-    if (hvd_gpu_allreduce(E->gpu_items, n, dt, op, all_avg, E->comm, E->chunk, &done, &t, err, sizeof err) != 0)
-      HVD_FATAL("GPU allreduce of '%s'%s: %s", E->exec[i].req->name, n > 1 ? " and the tensors fused with it" : "", err);
-  } else if (shm) {
-    hvd_eng_mpi_check(hvd_shm_allreduce_group(E->fuse, n, dt, op, &t), "MPI_Allreduce (between hosts)");
+    rc = hvd_gpu_allreduce(E->gpu_items, n, dt, op, all_avg, b, &ctx, &done, &t, err, sizeof err);
   } else {
-    if (n > 1) cpu_staging(total);
-    hvd_eng_mpi_check(hvd_mpi_allreduce_group(E->fuse, n, dt, op, E->chunk, E->staging, comm, &t), "MPI_Allreduce");
+    if (n > 1 && b == &hvd_backend_mpi) cpu_staging(total), ctx.staging = E->staging;
+    rc = b->allreduce(E->fuse, n, dt, op, &ctx, &t, err, sizeof err);
   }
+  if (rc != 0)
+    HVD_FATAL("%s allreduce of '%s'%s: %s", b->name, E->exec[i].req->name, n > 1 ? " and the tensors fused with it" : "",
+              err);
+  int shm = b == &hvd_backend_shm;
   double end = hvd_eng_now();
   E->stats.groups++;
   E->stats.bytes_reduced += total;
@@ -114,8 +122,7 @@ static void run_allreduce_group(size_t i, size_t j) {
       if (n > 1 || shm)
         hvd_timeline_span(r->name, shm ? "MEMCPY_IN_SHARED_BUFFER" : "MEMCPY_IN_FUSION_BUFFER", at, t.copy_in_us),
             at += t.copy_in_us;
-      hvd_timeline_span(r->name, shm ? "SHM_ALLREDUCE" : !r->sig.place ? "MPI_ALLREDUCE" : E->gpu_nccl ? "NCCL_ALLREDUCE"
-                        : "MPI_ALLREDUCE_STAGED", at, t.reduce_us), at += t.reduce_us;
+      hvd_timeline_span(r->name, b->allreduce_span, at, t.reduce_us), at += t.reduce_us;
       if (t.copy_out_us > 0)
         hvd_timeline_span(r->name, shm ? "MEMCPY_OUT_SHARED_BUFFER" : n > 1 ? "MEMCPY_OUT_FUSION_BUFFER" : "SCALE", at,
                           t.copy_out_us);
@@ -257,20 +264,24 @@ void hvd_eng_execute(void) {
         if (!r->phantom) HVD_ERROR("%s", msg);
         hvd_eng_finish(r, HVD_ERR_SHUTDOWN, msg, NULL, 0);
       } else if (r->sig.place) {
+        /* device operations run on the global set: root is its own rank there */
         hvd_gpu_item item = {r->buf, (size_t)r->sig.count, 1, r->ready};
         hvd_gpu_event *done = NULL;
+        hvd_bk_ctx ctx = {E->comm, E->chunk, NULL, NULL};
         char err[512];
-        if (hvd_gpu_broadcast(&item, (hvd_dtype_t)r->sig.dtype, root, E->comm, &done, err, sizeof err) != 0)
-          HVD_FATAL("GPU broadcast of '%s': %s", r->name, err);
+        if (hvd_gpu_broadcast(&item, (hvd_dtype_t)r->sig.dtype, root, E->dev_bk, &ctx, &done, err, sizeof err) != 0)
+          HVD_FATAL("%s broadcast of '%s': %s", E->dev_bk->name, r->name, err);
         if (hvd_timeline_enabled())
-          hvd_timeline_span(r->name, E->gpu_nccl ? "NCCL_BCAST" : "MPI_BCAST_STAGED", hvd_eng_us(start),
-                            (hvd_eng_now() - start) * 1e6);
+          hvd_timeline_span(r->name, E->dev_bk->broadcast_span, hvd_eng_us(start), (hvd_eng_now() - start) * 1e6);
         hvd_eng_finish_gpu(r, done);
       } else {
-        hvd_eng_mpi_check(hvd_mpi_broadcast(r->buf, (size_t)r->sig.count, (hvd_dtype_t)r->sig.dtype, set_root, comm),
-                  "MPI_Bcast");
+        hvd_bk_ctx ctx = {comm, E->chunk, NULL, NULL};
+        char err[512];
+        if (hvd_backend_mpi.broadcast(r->buf, (size_t)r->sig.count, (hvd_dtype_t)r->sig.dtype, set_root, &ctx, err,
+                                      sizeof err) != 0)
+          HVD_FATAL("broadcast of '%s': %s", r->name, err);
         if (hvd_timeline_enabled())
-          hvd_timeline_span(r->name, "MPI_BCAST", hvd_eng_us(start), (hvd_eng_now() - start) * 1e6);
+          hvd_timeline_span(r->name, hvd_backend_mpi.broadcast_span, hvd_eng_us(start), (hvd_eng_now() - start) * 1e6);
         hvd_eng_finish(r, HVD_OK, NULL, NULL, 0);
       }
     } else if (r->sig.kind == HVD_KIND_ALLGATHER) {
@@ -281,13 +292,14 @@ void hvd_eng_execute(void) {
       void *out = malloc(bytes ? bytes : 1);
       char err[256];
       if (!out) HVD_FATAL("out of memory: allgather '%s' needs %zu bytes", r->name, bytes);
-      int rc = hvd_mpi_allgather(r->in, out, rows, (size_t)r->sig.row_elems, (hvd_dtype_t)r->sig.dtype, comm, err,
-                                 sizeof err);
-      if (rc == MPI_ERR_COUNT) {
+      hvd_bk_ctx ctx = {comm, E->chunk, NULL, NULL};
+      int rc = hvd_backend_mpi.allgather(r->in, out, rows, (size_t)r->sig.row_elems, (hvd_dtype_t)r->sig.dtype, &ctx,
+                                         err, sizeof err);
+      if (rc == -2) { /* counts past INT_MAX: this request fails, the job goes on */
         free(out);
         hvd_eng_finish(r, HVD_ERR_INVALID, err, NULL, 0);
       } else {
-        hvd_eng_mpi_check(rc, "MPI_Allgatherv");
+        if (rc != 0) HVD_FATAL("allgather of '%s': %s", r->name, err);
         if (hvd_timeline_enabled())
           hvd_timeline_span(r->name, "MPI_ALLGATHER", hvd_eng_us(start), (hvd_eng_now() - start) * 1e6);
         hvd_eng_finish(r, HVD_OK, NULL, out, (size_t)total_rows);

@@ -122,7 +122,7 @@ typedef struct {
   size_t capfuse;
   hvd_gpu_item *gpu_items;
   size_t capgpu;
-  int gpu_nccl; /* HVDSHIM_GPU_OPERATIONS=NCCL */
+  const hvd_backend *dev_bk; /* the device backend (HVDSHIM_GPU_OPERATIONS), chosen at start */
   hvd_handle_t *handles;
   size_t caphandles;
   char *staging;

@@ -1,16 +1,17 @@
-/* The GPU path (collectives/gpu.c): the CUDA runtime and NCCL resolved at
- * run time, events that order the engine's work between the framework's
- * streams, a device fusion buffer with batched copies, and the reduction by
- * NCCL or by MPI through pinned host memory.  A build without the CUDA
- * headers keeps the same interface: every device request is refused with
- * the reason. */
+/* The GPU path: the CUDA runtime resolved at run time, events that order
+ * the engine's work between the framework's streams, a device fusion buffer
+ * with batched copies, and a device backend (backend.h: hvd_backend_nccl,
+ * or hvd_backend_staged, MPI through pinned host memory).  Its files are
+ * listed in gpu_internal.h.  A build without the CUDA headers compiles
+ * gpu_stubs.c instead (Makefile.am): the same interface, every device
+ * request refused with the reason. */
 #ifndef HVD_GPU_H
 #define HVD_GPU_H
 
 #include <mpi.h>
 #include <stddef.h>
 
-#include "backend_mpi.h"
+#include "backend.h"
 #include "hvdshim.h"
 
 /* A CUDA event with a reference count (one per waiter). */
@@ -41,16 +42,18 @@ typedef struct {
   hvd_gpu_event *ready;   /* may be NULL (a joined rank's stand-in) */
 } hvd_gpu_item;
 
-/* Allreduce a group of same-dtype device buffers (sum/avg mixed, or one of
- * min/max), in place.  `use_nccl`: NCCL, else MPI through pinned host
- * memory.  Returns 0 with *done (one reference, recorded on the engine
- * stream after the results are written), or -1 with the reason (fatal: the
- * ranks' streams may be out of step). */
+/* Allreduce a group of same-dtype device buffers (op SUM with averages as
+ * divisors, or one of MIN/MAX/PROD), in place, through the device backend
+ * b.  all_avg_over_size: every tensor averages over all ranks of the job.
+ * Returns 0 with *done (one reference, recorded on the engine stream after
+ * the results are written), or -1 with the reason (fatal: the ranks'
+ * streams may be out of step). */
 int hvd_gpu_allreduce(const hvd_gpu_item *it, size_t n, hvd_dtype_t dtype, hvd_op_t op, int all_avg_over_size,
-                      MPI_Comm comm, size_t chunk, hvd_gpu_event **done, hvd_phase_times *t, char *err,
-                      size_t errlen);
-int hvd_gpu_broadcast(const hvd_gpu_item *it, hvd_dtype_t dtype, int root, MPI_Comm comm, hvd_gpu_event **done,
+                      const hvd_backend *b, const hvd_bk_ctx *ctx, hvd_gpu_event **done, hvd_phase_times *t,
                       char *err, size_t errlen);
+/* root: its rank in ctx->comm. */
+int hvd_gpu_broadcast(const hvd_gpu_item *it, hvd_dtype_t dtype, int root, const hvd_backend *b,
+                      const hvd_bk_ctx *ctx, hvd_gpu_event **done, char *err, size_t errlen);
 /* A device buffer of `count` identity elements of `op` (a joined rank's
  * contribution); NULL with the reason. */
 void *hvd_gpu_identity(size_t count, hvd_dtype_t dtype, hvd_op_t op, char *err, size_t errlen);
@@ -61,14 +64,13 @@ void hvd_gpu_free(void *p);
  * GB/s of payload.  Exported but not public API. */
 __attribute__((visibility("default"))) int hvd_gpu_bench_copy_in(void *const *ptrs, const size_t *bytes, int n,
                                                                  int iters, double *kernel_gbs, double *memcpy_gbs);
-/* NCCL's asynchronous errors: 0, or -1 with the reason. */
-int hvd_gpu_check_async(char *err, size_t errlen);
 /* At the engine's end (every rank at the same point): wait for the engine
- * stream, release the communicator and the buffers. */
-void hvd_gpu_engine_stop(void);
-/* Set up from the engine start: rank, size, GPU operations (1 = NCCL) and
- * compression (0 none, 1 fp16, 2 bf16). */
-void hvd_gpu_configure(int rank, int size, int use_nccl, int compression);
+ * stream, stop the device backend b (its communicator, its buffers), free
+ * the fusion buffer. */
+void hvd_gpu_engine_stop(const hvd_backend *b);
+/* Set up from the engine start: rank, size and compression (0 none, 1
+ * fp16, 2 bf16). */
+void hvd_gpu_configure(int rank, int size, int compression);
 /* "CUDA runtime 13.0 (path), NCCL 2.28.3 (path), kernels: yes" or why not. */
 void hvd_gpu_describe(char *out, size_t n);
 

@@ -323,3 +323,26 @@ int hvd_shm_control(uint64_t *v) {
   }
   return 1;
 }
+
+/* ------------------------------------------------------------------ the contract (backend.h) */
+
+static int bk_allreduce(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dt, hvd_op_t op, const hvd_bk_ctx *c,
+                        hvd_phase_times *t, char *err, size_t errlen) {
+  (void)c; /* the global set: the segment's ranks, and the cross-host communicator */
+  HVD_CHECK_MPI(hvd_shm_allreduce_group(e, n, dt, op, t), "MPI_Allreduce (between hosts)");
+  return 0;
+}
+
+/* Broadcasts and allgathers of the global set go through MPI. */
+static int bk_broadcast(void *buf, size_t count, hvd_dtype_t dt, int root, const hvd_bk_ctx *c, char *err,
+                        size_t errlen) {
+  return hvd_backend_mpi.broadcast(buf, count, dt, root, c, err, errlen);
+}
+
+const hvd_backend hvd_backend_shm = {
+    .name = "shared memory",
+    .allreduce_span = "SHM_ALLREDUCE",
+    .broadcast_span = "MPI_BCAST",
+    .allreduce = bk_allreduce,
+    .broadcast = bk_broadcast,
+};

@@ -19,13 +19,13 @@
  * Finding the real function: the runtime a framework loads is often not in
  * the global scope (a Python extension pulls libcudart in with RTLD_LOCAL),
  * where dlsym(RTLD_NEXT) cannot see it.  So the loaded objects are searched
- * for a libcudart (dl_iterate_phdr) and the symbol is taken from it. */
+ * for a libcudart (collectives/dlload.c, shared with the GPU path's loader)
+ * and the symbol is taken from it. */
 #define _GNU_SOURCE
 #include "cuda_hooks.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
-#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +33,7 @@
 #include "../base/config.h"
 #include "../base/log.h"
 #include "../base/role.h"
+#include "../collectives/dlload.h"
 
 /* ------------------------------------------------------------------ pinning */
 
@@ -100,23 +101,13 @@ static __thread unsigned long hook_calls;
 void *hvd_cuda_thread_stream(void) { return thread_stream; }
 unsigned long hvd_cuda_hook_calls(void) { return hook_calls; }
 
-static int find_cudart(struct dl_phdr_info *info, size_t size, void *data) {
-  (void)size;
-  const char *base = strrchr(info->dlpi_name, '/');
-  base = base ? base + 1 : info->dlpi_name;
-  if (strncmp(base, "libcudart.so", 12) != 0) return 0;
-  snprintf(data, 4096, "%s", info->dlpi_name);
-  return 1;
-}
-
 /* The runtime's own `name`: from the libcudart loaded in this process, else
  * the next definition in the global scope, else any definition that is not
  * this library's. */
 static void *real_symbol(const char *name) {
-  char path[4096] = "";
-  dl_iterate_phdr(find_cudart, path);
+  char path[4096];
   void *fn = NULL;
-  if (path[0]) {
+  if (hvd_dl_find_loaded("libcudart.so", path, sizeof path)) {
     void *h = dlopen(path, RTLD_LAZY | RTLD_NOLOAD);
     if (h) {
       fn = dlsym(h, name);

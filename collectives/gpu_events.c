@@ -1,0 +1,80 @@
+/* Events that order the engine's work between the framework's streams.  At
+ * submission the caller's thread records a "ready" event on the producing
+ * stream; the engine stream waits on it; the engine records a "done" event
+ * after the results are written, and hvd_wait makes the submitting stream
+ * wait on that.  No host synchronization on the caller's side.  Events come
+ * from a pool (guarded by hvd_gpu.mu) and carry a reference count: one per
+ * waiter. */
+#include <stdlib.h>
+
+#include "../base/log.h"
+#include "gpu_internal.h"
+
+static hvd_gpu_event *free_events;
+
+cudaError_t hvd_gpu_event_new(hvd_gpu_event **out) {
+  pthread_mutex_lock(&hvd_gpu.mu);
+  hvd_gpu_event *e = free_events;
+  if (e) free_events = e->next;
+  pthread_mutex_unlock(&hvd_gpu.mu);
+  if (!e) {
+    e = calloc(1, sizeof *e);
+    if (!e) return cudaErrorMemoryAllocation;
+    cudaError_t rc = p_cudaEventCreateWithFlags(&e->ev, cudaEventDisableTiming);
+    if (rc != cudaSuccess) {
+      free(e);
+      return rc;
+    }
+  }
+  e->refs = 1;
+  e->next = NULL;
+  *out = e;
+  return cudaSuccess;
+}
+
+void hvd_gpu_event_hold(hvd_gpu_event *ev, int n) {
+  if (ev) __atomic_add_fetch(&ev->refs, n, __ATOMIC_RELAXED);
+}
+
+void hvd_gpu_event_put(hvd_gpu_event *ev) {
+  if (!ev || __atomic_sub_fetch(&ev->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+  pthread_mutex_lock(&hvd_gpu.mu); /* recording it again later is safe: waits already issued keep their point */
+  ev->next = free_events;
+  free_events = ev;
+  pthread_mutex_unlock(&hvd_gpu.mu);
+}
+
+void hvd_gpu_consume(hvd_gpu_event *ev, void *stream) {
+  if (!ev) return;
+  cudaError_t rc = p_cudaStreamWaitEvent((cudaStream_t)stream, ev->ev, 0);
+  if (rc != cudaSuccess)
+    HVD_FATAL("cudaStreamWaitEvent (results to the framework's stream) failed: %s", hvd_cuda_msg(rc));
+  hvd_gpu_event_put(ev);
+}
+
+int hvd_gpu_mark_ready(int device, void *stream, hvd_gpu_event **ev, char *err, size_t errlen) {
+  *ev = NULL;
+  if (hvd_gpu_ready(err, errlen) != 0) return -1;
+  pthread_mutex_lock(&hvd_gpu.mu);
+  if (hvd_gpu.device < 0) hvd_gpu.device = device;
+  int mine = hvd_gpu.device;
+  pthread_mutex_unlock(&hvd_gpu.mu);
+  HVD_CHECK(device == mine, "the buffer is on GPU %d, but this rank's GPU is %d (the first one used): hvdshim "
+            "handles one GPU per rank", device, mine);
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  HVD_CHECK(p_cudaStreamIsCapturing((cudaStream_t)stream, &cap) != cudaSuccess || cap == cudaStreamCaptureStatusNone,
+            "the stream is being captured into a CUDA graph; hvdshim cannot take part in graph capture (run the "
+            "step outside the graph)");
+  int cur = -1;
+  p_cudaGetDevice(&cur);
+  if (cur != device) p_cudaSetDevice(device);
+  cudaError_t rc = hvd_gpu_event_new(ev);
+  if (rc == cudaSuccess) rc = p_cudaEventRecord((*ev)->ev, (cudaStream_t)stream);
+  if (cur != device && cur >= 0) p_cudaSetDevice(cur);
+  if (rc != cudaSuccess) {
+    hvd_gpu_event_put(*ev);
+    *ev = NULL;
+  }
+  HVD_CHECK_CUDA(rc, "cudaEventRecord on the producing stream");
+  return 0;
+}
