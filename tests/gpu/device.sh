@@ -54,6 +54,12 @@ SCRIPT=$R HVDSHIM_GPU_OPERATIONS=NCCL run_case "ResNet, AMP, clipping, checkpoin
 SCRIPT=$R HVDSHIM_GPU_OPERATIONS=MPI run_case "ResNet, float32 (cuDNN deterministic), clipping, checkpoint resumed: np=2 (MPI staging) vs the emulated split" 2 1e-6 --deterministic --clip 1 --ckpt "$TMP/rn.pt"
 SCRIPT=$R HVDSHIM_GPU_OPERATIONS=MPI run_case "ResNet, AMP, clipping, checkpoint resumed: np=2 (MPI staging) vs the emulated split" 2 1e-6 --amp --clip 1 --ckpt "$TMP/rn.pt"
 SCRIPT=$R HVDSHIM_GPU_OPERATIONS=MPI run_case "ResNet, AMP, clipping, checkpoint resumed: np=4 (MPI staging) vs the emulated split (MPI adds 4 parts in another order)" 4 2e-3 --amp --clip 1 --ckpt "$TMP/rn.pt"
+# the timeline names the device backend's phases
+HVDSHIM_GPU_OPERATIONS=MPI HVDSHIM_TIMELINE="$TMP/tl.json" shim 2 "$PYTHON" "$G" --epochs 1 >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "timeline run failed"; }
+for phase in MPI_ALLREDUCE_STAGED MPI_BCAST_STAGED; do
+  grep -q "\"$phase\"" "$TMP/tl.json" || { head -c 2000 "$TMP/tl.json"; fail "the timeline has no $phase phase"; }
+done
+pass "timeline of a staged run: MPI_ALLREDUCE_STAGED and MPI_BCAST_STAGED phases"
 # NCCL refuses ranks that share a GPU; the shim says so before NCCL does
 [ "$("$PYTHON" -c 'import torch; print(torch.cuda.device_count())')" = 1 ] || exit 0
 HVDSHIM_GPU_OPERATIONS=NCCL shim 2 "$PYTHON" "$G" --epochs 1 >"$TMP/out" 2>&1 && { cat "$TMP/out"; fail "NCCL with a shared GPU ran"; }
