@@ -30,7 +30,6 @@ typedef struct {
 typedef struct {
   MPI_Comm comm;   /* the process set's communicator */
   size_t chunk;    /* host: pipeline piece in bytes (0: all at once) */
-  char *staging;   /* host, n > 1 (MPI): a buffer of min(chunk, total) bytes */
   void *stream;    /* device: the engine's stream the data is ordered on */
 } hvd_bk_ctx;
 

@@ -14,6 +14,13 @@
 static MPI_Datatype half_type = MPI_DATATYPE_NULL, bf16_type = MPI_DATATYPE_NULL;
 static MPI_Op half_ops[HVD_OP_COUNT], bf16_ops[HVD_OP_COUNT];
 
+/* The host fusion buffer: one pipeline piece, or the whole group (engine
+ * thread; freed by hvd_mpi_backend_fini). */
+static struct {
+  char *p;
+  size_t cap;
+} stage;
+
 static double now_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -49,6 +56,9 @@ int hvd_mpi_backend_init(void) {
 }
 
 void hvd_mpi_backend_fini(void) {
+  free(stage.p);
+  stage.p = NULL;
+  stage.cap = 0;
   for (int i = 0; i < HVD_OP_COUNT; i++) {
     if (half_ops[i] != MPI_OP_NULL && half_ops[i]) MPI_Op_free(&half_ops[i]);
     if (bf16_ops[i] != MPI_OP_NULL && bf16_ops[i]) MPI_Op_free(&bf16_ops[i]);
@@ -89,8 +99,13 @@ static size_t piece_bytes(size_t chunk, size_t total, size_t es) {
   return p;
 }
 
-int hvd_mpi_allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype, hvd_op_t op, size_t chunk,
-                            char *staging, MPI_Comm comm, hvd_phase_times *t) {
+/* Allreduce a group of same-dtype tensors.  One entry: reduced in place, a
+ * piece of `chunk` bytes at a time, each piece divided right after its
+ * reduction.  Several: packed into `staging` (at least min(chunk, total)
+ * bytes; chunk 0 = all at once) a piece at a time, reduced, unpacked.
+ * Returns an MPI error code (MPI_SUCCESS). */
+static int allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype, hvd_op_t op, size_t chunk,
+                           char *staging, MPI_Comm comm, hvd_phase_times *t) {
   size_t es = hvd_dtype_size(dtype), total = 0;
   for (size_t i = 0; i < n; i++) total += e[i].bytes;
   if (total == 0) return MPI_SUCCESS;
@@ -133,7 +148,7 @@ int hvd_mpi_allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype
   return MPI_SUCCESS;
 }
 
-int hvd_mpi_broadcast(void *buf, size_t count, hvd_dtype_t dtype, int root, MPI_Comm comm) {
+static int broadcast(void *buf, size_t count, hvd_dtype_t dtype, int root, MPI_Comm comm) {
   size_t es = hvd_dtype_size(dtype), total = count * es;
   size_t piece = piece_bytes(0, total, es);
   for (size_t off = 0; off < total; off += piece) {
@@ -158,7 +173,8 @@ static int row_layout(const int64_t *rows, int n, size_t row_elems, int *counts,
   return 0;
 }
 
-int hvd_mpi_allgather(const void *in, void *out, const int64_t *rows, size_t row_elems, hvd_dtype_t dtype,
+/* out must hold sum(rows) * row_elems elements. */
+static int allgather(const void *in, void *out, const int64_t *rows, size_t row_elems, hvd_dtype_t dtype,
                       MPI_Comm comm, char *err, size_t errlen) {
   int size;
   MPI_Comm_size(comm, &size);
@@ -235,20 +251,29 @@ const char *hvd_mpi_msg(int rc) {
 
 static int bk_allreduce(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dt, hvd_op_t op, const hvd_bk_ctx *c,
                         hvd_phase_times *t, char *err, size_t errlen) {
-  HVD_CHECK_MPI(hvd_mpi_allreduce_group(e, n, dt, op, c->chunk, c->staging, c->comm, t), "MPI_Allreduce");
+  size_t total = 0;
+  for (size_t k = 0; n > 1 && k < n; k++) total += e[k].bytes;
+  size_t need = c->chunk && c->chunk < total ? c->chunk : total;
+  if (need > stage.cap) {
+    free(stage.p);
+    stage.cap = 0;
+    HVD_CHECK((stage.p = malloc(need)), "out of memory: a fusion buffer of %zu bytes", need);
+    stage.cap = need;
+  }
+  HVD_CHECK_MPI(allreduce_group(e, n, dt, op, c->chunk, stage.p, c->comm, t), "MPI_Allreduce");
   return 0;
 }
 
 static int bk_broadcast(void *buf, size_t count, hvd_dtype_t dt, int root, const hvd_bk_ctx *c, char *err,
                         size_t errlen) {
-  HVD_CHECK_MPI(hvd_mpi_broadcast(buf, count, dt, root, c->comm), "MPI_Bcast");
+  HVD_CHECK_MPI(broadcast(buf, count, dt, root, c->comm), "MPI_Bcast");
   return 0;
 }
 
 /* -2: counts past INT_MAX (the request fails, the job goes on). */
 static int bk_allgather(const void *in, void *out, const int64_t *rows, size_t row_elems, hvd_dtype_t dt,
                         const hvd_bk_ctx *c, char *err, size_t errlen) {
-  int rc = hvd_mpi_allgather(in, out, rows, row_elems, dt, c->comm, err, errlen);
+  int rc = allgather(in, out, rows, row_elems, dt, c->comm, err, errlen);
   if (rc == MPI_ERR_COUNT) return -2;
   HVD_CHECK_MPI(rc, "MPI_Allgatherv");
   return 0;

@@ -21,18 +21,6 @@ MPI_Datatype hvd_mpi_dtype(hvd_dtype_t dtype);
 /* The MPI op of op on dtype (a user op for the 16-bit floats; HVD_AVG: sum). */
 MPI_Op hvd_mpi_op(hvd_dtype_t dtype, hvd_op_t op);
 
-/* Allreduce a group of same-dtype tensors.  One entry: reduced in place, a
- * piece of `chunk` bytes at a time, each piece divided right after its
- * reduction.  Several: packed into `staging` (at least min(chunk, total)
- * bytes; chunk 0 = all at once) a piece at a time, reduced, unpacked.
- * Returns an MPI error code (MPI_SUCCESS). */
-int hvd_mpi_allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype, hvd_op_t op, size_t chunk,
-                            char *staging, MPI_Comm comm, hvd_phase_times *t);
-int hvd_mpi_broadcast(void *buf, size_t count, hvd_dtype_t dtype, int root, MPI_Comm comm);
-/* out must hold sum(rows) * row_elems elements. */
-int hvd_mpi_allgather(const void *in, void *out, const int64_t *rows, size_t row_elems, hvd_dtype_t dtype,
-                      MPI_Comm comm, char *err, size_t errlen);
-
 /* MPI_Reduce_scatter: this rank's counts[rank] elements of the reduction go
  * to out; in NULL: in place (out holds every element). */
 int hvd_mpi_reducescatter(const void *in, void *out, const int *counts, hvd_dtype_t dtype, hvd_op_t op,

@@ -41,9 +41,7 @@ static int allreduce(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dt, hvd_op_t
   size_t bytes = (size_t)(e[n - 1].ptr + e[n - 1].bytes - dev), es = hvd_dtype_size(dt);
   if (stage_out(dev, bytes, c, err, errlen) != 0) return -1;
   hvd_fuse_entry whole = {S.host, bytes, n == 1 ? e[0].divisor : 1};
-  hvd_bk_ctx hc = *c;
-  hc.staging = NULL; /* one entry: reduced in place, a piece at a time */
-  if (hvd_backend_mpi.allreduce(&whole, 1, dt, op, &hc, t, err, errlen) != 0) return -1;
+  if (hvd_backend_mpi.allreduce(&whole, 1, dt, op, c, t, err, errlen) != 0) return -1; /* in place, by pieces */
   for (size_t k = 0; n > 1 && k < n; k++)
     if (e[k].divisor != 1) {
       char *h = S.host + (e[k].ptr - dev);

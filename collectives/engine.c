@@ -731,22 +731,19 @@ static void free_state(void) {
   free(E->handles);
   E->handles = NULL;
   E->caphandles = 0;
-  free(E->staging);
   free(E->joined);
   E->joined = NULL;
-  E->outbox = NULL, E->vec = NULL, E->lens = NULL, E->exec = NULL, E->fuse = NULL, E->staging = NULL;
-  E->capout = E->capexec = E->capfuse = E->staging_cap = 0;
+  E->outbox = NULL, E->vec = NULL, E->lens = NULL, E->exec = NULL, E->fuse = NULL;
+  E->capout = E->capexec = E->capfuse = 0;
   hvd_buf_free(&E->sendbuf);
   hvd_buf_free(&E->gathered);
   hvd_buf_free(&E->resp);
 }
 
 /* HVDSHIM_TEST_FAIL_START=N (tests only): step N of the start fails. */
-static int injected(int step, char *err, size_t errlen) {
-  if (hvd_cfg_int(HVD_CFG_TEST_FAIL_START) != step) return 0;
-  snprintf(err, errlen, "HVDSHIM_TEST_FAIL_START=%d: the engine start fails at this step (a test)", step);
-  return 1;
-}
+static int injected(int step) { return hvd_cfg_int(HVD_CFG_TEST_FAIL_START) == step; }
+#define INJECTED "HVDSHIM_TEST_FAIL_START=%d: the engine start fails at this step (a test)"
+#define INJECT(step) HVD_CHECK_GOTO(!injected(step), undo, INJECTED, step)
 
 /* The start, step by step; a failure at any step undoes the steps before it
  * in reverse order (one cleanup path) and leaves no thread, no MPI object
@@ -781,12 +778,9 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
       HVD_WARN("MPI provides thread level %d, not MPI_THREAD_MULTIPLE; only the engine thread calls MPI", provided);
   }
   done = MPI_UP;
-  if (injected(1, err, errlen)) goto undo;
+  INJECT(1);
 
-  if (MPI_Comm_dup(MPI_COMM_WORLD, &E->comm) != MPI_SUCCESS) {
-    snprintf(err, errlen, "MPI_Comm_dup(MPI_COMM_WORLD) failed");
-    goto undo;
-  }
+  HVD_CHECK_MPI_GOTO(MPI_Comm_dup(MPI_COMM_WORLD, &E->comm), "MPI_Comm_dup(MPI_COMM_WORLD)", undo);
   done = COMM;
   MPI_Comm_set_errhandler(E->comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(E->comm, &E->rank);
@@ -798,14 +792,11 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
   MPI_Comm_free(&local);
   hvd_log_set_rank(E->rank);
   hvd_log_set_abort_hook(abort_job);
-  if (injected(2, err, errlen)) goto undo;
+  INJECT(2);
 
-  if (hvd_mpi_backend_init() != MPI_SUCCESS) {
-    snprintf(err, errlen, "cannot create MPI datatypes/ops for 16-bit floats");
-    goto undo;
-  }
+  HVD_CHECK_MPI_GOTO(hvd_mpi_backend_init(), "creating the MPI datatypes and ops for 16-bit floats", undo);
   done = TYPES;
-  if (injected(3, err, errlen)) goto undo;
+  INJECT(3);
 
   int agree = settings_agree(err, errlen);
   if (agree != 0) {
@@ -817,7 +808,7 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
     st = HVD_ERR_INVALID;
     goto undo;
   }
-  if (injected(4, err, errlen)) goto undo;
+  INJECT(4);
 
   E->dev_bk = hvd_cfg_int(HVD_CFG_GPU_OPERATIONS) == 0 ? &hvd_backend_nccl : &hvd_backend_staged;
   hvd_gpu_configure(E->rank, E->size, (int)hvd_cfg_int(HVD_CFG_COMPRESSION));
@@ -863,26 +854,24 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
                                 hvd_cfg_double(HVD_CFG_STALL_SHUTDOWN_SECONDS), is_cached, NULL);
   E->coord.in_set = in_set;
   int sets_rc = hvd_psets_start();
-  if (!E->vec || cache_rc || coord_rc || sets_rc || !E->lens || !E->pending || !E->joined) {
-    snprintf(err, errlen, "out of memory starting the engine");
-    goto undo;
-  }
+  HVD_CHECK_GOTO(E->vec && !cache_rc && !coord_rc && !sets_rc && E->lens && E->pending && E->joined, undo,
+                 "out of memory starting the engine");
   E->t0 = hvd_eng_now();
   memset(&E->stats, 0, sizeof E->stats);
   __atomic_store_n(&E->steps, 0, __ATOMIC_RELAXED);
-  if (injected(5, err, errlen)) goto undo;
+  INJECT(5);
 
   if (hvd_shm_start(E->comm, E->rank, E->size, hvd_cfg_int(HVD_CFG_SHM) == 0,
                     (size_t)hvd_cfg_int(HVD_CFG_SHM_BUFFER), (int)hvd_cfg_int(HVD_CFG_TEST_SHM_HOSTS),
                     (size_t)E->nwords, err, errlen) != 0)
     goto undo;
   done = SHM;
-  if (injected(6, err, errlen)) goto undo;
+  INJECT(6);
 
   if (hvd_liveness_start(E->comm, E->rank, E->size, hvd_cfg_double(HVD_CFG_PEER_TIMEOUT_SECONDS), err, errlen) != 0)
     goto undo;
   done = WATCHDOG;
-  if (injected(7, err, errlen)) goto undo;
+  INJECT(7);
 
   const char *tl = hvd_cfg_str(HVD_CFG_TIMELINE);
   char why[512];
@@ -891,20 +880,20 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
   hvd_metrics_reset();
   if (E->rank == 0 && mp[0] && hvd_metrics_open(mp, why, sizeof why) != 0) HVD_WARN("%s; metrics disabled", why);
   done = FILES;
-  if (injected(8, err, errlen)) goto undo;
+  INJECT(8);
 
   pthread_mutex_lock(&E->qmu);
   E->accepting = 1;
   E->stop_requested = 0;
   E->closed_msg[0] = 0;
   pthread_mutex_unlock(&E->qmu);
-  int thread_rc = injected(9, err, errlen) ? -1 : pthread_create(&E->thread, NULL, engine_main, NULL);
+  int thread_rc = injected(9) ? EAGAIN : pthread_create(&E->thread, NULL, engine_main, NULL);
   if (thread_rc != 0) {
-    if (thread_rc > 0) snprintf(err, errlen, "cannot start the engine thread: %s", strerror(thread_rc));
     pthread_mutex_lock(&E->qmu);
     E->accepting = 0;
     pthread_mutex_unlock(&E->qmu);
-    goto undo;
+    HVD_CHECK_GOTO(!injected(9), undo, INJECTED, 9);
+    HVD_CHECK_PTHREAD_GOTO(thread_rc, "cannot start the engine thread", undo);
   }
   pthread_setname_np(E->thread, "hvd-engine"); /* named before hvd_init returns (top -H, tests) */
   E->started = 1;

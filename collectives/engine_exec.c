@@ -32,17 +32,6 @@ static int fusable(const hvd_req *a, const hvd_req *b) {
   return sa ? sb : a->sig.op == b->sig.op;
 }
 
-/* The host fusion buffer: one pipeline piece, or the whole group. */
-static void cpu_staging(size_t total) {
-  size_t need = E->chunk && E->chunk < total ? E->chunk : total;
-  if (need > E->staging_cap) {
-    free(E->staging);
-    E->staging = malloc(need);
-    if (!E->staging) HVD_FATAL("out of memory: fusion buffer of %zu bytes", need);
-    E->staging_cap = need;
-  }
-}
-
 /* Frees the stand-ins of exec items [i, j) (another set's operations). */
 static void drop_skipped(size_t i, size_t j) {
   for (size_t k = i; k < j; k++) hvd_eng_req_free(E->exec[k].req);
@@ -86,7 +75,7 @@ static void run_allreduce_group(size_t i, size_t j) {
   const hvd_backend *b = place                                             ? E->dev_bk
                          : E->exec[i].req->sig.set == 0 && hvd_shm_active() ? &hvd_backend_shm
                                                                              : &hvd_backend_mpi;
-  hvd_bk_ctx ctx = {comm, E->chunk, NULL, NULL};
+  hvd_bk_ctx ctx = {comm, E->chunk, NULL};
   hvd_gpu_event *done = NULL;
   char err[512];
   int rc;
@@ -101,7 +90,6 @@ static void run_allreduce_group(size_t i, size_t j) {
     for (size_t k = 0; k < n && all_avg; k++) all_avg = E->exec[i + k].req->sig.op == HVD_AVG;
     rc = hvd_gpu_allreduce(E->gpu_items, n, dt, op, all_avg, b, &ctx, &done, &t, err, sizeof err);
   } else {
-    if (n > 1 && b == &hvd_backend_mpi) cpu_staging(total), ctx.staging = E->staging;
     rc = b->allreduce(E->fuse, n, dt, op, &ctx, &t, err, sizeof err);
   }
   if (rc != 0)
@@ -267,7 +255,7 @@ void hvd_eng_execute(void) {
         /* device operations run on the global set: root is its own rank there */
         hvd_gpu_item item = {r->buf, (size_t)r->sig.count, 1, r->ready};
         hvd_gpu_event *done = NULL;
-        hvd_bk_ctx ctx = {E->comm, E->chunk, NULL, NULL};
+        hvd_bk_ctx ctx = {E->comm, E->chunk, NULL};
         char err[512];
         if (hvd_gpu_broadcast(&item, (hvd_dtype_t)r->sig.dtype, root, E->dev_bk, &ctx, &done, err, sizeof err) != 0)
           HVD_FATAL("%s broadcast of '%s': %s", E->dev_bk->name, r->name, err);
@@ -275,7 +263,7 @@ void hvd_eng_execute(void) {
           hvd_timeline_span(r->name, E->dev_bk->broadcast_span, hvd_eng_us(start), (hvd_eng_now() - start) * 1e6);
         hvd_eng_finish_gpu(r, done);
       } else {
-        hvd_bk_ctx ctx = {comm, E->chunk, NULL, NULL};
+        hvd_bk_ctx ctx = {comm, E->chunk, NULL};
         char err[512];
         if (hvd_backend_mpi.broadcast(r->buf, (size_t)r->sig.count, (hvd_dtype_t)r->sig.dtype, set_root, &ctx, err,
                                       sizeof err) != 0)
@@ -292,7 +280,7 @@ void hvd_eng_execute(void) {
       void *out = malloc(bytes ? bytes : 1);
       char err[256];
       if (!out) HVD_FATAL("out of memory: allgather '%s' needs %zu bytes", r->name, bytes);
-      hvd_bk_ctx ctx = {comm, E->chunk, NULL, NULL};
+      hvd_bk_ctx ctx = {comm, E->chunk, NULL};
       int rc = hvd_backend_mpi.allgather(r->in, out, rows, (size_t)r->sig.row_elems, (hvd_dtype_t)r->sig.dtype, &ctx,
                                          err, sizeof err);
       if (rc == -2) { /* counts past INT_MAX: this request fails, the job goes on */

@@ -125,8 +125,6 @@ typedef struct {
   const hvd_backend *dev_bk; /* the device backend (HVDSHIM_GPU_OPERATIONS), chosen at start */
   hvd_handle_t *handles;
   size_t caphandles;
-  char *staging;
-  size_t staging_cap;
   hvd_coord coord; /* rank 0's negotiation table (coordinator.c) */
   hvd_pset *psets[HVD_MAX_PSETS]; /* atomic pointers: published by the engine thread, read anywhere */
   int npsets;                     /* ids handed out (the next one) */

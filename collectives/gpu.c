@@ -62,7 +62,6 @@ static int record_done(hvd_gpu_event **done, char *err, size_t errlen) {
 static hvd_bk_ctx device_ctx(const hvd_bk_ctx *c) {
   hvd_bk_ctx d = *c;
   d.stream = hvd_gpu.stream;
-  d.staging = NULL;
   return d;
 }
 

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "../base/log.h"
+#include "backend_mpi.h"
 
 typedef struct {
   int32_t pid;
@@ -139,14 +140,9 @@ int hvd_liveness_start(MPI_Comm comm, int rank, int size, double peer_timeout_s,
   gethostname(me.host, sizeof me.host - 1);
   free(peers);
   peers = calloc((size_t)size, sizeof *peers);
-  if (!peers) {
-    snprintf(err, errlen, "out of memory (peer table)");
-    return -1;
-  }
-  if (MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, peers, (int)sizeof me, MPI_BYTE, comm) != MPI_SUCCESS) {
-    snprintf(err, errlen, "MPI_Allgather of the peer table failed");
-    return -1;
-  }
+  HVD_CHECK(peers, "out of memory (peer table)");
+  HVD_CHECK_MPI(MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, peers, (int)sizeof me, MPI_BYTE, comm),
+                "MPI_Allgather of the peer table");
   my_rank = rank;
   nranks = size;
   peer_timeout = peer_timeout_s;
@@ -154,10 +150,7 @@ int hvd_liveness_start(MPI_Comm comm, int rank, int size, double peer_timeout_s,
   ticked_once = 0;
   stop = 0;
   if (size < 2) return 0; /* nobody to wait for */
-  if (pthread_create(&thread, NULL, watch, NULL) != 0) {
-    snprintf(err, errlen, "cannot start the watchdog thread");
-    return -1;
-  }
+  HVD_CHECK_PTHREAD(pthread_create(&thread, NULL, watch, NULL), "cannot start the watchdog thread");
   pthread_setname_np(thread, "hvd-liveness");
   running = 1;
   return 0;

@@ -158,14 +158,11 @@ int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, size_t buffer_byt
   } else {
     rc = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &S.node);
   }
-  if (rc != MPI_SUCCESS) return snprintf(err, errlen, "MPI_Comm_split_type (shared memory) failed"), -1;
+  HVD_CHECK_MPI(rc, "MPI_Comm_split_type (shared memory)");
   MPI_Comm_rank(S.node, &S.me);
   MPI_Comm_size(S.node, &S.n);
   int mm[2] = {-S.n, S.n};
-  if (MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_INT, MPI_MAX, comm) != MPI_SUCCESS) {
-    release(1);
-    return snprintf(err, errlen, "MPI_Allreduce (ranks per host) failed"), -1;
-  }
+  HVD_CHECK_MPI_GOTO(MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_INT, MPI_MAX, comm), "MPI_Allreduce (ranks per host)", fail);
   if (-mm[0] != mm[1] || mm[1] < 2) {
     if (mm[1] < 2)
       snprintf(S.why, sizeof S.why, "off (one rank per host)");
@@ -175,10 +172,7 @@ int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, size_t buffer_byt
     return 0;
   }
   S.hosts = size / S.n;
-  if (S.hosts > 1 && MPI_Comm_split(comm, S.me, rank, &S.cross) != MPI_SUCCESS) {
-    release(1);
-    return snprintf(err, errlen, "MPI_Comm_split (ranks across hosts) failed"), -1;
-  }
+  if (S.hosts > 1) HVD_CHECK_MPI_GOTO(MPI_Comm_split(comm, S.me, rank, &S.cross), "MPI_Comm_split (ranks across hosts)", fail);
   S.half = buffer_bytes - buffer_bytes % 64;
   S.cwords = control_words;
   S.cbytes = (control_words * 8 + 63) / 64 * 64;
@@ -189,11 +183,9 @@ int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, size_t buffer_byt
   char name[96] = "", why[200] = "";
   int ok = 1;
   if (S.me == 0 && !(ok = create_segment(name, sizeof name, why, sizeof why) == 0)) name[0] = 0;
-  if (MPI_Bcast(name, sizeof name, MPI_CHAR, 0, S.node) != MPI_SUCCESS) {
-    if (S.me == 0 && ok) shm_unlink(name);
-    release(1);
-    return snprintf(err, errlen, "MPI_Bcast (shared segment name) failed"), -1;
-  }
+  rc = MPI_Bcast(name, sizeof name, MPI_CHAR, 0, S.node);
+  if (rc != MPI_SUCCESS && S.me == 0 && ok) shm_unlink(name);
+  HVD_CHECK_MPI_GOTO(rc, "MPI_Bcast (shared segment name)", fail);
   int told = 0; /* the host's first rank failed and says why */
   if (ok && name[0]) ok = map_segment(name, why, sizeof why) == 0;
   else if (ok) ok = 0, told = 1;
@@ -201,10 +193,7 @@ int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, size_t buffer_byt
   int all = ok;
   rc = MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, comm); /* every rank has mapped (or given up) */
   if (S.me == 0 && name[0]) shm_unlink(name);
-  if (rc != MPI_SUCCESS) {
-    release(1);
-    return snprintf(err, errlen, "MPI_Allreduce (shared segment check) failed"), -1;
-  }
+  HVD_CHECK_MPI_GOTO(rc, "MPI_Allreduce (shared segment check)", fail);
   if (!all) {
     if (!ok && !told) HVD_WARN("shared-memory allreduce off, MPI used instead: %s", why);
     snprintf(S.why, sizeof S.why, "off (a rank could not map the segment%s%s)", ok && !told ? "" : ": ",
@@ -215,6 +204,9 @@ int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, size_t buffer_byt
   S.active = 1;
   snprintf(S.why, sizeof S.why, "%d rank(s) per host x %d host(s), %zu-byte pieces", S.n, S.hosts, S.half);
   return 0;
+fail:
+  release(1);
+  return -1;
 }
 
 /* Element index where slice j of a piece of `elems` elements begins: equal
