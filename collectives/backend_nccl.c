@@ -70,24 +70,11 @@ static int setup(MPI_Comm comm, char *err, size_t errlen) {
   if (N.comm) return 0;
   HVD_CHECK(hvd_nccl_probe(NULL, 0), "HVDSHIM_GPU_OPERATIONS=NCCL, but no NCCL library (libnccl.so.2) was found; "
             "install NCCL or set HVDSHIM_GPU_OPERATIONS=MPI");
-  struct {
-    char host[64];
-    char bus[32];
-  } me = {{0}, {0}}, *all = calloc((size_t)hvd_gpu.size, sizeof me);
-  HVD_CHECK(all, "out of memory (NCCL setup)");
-  gethostname(me.host, sizeof me.host - 1);
-  p_cudaDeviceGetPCIBusId(me.bus, sizeof me.bus, hvd_gpu.device);
-  int rc = MPI_Allgather(&me, sizeof me, MPI_BYTE, all, sizeof me, MPI_BYTE, comm);
-  for (int a = 0; a < hvd_gpu.size && rc == MPI_SUCCESS; a++)
-    for (int b = a + 1; b < hvd_gpu.size; b++)
-      if (!strcmp(all[a].host, all[b].host) && !strcmp(all[a].bus, all[b].bus)) {
-        hvd_fail(err, errlen, "ranks %d and %d share GPU %s on %s; NCCL needs one GPU per rank: set "
-                 "HVDSHIM_GPU_OPERATIONS=MPI (or start one rank per GPU)", a, b, all[a].bus, all[a].host);
-        free(all);
-        return -1;
-      }
-  free(all);
-  HVD_CHECK_MPI(rc, "MPI_Allgather (NCCL setup)");
+  char who[256] = "";
+  int shared = hvd_gpu_sharing(comm, who, sizeof who, err, errlen);
+  if (shared < 0) return -1;
+  HVD_CHECK(!shared, "%s; NCCL needs one GPU per rank: set HVDSHIM_GPU_OPERATIONS=MPI or auto (or start one rank "
+            "per GPU)", who);
   ncclUniqueId id;
   memset(&id, 0, sizeof id);
   if (hvd_gpu.rank == 0) HVD_CHECK_NCCL(p_ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -95,7 +82,7 @@ static int setup(MPI_Comm comm, char *err, size_t errlen) {
   ncclResult_t r = p_ncclCommInitRank(&N.comm, hvd_gpu.size, id, hvd_gpu.rank);
   if (r != ncclSuccess) N.comm = NULL;
   HVD_CHECK_NCCL(r, "ncclCommInitRank");
-  HVD_DEBUG("NCCL %d communicator ready on GPU %s", N.version, me.bus);
+  HVD_DEBUG("NCCL %d communicator ready on GPU %d", N.version, hvd_gpu.device);
   return 0;
 }
 
@@ -109,6 +96,7 @@ static int allreduce(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dt, hvd_op_t
                      hvd_phase_times *t, char *err, size_t errlen) {
   (void)t; /* asynchronous: the reduction is timed as the launch */
   if (n == 0) return 0;
+  HVD_CHECK(dt != HVD_INT16, "NCCL has no int16 reduction; set HVDSHIM_GPU_OPERATIONS=MPI or use int32");
   if (setup(c->comm, err, errlen) != 0) return -1;
   char *buf = e[0].ptr;
   size_t bytes = (size_t)(e[n - 1].ptr + e[n - 1].bytes - buf), es = hvd_dtype_size(dt);

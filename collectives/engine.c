@@ -642,7 +642,7 @@ static int cycle(void) {
   if ((flags & F_SLOW) || E->njoined != before) slow_path(now);
   hvd_eng_execute();
   char gerr[512];
-  if (E->dev_bk->check_async && E->dev_bk->check_async(gerr, sizeof gerr) != 0) HVD_FATAL("%s", gerr);
+  if (E->dev_bk && E->dev_bk->check_async && E->dev_bk->check_async(gerr, sizeof gerr) != 0) HVD_FATAL("%s", gerr);
   hvd_liveness_busy(0);
   if (E->rank == 0) hvd_coord_stall_check(&E->coord, hvd_eng_now());
   if (E->autotune && E->rank == 0) tune(hvd_eng_now());
@@ -810,7 +810,8 @@ hvd_status_t hvd_engine_start(char *err, size_t errlen) {
   }
   INJECT(4);
 
-  E->dev_bk = hvd_cfg_int(HVD_CFG_GPU_OPERATIONS) == 0 ? &hvd_backend_nccl : &hvd_backend_staged;
+  int gpu_ops = (int)hvd_cfg_int(HVD_CFG_GPU_OPERATIONS); /* NCCL, MPI, auto (NULL: decided at the first GPU operation) */
+  E->dev_bk = gpu_ops == 0 ? &hvd_backend_nccl : gpu_ops == 1 ? &hvd_backend_staged : NULL;
   hvd_gpu_configure(E->rank, E->size, (int)hvd_cfg_int(HVD_CFG_COMPRESSION));
   E->cycle_s = hvd_cfg_double(HVD_CFG_CYCLE_TIME) / 1000.0;
   E->fusion = (size_t)hvd_cfg_int(HVD_CFG_FUSION_THRESHOLD);

@@ -88,7 +88,8 @@ static hvd_status_t submit_ex(const char *name, hvd_sig *sig, void *buf, const v
   if (!hvd_op_valid(sig->op))
     return reject(HVD_ERR_INVALID, "%s '%s': unknown reduction op %d (sum, avg, min, max, prod)", hvd_kind_name(sig->kind), name,
                   sig->op);
-  if (device >= 0 && sig->kind == HVD_KIND_ALLREDUCE && sig->dtype == HVD_INT16 && E->dev_bk == &hvd_backend_nccl)
+  if (device >= 0 && sig->kind == HVD_KIND_ALLREDUCE && sig->dtype == HVD_INT16 &&
+      __atomic_load_n(&E->dev_bk, __ATOMIC_ACQUIRE) == &hvd_backend_nccl) /* auto: refused once it chose NCCL */
     return reject(HVD_ERR_INVALID, "allreduce '%s': NCCL has no int16 reduction; set HVDSHIM_GPU_OPERATIONS=MPI or "
                   "use int32", name);
   if (sig->count < 0 || sig->row_elems < 0 || (size_t)sig->count > (SIZE_MAX >> 4) / (sig->row_elems ? (size_t)sig->row_elems : 1))

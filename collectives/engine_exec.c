@@ -49,6 +49,18 @@ static MPI_Comm set_comm(hvd_req *r) {
   return MPI_COMM_NULL;
 }
 
+/* The device backend; with HVDSHIM_GPU_OPERATIONS=auto decided at the first
+ * GPU operation, which every rank executes in the same cycle. */
+static const hvd_backend *device_backend(void) {
+  if (!E->dev_bk) {
+    char err[512];
+    const hvd_backend *b = hvd_gpu_pick(E->comm, err, sizeof err);
+    if (!b) HVD_FATAL("choosing how GPU buffers are reduced (HVDSHIM_GPU_OPERATIONS=auto): %s", err);
+    __atomic_store_n(&E->dev_bk, b, __ATOMIC_RELEASE); /* read by submissions (the int16 refusal) */
+  }
+  return E->dev_bk;
+}
+
 static void run_allreduce_group(size_t i, size_t j) {
   size_t n = j - i, total = 0;
   if (E->exec[i].req->skip) return drop_skipped(i, j);
@@ -72,7 +84,7 @@ static void run_allreduce_group(size_t i, size_t j) {
   }
   hvd_phase_times t = {0, 0, 0};
   int place = E->exec[i].req->sig.place;
-  const hvd_backend *b = place                                             ? E->dev_bk
+  const hvd_backend *b = place                                             ? device_backend()
                          : E->exec[i].req->sig.set == 0 && hvd_shm_active() ? &hvd_backend_shm
                                                                              : &hvd_backend_mpi;
   hvd_bk_ctx ctx = {comm, E->chunk, NULL};
@@ -257,7 +269,7 @@ void hvd_eng_execute(void) {
         hvd_gpu_event *done = NULL;
         hvd_bk_ctx ctx = {E->comm, E->chunk, NULL};
         char err[512];
-        if (hvd_gpu_broadcast(&item, (hvd_dtype_t)r->sig.dtype, root, E->dev_bk, &ctx, &done, err, sizeof err) != 0)
+        if (hvd_gpu_broadcast(&item, (hvd_dtype_t)r->sig.dtype, root, device_backend(), &ctx, &done, err, sizeof err) != 0)
           HVD_FATAL("%s broadcast of '%s': %s", E->dev_bk->name, r->name, err);
         if (hvd_timeline_enabled())
           hvd_timeline_span(r->name, E->dev_bk->broadcast_span, hvd_eng_us(start), (hvd_eng_now() - start) * 1e6);

@@ -122,7 +122,8 @@ typedef struct {
   size_t capfuse;
   hvd_gpu_item *gpu_items;
   size_t capgpu;
-  const hvd_backend *dev_bk; /* the device backend (HVDSHIM_GPU_OPERATIONS), chosen at start */
+  const hvd_backend *dev_bk; /* the device backend (HVDSHIM_GPU_OPERATIONS): set at start, or NULL (auto)
+                              * until the first GPU operation decides (hvd_eng_device_backend) */
   hvd_handle_t *handles;
   size_t caphandles;
   hvd_coord coord; /* rank 0's negotiation table (coordinator.c) */

@@ -13,6 +13,10 @@
 #include <string.h>
 #include <time.h>
 
+#include <unistd.h>
+
+#include "../base/log.h"
+#include "backend_mpi.h"
 #include "dtype.h"
 #include "gpu_internal.h"
 
@@ -38,6 +42,39 @@ int hvd_gpu_engine_setup(char *err, size_t errlen) {
   HVD_CHECK_CUDA(p_cudaStreamCreateWithPriority(&hvd_gpu.stream, cudaStreamNonBlocking, hi), what);
   hvd_gpu.engine_ready = 1;
   return 0;
+}
+
+int hvd_gpu_sharing(MPI_Comm comm, char *who, size_t wholen, char *err, size_t errlen) {
+  if (hvd_gpu_engine_setup(err, errlen) != 0) return -1;
+  struct {
+    char host[64];
+    char bus[32];
+  } me = {{0}, {0}}, *all = calloc((size_t)hvd_gpu.size, sizeof me);
+  HVD_CHECK(all, "out of memory (GPU placement)");
+  gethostname(me.host, sizeof me.host - 1);
+  p_cudaDeviceGetPCIBusId(me.bus, sizeof me.bus, hvd_gpu.device);
+  int rc = MPI_Allgather(&me, sizeof me, MPI_BYTE, all, sizeof me, MPI_BYTE, comm), shared = 0;
+  for (int a = 0; a < hvd_gpu.size && rc == MPI_SUCCESS && !shared; a++)
+    for (int b = a + 1; b < hvd_gpu.size && !shared; b++)
+      if (!strcmp(all[a].host, all[b].host) && !strcmp(all[a].bus, all[b].bus)) {
+        snprintf(who, wholen, "ranks %d and %d share GPU %s on %s", a, b, all[a].bus, all[a].host);
+        shared = 1;
+      }
+  free(all);
+  HVD_CHECK_MPI(rc, "MPI_Allgather (where each rank's GPU is)");
+  return shared;
+}
+
+const hvd_backend *hvd_gpu_pick(MPI_Comm comm, char *err, size_t errlen) {
+  char who[256] = "";
+  int shared = hvd_gpu_sharing(comm, who, sizeof who, err, errlen);
+  if (shared < 0) return NULL;
+  int nccl = hvd_nccl_probe(NULL, 0) != 0;
+  const hvd_backend *b = !shared && nccl ? &hvd_backend_nccl : &hvd_backend_staged;
+  if (hvd_gpu.rank == 0)
+    HVD_INFO("GPU operations: %s (HVDSHIM_GPU_OPERATIONS=auto: %s)", b == &hvd_backend_nccl ? "NCCL" : "MPI through "
+             "pinned host memory", shared ? who : !nccl ? "no NCCL library found" : "every rank has a GPU of its own");
+  return b;
 }
 
 static double now_us(void) {

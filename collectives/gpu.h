@@ -64,6 +64,11 @@ void hvd_gpu_free(void *p);
  * GB/s of payload.  Exported but not public API. */
 __attribute__((visibility("default"))) int hvd_gpu_bench_copy_in(void *const *ptrs, const size_t *bytes, int n,
                                                                  int iters, double *kernel_gbs, double *memcpy_gbs);
+/* HVDSHIM_GPU_OPERATIONS=auto, collective over comm (at the first GPU
+ * operation, which every rank executes together): hvd_backend_nccl when
+ * NCCL is found and no two ranks share a GPU, else hvd_backend_staged, with
+ * one info line on rank 0 saying which and why; NULL with the reason. */
+const hvd_backend *hvd_gpu_pick(MPI_Comm comm, char *err, size_t errlen);
 /* At the engine's end (every rank at the same point): wait for the engine
  * stream, stop the device backend b (its communicator, its buffers), free
  * the fusion buffer. */

@@ -52,6 +52,11 @@ extern hvd_gpu_shared hvd_gpu;
 /* The engine thread's CUDA context and stream, made once. */
 int hvd_gpu_engine_setup(char *err, size_t errlen);
 
+/* Collective over comm: 1 when two ranks use the same GPU (the same PCI bus
+ * id on the same host), described in `who` ("ranks 0 and 1 share GPU ...
+ * on HOST"); 0 when every rank has its own; -1 with the reason. */
+int hvd_gpu_sharing(MPI_Comm comm, char *who, size_t wholen, char *err, size_t errlen);
+
 /* ---- gpu_events.c ---- */
 struct hvd_gpu_event {
   cudaEvent_t ev;

@@ -84,8 +84,8 @@ void hvd_cuda_arm(int local_rank) {
     return;
   }
   if (shared && local_rank == 0)
-    HVD_INFO("GPU pinning: %d local ranks share %d GPU(s); NCCL needs one GPU per rank, so set "
-             "HVDSHIM_GPU_OPERATIONS=MPI for GPU tensors", local_size, user && *user ? local_size - 1 : ngpus);
+    HVD_INFO("GPU pinning: %d local ranks share %d GPU(s); NCCL needs one GPU per rank, so GPU tensors go "
+             "through MPI (HVDSHIM_GPU_OPERATIONS=auto or MPI)", local_size, user && *user ? local_size - 1 : ngpus);
   HVD_DEBUG("GPU pinning: CUDA_VISIBLE_DEVICES=%s (local rank %d%s%s)", pick, local_rank,
             user && *user ? ", from the list " : "", user && *user ? user : "");
   setenv("CUDA_VISIBLE_DEVICES", pick, 1);

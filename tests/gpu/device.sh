@@ -43,6 +43,7 @@ run_case() { # NAME NP TOL ARGS (of gpu_train.py, or SCRIPT=path; REF=plain: no 
 HVDSHIM_GPU_OPERATIONS=NCCL run_case "np=1, NCCL: same weights as the plain run" 1 1e-6
 HVDSHIM_GPU_OPERATIONS=MPI run_case "np=2 on one GPU, MPI staging, split mode: same weights as the emulated split" 2 1e-6
 HVDSHIM_GPU_OPERATIONS=MPI REF=plain run_case "np=2, MPI staging: same weights as the plain run (float32 rounding only)" 2 1e-5
+HVDSHIM_GPU_OPERATIONS=auto run_case "np=2 on one GPU, the default (auto: MPI staging, the GPU is shared), split mode: same weights as the emulated split" 2 1e-6
 HVDSHIM_GPU_OPERATIONS=MPI run_case "np=2, AMP with GradScaler, unmodified" 2 1e-6 --amp
 HVDSHIM_GPU_OPERATIONS=MPI run_case "np=2, CPU and GPU parameters in one model" 2 1e-6 --mixed
 HVDSHIM_GPU_OPERATIONS=MPI HVDSHIM_FUSION_THRESHOLD=0 run_case "np=2, no fusion (one tensor at a time)" 2 1e-6

@@ -383,6 +383,7 @@ static void test_pin_pick(void) {
 static void test_cfg_format(void) {
   char buf[32];
   CHECK_STR(hvd_cfg_format(HVD_CFG_GPU_OPERATIONS, 1, buf, sizeof buf), "MPI");
+  CHECK_STR(hvd_cfg_format(HVD_CFG_GPU_OPERATIONS, 2, buf, sizeof buf), "auto"); /* the default */
   CHECK_STR(hvd_cfg_format(HVD_CFG_COMPRESSION, 2, buf, sizeof buf), "bf16");
   CHECK_STR(hvd_cfg_format(HVD_CFG_FUSION_THRESHOLD, 1048576, buf, sizeof buf), "1048576");
 }
