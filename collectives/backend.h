@@ -64,6 +64,11 @@ typedef struct hvd_backend {
   void (*stop)(void);
 } hvd_backend;
 
+/* The device backends' names, shared by their real and refusing versions. */
+#define HVD_BACKEND_NCCL_NAMES .name = "NCCL", .allreduce_span = "NCCL_ALLREDUCE", .broadcast_span = "NCCL_BCAST", .device = 1
+#define HVD_BACKEND_STAGED_NAMES \
+  .name = "MPI staged", .allreduce_span = "MPI_ALLREDUCE_STAGED", .broadcast_span = "MPI_BCAST_STAGED", .device = 1
+
 extern const hvd_backend hvd_backend_mpi, hvd_backend_shm, hvd_backend_nccl, hvd_backend_staged;
 
 #endif

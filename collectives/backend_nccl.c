@@ -36,9 +36,12 @@ static const char *nccl_msg(ncclResult_t r) {
 #define HVD_CHECK_NCCL(call, what) HVD_CHECK_CODE_(ncclResult_t, call, ncclSuccess, nccl_msg, what)
 
 int hvd_nccl_probe(char *path, size_t pathlen) {
+  if (__atomic_load_n(&N.tried, __ATOMIC_ACQUIRE)) {
+    if (path) snprintf(path, pathlen, "%s", N.path);
+    return N.version;
+  }
   pthread_mutex_lock(&hvd_gpu.mu);
   if (!N.tried) {
-    N.tried = 1;
     static const char *const names[] = {"libnccl.so.2", "libnccl.so", NULL};
     void *h = hvd_dl_open("libnccl.so", names, N.path, sizeof N.path);
     if (h) {
@@ -47,6 +50,7 @@ int hvd_nccl_probe(char *path, size_t pathlen) {
       if (p_ncclGetVersion) p_ncclGetVersion(&N.version);
       if (!p_ncclCommInitRank || !p_ncclAllReduce || !p_ncclGetUniqueId || !p_ncclBroadcast) N.version = 0;
     }
+    __atomic_store_n(&N.tried, 1, __ATOMIC_RELEASE);
   }
   pthread_mutex_unlock(&hvd_gpu.mu);
   if (path) snprintf(path, pathlen, "%s", N.path);
@@ -129,10 +133,7 @@ static void stop(void) {
 }
 
 const hvd_backend hvd_backend_nccl = {
-    .name = "NCCL",
-    .allreduce_span = "NCCL_ALLREDUCE",
-    .broadcast_span = "NCCL_BCAST",
-    .device = 1,
+    HVD_BACKEND_NCCL_NAMES,
     .allreduce = allreduce,
     .broadcast = broadcast,
     .divides = divides,

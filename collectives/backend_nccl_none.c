@@ -29,10 +29,7 @@ static int divides(hvd_dtype_t dt, int all_over_size) {
 }
 
 const hvd_backend hvd_backend_nccl = {
-    .name = "NCCL",
-    .allreduce_span = "NCCL_ALLREDUCE",
-    .broadcast_span = "NCCL_BCAST",
-    .device = 1,
+    HVD_BACKEND_NCCL_NAMES,
     .allreduce = allreduce,
     .broadcast = broadcast,
     .divides = divides,

@@ -65,10 +65,7 @@ static void stop(void) {
 }
 
 const hvd_backend hvd_backend_staged = {
-    .name = "MPI staged",
-    .allreduce_span = "MPI_ALLREDUCE_STAGED",
-    .broadcast_span = "MPI_BCAST_STAGED",
-    .device = 1,
+    HVD_BACKEND_STAGED_NAMES,
     .allreduce = allreduce,
     .broadcast = broadcast,
     .divides = divides,

@@ -45,6 +45,12 @@ int hvd_gpu_engine_setup(char *err, size_t errlen) {
 }
 
 int hvd_gpu_sharing(MPI_Comm comm, char *who, size_t wholen, char *err, size_t errlen) {
+  static int known = -1; /* the answer, once asked (every rank asks at the same points) */
+  static char said[256];
+  if (known >= 0) {
+    snprintf(who, wholen, "%s", said);
+    return known;
+  }
   if (hvd_gpu_engine_setup(err, errlen) != 0) return -1;
   struct {
     char host[64];
@@ -62,7 +68,8 @@ int hvd_gpu_sharing(MPI_Comm comm, char *who, size_t wholen, char *err, size_t e
       }
   free(all);
   HVD_CHECK_MPI(rc, "MPI_Allgather (where each rank's GPU is)");
-  return shared;
+  snprintf(said, sizeof said, "%s", shared ? who : "");
+  return known = shared;
 }
 
 const hvd_backend *hvd_gpu_pick(MPI_Comm comm, char *err, size_t errlen) {
@@ -76,6 +83,10 @@ const hvd_backend *hvd_gpu_pick(MPI_Comm comm, char *err, size_t errlen) {
              "pinned host memory", shared ? who : !nccl ? "no NCCL library found" : "every rank has a GPU of its own");
   return b;
 }
+
+/* The backend's view of a group (engine thread; freed at the engine's end). */
+static hvd_fuse_entry *group;
+static size_t group_cap;
 
 static double now_us(void) {
   struct timespec ts;
@@ -123,9 +134,12 @@ int hvd_gpu_allreduce(const hvd_gpu_item *it, size_t n, hvd_dtype_t dt, hvd_op_t
   HVD_CHECK(kernels || (wdt == dt && !dev_divides), "%s needs the device kernels: %s",
             wdt != dt ? "HVDSHIM_COMPRESSION" : "averaging over the ranks still running", hvd_gpu_fusion_why());
   if (wait_ready(it, n, err, errlen) != 0) return -1;
-  hvd_fuse_entry stack[8], *e = n <= 8 ? stack : malloc(n * sizeof *e);
-  HVD_CHECK(e, "out of memory (GPU group of %zu tensors)", n);
-  int rc = -1;
+  if (n > group_cap) {
+    hvd_fuse_entry *grown = realloc(group, n * sizeof *group);
+    HVD_CHECK(grown, "out of memory (GPU group of %zu tensors)", n);
+    group = grown, group_cap = n;
+  }
+  hvd_fuse_entry *e = group;
   double t0 = now_us(), t1 = t0, t2 = t0;
   char *buf = it[0].ptr;
   hvd_gpu_moves *m = hvd_gpu_moves_begin(dt, wdt);
@@ -134,29 +148,26 @@ int hvd_gpu_allreduce(const hvd_gpu_item *it, size_t n, hvd_dtype_t dt, hvd_op_t
   } else {
     size_t total = 0;
     for (size_t k = 0; k < n; k++) total += HVD_GPU_ALIGN(it[k].count * ws);
-    if (!(buf = hvd_gpu_fusion_buffer(total, err, errlen))) goto out;
+    if (!(buf = hvd_gpu_fusion_buffer(total, err, errlen))) return -1;
     for (size_t k = 0, off = 0; k < n; off += HVD_GPU_ALIGN(it[k].count * ws), k++) {
       e[k] = (hvd_fuse_entry){buf + off, it[k].count * ws, bk_divides ? it[k].divisor : 1};
-      if (hvd_gpu_move(m, it[k].ptr, buf + off, it[k].count, 1, err, errlen) != 0) goto out;
+      if (hvd_gpu_move(m, it[k].ptr, buf + off, it[k].count, 1, err, errlen) != 0) return -1;
     }
-    if (hvd_gpu_moves_flush(m, err, errlen) != 0) goto out;
+    if (hvd_gpu_moves_flush(m, err, errlen) != 0) return -1;
   }
   t1 = now_us();
   hvd_bk_ctx d = device_ctx(ctx);
   hvd_phase_times bt = {0, 0, 0};
-  if (b->allreduce(e, n, wdt, op, &d, &bt, err, errlen) != 0) goto out;
+  if (b->allreduce(e, n, wdt, op, &d, &bt, err, errlen) != 0) return -1;
   t2 = now_us();
   m = hvd_gpu_moves_begin(wdt, dt);
   for (size_t k = 0; k < n; k++) {
     int div = dev_divides ? it[k].divisor : 1;
-    if ((!in_place || div != 1) && hvd_gpu_move(m, e[k].ptr, it[k].ptr, it[k].count, div, err, errlen) != 0) goto out;
+    if ((!in_place || div != 1) && hvd_gpu_move(m, e[k].ptr, it[k].ptr, it[k].count, div, err, errlen) != 0) return -1;
   }
-  if (hvd_gpu_moves_flush(m, err, errlen) != 0 || record_done(done, err, errlen) != 0) goto out;
+  if (hvd_gpu_moves_flush(m, err, errlen) != 0 || record_done(done, err, errlen) != 0) return -1;
   t->copy_in_us = t1 - t0, t->reduce_us = t2 - t1, t->copy_out_us = now_us() - t2;
-  rc = 0;
-out:
-  if (e != stack) free(e);
-  return rc;
+  return 0;
 }
 
 int hvd_gpu_broadcast(const hvd_gpu_item *it, hvd_dtype_t dt, int root, const hvd_backend *b, const hvd_bk_ctx *ctx,
@@ -197,6 +208,9 @@ void hvd_gpu_engine_stop(const hvd_backend *b) {
   p_cudaStreamSynchronize(hvd_gpu.stream);
   if (b && b->stop) b->stop();
   hvd_gpu_fusion_free();
+  free(group);
+  group = NULL;
+  group_cap = 0;
   p_cudaStreamDestroy(hvd_gpu.stream);
   hvd_gpu.engine_ready = 0;
 }

@@ -70,8 +70,7 @@ static int no_division(hvd_dtype_t dt, int all_over_size) {
   (void)dt, (void)all_over_size;
   return 0;
 }
-#define REFUSING(var, nm, ar, bc)                                                                          \
-  const hvd_backend var = {.name = nm, .allreduce_span = ar, .broadcast_span = bc, .device = 1,          \
-                           .allreduce = refuse_allreduce, .broadcast = refuse_broadcast, .divides = no_division};
-REFUSING(hvd_backend_nccl, "NCCL", "NCCL_ALLREDUCE", "NCCL_BCAST")
-REFUSING(hvd_backend_staged, "MPI staged", "MPI_ALLREDUCE_STAGED", "MPI_BCAST_STAGED")
+const hvd_backend hvd_backend_nccl = {HVD_BACKEND_NCCL_NAMES, .allreduce = refuse_allreduce,
+                                      .broadcast = refuse_broadcast, .divides = no_division};
+const hvd_backend hvd_backend_staged = {HVD_BACKEND_STAGED_NAMES, .allreduce = refuse_allreduce,
+                                        .broadcast = refuse_broadcast, .divides = no_division};
