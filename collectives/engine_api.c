@@ -32,6 +32,9 @@ void hvd_get_stats(hvd_stats_t *out) {
  * of this thread's next submission. */
 static _Thread_local uint32_t next_shape;
 static _Thread_local int next_set;
+/* hvd_allreduce_batch_async in progress on this thread: the engine is woken
+ * once, after the last item (wake: the queue was empty when one was pushed). */
+static _Thread_local int batching, batch_wake;
 
 static hvd_status_t reject(hvd_status_t st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static hvd_status_t reject(hvd_status_t st, const char *fmt, ...) {
@@ -150,7 +153,8 @@ static hvd_status_t submit_ex(const char *name, hvd_sig *sig, void *buf, const v
   else E->qhead = r;
   E->qtail = r;
   E->qbytes += bytes;
-  if (was_empty) pthread_cond_signal(&E->qcv); /* an idle engine starts a cycle now */
+  if (was_empty && batching) batch_wake = 1;
+  else if (was_empty) pthread_cond_signal(&E->qcv); /* an idle engine starts a cycle now */
   if (handle) *handle = r->handle;
   pthread_mutex_unlock(&E->qmu);
   return HVD_OK;
@@ -245,6 +249,31 @@ hvd_status_t hvd_allreduce_async(const char *name, void *buf, size_t count, hvd_
 hvd_status_t hvd_broadcast_async(const char *name, void *buf, size_t count, hvd_dtype_t dtype, int root,
                                  hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle) {
   return broadcast(name, buf, count, dtype, root, -1, NULL, cb, cb_arg, handle);
+}
+
+hvd_status_t hvd_allreduce_batch_async(const hvd_allreduce_item *items, size_t n, hvd_handle_t *handles) {
+  if (n && (!items || !handles)) return reject(HVD_ERR_INVALID, "allreduce batch: null items or handles");
+  hvd_status_t st = HVD_OK;
+  size_t i = 0;
+  batching = 1, batch_wake = 0;
+  for (; i < n && st == HVD_OK; i++) {
+    const hvd_allreduce_item *it = &items[i];
+    st = allreduce(it->name, it->buf, it->count, (hvd_dtype_t)it->dtype, (hvd_op_t)it->op, it->device < 0 ? -1 : it->device,
+                   it->device < 0 ? NULL : it->stream, NULL, NULL, &handles[i]);
+  }
+  batching = 0;
+  if (st != HVD_OK) {
+    for (size_t j = i - 1; j < n; j++) handles[j] = HVD_NO_HANDLE;
+    char why[900];
+    snprintf(why, sizeof why, "%s", hvd_last_error());
+    hvd_set_last_error("allreduce batch, item %zu of %zu: %s", i - 1, n, why);
+  }
+  if (batch_wake) {
+    pthread_mutex_lock(&E->qmu);
+    pthread_cond_signal(&E->qcv);
+    pthread_mutex_unlock(&E->qmu);
+  }
+  return st;
 }
 
 static hvd_status_t bad_device(const char *what, const char *name, int device) {

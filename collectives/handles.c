@@ -244,6 +244,25 @@ static hvd_status_t wait_impl(hvd_handle_t h, double timeout_s, void **out, size
 
 hvd_status_t hvd_wait(hvd_handle_t h, double timeout_s) { return wait_impl(h, timeout_s, NULL, NULL, "hvd_wait"); }
 
+hvd_status_t hvd_wait_all(const hvd_handle_t *handles, size_t n, size_t *first_failed) {
+  if (n && !handles) {
+    hvd_set_last_error("hvd_wait_all: null handles");
+    return HVD_ERR_INVALID;
+  }
+  hvd_status_t first = HVD_OK;
+  char why[sizeof last_error];
+  for (size_t i = 0; i < n; i++) {
+    hvd_status_t st = wait_impl(handles[i], -1.0, NULL, NULL, "hvd_wait_all");
+    if (st != HVD_OK && first == HVD_OK) {
+      first = st;
+      snprintf(why, sizeof why, "%s", last_error);
+      if (first_failed) *first_failed = i;
+    }
+  }
+  if (first != HVD_OK) hvd_set_last_error("%s", why);
+  return first;
+}
+
 hvd_status_t hvd_allgather_wait(hvd_handle_t h, double timeout_s, void **out, size_t *total_rows) {
   if (!out || !total_rows) {
     hvd_set_last_error("hvd_allgather_wait: null output pointer");

@@ -121,6 +121,23 @@ HVD_EXPORT hvd_status_t hvd_allreduce_gpu_async(const char *name, void *buf, siz
 HVD_EXPORT hvd_status_t hvd_broadcast_gpu_async(const char *name, void *buf, size_t count, hvd_dtype_t dtype,
                                                 int root, int device, void *stream, hvd_callback_t cb,
                                                 void *cb_arg, hvd_handle_t *handle);
+/* Several allreduces submitted together (a framework's gradients): the
+ * same checks and handles as one call each, but the engine is woken once, so
+ * it takes them into one cycle (and fuses those that can be) unless its own
+ * timer ends a cycle while the batch is being queued.  device < 0: a host
+ * buffer (stream ignored); else as hvd_allreduce_gpu_async.  On a failure at
+ * item i, items before i are submitted (their handles are valid), handles[i..]
+ * are -1, and the status and hvd_last_error() name item i. */
+typedef struct {
+  const char *name;
+  void *buf;
+  size_t count;
+  int dtype; /* hvd_dtype_t */
+  int op;    /* hvd_op_t */
+  int device;
+  void *stream;
+} hvd_allreduce_item;
+HVD_EXPORT hvd_status_t hvd_allreduce_batch_async(const hvd_allreduce_item *items, size_t n, hvd_handle_t *handles);
 /* 1 when GPU buffers can be handled here; `out` gets what was found (CUDA
  * runtime and NCCL with their paths, the device kernels) or why not. */
 HVD_EXPORT int hvd_gpu_status(char *out, size_t n);
@@ -154,6 +171,11 @@ HVD_EXPORT void hvd_free(void *ptr);
 /* Wait up to timeout_s seconds (< 0: no limit).  Returns the operation's
  * status and finishes the handle, or HVD_ERR_TIMEOUT and keeps it. */
 HVD_EXPORT hvd_status_t hvd_wait(hvd_handle_t handle, double timeout_s);
+/* hvd_wait(h, -1) for each of n handles, in order (each wait is bounded by
+ * the engine: HVDSHIM_PEER_TIMEOUT_SECONDS); every handle is finished.
+ * Returns HVD_OK, or the first failure's status with its index in
+ * *first_failed (when not NULL) and its message in hvd_last_error(). */
+HVD_EXPORT hvd_status_t hvd_wait_all(const hvd_handle_t *handles, size_t n, size_t *first_failed);
 /* *done = 1 when complete (then hvd_wait returns at once). */
 HVD_EXPORT hvd_status_t hvd_test(hvd_handle_t handle, int *done);
 /* Message of the last failed hvd_* call or wait on this thread ("" if none). */

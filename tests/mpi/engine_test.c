@@ -274,6 +274,39 @@ static int run_collectives(void) {
   for (int spin = 0; spin < 10000 && __atomic_load_n(&seen, __ATOMIC_SEQ_CST) < 4; spin++) usleep(1000);
   if (seen != 4) FAIL("callbacks seen %d of 4", seen);
   if (v[0] != size * (size - 1) / 2) FAIL("cb allreduce = %d", v[0]);
+  /* a batch: mixed dtypes and ops, one wake-up; hvd_wait_all finishes all */
+  {
+    float f[5];
+    double g[3];
+    int32_t k[2];
+    for (int i = 0; i < 5; i++) f[i] = (float)(rank + i);
+    for (int i = 0; i < 3; i++) g[i] = rank * 0.25 + i;
+    k[0] = rank, k[1] = -rank;
+    hvd_allreduce_item items[3] = {{"batch.f", f, 5, HVD_FLOAT32, HVD_SUM, -1, NULL},
+                                   {"batch.g", g, 3, HVD_FLOAT64, HVD_AVG, -1, NULL},
+                                   {"batch.k", k, 2, HVD_INT32, HVD_MAX, -1, NULL}};
+    hvd_handle_t hs[3];
+    size_t bad = 99;
+    if (hvd_allreduce_batch_async(items, 3, hs) != HVD_OK) FAIL("batch submit: %s", hvd_last_error());
+    else if (hvd_wait_all(hs, 3, &bad) != HVD_OK) FAIL("batch wait: %s", hvd_last_error());
+    double rsum = size * (size - 1) / 2.0;
+    for (int i = 0; i < 5; i++) if (f[i] != (float)(rsum + size * i)) FAIL("batch.f[%d] = %g", i, f[i]);
+    for (int i = 0; i < 3; i++) if (g[i] != rsum * 0.25 / size + i) FAIL("batch.g[%d] = %g", i, g[i]);
+    if (k[0] != size - 1 || k[1] != 0) FAIL("batch.k = %d %d", k[0], k[1]);
+    /* item 1 is refused: item 0 is submitted (and completes), item 1 on get -1 */
+    float y = 1;
+    hvd_allreduce_item mixed[3] = {{"batch.ok", &y, 1, HVD_FLOAT32, HVD_SUM, -1, NULL},
+                                   {"batch.bad", &y, 1, 99, HVD_SUM, -1, NULL},
+                                   {"batch.never", &y, 1, HVD_FLOAT32, HVD_SUM, -1, NULL}};
+    if (hvd_allreduce_batch_async(mixed, 3, hs) != HVD_ERR_INVALID || !strstr(hvd_last_error(), "item 1 of 3") ||
+        !strstr(hvd_last_error(), "unsupported dtype"))
+      FAIL("a batch with a bad item: %s", hvd_last_error());
+    else if (hs[1] != -1 || hs[2] != -1) FAIL("handles after the bad item are not -1");
+    else if (hvd_wait_all(hs, 1, NULL) != HVD_OK || y != size) FAIL("the batch's good item: %g (%s)", y, hvd_last_error());
+    hvd_handle_t gone[2] = {hs[0], hs[0]};
+    if (hvd_wait_all(gone, 2, &bad) != HVD_ERR_INVALID || bad != 0 || !strstr(hvd_last_error(), "hvd_wait_all"))
+      FAIL("hvd_wait_all of finished handles: %zu %s", bad, hvd_last_error());
+  }
   /* a bounded wait that times out, then completes */
   float x = 1;
   hvd_handle_t h;
