@@ -10,6 +10,8 @@ For each model (cnn, mlp), alternating runs of:
   plain  python bench/torch_train.py
   shim2every  shim2 with HVDSHIM_ACCUMULATE=off (with --accumulate K: the
               reduction at every backward, against shim2's once per step)
+  KIND@NAME=VALUE  KIND with HVDSHIM_NAME=VALUE (several joined by +), e.g.
+              shim2@BUCKET=0: two settings compared in the same run
 Throughput is global samples/s (ranks x per-rank samples/s, same per-rank
 batch); medians over the repeats; ratios shim2/ddp2 (target >= 1.05) and
 shim1/plain (target >= 0.99).  OMP_NUM_THREADS=1 on every side."""
@@ -46,6 +48,12 @@ def run(kind, model):
     common = [args.python, script, "--model", model, "--steps", str(args.steps), "--accumulate", str(args.accumulate),
               "--batch", str(args.batch)]
     e = dict(env)
+    kind, _, extra = kind.partition("@")
+    extra_x = []
+    for pair in filter(None, extra.split("+")):
+        name, value = pair.split("=", 1)
+        e["HVDSHIM_" + name] = value
+        extra_x += ["-x", "HVDSHIM_" + name]
     if kind.endswith("every"):
         kind, e["HVDSHIM_ACCUMULATE"] = kind[:-len("every")], "off"
     with tempfile.TemporaryDirectory() as tmp:
@@ -54,7 +62,7 @@ def run(kind, model):
         elif kind.startswith("shim"):
             ranks = int(kind[4:])
             e["LD_PRELOAD"] = args.lib
-            cmd = mpirun + ["-np", str(ranks), "-x", "LD_PRELOAD", "-x", "HVDSHIM_ACCUMULATE"] + common
+            cmd = mpirun + ["-np", str(ranks), "-x", "LD_PRELOAD", "-x", "HVDSHIM_ACCUMULATE"] + extra_x + common
             e.setdefault("HVDSHIM_ACCUMULATE", "auto")
         else:
             ranks = int(kind[3:])
@@ -82,6 +90,8 @@ for model in args.models.split(","):
                                                            for k in results)))
     if "shim2" in med and "ddp2" in med:
         print("%s ratio shim np=2 / DDP np=2: %.3f (target >= 1.05)" % (model, med["shim2"] / med["ddp2"]))
+    for k in (k for k in med if "@" in k and k.partition("@")[0] in med):
+        print("%s ratio %s / %s: %.3f" % (model, k.partition("@")[0], k, med[k.partition("@")[0]] / med[k]))
     if "shim2" in med and "shim2every" in med:
         print("%s ratio shim np=2 / shim np=2 reducing every backward: %.3f" % (model, med["shim2"] / med["shim2every"]))
     if "shim1" in med and "plain" in med:

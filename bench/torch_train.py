@@ -10,7 +10,9 @@ Prints "samples/s <local>": samples this process trained per second over the
 timed steps (after --warmup steps).  --accumulate K: K backward passes (a
 batch each, loss / K) per optimizer step, as gradient accumulation scripts
 do; DDP skips its reduction in the first K-1 (model.no_sync(), as a DDP
-user writes it).  A step counts one batch either way."""
+user writes it).  A step counts one batch either way.  --switches: each
+thread's voluntary and involuntary context switches per timed step, and
+the process's CPU time per step."""
 import contextlib
 import argparse
 import os
@@ -28,6 +30,9 @@ ap.add_argument("--steps", type=int, default=60)
 ap.add_argument("--warmup", type=int, default=10)
 ap.add_argument("--accumulate", type=int, default=1, metavar="K")
 ap.add_argument("--ddp", metavar="STORE_FILE", help="distribute with DDP (gloo), rendezvous through this file")
+ap.add_argument("--switches", action="store_true",
+                help="also print each thread's context switches per timed step (rank 0): counts are stable where "
+                     "timings on a shared machine are not")
 args = ap.parse_args()
 
 rank, size = 0, 1
@@ -60,6 +65,24 @@ else:
     loader = DataLoader(data, batch_size=args.batch, shuffle=True, drop_last=True)
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
+
+
+def thread_switches():
+    """{thread name and id: [voluntary, involuntary]} from /proc (Linux)."""
+    out = {}
+    if not args.switches:
+        return out
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open("/proc/self/task/%s/status" % tid) as f:
+                st = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+            out["%s/%s" % (st["Name"].strip(), tid)] = [int(st["voluntary_ctxt_switches"]),
+                                                      int(st["nonvoluntary_ctxt_switches"])]
+        except (OSError, KeyError, ValueError):
+            pass
+    return out
+
+
 step, epoch, start = 0, 0, None
 while step < args.warmup + args.steps:
     if args.ddp:
@@ -67,6 +90,7 @@ while step < args.warmup + args.steps:
     for x, y in loader:
         if step == args.warmup:
             start = time.perf_counter()
+            switches0, cpu0 = thread_switches(), time.process_time()
         last = (step + 1) % args.accumulate == 0
         sync = model.no_sync() if args.ddp and not last else contextlib.nullcontext()
         with sync:
@@ -81,6 +105,12 @@ while step < args.warmup + args.steps:
 elapsed = time.perf_counter() - start
 if rank == 0:
     print("samples/s %.1f" % (args.batch * args.steps / elapsed), flush=True)
+    if args.switches:
+        print("cpu ms/step %.3f (every thread of this process)" % ((time.process_time() - cpu0) * 1e3 / args.steps))
+    for name, (vol, invol) in sorted(thread_switches().items()):
+        v0, i0 = switches0.get(name, (0, 0))
+        print("switches/step %-24s voluntary %7.2f  involuntary %7.2f" % (name, (vol - v0) / args.steps,
+                                                                          (invol - i0) / args.steps), flush=True)
 if args.ddp:
     dist.barrier()
     os._exit(0)  # torch 1.13 + gloo can deadlock at interpreter exit

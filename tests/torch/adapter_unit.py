@@ -23,6 +23,7 @@ class StubLib:
     def __init__(self):
         self.calls = []
         self.peer = None
+        self.round_peer = None
 
     def hvd_allreduce_async(self, name, ptr, n, dtype, op, cb, arg, handle):
         self.calls.append(("allreduce", name, n, op))
@@ -38,7 +39,22 @@ class StubLib:
         handle._obj.value = len(self.calls)
         return 0
 
+    def hvd_allreduce_batch_async(self, items, n, handles):
+        """round_peer: what the other ranks add to the end-of-backward round."""
+        for i in range(n):
+            it = items[i]
+            self.calls.append(("allreduce", it.name, it.count, it.op))
+            if it.name.startswith(b"hvdshim.round.") and self.round_peer is not None:
+                buf = (ctypes.c_float * it.count).from_address(it.buf)
+                for j, v in enumerate(self.round_peer):
+                    buf[j] += v
+            handles[i] = len(self.calls)
+        return 0
+
     def hvd_wait(self, handle, timeout):
+        return 0
+
+    def hvd_wait_all(self, handles, n, failed):
         return 0
 
     def hvd_last_error(self):
@@ -157,6 +173,42 @@ class Rules(unittest.TestCase):
         self.assertEqual(sgd.param_groups[0]["lr"], 0.5)
         self.assertTrue(sgd.param_groups[0]["nesterov"])
         self.assertIsInstance(sgd.param_groups[0]["momentum"], float)
+
+    def test_round_carries_rank0_hyperparameters_bit_exact(self):
+        """The end-of-backward round is float32 (it fuses with float32
+        gradients): rank 0's float64 hyperparameters travel as 16-bit pieces
+        and arrive bit for bit; a rank that did not use a parameter learns
+        that another did; k comes from rank 0; without rank 0 (finished),
+        nothing is taken."""
+        awkward = [0.1, 1.0 / 3.0, 1e-300, -2.5e-8, 3e38 * 10, float("nan")]
+        self.assertEqual(repr(grads._hyper_values(grads._hyper_pieces(awkward))), repr(tuple(awkward)))
+        for p in grads._hyper_pieces(awkward):
+            self.assertEqual(float(torch.tensor([p], dtype=torch.float32) + 0.0), p)  # exact in float32
+        model = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        _S.optimizers = []
+        grads._note_optimizer(opt)
+        _S.params = [grads._Param(i, "m0.%s" % n, p, False) for i, (n, p) in enumerate(model.named_parameters())]
+        _S.used = bytearray([1, 0])
+        _S.submitted, _S.round, _S.accumulate, _S.windows, _S.k = set(), None, True, [4, 4], 1
+        _S.rank = 0
+        grads._submit_round()
+        rank0 = _S.round[0].tolist()
+        _S.round = None
+        _S.rank = 1
+        opt.param_groups[0]["lr"] = 0.7  # this rank's own decision
+        _S.used = bytearray([0, 0])
+        self.stub.round_peer = rank0
+        grads._reduce_round()
+        self.assertEqual(opt.param_groups[0]["lr"], 0.1)
+        self.assertEqual(_S.k, 4)
+        self.assertIsNotNone(model.weight.grad)  # used on rank 0: this rank submitted zeros for it
+        self.assertIsNone(model.bias.grad)
+        self.stub.round_peer = [0.0] * len(rank0)  # rank 0 has finished: keep our own
+        opt.param_groups[0]["lr"] = 0.7
+        grads._reduce_round()
+        self.assertEqual(opt.param_groups[0]["lr"], 0.7)
+        self.assertEqual(_S.k, 1)
 
     def test_replica_guard_names_first_differing_parameter(self):
         model = torch.nn.Linear(3, 2)

@@ -9,7 +9,15 @@ of each step only accumulate locally; the k-th reduces the accumulated
 gradients (averaging is linear: the same result as reducing every pass).
 A step (or a clipping or unscaling call) that comes while gradients are
 still local reduces them first: a wrong guess costs one reduction without
-overlap, never a wrong result."""
+overlap, never a wrong result.
+
+Gradients go to the engine in batches (one call and one engine wake-up
+each): of HVDSHIM_BUCKET bytes, by default each gradient alone.  When the
+last hooked parameter's gradient
+arrives, this rank's part of the end-of-backward round is known (every
+parameter got one), so the round goes in the same batch: float32, like the
+gradients, it is fused into their last allreduce (one round per step)."""
+import struct
 import weakref
 import torch
 
@@ -24,12 +32,13 @@ _HAS_POST_ACCUMULATE = hasattr(torch.Tensor, "register_post_accumulate_grad_hook
 
 
 class _Param:
-    __slots__ = ("index", "name", "bname", "ref", "hooked", "acc", "handle", "sparse", "__weakref__")
+    __slots__ = ("index", "name", "bname", "what", "ref", "hooked", "acc", "handle", "sparse", "__weakref__")
 
     def __init__(self, index, name, p, sparse):
         self.index = index
         self.name = name
         self.bname = name.encode()
+        self.what = "averaging the gradient of '%s'" % name
         self.ref = weakref.ref(p)
         self.hooked = False
         self.acc = None
@@ -45,6 +54,7 @@ class _Param:
                 self.acc = p.expand_as(p).grad_fn.next_functions[0][0]
             self.handle = self.acc.register_hook(lambda *_: _grad_ready(idx))
         self.hooked = True
+        _S.nhooked += 1
 
 
 def _grad_ready(idx):
@@ -57,10 +67,19 @@ def _grad_ready(idx):
         _S.used[idx] = 1
         return
     if idx in _S.submitted:  # a second accumulation in one backward (retain_graph tricks)
+        _flush()
         _S.pending.wait()
         _S.submitted.clear()
     _S.used[idx] = 1
     _submit_grad(_S.params[idx])
+    if len(_S.submitted) == _S.nhooked and _S.round is None:  # the last one: the round goes with it
+        _submit_round()
+    elif _S.batch.bytes >= _S.bucket:
+        _flush()
+
+
+def _flush():
+    _S.batch.flush()
 
 
 def _submit_grad(prm):
@@ -85,11 +104,10 @@ def _submit_grad(prm):
         raise HvdShimError("hvdshim: parameter '%s' has a %s gradient; hvdshim averages float32, float64, "
                            "float16 and bfloat16 gradients" % (prm.name, str(g.dtype).replace("torch.", "")))
     if g.is_contiguous():
-        _allreduce(prm.bname, g, _AVG, _S.pending, "averaging the gradient of '%s'" % prm.name)
+        _S.batch.add(prm.bname, g, _AVG, _S.pending, prm.what)
     else:
         buf = g.contiguous()
-        _allreduce(prm.bname, buf, _AVG, _S.pending, "averaging the gradient of '%s'" % prm.name,
-                   on_done=lambda: g.copy_(buf))
+        _S.batch.add(prm.bname, buf, _AVG, _S.pending, prm.what, on_done=lambda: g.copy_(buf))
 
 
 def _submit_sparse(prm, p, g):
@@ -123,33 +141,62 @@ def _end_of_backward():
     _reduce_round()
 
 
-def _reduce_round():
-    """One small float64 sum per reducing backward carries three things:
+def _submit_round():
+    """This rank's part of the end-of-backward round, sent with the gradients
+    batched so far.  One float32 sum (fused with float32 gradients) carries:
     which parameters got a gradient on any rank since the last reduction
-    (those not submitted here contribute their current gradient, or zeros),
-    rank 0's scalar hyperparameters (the other ranks contribute zeros), which
-    every rank then takes before its optimizer step, and rank 0's proposal
-    of k (backward passes per step)."""
+    (those not submitted here then contribute their current gradient, or
+    zeros); rank 0's scalar hyperparameters, each as four 16-bit pieces of
+    its float64 bits (the other ranks add zeros: exact), which every rank
+    takes before its optimizer step; a 1 from rank 0 (0 when rank 0 has
+    finished: the others keep their own); and rank 0's proposal of k
+    (backward passes per step).  Every entry is an integer below 2**24, so
+    float32 sums are exact in any order."""
+    slots = _hyper_slots()
+    n, m = len(_S.used), len(slots)
+    vec = torch.zeros(n + 4 * m + 2, dtype=torch.float32)
+    if n:
+        vec[:n] = torch.frombuffer(bytearray(_S.used), dtype=torch.uint8)
+    if _S.rank == 0:
+        if m:
+            vec[n:n + 4 * m] = torch.tensor(_hyper_pieces([v for _g, _k, _i, v in slots]), dtype=torch.float32)
+        vec[-2] = 1
+        vec[-1] = _propose_k()
+    flags = _Pending()
+    _S.batch.add(b"hvdshim.round.%d.%d" % (n, m), vec, _SUM, flags, "agreeing on used parameters and hyperparameters")
+    _S.batch.flush()
+    _S.round = (vec, slots, flags)
+
+
+def _hyper_pieces(values):
+    """Each float64 as four integers (16 bits of its bit pattern each, low first)."""
+    return struct.unpack("<%dH" % (4 * len(values)), struct.pack("<%dd" % len(values), *map(float, values)))
+
+
+def _hyper_values(pieces):
+    return struct.unpack("<%dd" % (len(pieces) // 4), struct.pack("<%dH" % len(pieces), *[int(x) for x in pieces]))
+
+
+def _reduce_round():
+    """End of a reducing backward (or accumulated gradients needed now):
+    the round (_submit_round) unless the last gradient sent it already, the
+    gradients only other ranks produced, rank 0's hyperparameters and k."""
     try:
-        slots = _hyper_slots()
-        n = len(_S.used)
-        vec = torch.zeros(n + len(slots) + 1, dtype=torch.float64)
-        if n:
-            vec[:n] = torch.frombuffer(bytearray(_S.used), dtype=torch.uint8)
-        if _S.rank == 0:
-            if slots:
-                vec[n:n + len(slots)] = torch.tensor([float(v) for _g, _k, _i, v in slots], dtype=torch.float64)
-            vec[-1] = _propose_k()
-        flags = _Pending()
-        _allreduce(b"hvdshim.used.%d.%d" % (n, len(slots)), vec, _SUM, flags,
-                   "agreeing on used parameters and hyperparameters")
+        if _S.round is None:
+            _submit_round()
+        vec, slots, flags = _S.round
         flags.wait()
+        n, m = len(_S.used), len(slots)
         if n:
             for i in (vec[:n] > 0).nonzero().flatten().tolist():
                 if i not in _S.submitted:  # used elsewhere, or only in a backward that accumulated
                     _submit_grad(_S.params[i])
-        _apply_hyper(slots, vec[n:n + len(slots)].tolist())
-        _adopt_k(int(vec[-1]))
+        _flush()
+        if vec[-2] > 0:  # rank 0 took part
+            _apply_hyper(slots, _hyper_values(vec[n:n + 4 * m].tolist()))
+            _adopt_k(int(vec[-1]))
+        else:
+            _adopt_k(1)
         _S.pending.wait()
         _finish_sparse()
         _rng.diverge()
@@ -157,6 +204,7 @@ def _reduce_round():
         _S.submitted.clear()
         _S.used[:] = bytes(len(_S.used))
         _S.deferred = False
+        _S.round = None
 
 
 # ------------------------------------------------------------------ gradient accumulation

@@ -168,6 +168,7 @@ def install(rng_seed=None):
     _S.rng_mode = _setting("HVDSHIM_RNG") or "per-rank"
     _S.check_steps = int(_setting("HVDSHIM_CHECK_STEPS") or 0)
     _S.accumulate = (_setting("HVDSHIM_ACCUMULATE") or "auto") != "off"
+    _S.bucket = int(_setting("HVDSHIM_BUCKET") or 0)
     if _S.size <= 1:
         _info("one rank: nothing to distribute")
         if _setting("HVDSHIM_OBSERVE") == "1":

@@ -28,6 +28,12 @@ _ROOT_FIRST_ACTIVE = -1  # hvdshim.h HVD_ROOT_FIRST_ACTIVE
 _ERR_TIMEOUT = 4
 
 
+class _AllreduceItem(ctypes.Structure):
+    """hvdshim.h hvd_allreduce_item."""
+    _fields_ = [("name", ctypes.c_char_p), ("buf", ctypes.c_void_p), ("count", ctypes.c_size_t),
+                ("dtype", ctypes.c_int), ("op", ctypes.c_int), ("device", ctypes.c_int), ("stream", ctypes.c_void_p)]
+
+
 def _load_library():
     lib = ctypes.CDLL(None)  # the preloaded libhvdshim.so is in the global scope
     c_handle = ctypes.c_int64
@@ -54,7 +60,10 @@ def _load_library():
         "hvd_broadcast_gpu_async": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
                                                    ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                                                    ctypes.c_void_p, ctypes.POINTER(c_handle)]),
+        "hvd_allreduce_batch_async": (ctypes.c_int, [ctypes.POINTER(_AllreduceItem), ctypes.c_size_t,
+                                                     ctypes.POINTER(c_handle)]),
         "hvd_wait": (ctypes.c_int, [c_handle, ctypes.c_double]),
+        "hvd_wait_all": (ctypes.c_int, [ctypes.POINTER(c_handle), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
         "hvd_allgather_wait": (ctypes.c_int, [c_handle, ctypes.c_double, ctypes.POINTER(ctypes.c_void_p),
                                               ctypes.POINTER(ctypes.c_size_t)]),
         "hvd_free": (None, [ctypes.c_void_p]),
@@ -112,16 +121,53 @@ class _Pending:
         self.items.append((handle, what, keep, on_done))
 
     def wait(self):
+        """One call waits for all (hvd_wait_all); on_done runs once every
+        operation succeeded, else the first failure is raised."""
         items, self.items = self.items, []
-        first_error = None
-        for handle, what, _keep, on_done in items:
-            st = _lib.hvd_wait(handle, -1.0)
-            if st != 0 and first_error is None:
-                first_error = "%s: %s" % (what, (_lib.hvd_last_error() or b"").decode("utf-8", "replace"))
-            elif st == 0 and on_done is not None:
+        if not items:
+            return
+        handles = (ctypes.c_int64 * len(items))(*[h for h, _w, _k, _d in items])
+        failed = ctypes.c_size_t(0)
+        if _lib.hvd_wait_all(handles, len(items), ctypes.byref(failed)) != 0:
+            raise HvdShimError("hvdshim: %s: %s" % (items[failed.value][1],
+                                                    (_lib.hvd_last_error() or b"").decode("utf-8", "replace")))
+        for _h, _what, _keep, on_done in items:
+            if on_done is not None:
                 on_done()
-        if first_error:
-            raise HvdShimError("hvdshim: " + first_error)
+
+
+class _Batch:
+    """Allreduces queued here, then handed to the engine in one call
+    (hvd_allreduce_batch_async: one wake-up of the engine thread)."""
+
+    def __init__(self):
+        self.items = []  # (name, tensor, op, pending, what, on_done, stream)
+        self.bytes = 0
+
+    def add(self, name, tensor, op, pending, what, on_done=None):
+        """Queue an allreduce whose handle goes to `pending` at the flush."""
+        stream = _stream_of(tensor) if tensor.is_cuda else None  # the stream that produced it, now
+        self.items.append((name, tensor, op, pending, what, on_done, stream))
+        self.bytes += tensor.numel() * tensor.element_size()
+
+    def flush(self):
+        items, self.items, self.bytes = self.items, [], 0
+        if not items:
+            return
+        n = len(items)
+        arr = (_AllreduceItem * n)()
+        for it, (name, t, op, _pending, _what, _done, stream) in zip(arr, items):
+            it.name, it.buf, it.count, it.dtype, it.op = name, t.data_ptr(), t.numel(), _HVD_DTYPES[t.dtype], op
+            it.device, it.stream = (t.get_device(), stream) if t.is_cuda else (-1, None)
+        handles = (ctypes.c_int64 * n)()
+        st = _lib.hvd_allreduce_batch_async(arr, n, handles)
+        bad = None
+        for h, (_name, t, _op, pending, what, on_done, _stream) in zip(handles, items):
+            if h >= 0:
+                pending.add(h, what, t, on_done)
+            elif bad is None:
+                bad = what
+        _check(st, bad or "submitting allreduces")
 
 
 def _submit(fn, what, *args):

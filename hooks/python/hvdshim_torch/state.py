@@ -1,7 +1,7 @@
 """The adapter's state in this rank (one _State object, _S)."""
 import weakref
 
-from .lib import _Pending, _info, _warn
+from .lib import _Batch, _Pending, _info, _warn
 
 
 class _State:
@@ -23,6 +23,10 @@ class _State:
         self.in_backward = False
         self.used = bytearray()
         self.pending = _Pending()
+        self.batch = _Batch()       # gradients not yet handed to the engine
+        self.bucket = 0             # HVDSHIM_BUCKET: bytes batched before they are handed over (0: none)
+        self.nhooked = 0            # parameters whose gradients are hooked
+        self.round = None           # the end-of-backward round in flight: (vector, slots, pending)
         self.sparse = []            # (param, handles) gathered at the end of backward
         self.submitted = set()
         self.hook_handles = []
