@@ -32,9 +32,11 @@ static struct {
   char *map;
   char *tmp; /* the small path's private sum */
   uint32_t seq;  /* pieces run */
-  unsigned spin; /* pause loops before yielding: 0 when this process may use fewer CPUs than the host has
-                    * ranks (bound to one core by the launcher, or oversubscribed), where a spinning
-                    * engine thread would take the core from its own training thread or a peer */
+  unsigned spin; /* pause loops before yielding: 0 unless this process may use two CPUs per rank of the
+                    * host (its training thread computes while its engine thread waits: backward
+                    * overlaps the reduction).  Bound to one core by the launcher, oversubscribed, or
+                    * unbound with fewer cores than that, a spinning engine thread would take a core
+                    * from its own training thread or a peer's */
   char why[320];
 } S = {0, MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, 0, 0, "off"};
 
@@ -179,7 +181,7 @@ int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, size_t buffer_byt
   S.cseq = 0;
   S.region = HDR + 2 * S.cbytes + 2 * S.half;
   S.maplen = S.region * (size_t)S.n;
-  S.spin = cpus_available() >= S.n ? 2000 : 0;
+  S.spin = cpus_available() >= 2 * S.n ? 2000 : 0;
   char name[96] = "", why[200] = "";
   int ok = 1;
   if (S.me == 0 && !(ok = create_segment(name, sizeof name, why, sizeof why) == 0)) name[0] = 0;
