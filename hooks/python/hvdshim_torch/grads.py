@@ -13,10 +13,10 @@ overlap, never a wrong result.
 
 Gradients go to the engine in batches (one call and one engine wake-up
 each): of HVDSHIM_BUCKET bytes, by default each gradient alone.  When the
-last hooked parameter's gradient
-arrives, this rank's part of the end-of-backward round is known (every
-parameter got one), so the round goes in the same batch: float32, like the
-gradients, it is fused into their last allreduce (one round per step)."""
+last hooked parameter's gradient arrives, this rank's part of the
+end-of-backward round is known (every parameter got one), so the round goes
+in the same batch: float32, like the gradients, it is fused into their last
+allreduce (one round per step)."""
 import struct
 import weakref
 import torch
