@@ -24,6 +24,7 @@ class StubLib:
         self.calls = []
         self.peer = None
         self.round_peer = None
+        self.loss_peer = None
 
     def hvd_allreduce_async(self, name, ptr, n, dtype, op, cb, arg, handle):
         self.calls.append(("allreduce", name, n, op))
@@ -44,6 +45,9 @@ class StubLib:
         for i in range(n):
             it = items[i]
             self.calls.append(("allreduce", it.name, it.count, it.op))
+            if it.name == b"hvdshim.loss" and self.loss_peer is not None:  # AVG with one other rank
+                buf = (ctypes.c_float * it.count).from_address(it.buf)
+                buf[0] = (buf[0] + self.loss_peer) / 2
             if it.name.startswith(b"hvdshim.round.") and self.round_peer is not None:
                 buf = (ctypes.c_float * it.count).from_address(it.buf)
                 for j, v in enumerate(self.round_peer):
@@ -209,6 +213,60 @@ class Rules(unittest.TestCase):
         grads._reduce_round()
         self.assertEqual(opt.param_groups[0]["lr"], 0.7)
         self.assertEqual(_S.k, 1)
+
+    def test_loss_reads_as_mean_after_backward(self):
+        """A scalar loss given to backward reads as the mean over ranks
+        afterwards (the other rank's is 3.0 here); a scaled loss stands for
+        its source; retain_graph, views, leaves and non-scalar roots are
+        left alone; a failed backward takes its item back; a loss averaged so is
+        not averaged again by the closure/plateau path."""
+        _S.average_loss, _S.in_backward, _S.scaled, _S.averaged = True, False, None, None
+        _S.batch = lib._Batch()
+        self.stub.loss_peer = 3.0
+        w = torch.nn.Parameter(torch.tensor([2.0]))
+
+        def losses():
+            return [c for c in self.stub.calls if c[0] == "allreduce" and c[1] == b"hvdshim.loss"]
+
+        def backward(t, **kw):
+            return grads._backward_averaging(torch.autograd.backward, t, None, kw.get("retain_graph"),
+                                             kw.get("create_graph", False), (), {})
+        loss = (w * 0.5).sum()  # 1.0 here
+        backward(loss)
+        self.assertEqual(loss.item(), 2.0)
+        self.assertEqual(w.grad.item(), 0.5)  # the gradient is backward's own (averaged by the hooks, not here)
+        self.assertEqual(len(losses()), 1)
+        self.assertIs(grads._average_loss(loss), loss)
+        self.assertEqual(len(losses()), 1)  # not averaged twice
+        kept = (w * 0.5).sum()
+        backward(kept, retain_graph=True)  # its node may keep its value for the next pass
+        self.assertEqual(kept.item(), 1.0)
+        view = ((w * 0.5).expand(2) * 1.0)[0]  # writing a view would change what it views
+        backward(view)
+        self.assertEqual(view.item(), 1.0)
+        leaf = torch.nn.Parameter(torch.tensor(4.0))  # a parameter is never written
+        backward(leaf)
+        self.assertEqual(leaf.item(), 4.0)
+        vec = w.expand(2) * 1.0
+        grads._backward_averaging(torch.autograd.backward, vec, torch.ones(2), None, False, (), {})
+        self.assertEqual(len(losses()), 1)
+        source = (w * 0.25).sum()  # 0.5
+        scaled = source * 1024.0
+        grads._note_scaled(source, scaled)
+        backward(scaled)
+        self.assertEqual(source.item(), 1.75)
+        self.assertEqual(scaled.item(), 512.0)
+        bad = (w * 0.5).sum()
+        bad.backward()  # its graph is gone: the next backward fails before any gradient
+        with self.assertRaises(RuntimeError):
+            backward(bad)
+        self.assertEqual(_S.batch.items, [])
+        _S.average_loss = False
+        off = (w * 0.5).sum()
+        backward(off)
+        self.assertEqual(off.item(), 1.0)
+        self.assertEqual(len(losses()), 2)
+        _S.average_loss = True
 
     def test_replica_guard_names_first_differing_parameter(self):
         model = torch.nn.Linear(3, 2)

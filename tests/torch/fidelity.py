@@ -17,6 +17,7 @@ ap.add_argument("case")
 ap.add_argument("--dir", default=".")
 ap.add_argument("--out", default=None)
 ap.add_argument("--epochs", type=int, default=3)
+ap.add_argument("--scaler", action="store_true")
 args = ap.parse_args()
 
 
@@ -296,6 +297,45 @@ elif args.case == "diverge":
             if epoch == 0 and i == 2 and os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK")) == "1":
                 with torch.no_grad():
                     model[2].bias.add_(1e-3)
+    finish(model)
+
+elif args.case == "early-stop":
+    # early stopping on the epoch's mean training loss (read with .item()
+    # after backward: each rank's own batches under a launcher), and a
+    # "best model" file written when it improves; --scaler: the backward of
+    # torch.amp's GradScaler (torch >= 2.3 on CPU)
+    model, opt, loader = setup(n=256, batch=32, lr=0.2)
+    scaler = None
+    if args.scaler:
+        try:
+            scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+        except (AttributeError, TypeError, RuntimeError):
+            print("no GradScaler for CPU in torch %s" % torch.__version__)
+    best, bad = float("inf"), 0
+    for epoch in range(100):
+        total = 0.0
+        for x, y in loader:
+            opt.zero_grad()
+            loss = F.binary_cross_entropy_with_logits(model(x), y)
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+            else:
+                loss.backward()
+                opt.step()
+            total += loss.item()
+        total /= len(loader)
+        if not total == total:
+            sys.exit("loss is NaN")
+        if total < best - 1e-3:
+            best, bad = total, 0
+            torch.save(model.state_dict(), os.path.join(args.dir, "best.pt"))
+        else:
+            bad += 1
+            if bad >= 2:
+                break
+    print("stopped at epoch %d loss %.4f best %.4f" % (epoch, total, best))
     finish(model)
 
 elif args.case == "compile":

@@ -73,6 +73,25 @@ HVDSHIM_WORKER_STDOUT=1 run_shim 2 "$PYTHON" "$F" plateau --epochs 6
   { cat "$TMP/shim.out"; fail "plateau: the ranks' lr or weights differ"; }
 pass "plateau scheduler on local losses: lr and weights identical on both ranks"
 
+# --- early stopping on each rank's own epoch loss (loss.item() after
+# backward): split, the plain run's epoch, loss and weights; sharded, one
+# decision on every rank (with HVDSHIM_LOSS=local the ranks of the split
+# run stop at epochs 18 and 19, the plain run at 54)
+mkdir -p "$TMP/ep" "$TMP/es" "$TMP/eh"
+run_plain early-stop --dir "$TMP/ep" --out "$TMP/p-early.pt"
+stop=$(grep "^stopped at" "$TMP/plain.out")
+HVDSHIM_DATA=split HVDSHIM_WORKER_STDOUT=1 run_shim 2 "$PYTHON" "$F" early-stop --dir "$TMP/es" --out "$TMP/s-early.pt"
+[ "$(sed -n 's/^\[rank .\] stopped at //p' "$TMP/shim.out" | sort | uniq -c | sed 's/^ *//')" = "2 ${stop#stopped at }" ] ||
+  { cat "$TMP/plain.out" "$TMP/shim.out"; fail "early stopping, split: expected both ranks to say '$stop'"; }
+same "$TMP/p-early.pt" "$TMP/s-early.pt" 1e-4 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "early stopping: weights differ"; }
+same "$TMP/ep/best.pt" "$TMP/es/best.pt" 1e-4 >/dev/null || fail "early stopping: the best-model file differs from plain's"
+for scaler in "" --scaler; do
+  HVDSHIM_WORKER_STDOUT=1 run_shim 2 "$PYTHON" "$F" early-stop --dir "$TMP/eh" $scaler
+  [ "$(sed -n 's/^\[rank .\] \(stopped at\|checksum\) //p' "$TMP/shim.out" | sort -u | wc -l)" = 2 ] ||
+    { cat "$TMP/shim.out"; fail "early stopping, sharded ${scaler}: the ranks stopped at different epochs or differ"; }
+done
+pass "early stopping on the loss read after backward: split at np=2 = plain ($stop; $(cat "$TMP/cmp")); sharded, with and without GradScaler: one decision on both ranks"
+
 # --- samplers of every kind are sharded (split mode = the plain run)
 for c in sequential custom-sampler custom-batches; do
   run_plain "$c" --out "$TMP/p-$c.pt"

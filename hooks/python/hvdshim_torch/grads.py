@@ -245,6 +245,75 @@ def _end_window():
         _S.bw_window = 0
 
 
+# ------------------------------------------------------------------ the loss a rank reads after backward
+def _loss_to_average(tensors, retain_graph, create_graph, inputs):
+    """The tensor whose value becomes the mean over ranks when this backward
+    ends, or None.  A computed floating-point scalar on CPU or CUDA whose
+    graph is freed by this backward (retain_graph or
+    create_graph: its own node may have saved its value for a later pass, so
+    it is left alone).  `scaler.scale(loss)` stands for `loss`."""
+    if not (_S.enabled and _S.started and _S.average_loss) or _S.in_backward or retain_graph or create_graph \
+            or inputs is not None:
+        return None
+    if isinstance(tensors, (list, tuple)) and len(tensors) == 1:
+        tensors = tensors[0]
+    if not _averageable(tensors):
+        return None
+    scaled = _S.scaled
+    if scaled is not None and scaled[0]() is tensors:
+        unscaled = scaled[1]()
+        if unscaled is not None and _averageable(unscaled) and unscaled.device == tensors.device:
+            return unscaled
+    return tensors
+
+
+def _averageable(t):
+    """A computed scalar of its own: not a leaf (a parameter), not a view
+    (writing it would change the tensor it views)."""
+    return isinstance(t, torch.Tensor) and t.numel() == 1 and t.is_floating_point() and t.grad_fn is not None \
+        and not t._is_view() and t.device.type in ("cpu", "cuda")
+
+
+def _backward_averaging(orig, tensors, grad_tensors, retain_graph, create_graph, args, kwargs):
+    """torch.autograd.backward (so Tensor.backward too): a loss it is given
+    is averaged over ranks in place once backward ends, so what the script
+    reads from it afterwards (`loss.item()`, a running sum, a printed value)
+    is the same on every rank, and an early stop, a NaN check or a "best
+    loss" taken on it is the same decision everywhere: the mean of the
+    ranks' losses, as their gradients are averaged (in split mode, the
+    plain run's loss of the whole batch).  The value rides in the first
+    batch of gradients; a backward that reduces nothing (one that only
+    accumulates) sends it alone.  HVDSHIM_LOSS=local leaves it alone."""
+    loss = _loss_to_average(tensors, retain_graph, create_graph, kwargs.get("inputs"))
+    if loss is None:
+        return orig(tensors, grad_tensors, retain_graph, create_graph, *args, **kwargs)
+    src = loss.detach()
+    key = (src.device, src.dtype, src.shape)
+    buf = _S.loss_bufs.get(key)  # one per kind of loss, reused: waited for before backward returns
+    if buf is None:
+        buf = _S.loss_bufs[key] = torch.empty_like(src, dtype=torch.float64 if src.dtype == torch.float64
+                                                   else torch.float32)
+    buf.copy_(src)
+    pending = _Pending()
+    _S.batch.add(b"hvdshim.loss", buf, _AVG, pending, "averaging the loss over ranks")
+    try:
+        result = orig(tensors, grad_tensors, retain_graph, create_graph, *args, **kwargs)
+    except BaseException:
+        _S.batch.drop(buf)  # not handed over yet: this rank's backward failed before any gradient
+        raise
+    _S.batch.flush()  # still here when no gradient was reduced (an accumulating pass)
+    pending.wait()
+    src.copy_(buf)
+    _S.averaged = weakref.ref(loss)
+    return result
+
+
+def _note_scaled(outputs, scaled):
+    """GradScaler.scale(loss): backward on the result averages `loss`."""
+    if isinstance(outputs, torch.Tensor) and isinstance(scaled, torch.Tensor) and scaled is not outputs:
+        _S.scaled = (weakref.ref(scaled), weakref.ref(outputs))
+
+
 # ------------------------------------------------------------------ hyperparameters
 def _note_optimizer(opt):
     if not any(ref() is opt for ref in _S.optimizers):
@@ -339,6 +408,8 @@ def _average_loss(loss):
     to decide how many evaluations a step takes: every rank must see the
     same) and the metric fed to ReduceLROnPlateau."""
     if not _S.enabled or not _S.started:
+        return loss
+    if _S.averaged is not None and _S.averaged() is loss:  # its backward averaged it already
         return loss
     if isinstance(loss, torch.Tensor):
         if loss.numel() != 1 or loss.dtype not in (torch.float32, torch.float64):

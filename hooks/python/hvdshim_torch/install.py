@@ -9,7 +9,8 @@ from .lib import _debug, _info, _load_library, _setting, _untraced, _wrap
 from .state import _S, _warn_once
 from .output import _redirect_output, _set_threads
 from .lifecycle import _check_stand_aside, _other_distribution, _stand_aside
-from .grads import _reduce_deferred, _HAS_POST_ACCUMULATE, _average_loss, _note_optimizer, _wrap_step
+from .grads import (_reduce_deferred, _HAS_POST_ACCUMULATE, _average_loss, _backward_averaging, _note_optimizer,
+                    _note_scaled, _wrap_step)
 from .rng import seed_torch_at_import as _seed_torch
 from .models import _count_batch, _forward_pre_hook
 from .data import _prepare_loader, _warn_if_alone
@@ -88,6 +89,25 @@ def _patch():
         if isinstance(scaler, type) and "unscale_" in vars(scaler) and \
                 not getattr(scaler.unscale_, "hvdshim_reads_grads", False):
             _wrap(scaler, "unscale_", make_needs_grads)
+
+    # a loss given to backward reads as the mean over ranks afterwards
+    # (Tensor.backward calls torch.autograd.backward)
+    def make_backward(orig):
+        def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, *args, **kwargs):
+            return _backward_averaging(orig, tensors, grad_tensors, retain_graph, create_graph, args, kwargs)
+        return _untraced(backward)
+    _wrap(torch.autograd, "backward", make_backward)
+    for amp_mod in ("torch.cuda.amp", "torch.amp", "torch.cpu.amp"):
+        scaler = getattr(sys.modules.get(amp_mod), "GradScaler", None)
+        if isinstance(scaler, type) and "scale" in vars(scaler) and not getattr(scaler.scale, "hvdshim_scale", False):
+            def make_scale(orig):
+                def scale(self, outputs, *args, **kwargs):
+                    result = orig(self, outputs, *args, **kwargs)
+                    _note_scaled(outputs, result)
+                    return result
+                scale.hvdshim_scale = True
+                return scale
+            _wrap(scaler, "scale", make_scale)
 
     dist = getattr(torch, "distributed", None)
     if dist is not None and hasattr(dist, "init_process_group"):
@@ -169,6 +189,7 @@ def install(rng_seed=None):
     _S.check_steps = int(_setting("HVDSHIM_CHECK_STEPS") or 0)
     _S.accumulate = (_setting("HVDSHIM_ACCUMULATE") or "auto") != "off"
     _S.bucket = int(_setting("HVDSHIM_BUCKET") or 0)
+    _S.average_loss = (_setting("HVDSHIM_LOSS") or "average") == "average"
     if _S.size <= 1:
         _info("one rank: nothing to distribute")
         if _setting("HVDSHIM_OBSERVE") == "1":

@@ -150,6 +150,14 @@ class _Batch:
         self.items.append((name, tensor, op, pending, what, on_done, stream))
         self.bytes += tensor.numel() * tensor.element_size()
 
+    def drop(self, tensor):
+        """Take back a queued item (not handed over yet)."""
+        for i, it in enumerate(self.items):
+            if it[1] is tensor:
+                del self.items[i]
+                self.bytes -= tensor.numel() * tensor.element_size()
+                return
+
     def flush(self):
         items, self.items, self.bytes = self.items, [], 0
         if not items:

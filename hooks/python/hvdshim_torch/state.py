@@ -49,6 +49,10 @@ class _State:
         self.windows = []           # the last two window lengths (backward passes per step)
         self.skip_bw = False        # this backward only accumulates (a later one of the window reduces)
         self.deferred = False       # gradients accumulated locally and not reduced yet
+        self.average_loss = True    # HVDSHIM_LOSS=average: a loss given to backward reads as the mean over ranks
+        self.averaged = None        # weak reference to the last loss averaged that way
+        self.scaled = None          # (scaled, loss) weak references: the last GradScaler.scale(loss)
+        self.loss_bufs = {}         # (device, dtype, shape) -> the float32/64 buffer the loss is averaged in
 
 
 _S = _State()
