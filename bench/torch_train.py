@@ -54,7 +54,7 @@ elif args.model == "small":  # an ordinary small CNN (MNIST-sized, ~70 k paramet
     model = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                           nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                           nn.Flatten(), nn.Linear(32 * 7 * 7, 40), nn.ReLU(), nn.Linear(40, 10))
-elif args.model == "transformer":  # many small parameter tensors (78), as language models have
+elif args.model == "transformer":  # many small parameter tensors (75), as language models have
     class Encoder(nn.Module):
         def __init__(self):
             super().__init__()
