@@ -248,10 +248,9 @@ def _end_window():
 # ------------------------------------------------------------------ the loss a rank reads after backward
 def _loss_to_average(tensors, retain_graph, create_graph, inputs):
     """The tensor whose value becomes the mean over ranks when this backward
-    ends, or None.  A computed floating-point scalar on CPU or CUDA whose
-    graph is freed by this backward (retain_graph or
-    create_graph: its own node may have saved its value for a later pass, so
-    it is left alone).  `scaler.scale(loss)` stands for `loss`."""
+    ends, or None: a computed floating-point scalar whose graph this
+    backward frees (under retain_graph or create_graph its own node may keep
+    its value for a later pass).  `scaler.scale(loss)` stands for `loss`."""
     if not (_S.enabled and _S.started and _S.average_loss) or _S.in_backward or retain_graph or create_graph \
             or inputs is not None:
         return None

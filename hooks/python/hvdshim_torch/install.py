@@ -84,11 +84,22 @@ def _patch():
         for fn in ("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "get_total_norm"):
             if hasattr(owner, fn) and not getattr(getattr(owner, fn), "hvdshim_reads_grads", False):
                 _wrap(owner, fn, make_needs_grads)
+    # GradScaler: unscale_ reads gradients; backward on scale(loss)'s result averages loss
+    def make_scale(orig):
+        def scale(self, outputs, *args, **kwargs):
+            result = orig(self, outputs, *args, **kwargs)
+            _note_scaled(outputs, result)
+            return result
+        scale.hvdshim_scale = True
+        return scale
     for amp_mod in ("torch.cuda.amp", "torch.amp", "torch.cpu.amp"):
         scaler = getattr(sys.modules.get(amp_mod) or _import_quiet(amp_mod), "GradScaler", None)
-        if isinstance(scaler, type) and "unscale_" in vars(scaler) and \
-                not getattr(scaler.unscale_, "hvdshim_reads_grads", False):
+        if not isinstance(scaler, type):
+            continue
+        if "unscale_" in vars(scaler) and not getattr(scaler.unscale_, "hvdshim_reads_grads", False):
             _wrap(scaler, "unscale_", make_needs_grads)
+        if "scale" in vars(scaler) and not getattr(scaler.scale, "hvdshim_scale", False):
+            _wrap(scaler, "scale", make_scale)
 
     # a loss given to backward reads as the mean over ranks afterwards
     # (Tensor.backward calls torch.autograd.backward)
@@ -97,17 +108,6 @@ def _patch():
             return _backward_averaging(orig, tensors, grad_tensors, retain_graph, create_graph, args, kwargs)
         return _untraced(backward)
     _wrap(torch.autograd, "backward", make_backward)
-    for amp_mod in ("torch.cuda.amp", "torch.amp", "torch.cpu.amp"):
-        scaler = getattr(sys.modules.get(amp_mod), "GradScaler", None)
-        if isinstance(scaler, type) and "scale" in vars(scaler) and not getattr(scaler.scale, "hvdshim_scale", False):
-            def make_scale(orig):
-                def scale(self, outputs, *args, **kwargs):
-                    result = orig(self, outputs, *args, **kwargs)
-                    _note_scaled(outputs, result)
-                    return result
-                scale.hvdshim_scale = True
-                return scale
-            _wrap(scaler, "scale", make_scale)
 
     dist = getattr(torch, "distributed", None)
     if dist is not None and hasattr(dist, "init_process_group"):
