@@ -8,7 +8,9 @@
  * rank's own GPU.  Without a driver nothing is set.
  *
  * Stream tracking.  The exported cudaLaunchKernel, cudaLaunchKernelExC,
- * cudaMemcpyAsync and cudaMemsetAsync record, per thread, the stream the
+ * cudaMemcpyAsync and cudaMemsetAsync, and __cudaLaunchKernel and its _ptsz
+ * form (what nvcc 13 compiles `kernel<<<...>>>` into), record, per thread,
+ * the stream the
  * caller launched on, then jump to the runtime's own function.  That stream
  * is what a native hook (a device pointer handed to a hooked function) orders
  * the engine's work after.  The PyTorch adapter passes its stream
@@ -26,6 +28,7 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,7 +151,7 @@ typedef int (*launch_fn)(const void *, hvd_dim3, hvd_dim3, void **, size_t, void
 typedef int (*launch_ex_fn)(const void *, const void *, void **);
 typedef int (*memcpy_async_fn)(void *, const void *, size_t, int, void *);
 typedef int (*memset_async_fn)(void *, int, size_t, void *);
-static launch_fn real_launch;
+static launch_fn real_launch, real_launch13, real_launch13_ptsz;
 static launch_ex_fn real_launch_ex;
 static memcpy_async_fn real_memcpy_async;
 static memset_async_fn real_memset_async;
@@ -164,6 +167,29 @@ __attribute__((visibility("default"))) int cudaLaunchKernel(const void *func, hv
   if (!real_launch) return HVD_CUDA_NO_RUNTIME;
   note(stream);
   return real_launch(func, grid, block, args, shmem, stream);
+}
+
+/* nvcc 13's launch of `kernel<<<grid, block, shmem, stream>>>`: a kernel
+ * handle where cudaLaunchKernel takes the function; the _ptsz form (built
+ * with --default-stream per-thread) reads stream 0 as the calling thread's
+ * default stream, cudaStreamPerThread. */
+enum { HVD_CUDA_STREAM_PER_THREAD = 2 };
+
+__attribute__((visibility("default"))) int __cudaLaunchKernel(const void *kernel, hvd_dim3 grid, hvd_dim3 block,
+                                                               void **args, size_t shmem, void *stream) {
+  RESOLVE(real_launch13, "__cudaLaunchKernel");
+  if (!real_launch13) return HVD_CUDA_NO_RUNTIME;
+  note(stream);
+  return real_launch13(kernel, grid, block, args, shmem, stream);
+}
+
+__attribute__((visibility("default"))) int __cudaLaunchKernel_ptsz(const void *kernel, hvd_dim3 grid,
+                                                                    hvd_dim3 block, void **args, size_t shmem,
+                                                                    void *stream) {
+  RESOLVE(real_launch13_ptsz, "__cudaLaunchKernel_ptsz");
+  if (!real_launch13_ptsz) return HVD_CUDA_NO_RUNTIME;
+  note(stream ? stream : (void *)(uintptr_t)HVD_CUDA_STREAM_PER_THREAD);
+  return real_launch13_ptsz(kernel, grid, block, args, shmem, stream);
 }
 
 /* cudaLaunchConfig_t: dim3 grid, dim3 block, size_t shmem, cudaStream_t

@@ -1,8 +1,9 @@
 /* Loads the stand-in framework with RTLD_LOCAL (its libcudart is then not in
  * the global scope, as with a Python extension) and checks that its CUDA
  * calls pass through the shim's hooks unchanged and that the shim saw the
- * stream.  Prints one line: "probe calls=N stream=P grid=G rc=R hooked=H
- * seen=S". */
+ * stream.  Prints two lines: "probe calls=N stream=P grid=G rc=R hooked=H
+ * seen=S", then the same for nvcc 13's launch entry points ("nvcc13 ...
+ * ptsz stream=P rc=R seen=S"). */
 #include <dlfcn.h>
 #include <stdio.h>
 
@@ -23,5 +24,12 @@ int main(int argc, char **argv) {
   int rc = step((void *)0x1234);
   printf("probe calls=%d stream=%p grid=%u rc=%d hooked=%ld seen=%p\n", *calls, *last, *grid, rc,
          hooked ? (long)hooked() : -1L, seen ? seen() : NULL);
+  /* nvcc 13's launches (__cudaLaunchKernel, and _ptsz with stream 0) */
+  int (*nvcc13)(void *, int) = (int (*)(void *, int))dlsym(fw, "fw_nvcc13");
+  if (!nvcc13) return 2;
+  rc = nvcc13((void *)0x5678, 0);
+  printf("nvcc13 calls=%d stream=%p grid=%u rc=%d seen=%p", *calls, *last, *grid, rc, seen ? seen() : NULL);
+  rc = nvcc13(NULL, 1);
+  printf(" ptsz stream=%p rc=%d seen=%p\n", *last, rc, seen ? seen() : NULL);
   return 0;
 }
