@@ -544,25 +544,26 @@ EXPORT FILE *freopen64(const char *path, const char *mode, FILE *f) { return fop
  * name that exists only in this rank's overlay (a file it wrote) fails with
  * ENOENT; Rust's fs::canonicalize (safetensors' save_file) and C++'s
  * filesystem::canonical call it on paths just written.  Such a name is
- * given back as its real path: the canonical parent and the last name. */
-static char *overlay_realpath(const char *path, char *buf) {
-  char a[PATH_MAX], m[PATH_MAX], parent[PATH_MAX], out[PATH_MAX];
-  if (absolute(AT_FDCWD, path, a) || map_read(AT_FDCWD, a, m) != MAPPED) {
-    errno = ENOENT;
-    return NULL;
-  }
+ * given back as its real path: the canonical parent and the last name.
+ * The parent is canonicalized the same way, here and not through the
+ * exported realpath: that one would see hvdshim as its caller and pass
+ * through, and a folder the rank made itself (os.makedirs before rank 0
+ * made the real one) would fail in turn.  Returns a malloc'd path, or NULL
+ * with errno. */
+static char *view_realpath(const char *path) {
+  char a[PATH_MAX], m[PATH_MAX], out[PATH_MAX];
+  char *r = r_realpath(path, NULL);
+  if (r || errno != ENOENT) return r;
+  if (absolute(AT_FDCWD, path, a) || map_read(AT_FDCWD, a, m) != MAPPED) return errno = ENOENT, NULL;
   char *slash = strrchr(a, '/');
-  if (slash == a) strcpy(parent, "/");
-  else *slash = 0, strcpy(parent, a), *slash = '/';
-  char *p = realpath(parent, NULL); /* the parent may be this rank's own too */
+  if (slash == a) return strdup(a); /* "/name": its parent is the root */
+  *slash = 0;
+  char *p = view_realpath(a); /* one component shorter: the recursion ends at "/" */
+  *slash = '/';
   if (!p) return NULL;
   int n = snprintf(out, sizeof out, "%s/%s", strcmp(p, "/") ? p : "", slash + 1);
   free(p);
-  if (n >= (int)sizeof out) {
-    errno = ENAMETOOLONG;
-    return NULL;
-  }
-  if (buf) return strcpy(buf, out);
+  if (n >= (int)sizeof out) return errno = ENAMETOOLONG, NULL;
   return strdup(out);
 }
 static char *realpath_common(const char *path, char *buf, const void *caller) {
@@ -570,10 +571,13 @@ static char *realpath_common(const char *path, char *buf, const void *caller) {
   int saved = errno;
   char *r = r_realpath(path, buf);
   if (r || errno != ENOENT || !on || !dirty || !nonempty(path) || excluded_caller(caller)) return r;
-  r = overlay_realpath(path, buf);
-  if (r) errno = saved;
-  else errno = ENOENT;
-  return r;
+  r = view_realpath(path);
+  if (!r) return errno = ENOENT, NULL;
+  errno = saved;
+  if (!buf) return r;
+  strcpy(buf, r); /* fits: shorter than PATH_MAX */
+  free(r);
+  return buf;
 }
 EXPORT char *realpath(const char *path, char *buf) { return realpath_common(path, buf, CALLER); }
 EXPORT char *canonicalize_file_name(const char *path) { return realpath_common(path, NULL, CALLER); }

@@ -116,6 +116,17 @@ if args.case == "checkpoints":
             f.write(b"x")
         assert c_realpath(fresh) == os.path.realpath(fresh), (c_realpath(fresh), os.path.realpath(fresh))
         os.remove(fresh)
+        # ... and in a folder it just made that no other process makes (whether
+        # ckdir above is this process's own depends on which process made it first)
+        own = os.path.join(args.dir, "own-%d" % os.getpid(), "sub")
+        os.makedirs(own)
+        fresh = os.path.join(own, "fresh.bin")
+        with open(fresh, "wb") as f:
+            f.write(b"x")
+        assert c_realpath(fresh) == os.path.realpath(fresh), (c_realpath(fresh), os.path.realpath(fresh))
+        os.remove(fresh)
+        os.rmdir(own)
+        os.rmdir(os.path.dirname(own))
         # 5. rotate: keep the previous epoch's copy, remove the one before
         prev = os.path.join(ckdir, "..", "epoch-%d.pt" % (epoch - 1))
         if os.path.exists(prev):
