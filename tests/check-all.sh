@@ -3,59 +3,75 @@
 # run it: `make check` (unit, multi-rank, PyTorch), `make check-faults`
 # (killed, stalled, interrupted ranks), `make fuzz` (every parser, libFuzzer)
 # and `make check-sanitize` (ASan+UBSan, valgrind), then `make check-stacks`
-# (the suites on Debian trixie and sid, in chroots).  Ends with one line
-# "N passed, N failed, N skipped" and a non-zero status if anything failed.
+# (the suites on Debian trixie and sid, in chroots).  Ends with one line,
+# the totals and each part's passed/failed/skipped,
+#   N passed, N failed, N skipped (check P/F/S, check-faults P/F/S, fuzz P/F/S, check-sanitize P/F/S, check-stacks P/F/S)
+# and a non-zero status if anything failed.  Logs are read as text whatever bytes they hold (grep -a: a test's
+# output may hold a NUL byte) and shown with NUL bytes as ^@.
 # Usage: check-all.sh MAKE  (from the top build directory)
 MAKE=${1:-make}
-pass=0 fail=0 skip=0
+pass=0 fail=0 skip=0 parts=""
+p=0 f=0 s=0 # the current part's
+show() { tail -n "$1" "$2" 2>/dev/null | sed 's/\x0/^@/g'; } # show N FILE: its last N lines
+# part NAME: add the current part's counts to the totals and the breakdown
+part() {
+  pass=$((pass + p)) fail=$((fail + f)) skip=$((skip + s))
+  parts="$parts${parts:+, }$1 $p/$f/$s"
+}
 tally_automake() { # LOG: the "# PASS: n" lines automake prints
+  p=0 f=0 s=0
   for k in PASS FAIL ERROR XPASS SKIP; do
     n=$(sed -n "s/^# $k: *\([0-9]*\).*/\1/p" "$1" | tail -1)
     n=${n:-0}
-    case $k in PASS) pass=$((pass + n)) ;; SKIP) skip=$((skip + n)) ;; *) fail=$((fail + n)) ;; esac
+    case $k in PASS) p=$((p + n)) ;; SKIP) s=$((s + n)) ;; *) f=$((f + n)) ;; esac
   done
 }
-for part in check check-faults; do
-  $MAKE $part >"check-all-$part.log" 2>&1
+for name in check check-faults; do
+  $MAKE $name >"check-all-$name.log" 2>&1
   rc=$?
-  grep -E '^(PASS|FAIL|SKIP|ERROR|XPASS):' "check-all-$part.log"
-  for t in $(sed -n 's/^SKIP: //p' "check-all-$part.log"); do # say why
+  grep -a -E '^(PASS|FAIL|SKIP|ERROR|XPASS):' "check-all-$name.log"
+  for t in $(sed -n 's/^SKIP: //p' "check-all-$name.log"); do # say why
     [ -f "${t%.sh}.log" ] && sed -n 's/^SKIP: /  skipped because: /p' "${t%.sh}.log" | head -1
   done
-  before=$fail
-  tally_automake "check-all-$part.log"
+  tally_automake "check-all-$name.log"
   if [ $rc -ne 0 ]; then
-    for f in $(grep -l -E '^(FAIL|ERROR)' $(find tests -name '*.log') 2>/dev/null); do echo "---- $f"; tail -40 "$f"; done
-    [ $fail -eq $before ] && fail=$((fail + 1)) # make itself failed
+    for l in $(grep -a -l -E '^(FAIL|ERROR)' $(find tests -name '*.log') 2>/dev/null); do echo "---- $l"; show 40 "$l"; done
+    [ $f -eq 0 ] && f=1 # make itself failed
   fi
+  part $name
 done
-for part in fuzz check-sanitize; do
-  $MAKE $part >"check-all-$part.log" 2>&1
+for name in fuzz check-sanitize; do
+  $MAKE $name >"check-all-$name.log" 2>&1
   rc=$?
-  grep -E '^(fuzz|check-sanitize): ' "check-all-$part.log"
-  p=$(grep -c -E '^(fuzz|check-sanitize): .*(no crash|passed|clean)' "check-all-$part.log")
-  s=$(grep -c -E '^(fuzz|check-sanitize): .*SKIPPED' "check-all-$part.log")
-  f=$(grep -c -E '^(fuzz|check-sanitize): .*FAILED' "check-all-$part.log")
-  [ $rc -ne 0 ] && [ "$f" -eq 0 ] && { tail -30 "check-all-$part.log"; f=1; }
-  pass=$((pass + p)) skip=$((skip + s)) fail=$((fail + f))
+  grep -a -E '^(fuzz|check-sanitize): ' "check-all-$name.log"
+  p=$(grep -a -c -E '^(fuzz|check-sanitize): .*(no crash|passed|clean)' "check-all-$name.log")
+  s=$(grep -a -c -E '^(fuzz|check-sanitize): .*SKIPPED' "check-all-$name.log")
+  f=$(grep -a -c -E '^(fuzz|check-sanitize): .*FAILED' "check-all-$name.log")
+  [ $rc -ne 0 ] && [ "$f" -eq 0 ] && { show 30 "check-all-$name.log"; f=1; }
+  part $name
 done
-# the current Debian stacks in chroots (HVDSHIM_CHECK_STACKS=0 leaves them out)
+# the current Debian stacks in chroots (HVDSHIM_CHECK_STACKS=0 leaves them out):
+# each stack's lines, then its total "check-stacks: all stacks: N passed, ..."
 if [ "${HVDSHIM_CHECK_STACKS:-1}" != 0 ]; then
   $MAKE check-stacks >check-all-check-stacks.log 2>&1
   rc=$?
-  grep -E '^(check-stacks: |  [a-z-]+: )|^---- ' check-all-check-stacks.log
-  line=$(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' check-all-check-stacks.log | tail -1)
+  grep -a -E '^check-stacks: |^  [a-z-]+: |^---- ' check-all-check-stacks.log |
+    grep -a -v '^check-stacks: all stacks: ' | sed 's/\x0/^@/g'
+  line=$(sed -n 's/^check-stacks: all stacks: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped$/\1 \2 \3/p' \
+    check-all-check-stacks.log | tail -1)
+  p=0 f=1 s=0
   if [ -n "$line" ]; then
     set -- $line
-    pass=$((pass + $1)) fail=$((fail + $3)) skip=$((skip + $5))
+    p=$1 f=$2 s=$3
+    [ $rc -ne 0 ] && [ "$f" = 0 ] && f=1 # make itself failed
   else
-    tail -30 check-all-check-stacks.log
-    fail=$((fail + 1))
+    show 30 check-all-check-stacks.log
   fi
-  [ $rc -ne 0 ] && [ -n "$line" ] && [ "$3" = 0 ] && fail=$((fail + 1))
+  part check-stacks
 else
   echo "check-stacks: SKIPPED (HVDSHIM_CHECK_STACKS=0)"
-  skip=$((skip + 1))
+  p=0 f=0 s=1
+  part check-stacks
 fi
-echo "$pass passed, $fail failed, $skip skipped"
+echo "$pass passed, $fail failed, $skip skipped ($parts)"
 [ $fail -eq 0 ]

@@ -9,9 +9,13 @@
 #
 # Each stack builds the project inside its chroot against that chroot's own
 # Python, torch and MPI (a copy of the sources) and runs its suites; one
-# summary line per stack: "check-stacks: NAME (versions): N passed, N failed,
-# N skipped", or "check-stacks: NAME SKIPPED: reason" where chroots cannot be
-# made here (not root, no archive).  Ends with the total line.
+# summary line per stack: "check-stacks: NAME (glibc V, Python V, torch V,
+# MPI V): N passed, N failed, N skipped", the versions those of the chroot's
+# Debian packages (the archive moves under CI: a new point release shows in
+# the line), or "check-stacks: NAME SKIPPED: reason" where chroots cannot be
+# made here (not root, no archive).  Ends with the total line,
+# "check-stacks: all stacks: N passed, N failed, N skipped".  Logs are read
+# as text whatever bytes they hold (a test's output may hold a NUL byte).
 #
 # Usage: check-stacks.sh SRCDIR BUILDDIR
 # Environment: HVDSHIM_STACKS_CACHE  where the chroots live and are reused
@@ -31,7 +35,7 @@ pass=0 fail=0 skip=0
 
 say() { echo "check-stacks: $*"; }
 total() {
-  echo "$pass passed, $fail failed, $skip skipped"
+  say "all stacks: $pass passed, $fail failed, $skip skipped"
   [ $fail -eq 0 ]
   exit
 }
@@ -44,6 +48,20 @@ copy_sources() {
   else
     (cd "$src" && tar cf - --exclude=./stacks-cache --exclude='*.o' --exclude='*.lo' --exclude=.libs .) | tar xf - -C "$1"
   fi
+}
+
+# show N FILE: its last N lines, as text (NUL bytes shown as ^@), so that
+# this output stays text for whoever reads it with grep
+show() { tail -n "$1" "$2" 2>/dev/null | sed 's/\x0/^@/g'; }
+
+# stack_versions ROOT MPINAME MPIPACKAGE: "glibc V, Python V, torch V, MPI V",
+# each the version of the chroot's Debian package ("?" where one is missing)
+stack_versions() {
+  # shellcheck disable=SC2016
+  chroot "$1" /bin/sh -c '
+    v() { x=$(dpkg-query -W -f "\${Version}" "$1" 2>/dev/null); echo "${x:-?}"; }
+    py=$(dpkg -S "$(readlink -f /usr/bin/python3)" 2>/dev/null | cut -d: -f1)
+    echo "glibc $(v libc6), Python $(v "${py:-python3}"), torch $(v python3-torch), $1 $(v "$2")"' sh "$2" "$3"
 }
 
 mkdir -p "$cache"
@@ -61,9 +79,9 @@ trap 'for d in $mounted; do sh "$tool" umount "$d"; done' EXIT INT TERM
 for name in $stacks; do
   case $name in
     # the trixie chroot serves both trixie stacks: it holds both MPIs
-    trixie) suite=trixie mpicc=mpicc.openmpi extra="mpich libmpich-dev" which=all ;;
-    trixie-mpich) suite=trixie mpicc=mpicc.mpich extra="mpich libmpich-dev" which=mpich ;;
-    sid) suite=sid mpicc=mpicc.openmpi extra="python3-transformers python3-accelerate" which=all ;;
+    trixie) suite=trixie mpicc=mpicc.openmpi mpi="Open MPI:openmpi-bin" extra="mpich libmpich-dev" which=all ;;
+    trixie-mpich) suite=trixie mpicc=mpicc.mpich mpi="MPICH:mpich" extra="mpich libmpich-dev" which=mpich ;;
+    sid) suite=sid mpicc=mpicc.openmpi mpi="Open MPI:openmpi-bin" extra="python3-transformers python3-accelerate" which=all ;;
     *) say "$name FAILED: unknown stack (trixie, trixie-mpich, sid)"; fail=$((fail + 1)); continue ;;
   esac
   why=$(sh "$tool" why-not "$suite")
@@ -79,8 +97,9 @@ for name in $stacks; do
   fi
   case " $mounted " in *" $root "*) ;; *) mounted="$mounted $root" ;; esac
   t1=$(date +%s)
+  versions=$(stack_versions "$root" "${mpi%%:*}" "${mpi#*:}")
   dir=/root/hvdshim-$name
-  copy_sources "$root$dir" || { say "$name FAILED: could not copy the sources"; fail=$((fail + 1)); continue; }
+  copy_sources "$root$dir" || { say "$name ($versions) FAILED: could not copy the sources"; fail=$((fail + 1)); continue; }
   # inside: a clean environment, the stack's own Python and MPI
   run() {
     timeout -k 10 "$limit" chroot "$root" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
@@ -88,13 +107,11 @@ for name in $stacks; do
   }
   if ! run "./autogen.sh && ./configure PYTHON=/usr/bin/python3 --with-mpi=$mpicc && make -j$(nproc)" \
     >"$cache/$name.build.log" 2>&1; then
-    tail -30 "$cache/$name.build.log"
-    say "$name FAILED: the build failed (log: $cache/$name.build.log)"
+    show 30 "$cache/$name.build.log"
+    say "$name ($versions) FAILED: the build failed (log: $cache/$name.build.log)"
     fail=$((fail + 1))
     continue
   fi
-  versions=$(run '/usr/bin/python3 -c "import platform, torch; print(\"Python %s, torch %s\" % (platform.python_version(), torch.__version__))"' 2>/dev/null)
-  mpiv=$(sed -n 's/^ *MPI: *\(.*\) (mpicc:.*/\1/p' "$cache/$name.build.log" | head -1)
   tests=$(run 'make -s print-tests' 2>/dev/null)
   # MPICH: the engine, PyTorch and Horovod-API suites, and hvdrun driving Hydra (the
   # fault tests find Open MPI's launcher processes by name)
@@ -107,7 +124,7 @@ for name in $stacks; do
     n=${n:-0}
     case $k in PASS) p=$((p + n)) ;; SKIP) s=$((s + n)) ;; *) f=$((f + n)) ;; esac
   done
-  grep -E '^(FAIL|ERROR|XPASS):' "$cache/$name.check.log" | sed "s/^/  $name: /"
+  grep -a -E '^(FAIL|ERROR|XPASS):' "$cache/$name.check.log" | sed "s/^/  $name: /"
   for t in $(sed -n 's/^SKIP: //p' "$cache/$name.check.log"); do
     sed -n "s/^SKIP: /  $name: skipped $t: /p" "$root$dir/${t%.sh}.log" 2>/dev/null | head -1
   done
@@ -115,12 +132,12 @@ for name in $stacks; do
     [ $rc = 124 ] && echo "  $name: the suites ran past ${limit} s (HVDSHIM_STACKS_TIME)"
     for l in $(sed -n 's/^\(FAIL\|ERROR\): \(.*\)$/\2/p' "$cache/$name.check.log"); do
       echo "---- $name: ${l%.sh}.log"
-      tail -30 "$root$dir/${l%.sh}.log" 2>/dev/null
+      show 30 "$root$dir/${l%.sh}.log"
     done
     [ $f -eq 0 ] && f=1 # make itself failed
   fi
   pass=$((pass + p)) fail=$((fail + f)) skip=$((skip + s))
-  say "$name ($versions, ${mpiv:-MPI unknown}): $p passed, $f failed, $s skipped" \
+  say "$name ($versions): $p passed, $f failed, $s skipped" \
     "(chroot $((t1 - t0)) s, build and suites $(($(date +%s) - t1)) s)"
 done
 total
