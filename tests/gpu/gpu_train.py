@@ -1,6 +1,7 @@
 """An unmodified single-GPU training script (tests/gpu/device.sh): an MLP on
 synthetic data, SGD, a shuffling DataLoader; prints a checksum of the final
 weights.  --amp: autocast + GradScaler; --mixed: one layer kept on the CPU;
+--compile: the model through torch.compile (inductor, Triton kernels);
 --emulate-ranks N: the test's reference run, the single-process emulation of
 a split run over N ranks (split_ref.py)."""
 import argparse
@@ -12,6 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 ap = argparse.ArgumentParser()
 ap.add_argument("--amp", action="store_true")
 ap.add_argument("--mixed", action="store_true")
+ap.add_argument("--compile", action="store_true")
 ap.add_argument("--epochs", type=int, default=2)
 ap.add_argument("--emulate-ranks", type=int, default=0)  # the test's reference run only (split_ref.py)
 args = ap.parse_args()
@@ -36,6 +38,7 @@ class Net(nn.Module):
 
 
 model = Net()
+fwd = torch.compile(model) if args.compile else model
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 scaler = (torch.amp.GradScaler("cuda", enabled=args.amp) if hasattr(torch.amp, "GradScaler")
           else torch.cuda.amp.GradScaler(enabled=args.amp))
@@ -47,12 +50,12 @@ for epoch in range(args.epochs):
 
             def loss_of(xp, yp):
                 with torch.autocast("cuda", dtype=torch.float16, enabled=args.amp):
-                    out = model(xp)
+                    out = fwd(xp)
                     return nn.functional.cross_entropy(out.float(), yp.to(out.device))
             loss = backward_split(args.emulate_ranks, x, y, model.parameters(), loss_of, scaler)
         else:
             with torch.autocast("cuda", dtype=torch.float16, enabled=args.amp):
-                out = model(x)
+                out = fwd(x)
                 loss = nn.functional.cross_entropy(out.float(), y.to(out.device))
             scaler.scale(loss).backward()
         scaler.step(opt)
