@@ -35,6 +35,17 @@ static _Thread_local int next_set;
 /* hvd_allreduce_batch_async in progress on this thread: the engine is woken
  * once, after the last item (wake: the queue was empty when one was pushed). */
 static _Thread_local int batching, batch_wake;
+/* In a batch: the ready event of the last GPU tensor (this thread holds a
+ * reference), shared by the next one on the same device and stream. */
+static _Thread_local hvd_gpu_event *batch_ready;
+static _Thread_local int batch_device;
+static _Thread_local void *batch_stream;
+
+static void batch_ready_set(hvd_gpu_event *ev, int device, void *stream) {
+  hvd_gpu_event_hold(ev, 1);
+  hvd_gpu_event_put(batch_ready);
+  batch_ready = ev, batch_device = device, batch_stream = stream;
+}
 
 static hvd_status_t reject(hvd_status_t st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static hvd_status_t reject(hvd_status_t st, const char *fmt, ...) {
@@ -114,10 +125,12 @@ static hvd_status_t submit_ex(const char *name, hvd_sig *sig, void *buf, const v
     char err[512];
     sig->place = r->sig.place = 1;
     r->stream = stream;
-    if (hvd_gpu_mark_ready(device, stream, &r->ready, err, sizeof err) != 0) {
+    hvd_gpu_event *share = batching && batch_ready && batch_device == device && batch_stream == stream ? batch_ready : NULL;
+    if (hvd_gpu_mark_ready(device, stream, share, &r->ready, err, sizeof err) != 0) {
       hvd_eng_req_free(r);
       return reject(HVD_ERR_INVALID, "%s '%s': GPU buffer: %s", hvd_kind_name(sig->kind), name, err);
     }
+    if (batching && r->ready && r->ready != batch_ready) batch_ready_set(r->ready, device, stream);
   }
   size_t bytes = (size_t)sig->count * (sig->row_elems ? (size_t)sig->row_elems : 1) * hvd_dtype_size((hvd_dtype_t)sig->dtype);
   char what[HVD_NAME_MAX + 32];
@@ -262,6 +275,8 @@ hvd_status_t hvd_allreduce_batch_async(const hvd_allreduce_item *items, size_t n
                    it->device < 0 ? NULL : it->stream, NULL, NULL, &handles[i]);
   }
   batching = 0;
+  hvd_gpu_event_put(batch_ready);
+  batch_ready = NULL;
   if (st != HVD_OK) {
     for (size_t j = i - 1; j < n; j++) handles[j] = HVD_NO_HANDLE;
     char why[900];

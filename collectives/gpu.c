@@ -96,7 +96,7 @@ static double now_us(void) {
 
 static int wait_ready(const hvd_gpu_item *it, size_t n, char *err, size_t errlen) {
   for (size_t k = 0; k < n; k++)
-    if (it[k].ready)
+    if (it[k].ready && (k == 0 || it[k].ready != it[k - 1].ready)) /* a batch shares one */
       HVD_CHECK_CUDA(p_cudaStreamWaitEvent(hvd_gpu.stream, it[k].ready->ev, 0), "cudaStreamWaitEvent (engine after producer)");
   return 0;
 }

@@ -26,8 +26,11 @@ int hvd_gpu_pointer_device(const void *ptr);
 
 /* Submission, on the caller's thread: `device` must be this rank's GPU (the
  * first one used); records an event on `stream`, the producer of the buffer.
- * 0, or -1 with the reason. */
-int hvd_gpu_mark_ready(int device, void *stream, hvd_gpu_event **ev, char *err, size_t errlen);
+ * `share` (else NULL): the ready event of the tensor submitted just before
+ * in the same batch, on the same device and stream, which covers this one
+ * too: taken with a new reference instead of a new recording.  0, or -1 with
+ * the reason. */
+int hvd_gpu_mark_ready(int device, void *stream, hvd_gpu_event *share, hvd_gpu_event **ev, char *err, size_t errlen);
 void hvd_gpu_event_hold(hvd_gpu_event *ev, int n);
 void hvd_gpu_event_put(hvd_gpu_event *ev);
 /* Consumer side: `stream` waits for the event (no host synchronization),

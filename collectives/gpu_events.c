@@ -4,7 +4,13 @@
  * after the results are written, and hvd_wait makes the submitting stream
  * wait on that.  No host synchronization on the caller's side.  Events come
  * from a pool (guarded by hvd_gpu.mu) and carry a reference count: one per
- * waiter. */
+ * waiter.
+ *
+ * Repeated waits are skipped: the handles of one fused group share its done
+ * event, and a stream that already waits on that recording needs no second
+ * cudaStreamWaitEvent (each is a driver call under the context's lock, which
+ * the engine thread contends for); likewise the ready event that the
+ * tensors of one batch share. */
 #include <stdlib.h>
 
 #include "../base/log.h"
@@ -27,6 +33,7 @@ cudaError_t hvd_gpu_event_new(hvd_gpu_event **out) {
     }
   }
   e->refs = 1;
+  e->gen++;
   e->next = NULL;
   *out = e;
   return cudaSuccess;
@@ -44,16 +51,31 @@ void hvd_gpu_event_put(hvd_gpu_event *ev) {
   pthread_mutex_unlock(&hvd_gpu.mu);
 }
 
+/* Per thread: the recording its last consume made a stream wait on.  The
+ * caller holds a reference, so a matching pointer and generation is that
+ * same recording (an event back in the pool is taken again with a new one). */
+static __thread const hvd_gpu_event *waited_ev;
+static __thread unsigned long waited_gen;
+static __thread void *waited_stream;
+
 void hvd_gpu_consume(hvd_gpu_event *ev, void *stream) {
   if (!ev) return;
-  cudaError_t rc = p_cudaStreamWaitEvent((cudaStream_t)stream, ev->ev, 0);
-  if (rc != cudaSuccess)
-    HVD_FATAL("cudaStreamWaitEvent (results to the framework's stream) failed: %s", hvd_cuda_msg(rc));
+  if (ev != waited_ev || ev->gen != waited_gen || stream != waited_stream) {
+    cudaError_t rc = p_cudaStreamWaitEvent((cudaStream_t)stream, ev->ev, 0);
+    if (rc != cudaSuccess)
+      HVD_FATAL("cudaStreamWaitEvent (results to the framework's stream) failed: %s", hvd_cuda_msg(rc));
+    waited_ev = ev, waited_gen = ev->gen, waited_stream = stream;
+  }
   hvd_gpu_event_put(ev);
 }
 
-int hvd_gpu_mark_ready(int device, void *stream, hvd_gpu_event **ev, char *err, size_t errlen) {
+int hvd_gpu_mark_ready(int device, void *stream, hvd_gpu_event *share, hvd_gpu_event **ev, char *err, size_t errlen) {
   *ev = NULL;
+  if (share) { /* the previous tensor of a batch, same device and stream: its recording covers this one */
+    hvd_gpu_event_hold(share, 1);
+    *ev = share;
+    return 0;
+  }
   if (hvd_gpu_ready(err, errlen) != 0) return -1;
   pthread_mutex_lock(&hvd_gpu.mu);
   if (hvd_gpu.device < 0) hvd_gpu.device = device;

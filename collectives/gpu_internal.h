@@ -61,6 +61,7 @@ int hvd_gpu_sharing(MPI_Comm comm, char *who, size_t wholen, char *err, size_t e
 struct hvd_gpu_event {
   cudaEvent_t ev;
   int refs;
+  unsigned long gen;   /* bumped each time the event is taken from the pool (one record per taking) */
   hvd_gpu_event *next; /* free list */
 };
 /* An event from the pool (or a new one, on the caller's current device),

@@ -15,8 +15,8 @@ int hvd_gpu_pointer_device(const void *ptr) {
   (void)ptr;
   return -1;
 }
-int hvd_gpu_mark_ready(int device, void *stream, hvd_gpu_event **ev, char *err, size_t errlen) {
-  (void)device, (void)stream;
+int hvd_gpu_mark_ready(int device, void *stream, hvd_gpu_event *share, hvd_gpu_event **ev, char *err, size_t errlen) {
+  (void)device, (void)stream, (void)share;
   *ev = NULL;
   return hvd_gpu_ready(err, errlen);
 }
