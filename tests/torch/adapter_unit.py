@@ -122,6 +122,21 @@ class Arithmetic(unittest.TestCase):
         self.assertEqual(data.every_nth([], 2, 0), [])
 
 
+    def test_streams_equal_the_whole_epoch_forms(self):
+        import random
+        rnd = random.Random(5)
+        for _ in range(300):
+            n, size, batch, w = rnd.randint(0, 60), rnd.randint(1, 4), rnd.randint(1, 7), rnd.randint(1, 9)
+            order = [rnd.randint(0, 99) for _ in range(n)]
+            windows = [order[i:i + w] for i in range(0, n, w)]
+            for rank in range(size):
+                for drop in (False, True):
+                    self.assertEqual(list(data.shard_stream(iter(windows), size, rank, batch, drop)),
+                                     data.shard_indices(order, size, rank, batch, drop), (n, size, batch, w, rank))
+                self.assertEqual(list(data.every_nth_stream(iter(order), size, rank)),
+                                 data.every_nth(order, size, rank))
+
+
 class Signatures(unittest.TestCase):
     def test_first_difference_names_entry_and_ranks(self):
         a = models._signature(models._tensor_entries(torch.nn.Linear(10, 32)))
@@ -304,6 +319,69 @@ class Rules(unittest.TestCase):
         torch.set_rng_state(before)
         rng.diverge()
         self.assertTrue(torch.equal(before, torch.get_rng_state()))
+
+    def _windowed(self, window):
+        old = data._WINDOW
+        data._WINDOW = window
+        self.addCleanup(setattr, data, "_WINDOW", old)
+
+    def test_windows_give_the_same_batches(self):
+        """Windows of 5 indices (many broadcasts) deal what one window deals."""
+        from torch.utils.data import DataLoader, BatchSampler, SequentialSampler
+        for mode in ("shard", "split"):
+            for drop in (False, True):
+                got = {}
+                for window in (5, 1 << 16):
+                    self._windowed(window)
+                    _S.data_mode, _S.loaders, _S.roots = mode, 0, __import__("weakref").WeakSet()
+                    loader = DataLoader(list(range(23)), batch_size=4, shuffle=False, drop_last=drop)
+                    data._prepare_loader(loader)
+                    loader2 = DataLoader(list(range(23)),
+                                         batch_sampler=BatchSampler(SequentialSampler(range(23)), 4, drop))
+                    loader2.batch_sampler.__class__ = type("Custom", (BatchSampler,), {})  # dealt, not by index
+                    data._prepare_loader(loader2)
+                    got[window] = ([b.tolist() for b in loader], [b.tolist() for b in loader2])
+                self.assertEqual(got[5], got[1 << 16], (mode, drop))
+        # rank 1 of 2, split, 23 samples in batches of 4: slices [2:4] of each batch
+        self.assertEqual(got[5][0][0], [2, 3])
+
+    def test_endless_sampler_starts_at_once(self):
+        """RandomSampler(replacement=True, num_samples=1e10): the first batches
+        come at once, and the broadcasts are windows, never the epoch."""
+        import time
+        from torch.utils.data import DataLoader, RandomSampler
+        for mode in ("shard", "split"):
+            _S.data_mode, _S.loaders, _S.roots = mode, 0, __import__("weakref").WeakSet()
+            ds = list(range(100))
+            loader = DataLoader(ds, batch_size=8, sampler=RandomSampler(ds, replacement=True, num_samples=int(1e10)))
+            data._prepare_loader(loader)
+            self.assertEqual(len(loader), int(1e10) // 2 // 8 if mode == "shard" else int(1e10) // 8)
+            self.stub.calls.clear()
+            t0 = time.perf_counter()
+            first = [b.tolist() for b, _ in zip(loader, range(50))]
+            self.assertLess(time.perf_counter() - t0, 30)  # a safety net: the real bound is the window
+            self.assertEqual(len(first), 50)
+            self.assertTrue(all(len(b) == (8 if mode == "shard" else 4) for b in first))
+            sizes = [c[2] for c in self.stub.calls if c[0] == "broadcast"]
+            self.assertTrue(sizes and max(sizes) <= 8 * (data._WINDOW + 1), sizes)
+
+    def test_sampler_without_len(self):
+        from torch.utils.data import DataLoader, Sampler
+
+        class NoLen(Sampler):
+            def __init__(self):
+                pass
+
+            def __iter__(self):
+                return iter(range(11))
+
+        self._windowed(3)
+        _S.data_mode, _S.loaders, _S.roots = "shard", 0, __import__("weakref").WeakSet()
+        loader = DataLoader(list(range(11)), batch_size=2, sampler=NoLen())
+        data._prepare_loader(loader)
+        with self.assertRaises(TypeError):
+            len(loader)  # as plain: no len
+        self.assertEqual([b.tolist() for b in loader], [[1, 3], [5, 7], [9, 0]])  # rank 1, padded from the start
 
     def test_loader_sharded_in_training_whole_under_no_grad(self):
         from torch.utils.data import DataLoader, Sampler

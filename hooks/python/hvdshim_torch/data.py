@@ -11,6 +11,10 @@ lists of indices).  Each iteration decides when it starts:
     DistributedSampler pads, so every rank runs the same number of batches),
     split = slice r of every global batch.  A custom batch sampler's batches
     are dealt out whole (shard: every N-th batch, padded) or cut (split).
+    The order is drawn, agreed and dealt a window at a time (_WINDOW
+    indices), as the batches are consumed: memory and start-up do not grow
+    with the epoch, and an endless sampler (replacement=True with a huge
+    num_samples, or one with no len) starts at once.
   * otherwise (evaluation under no_grad/inference_mode, or every model in
     eval mode): the whole loader on every rank, exactly as plain.
 len(loader) answers for the mode in force when it is asked, so a schedule
@@ -18,6 +22,7 @@ sized from len(train_loader) before training sees the sharded length.
 Loaders that cannot be sharded (IterableDataset, batch_size=None) warn once
 when they are iterated in training, naming where they were made.
 """
+import itertools
 import os
 import sys
 
@@ -109,6 +114,64 @@ def _broadcast_ints(name, values, what):
     return t.tolist()
 
 
+# Indices drawn, agreed and dealt per broadcast: a window of the epoch's
+# order (512 KiB of int64), so no rank ever holds an epoch.
+_WINDOW = 1 << 16
+
+
+def _agree_window(name, window, expected, what):
+    """Rank 0's window, as a list of ints, on every rank.  `expected`: the
+    length every rank reserves (the same everywhere); element 0 of the
+    message carries rank 0's count, which may be shorter (its epoch ended)."""
+    values = [len(window)] + list(window) + [0] * (expected - len(window))
+    got = _broadcast_ints(b"%s.w%d" % (name, expected), values, what)
+    return got[1:1 + got[0]]
+
+
+def shard_stream(windows, size, rank, batch, drop_last):
+    """shard_indices over an order given in consecutive windows (lists), as a
+    generator: the same batches, padded at the end from the epoch's start."""
+    head, buf, pos = [], [], 0
+    for w in windows:
+        if len(head) < size:
+            head += w[:size - len(head)]
+        for i in w[(rank - pos) % size::size]:
+            buf.append(i)
+            if len(buf) == batch:
+                yield buf
+                buf = []
+        pos += len(w)
+    if not pos:
+        return
+    pad = itertools.cycle(head)
+    for j in range(pos, -(-pos // size) * size):
+        i = next(pad)
+        if j % size == rank:
+            buf.append(i)
+            if len(buf) == batch:
+                yield buf
+                buf = []
+    if buf and not (drop_last and len(buf) < batch):
+        yield buf
+
+
+def every_nth_stream(items, size, rank):
+    """every_nth over an iterable, as a generator (padded from its start)."""
+    head, n = [], 0
+    for n, x in enumerate(items, 1):
+        if len(head) < size:
+            head.append(x)
+        if (n - 1) % size == rank:
+            yield x
+    if not n:
+        return
+    pad = itertools.cycle(head)
+    for j in range(n, -(-n // size) * size):
+        x = next(pad)
+        if j % size == rank:
+            yield x
+
+
 class _ShardedBatches:
     """In place of a DataLoader's batch sampler (see the module's text)."""
 
@@ -164,54 +227,102 @@ class _ShardedBatches:
     def _what(self):
         return "DataLoader %d (%s)" % (self._tag, self._where)
 
+    def _order_windows(self):
+        """The sampler's order, drawn on every rank as the plain loader draws it
+        (lazily: random state advances as in the plain run), rank 0's agreed a
+        window at a time."""
+        inner = self._inner
+        b = inner.batch_size
+        step = max(1, _WINDOW // b) * b  # whole global batches per window
+        try:
+            left = len(inner.sampler)
+        except TypeError:
+            left = None  # no len: every window reserves a full step
+        it = iter(inner.sampler)
+        name = b"hvdshim.data.%d" % self._tag
+        what = "broadcasting the epoch's sample order of " + self._what()
+        agreed = None
+        while left is None or left > 0:
+            expected = step if left is None else min(step, left)
+            window = list(itertools.islice(it, expected))
+            if agreed is None:
+                agreed = window == [] or _as_ints(window) is not None
+                if not agreed:
+                    _warn_once(("noint", self._tag), "%s: its sampler yields %s, not integer indices; each rank "
+                               "uses its own order (they agree only if the sampler is deterministic)"
+                               % (self._what(), type(window[0]).__name__))
+            if agreed:
+                window = _agree_window(name, _as_ints(window) or [], expected, what)
+            if window:
+                yield window
+            if len(window) < expected:
+                return
+            if left is not None:
+                left -= len(window)
+
     def _by_index_batches(self):
         inner = self._inner
-        order = list(iter(inner.sampler))  # drawn on every rank: random state advances as in the plain run
-        ints = _as_ints(order)
-        if ints is None:
-            _warn_once(("noint", self._tag), "%s: its sampler yields %s, not integer indices; each rank uses its "
-                       "own order (they agree only if the sampler is deterministic)"
-                       % (self._what(), type(order[0]).__name__))
-        else:
-            order = _broadcast_ints(b"hvdshim.data.%d.%d" % (self._tag, len(ints)), ints,
-                                    "broadcasting the epoch's sample order of " + self._what())
         b, size, rank = inner.batch_size, _S.size, _S.rank
         if self._mode == "shard":
-            return shard_indices(order, size, rank, b, inner.drop_last)
-        out = []
-        for i in range(0, len(order), b):
-            batch = order[i:i + b]
-            if len(batch) < b:
-                if inner.drop_last:
+            yield from shard_stream(self._order_windows(), size, rank, b, inner.drop_last)
+            return
+        rest = []
+        for window in self._order_windows():
+            rest += window
+            full = len(rest) - len(rest) % b
+            for i in range(0, full, b):
+                yield split_slice(rest[i:i + b], size, rank)
+            rest = rest[full:]
+        if rest and not inner.drop_last:
+            if len(rest) % size:
+                _warn_once("split-tail", "HVDSHIM_DATA=split: the last batch of an epoch has %d samples, not a "
+                           "multiple of %d ranks; that step averages per-rank means of unequal slices"
+                           % (len(rest), size))
+            yield split_slice(rest, size, rank)
+
+    def _batch_windows(self, it):
+        """A custom batch sampler's batches, rank 0's agreed a window at a
+        time (up to _WINDOW indices or _WINDOW batches each)."""
+        name = b"hvdshim.data.%d" % self._tag
+        what = "broadcasting the epoch's batches of " + self._what()
+        agreed = None
+        it = iter(it)
+        while True:
+            batches, total = [], 0
+            for bt in it:
+                batches.append(list(bt))
+                total += len(batches[-1])
+                if total >= _WINDOW or len(batches) >= _WINDOW:
                     break
-                if len(batch) % size:
-                    _warn_once("split-tail", "HVDSHIM_DATA=split: the last batch of an epoch has %d samples, not a "
-                               "multiple of %d ranks; that step averages per-rank means of unequal slices"
-                               % (len(batch), size))
-            out.append(split_slice(batch, size, rank))
-        return out
+            more = int(bool(batches) and (total >= _WINDOW or len(batches) >= _WINDOW))
+            flat = [i for bt in batches for i in bt]
+            if agreed is None:
+                agreed = not flat or _as_ints(flat) is not None
+                if not agreed:
+                    _warn_once(("noint", self._tag), "%s: its batch sampler yields batches of %s, not integer "
+                               "indices; each rank uses its own batches" % (self._what(), type(flat[0]).__name__))
+            if agreed:
+                head = _broadcast_ints(name + b".h", [len(batches), len(flat), more], what)
+                body = [len(bt) for bt in batches] + _as_ints(flat)  # rank 0's, or a buffer for it
+                if len(body) != head[0] + head[1]:
+                    body = [0] * (head[0] + head[1])
+                if head[0]:
+                    body = _broadcast_ints(b"%s.b%d.%d" % (name, head[0], head[1]), body, what)
+                lengths, flat, more, batches, at = body[:head[0]], body[head[0]:], head[2], [], 0
+                for n in lengths:
+                    batches.append(flat[at:at + n])
+                    at += n
+            yield from batches
+            if not more:
+                return
 
     def _dealt_batches(self, it):
-        batches = [list(b) for b in it]
-        flat = [i for b in batches for i in b]
-        ints = _as_ints(flat)
-        if ints is None:
-            _warn_once(("noint", self._tag), "%s: its batch sampler yields batches of %s, not integer indices; "
-                       "each rank uses its own batches" % (self._what(), type(flat[0]).__name__))
-        else:
-            what = "broadcasting the epoch's batches of " + self._what()
-            counts = _broadcast_ints(b"hvdshim.data.%d.n" % self._tag, [len(batches), len(ints)], what)
-            lengths = _broadcast_ints(b"hvdshim.data.%d.len.%d" % (self._tag, counts[0]),
-                                      [len(b) for b in batches] if _S.rank == 0 else [0] * counts[0], what)
-            ints = _broadcast_ints(b"hvdshim.data.%d.idx.%d" % (self._tag, counts[1]),
-                                   ints if _S.rank == 0 else [0] * counts[1], what)
-            batches, at = [], 0
-            for n in lengths:
-                batches.append(ints[at:at + n])
-                at += n
         if self._mode == "shard":
-            return every_nth(batches, _S.size, _S.rank)  # whole batches dealt out
-        return [split_slice(b, _S.size, _S.rank) for b in batches if b]
+            yield from every_nth_stream(self._batch_windows(it), _S.size, _S.rank)  # whole batches dealt out
+            return
+        for bt in self._batch_windows(it):
+            if bt:
+                yield split_slice(bt, _S.size, _S.rank)
 
 
 def _prepare_loader(loader):
