@@ -127,11 +127,13 @@ run_shim 2 "$PYTHON" "$F" os-exit
 grep -q "^checksum" "$TMP/shim.out" || { cat "$TMP/shim.out"; fail "os._exit run printed nothing"; }
 pass "os._exit(0) on every rank: the job exits 0"
 
-# --- hogwild: stood aside with one warning, every rank runs it whole
-run_shim 2 "$PYTHON" "$F" hogwild
-[ "$(grep -c 'hogwild training): hvdshim cannot distribute' "$TMP/shim.out")" = 1 ] &&
-  grep -q "^tested 64 samples" "$TMP/shim.out" || { cat "$TMP/shim.out"; fail "hogwild not stood aside"; }
-pass "hogwild script: one warning, run whole"
+# --- hogwild: stood aside with one warning; rank 0 runs it alone (its
+# output once, its work once), the other ranks exit 0 with one line each
+run_shim 3 "$PYTHON" "$F" hogwild
+[ "$(grep -c 'hogwild training): hvdshim cannot distribute this script and stands aside; rank 0 runs it alone' "$TMP/shim.out")" = 1 ] &&
+  [ "$(grep -c "^tested 64 samples" "$TMP/shim.out")" = 1 ] && [ "$(grep -c "^checksum" "$TMP/shim.out")" = 1 ] &&
+  [ "$(grep -c 'this rank exits (status 0)' "$TMP/shim.out")" = 2 ] || { cat "$TMP/shim.out"; fail "hogwild: not run once"; }
+pass "hogwild script at np=3: one warning, run once by rank 0, ranks 1 and 2 exit 0 with one line each"
 
 # --- the replica guard stops a job whose ranks diverged
 HVDSHIM_CHECK_STEPS=4 shim 2 "$PYTHON" "$F" diverge >"$TMP/out" 2>&1 && { cat "$TMP/out"; fail "diverged ranks not caught"; }
@@ -150,8 +152,9 @@ if "$PYTHON" -c 'import torch.func' 2>/dev/null; then
   same "$TMP/p-compile.pt" "$TMP/s-compile.pt" 1e-4 >"$TMP/cmp" || { cat "$TMP/cmp" "$TMP/shim.out"; fail "compile differs"; }
   pass "torch.compile'd model, split at np=2: $(cat "$TMP/cmp")"
   run_shim 2 "$PYTHON" "$F" func
-  [ "$(grep -c 'torch.func transform' "$TMP/shim.out")" = 1 ] || { cat "$TMP/shim.out"; fail "torch.func not stood aside"; }
-  pass "torch.func script: one line, run whole"
+  [ "$(grep -c 'torch.func transform.*stands aside; rank 0 runs it alone' "$TMP/shim.out")" = 1 ] &&
+    [ "$(grep -c 'torch.func transform.*this rank exits' "$TMP/shim.out")" = 1 ] || { cat "$TMP/shim.out"; fail "torch.func not stood aside"; }
+  pass "torch.func script: one warning, run once by rank 0, rank 1 exits 0 with one line"
 else
   echo "note: torch $("$PYTHON" -c 'import torch; print(torch.__version__)') has no torch.func or torch.compile; those cases run on torch 2.x only"
 fi

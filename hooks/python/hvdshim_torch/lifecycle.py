@@ -1,6 +1,8 @@
 """Starting the engine on first real use, and standing aside when the script
 distributes itself."""
+import os
 import sys
+
 import torch
 
 from . import lib as _libmod
@@ -47,8 +49,10 @@ def _check_stand_aside(reason=None, undistributed=False):
 
 def _stand_aside(reason, undistributed=False):
     """Leave the script alone.  undistributed: the script does not distribute
-    itself either (it trains in ways hvdshim cannot reach), so every rank runs
-    it whole: said as a warning, on rank 0."""
+    itself either (it trains in ways hvdshim cannot reach), so rank 0 runs it
+    alone, as one plain process, and every other rank exits 0 at once with
+    one line saying why (N copies of the same work would print N times and
+    train N times)."""
     if _S.started and _S.models:
         raise HvdShimError("hvdshim: %s after hvdshim started distributing this script; "
                            "run it with HVDSHIM_DISABLE=1 to leave the distribution to the script" % reason)
@@ -60,8 +64,15 @@ def _stand_aside(reason, undistributed=False):
     _restore_output()
     if not undistributed:
         _libmod._lib.hvd_overlay_off()  # the script's ranks choose their own files (and may meet through one)
+    if undistributed and _S.rank != 0:
+        sys.stdout.flush()
+        sys.stderr.write("hvdshim: rank %d: %s: hvdshim cannot distribute this script; rank 0 runs it alone, "
+                         "and this rank exits (status 0)\n" % (_S.rank, reason))
+        sys.stderr.flush()
+        os._exit(0)  # before the script does any of the work: no atexit, no files, no output
     if _S.rank == 0 and undistributed:
-        _warn("%s: hvdshim cannot distribute this script and stands aside; every rank runs it whole, "
-              "undistributed (launch it on one rank, or distribute it in the script)" % reason)
+        _warn("%s: hvdshim cannot distribute this script and stands aside; rank 0 runs it alone, undistributed, "
+              "and the other %d rank(s) exit (launch it on one rank, or distribute it in the script)"
+              % (reason, _S.size - 1))
     elif _S.rank == 0:
         _info("%s: the script distributes itself; hvdshim stands aside" % reason)
