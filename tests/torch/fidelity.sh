@@ -116,9 +116,20 @@ pass "no_grad evaluation of a shuffled loader: the plain run's metric ($(grep '^
 
 # --- DataLoader workers from a forkserver, batches passed by file descriptor
 # (the workers bind in the multiprocessing folder the rank made: it must be
-# real, not in the rank's overlay; Python 3.14's default start method)
+# real, not in the rank's overlay; Python 3.14's default start method).
+# Slow, not stuck: Python 3.13's forkserver never preloads the main script
+# (it asks spawn for 'main_path', spawn names it 'init_main_from_path'), so
+# every worker of every epoch imports torch itself, 8 imports in the np=2
+# job, about 12 s of CPU (trixie, MPICH or Open MPI: 14 s on a quiet 2-core
+# machine, 20-40 s beside two or three busy loops, as long as the plain run
+# or 1.5 times it; once past 180 s on a machine running another long job).
+# So the bound follows this machine's load: 6 times the plain run, at least
+# 180 s.
+t0=$(date +%s)
 "$PYTHON" "$TORCH_DIR/workers.py" "$TMP/w-plain.pt" >"$TMP/plain.out" 2>&1 || { cat "$TMP/plain.out"; fail "plain workers.py"; }
-HVDSHIM_DATA=split run_shim 2 "$PYTHON" "$TORCH_DIR/workers.py" "$TMP/w-shim.pt"
+bound=$((6 * ($(date +%s) - t0 + 1)))
+[ $bound -ge 180 ] || bound=180
+T=$bound HVDSHIM_DATA=split run_shim 2 "$PYTHON" "$TORCH_DIR/workers.py" "$TMP/w-shim.pt"
 same "$TMP/w-plain.pt" "$TMP/w-shim.pt" 1e-4 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "forkserver workers: differs from plain"; }
 pass "forkserver DataLoader workers passing batches by file descriptor, split at np=2: same weights as plain ($(cat "$TMP/cmp"))"
 
