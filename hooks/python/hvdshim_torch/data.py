@@ -19,8 +19,17 @@ lists of indices).  Each iteration decides when it starts:
     eval mode): the whole loader on every rank, exactly as plain.
 len(loader) answers for the mode in force when it is asked, so a schedule
 sized from len(train_loader) before training sees the sharded length.
-Loaders that cannot be sharded (IterableDataset, batch_size=None) warn once
-when they are iterated in training, naming where they were made.
+Loaders without a batch sampler (an IterableDataset, batch_size=None) are
+dealt (HVDSHIM_DATA_ITERABLE=deal, default): every rank iterates the loader
+drawing from rank 0's random state (its worker seeds, and every draw a
+dataset iterated in this process makes: the stream is rank 0's, which is the
+plain run's) and takes its batches: shard = whole batches
+round-robin (padded from the epoch's first, so every rank runs the same
+number), split = slice r of every batch.  Where training itself draws
+random numbers between batches (dropout) on rank 0, another rank's data
+draws (noise, augmentation) differ from rank 0's: the samples dealt stay
+the same.  whole: every rank
+reads and trains on all of it, with a warning naming where it was made.
 """
 import itertools
 import os
@@ -325,6 +334,140 @@ class _ShardedBatches:
                 yield split_slice(bt, _S.size, _S.rank)
 
 
+# ------------------------------------------------------------------ loaders without a batch sampler
+def _first_rows(x):
+    """Rows (dim 0) of the first tensor in a collated batch, else None."""
+    if isinstance(x, torch.Tensor):
+        return x.shape[0] if x.dim() else None
+    if isinstance(x, dict):
+        x = list(x.values())
+    if isinstance(x, (list, tuple)):
+        for v in x:
+            n = _first_rows(v)
+            if n is not None:
+                return n
+    return None
+
+
+def slice_batch(x, rows, idx):
+    """The rows `idx` (a list of ints: a range, or padded) of every tensor in
+    a collated batch of `rows` rows; lists of `rows` items (strings, ids)
+    likewise; anything else as it is."""
+    if isinstance(x, torch.Tensor):
+        if not x.dim() or x.shape[0] != rows:
+            return x
+        if idx == list(range(idx[0], idx[0] + len(idx))):
+            return x[idx[0]:idx[0] + len(idx)]
+        return x[torch.tensor(idx, dtype=torch.long, device=x.device)]
+    if isinstance(x, dict):
+        return type(x)((k, slice_batch(v, rows, idx)) for k, v in x.items())
+    if isinstance(x, tuple) and hasattr(x, "_fields"):  # namedtuple
+        return type(x)(*[slice_batch(v, rows, idx) for v in x])
+    if isinstance(x, (list, tuple)):
+        if len(x) == rows and not any(isinstance(v, (torch.Tensor, list, tuple, dict)) for v in x):
+            return type(x)(x[i] for i in idx)
+        return type(x)(slice_batch(v, rows, idx) for v in x)
+    return x
+
+
+def _split_stream(batches, size, rank, what):
+    for b in batches:
+        rows = _first_rows(b)
+        if rows is None:
+            raise HvdShimError("hvdshim: HVDSHIM_DATA=split: %s yields %s with no tensor rows to split; use "
+                               "HVDSHIM_DATA=shard (whole batches dealt out) or HVDSHIM_DATA_ITERABLE=whole"
+                               % (what, type(b).__name__))
+        yield slice_batch(b, rows, split_slice(range(rows), size, rank))
+
+
+def _dealing(loader):
+    deal = getattr(loader, "_hvdshim_deal", None)
+    return deal if deal and _S.enabled and _training_now() else None
+
+
+def _cpu_states():
+    from .rng import _numpy_random
+    import random
+    npr = _numpy_random()
+    return (torch.get_rng_state(), random.getstate(), npr.get_state() if npr is not None else None)
+
+
+def _set_cpu_states(st):
+    from .rng import _numpy_random
+    import random
+    torch.set_rng_state(st[0])
+    random.setstate(st[1])
+    npr = _numpy_random()
+    if npr is not None and st[2] is not None:
+        npr.set_state(st[2])
+
+
+def _in_states(it, st):
+    """Items of `it`, each drawn with the generators in the states `st` (which
+    then advance), this rank's own states put back around every draw."""
+    while True:
+        mine = _cpu_states()
+        _set_cpu_states(st)
+        try:
+            x = next(it)
+        except StopIteration:
+            return
+        finally:
+            st = _cpu_states()
+            _set_cpu_states(mine)
+        yield x
+
+
+def _agreed_iter(loader, orig):
+    """orig(loader) drawing from rank 0's CPU random states: the iterator's
+    worker seeds, and every draw of a dataset iterated in this process, are
+    rank 0's on every rank.  Rank 0's own states advance as in the plain run;
+    another rank keeps a private copy for the loader and its own for the rest."""
+    import pickle
+    blob = pickle.dumps(_cpu_states(), protocol=4) if _S.rank == 0 else b""
+    length = _broadcast_ints(b"hvdshim.data.rng.len", [len(blob)], "broadcasting rank 0's random state size")[0]
+    buf = torch.zeros(length, dtype=torch.uint8)
+    if _S.rank == 0:
+        buf.copy_(torch.frombuffer(bytearray(blob), dtype=torch.uint8))
+    pending = _Pending()
+    _broadcast_bytes(b"hvdshim.data.rng.%d" % length, buf, pending, "broadcasting rank 0's random state")
+    pending.wait()
+    if _S.rank == 0:
+        return orig(loader)
+    st = pickle.loads(bytes(buf.tolist()))
+    mine = _cpu_states()
+    _set_cpu_states(st)
+    try:
+        it = orig(loader)
+        st = _cpu_states()
+    finally:
+        _set_cpu_states(mine)
+    return _in_states(it, st)
+
+
+def _dealt_iter(loader, orig):
+    """DataLoader.__iter__ of a loader without a batch sampler, in training:
+    this rank's batches of the stream (see the module's text); else None."""
+    deal = _dealing(loader)
+    if deal is None or not _start():
+        return None
+    tag, where = deal
+    what = "DataLoader %d (%s)" % (tag, where)
+    if _S.rank == 0:
+        _debug("%s: dealt across %d ranks (%s)" % (what, _S.size, _S.data_mode))
+    it = _agreed_iter(loader, orig)
+    if _S.data_mode == "split" and loader.batch_size is not None:
+        return _split_stream(it, _S.size, _S.rank, what)
+    return every_nth_stream(it, _S.size, _S.rank)
+
+
+def _dealt_len(loader, n):
+    """len() of a dealt loader in training: its share of the batches."""
+    if _dealing(loader) is None or (_S.data_mode == "split" and loader.batch_size is not None):
+        return n
+    return -(-n // _S.size)
+
+
 def _prepare_loader(loader):
     from torch.utils.data import IterableDataset
     tag = _S.loaders
@@ -332,10 +475,12 @@ def _prepare_loader(loader):
     if not _S.enabled or _S.data_mode == "off" or _S.size == 1:
         return
     where = "made at %s" % _created_at()
-    if isinstance(loader.dataset, IterableDataset):
-        reason = "it reads an IterableDataset, which hvdshim cannot shard (shard it in the dataset)"
-    elif loader.batch_sampler is None:
-        reason = "it has batch_size=None, so hvdshim has no batches to deal out"
+    if isinstance(loader.dataset, IterableDataset) or loader.batch_sampler is None:
+        if _S.data_iterable == "deal":
+            object.__setattr__(loader, "_hvdshim_deal", (tag, where))
+            return
+        reason = ("it reads an IterableDataset" if isinstance(loader.dataset, IterableDataset)
+                  else "it has batch_size=None") + " and HVDSHIM_DATA_ITERABLE=whole"
     else:
         bs = loader.batch_sampler
         if isinstance(bs, _ShardedBatches):  # a loader made from another's batch sampler (Accelerate's prepare)

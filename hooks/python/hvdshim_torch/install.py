@@ -13,7 +13,7 @@ from .grads import (_reduce_deferred, _HAS_POST_ACCUMULATE, _average_loss, _back
                     _note_scaled, _wrap_step)
 from .rng import seed_torch_at_import as _seed_torch
 from .models import _count_batch, _forward_pre_hook
-from .data import _prepare_loader, _warn_if_alone
+from .data import _dealt_iter, _dealt_len, _prepare_loader, _warn_if_alone
 
 
 def _patch():
@@ -28,10 +28,19 @@ def _patch():
 
     def make_loader_iter(orig):
         def __iter__(self):
+            dealt = _dealt_iter(self, orig)
+            if dealt is not None:
+                return dealt
             _warn_if_alone(self)
             return orig(self)
         return __iter__
     _wrap(DataLoader, "__iter__", make_loader_iter)
+
+    def make_loader_len(orig):
+        def __len__(self):
+            return _dealt_len(self, orig(self))
+        return __len__
+    _wrap(DataLoader, "__len__", make_loader_len)
 
     def make_add_group(orig):
         def add_param_group(self, param_group):
@@ -184,6 +193,7 @@ def install(rng_seed=None):
     _libmod._lib.hvd_launch_info(*[ctypes.byref(v) for v in vals])
     _S.rank, _S.size, _S.local_rank, _S.local_size = (v.value for v in vals)
     _S.data_mode = _setting("HVDSHIM_DATA") or "shard"
+    _S.data_iterable = _setting("HVDSHIM_DATA_ITERABLE") or "deal"
     _S.scale_lr = _setting("HVDSHIM_SCALE_LR") == "1"
     _S.rng_mode = _setting("HVDSHIM_RNG") or "per-rank"
     _S.check_steps = int(_setting("HVDSHIM_CHECK_STEPS") or 0)

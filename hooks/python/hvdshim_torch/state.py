@@ -12,6 +12,7 @@ class _State:
         self.observe = False        # HVDSHIM_OBSERVE=1 in one plain process: count samples and steps only
         self.aside_reason = None
         self.data_mode = "shard"
+        self.data_iterable = "deal"
         self.scale_lr = False
         self.models = []            # registered root modules (weak)
         self.known = weakref.WeakSet()      # every module of a registered root

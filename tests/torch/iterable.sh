@@ -1,0 +1,59 @@
+#!/bin/sh
+# Loaders without a batch sampler are dealt (HVDSHIM_DATA_ITERABLE=deal): an
+# IterableDataset (with and without workers that add noise from their own
+# seeds) and a dataset of whole batches read with batch_size=None.  split:
+# every sample of each epoch trained once, on one rank, and the weights equal
+# the plain run's (1e-4); shard: whole batches round-robin, every sample in
+# each epoch, twice only in the padding of the last round (13 batches over 2
+# ranks: the first batch again), and both ranks end with the same weights;
+# HVDSHIM_DATA_ITERABLE=whole: every rank reads all of it, with the warning.
+. "$(dirname "$0")/../lib.sh"
+need_mpirun
+need_torch
+S="$TORCH_DIR/iterable.py"
+export HVDSHIM_WORKER_STDOUT=1
+# ids_check LOG MODE: per epoch, the ids the ranks trained on together
+ids_check() {
+  "$PYTHON" - "$1" "$2" <<'PY'
+import sys
+from collections import Counter
+per = {}
+for line in open(sys.argv[1]):
+    line = line.split("] ", 1)[-1]  # "[rank 1] " prefix on other ranks
+    if line.startswith("ids "):
+        f = line.split()
+        per.setdefault(int(f[1]), []).append([int(v) for v in f[2:]])
+ok = len(per) == 2 and all(len(r) == 2 for r in per.values())
+for e, ranks in per.items():
+    c = Counter(i for r in ranks for i in r)
+    twice = sorted(i for i, n in c.items() if n > 1)
+    if sys.argv[2] == "split":
+        ok = ok and sorted(c) == list(range(200)) and not twice and len(ranks[0]) == len(ranks[1]) == 100
+    else:  # whole batches; an odd count of them: the epoch's first batch pads the last round
+        ok = ok and sorted(c) == list(range(200)) and len(twice) <= 16 and sum(map(len, ranks)) == 200 + len(twice)
+print("epochs %s: ok=%s" % (sorted(per), ok))
+sys.exit(0 if ok else 1)
+PY
+}
+for args in "" "--workers 2" "--prebatched"; do
+  "$PYTHON" "$S" --out "$TMP/plain.pt" $args >"$TMP/plain.log" 2>&1 || { cat "$TMP/plain.log"; fail "plain run ($args)"; }
+  mode=split
+  [ "$args" = --prebatched ] && mode=shard # batch_size=None: whole batches dealt in either mode
+  HVDSHIM_DATA=split shim 2 "$PYTHON" "$S" --out "$TMP/split.pt" $args >"$TMP/split.log" 2>&1 ||
+    { cat "$TMP/split.log"; fail "np=2 split ($args)"; }
+  ids_check "$TMP/split.log" $mode >"$TMP/ids" || { cat "$TMP/ids" "$TMP/split.log"; fail "np=2 split ($args): samples not dealt as expected"; }
+  if [ $mode = split ]; then
+    same "$TMP/plain.pt" "$TMP/split.pt" 1e-4 >"$TMP/cmp" 2>&1 || { cat "$TMP/cmp" "$TMP/split.log"; fail "np=2 split ($args) differs from the plain run"; }
+    pass "IterableDataset ${args:-(no workers)}, split at np=2: every sample once per epoch, weights equal the plain run's ($(cat "$TMP/cmp"))"
+  else
+    pass "batch_size=None (whole batches), np=2: batches dealt round-robin, every sample per epoch"
+  fi
+done
+HVDSHIM_DATA=shard shim 2 "$PYTHON" "$S" --out "$TMP/shard.pt" --workers 2 >"$TMP/shard.log" 2>&1 ||
+  { cat "$TMP/shard.log"; fail "np=2 shard"; }
+ids_check "$TMP/shard.log" shard >"$TMP/ids" || { cat "$TMP/ids" "$TMP/shard.log"; fail "np=2 shard: batches not dealt round-robin"; }
+pass "IterableDataset with 2 workers, shard at np=2: whole batches round-robin, every sample per epoch"
+HVDSHIM_DATA_ITERABLE=whole shim 2 "$PYTHON" "$S" --out "$TMP/whole.pt" >"$TMP/whole.log" 2>&1 || { cat "$TMP/whole.log"; fail "np=2 whole"; }
+[ "$(grep -c 'ids 0 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 ' "$TMP/whole.log")" = 2 ] && grep -q "not sharded: it reads an IterableDataset and HVDSHIM_DATA_ITERABLE=whole" "$TMP/whole.log" ||
+  { cat "$TMP/whole.log"; fail "HVDSHIM_DATA_ITERABLE=whole: expected every rank to read all, with the warning"; }
+pass "HVDSHIM_DATA_ITERABLE=whole: every rank reads all of it, with one warning"
