@@ -137,6 +137,21 @@ class Arithmetic(unittest.TestCase):
                                  data.every_nth(order, size, rank))
 
 
+    def test_slice_batch_cuts_every_rowed_part(self):
+        import collections
+        P = collections.namedtuple("P", "x ids")
+        b = {"x": torch.arange(10).view(5, 2), "names": list("abcde"), "n": 7,
+             "p": P(torch.arange(5), [10, 11, 12, 13, 14]), "scalar": torch.tensor(3.0)}
+        got = data.slice_batch(b, 5, data.split_slice(range(5), 2, 1))
+        self.assertEqual(got["x"].tolist(), [[6, 7], [8, 9]])
+        self.assertEqual(got["names"], ["d", "e"])
+        self.assertEqual((got["n"], got["scalar"].item()), (7, 3.0))
+        self.assertIsInstance(got["p"], P)
+        self.assertEqual((got["p"].x.tolist(), got["p"].ids), ([3, 4], [13, 14]))
+        one = data.slice_batch((torch.arange(1),), 1, data.split_slice(range(1), 2, 1))  # padded
+        self.assertEqual(one[0].tolist(), [0])
+
+
 class Signatures(unittest.TestCase):
     def test_first_difference_names_entry_and_ranks(self):
         a = models._signature(models._tensor_entries(torch.nn.Linear(10, 32)))
