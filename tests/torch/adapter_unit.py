@@ -360,6 +360,21 @@ class Rules(unittest.TestCase):
         # rank 1 of 2, split, 23 samples in batches of 4: slices [2:4] of each batch
         self.assertEqual(got[5][0][0], [2, 3])
 
+    def test_sampler_runs_to_its_end_as_plain(self):
+        """RandomSampler draws a last randperm when it is asked past its end,
+        as BatchSampler asks: the epoch's random state is the plain run's."""
+        from torch.utils.data import DataLoader
+        for mode in ("shard", "split"):
+            _S.data_mode, _S.loaders, _S.roots = mode, 0, __import__("weakref").WeakSet()
+            g_plain, g = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
+            plain = DataLoader(list(range(32)), batch_size=4, shuffle=True, generator=g_plain)
+            loader = DataLoader(list(range(32)), batch_size=4, shuffle=True, generator=g)
+            data._prepare_loader(loader)
+            for _ in range(2):
+                list(plain)
+                list(loader)
+                self.assertTrue(torch.equal(g_plain.get_state(), g.get_state()), mode)
+
     def test_endless_sampler_starts_at_once(self):
         """RandomSampler(replacement=True, num_samples=1e10): the first batches
         come at once, and the broadcasts are windows, never the epoch."""
@@ -378,7 +393,7 @@ class Rules(unittest.TestCase):
             self.assertEqual(len(first), 50)
             self.assertTrue(all(len(b) == (8 if mode == "shard" else 4) for b in first))
             sizes = [c[2] for c in self.stub.calls if c[0] == "broadcast"]
-            self.assertTrue(sizes and max(sizes) <= 8 * (data._WINDOW + 1), sizes)
+            self.assertTrue(sizes and max(sizes) <= 8 * (data._WINDOW + 2), sizes)  # count, more, a window
 
     def test_sampler_without_len(self):
         from torch.utils.data import DataLoader, Sampler

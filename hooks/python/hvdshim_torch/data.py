@@ -128,15 +128,6 @@ def _broadcast_ints(name, values, what):
 _WINDOW = 1 << 16
 
 
-def _agree_window(name, window, expected, what):
-    """Rank 0's window, as a list of ints, on every rank.  `expected`: the
-    length every rank reserves (the same everywhere); element 0 of the
-    message carries rank 0's count, which may be shorter (its epoch ended)."""
-    values = [len(window)] + list(window) + [0] * (expected - len(window))
-    got = _broadcast_ints(b"%s.w%d" % (name, expected), values, what)
-    return got[1:1 + got[0]]
-
-
 def shard_stream(windows, size, rank, batch, drop_last):
     """shard_indices over an order given in consecutive windows (lists), as a
     generator: the same batches, padded at the end from the epoch's start."""
@@ -238,8 +229,11 @@ class _ShardedBatches:
 
     def _order_windows(self):
         """The sampler's order, drawn on every rank as the plain loader draws it
-        (lazily: random state advances as in the plain run), rank 0's agreed a
-        window at a time."""
+        (lazily, and to its end, as BatchSampler runs it: random state
+        advances as in the plain run), rank 0's agreed a window at a time.
+        Each message: [count, more, indices..., padding]; `more` is rank 0's
+        finding that its sampler yields past this window (a probe of one
+        item, kept for the next), so every rank stops where rank 0's does."""
         inner = self._inner
         b = inner.batch_size
         step = max(1, _WINDOW // b) * b  # whole global batches per window
@@ -250,10 +244,16 @@ class _ShardedBatches:
         it = iter(inner.sampler)
         name = b"hvdshim.data.%d" % self._tag
         what = "broadcasting the epoch's sample order of " + self._what()
-        agreed = None
-        while left is None or left > 0:
-            expected = step if left is None else min(step, left)
-            window = list(itertools.islice(it, expected))
+        agreed, probed, end = None, [], object()
+        while True:
+            expected = step if not left else min(step, left)
+            window = probed + list(itertools.islice(it, expected - len(probed)))
+            probed = []
+            if len(window) == expected:
+                nxt = next(it, end)
+                if nxt is not end:
+                    probed = [nxt]
+            more = int(bool(probed))
             if agreed is None:
                 agreed = window == [] or _as_ints(window) is not None
                 if not agreed:
@@ -261,13 +261,17 @@ class _ShardedBatches:
                                "uses its own order (they agree only if the sampler is deterministic)"
                                % (self._what(), type(window[0]).__name__))
             if agreed:
-                window = _agree_window(name, _as_ints(window) or [], expected, what)
+                got = _broadcast_ints(b"%s.w%d" % (name, expected),
+                                      [len(window), more] + (_as_ints(window) or []) + [0] * (expected - len(window)),
+                                      what)
+                window, more = got[2:2 + got[0]], got[1]
             if window:
                 yield window
-            if len(window) < expected:
+            if not more:
                 return
             if left is not None:
-                left -= len(window)
+                left = max(0, left - len(window))  # 0: past its len, sized as if it had none
+
 
     def _by_index_batches(self):
         inner = self._inner
