@@ -5,8 +5,8 @@
 # every sample of each epoch trained once, on one rank, and the weights equal
 # the plain run's (1e-4); shard: whole batches round-robin, every sample in
 # each epoch, twice only in the padding of the last round (13 batches over 2
-# ranks: the first batch again), and both ranks end with the same weights;
-# HVDSHIM_DATA_ITERABLE=whole: every rank reads all of it, with the warning.
+# ranks: the first batch again).  HVDSHIM_DATA_ITERABLE=whole (every rank
+# reads all of it, with a warning): tests/torch/errors.sh.
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
 need_torch
@@ -53,7 +53,3 @@ HVDSHIM_DATA=shard shim 2 "$PYTHON" "$S" --out "$TMP/shard.pt" --workers 2 >"$TM
   { cat "$TMP/shard.log"; fail "np=2 shard"; }
 ids_check "$TMP/shard.log" shard >"$TMP/ids" || { cat "$TMP/ids" "$TMP/shard.log"; fail "np=2 shard: batches not dealt round-robin"; }
 pass "IterableDataset with 2 workers, shard at np=2: whole batches round-robin, every sample per epoch"
-HVDSHIM_DATA_ITERABLE=whole shim 2 "$PYTHON" "$S" --out "$TMP/whole.pt" >"$TMP/whole.log" 2>&1 || { cat "$TMP/whole.log"; fail "np=2 whole"; }
-[ "$(grep -c 'ids 0 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 ' "$TMP/whole.log")" = 2 ] && grep -q "not sharded: it reads an IterableDataset and HVDSHIM_DATA_ITERABLE=whole" "$TMP/whole.log" ||
-  { cat "$TMP/whole.log"; fail "HVDSHIM_DATA_ITERABLE=whole: expected every rank to read all, with the warning"; }
-pass "HVDSHIM_DATA_ITERABLE=whole: every rank reads all of it, with one warning"
