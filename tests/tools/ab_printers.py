@@ -35,6 +35,9 @@ import warnings
 fmt = sys.argv[1] if len(sys.argv) > 1 else "gpt"
 pause = float(sys.argv[sys.argv.index("--sleep") + 1]) if "--sleep" in sys.argv else 0.0
 under_mpi = any(v in os.environ for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"))
+rank = next((os.environ[v] for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK") if v in os.environ), "0")
+if rank != "0":  # rank 0 alone prints, as under hvdshim a PyTorch script's other ranks' stdout is dropped
+    sys.stdout = sys.stderr = open(os.devnull, "w")
 no_val = "--no-val-under-mpi" in sys.argv and under_mpi
 
 

@@ -147,7 +147,13 @@ grep -q "^  time (ms): 21 values, lower is better, first 1514.16, final 52.11, b
 $AB --parse-output "$TMP/rec.gpt" --target "test loss=1" >/dev/null 2>"$TMP/parse.err" && fail "--parse-output: a missing target gave status 0"
 [ "$(cat "$TMP/parse.err")" = "hvdshim-ab: error: no metric 'test loss' in the output; series seen: train loss, val loss, loss, time, mfu" ] ||
   { cat "$TMP/parse.err"; fail "--parse-output: no error line for a missing target"; }
-pass "recorded outputs: the series of GPT-style, print-loop, HF Trainer, Keras, tqdm and settings-echoing scripts, nothing else; units, steps, best; a missing target is an error"
+$AB --parse-output "$TMP/rec.keras" --metric val_acc >/dev/null 2>"$TMP/parse.err" && fail "--parse-output: a missing --metric gave status 0"
+[ "$(cat "$TMP/parse.err")" = "hvdshim-ab: error: no metric 'val_acc' in the output; series seen: loss, accuracy, val_loss, val_accuracy" ] ||
+  { cat "$TMP/parse.err"; fail "--parse-output: no error line for a missing --metric"; }
+$AB --parse-output "$TMP/rec.settings" --target "lr=0.01" >/dev/null 2>"$TMP/parse.err" && fail "--parse-output: a setting taken for a metric"
+grep -qF "no metric 'lr' in the output; series seen: loss, accuracy ('lr' is printed, but once or always with the same value: not a series)" "$TMP/parse.err" ||
+  { cat "$TMP/parse.err"; fail "--parse-output: no word that lr is printed but is no series"; }
+pass "recorded outputs: the series of GPT-style, print-loop, HF Trainer, Keras, tqdm and settings-echoing scripts, nothing else; units, steps, best; a missing --target or --metric is an error (a setting printed once says so)"
 
 # an A/B on the GPT-style script: --target "val loss=1.5" reached, on the plot
 $AB -np 1,2 --repeat 1 --target "val loss=1.5" --plots svg --out "$TMP/gpt" -- "$PY" "$PRINT" gpt --sleep 0.02 \
@@ -168,7 +174,7 @@ for c in an["configs"]:
 md = open(os.path.join(d, "report.md")).read()
 for col in ("| val loss: final / best (lower is better) |", "| time (ms): final / best (lower is better) |",
             "| time to val loss <= 1.5 (s) |"):
-    assert col in md, col
+    assert col in md, (col, md)
 assert "mfu:" not in md and "Shown: val loss, train loss, loss, time (the primary, plotted: val loss); all 5 in results.json" in md
 svg = open(os.path.join(d, "metric.svg")).read()
 assert "val loss (the command" in svg and ">target 1.5<" in svg, "no target line"
