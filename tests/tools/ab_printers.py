@@ -55,7 +55,8 @@ def tick():
 
 def gpt():
     print("Overriding config with config/train_shakespeare_char.py:")
-    print("# train a miniature character-level shakespeare model\n# good for debugging and playing on macbooks and such\n")
+    print("# train a miniature character-level shakespeare model\n"
+          "# good for debugging and playing on macbooks and such\n")
     for line in ("out_dir = 'out-shakespeare-char'", "eval_interval = 250 # keep frequent because we'll overfit",
                  "eval_iters = 200", "log_interval = 10 # don't print too too often",
                  "always_save_checkpoint = False", "wandb_log = False # override via command line if you like",
@@ -63,7 +64,8 @@ def gpt():
                  "block_size = 256 # context of up to 256 previous characters", "n_layer = 6", "n_head = 6",
                  "n_embd = 384", "dropout = 0.2",
                  "learning_rate = 1e-3 # with baby networks can afford to go a bit higher", "max_iters = 5000",
-                 "lr_decay_iters = 5000 # make equal to max_iters usually", "min_lr = 1e-4 # learning_rate / 10 usually",
+                 "lr_decay_iters = 5000 # make equal to max_iters usually",
+                 "min_lr = 1e-4 # learning_rate / 10 usually",
                  "beta2 = 0.99 # make a bit bigger because number of tokens per iter is small",
                  "warmup_iters = 100 # not super necessary potentially"):
         print(line)
