@@ -128,33 +128,6 @@ def _broadcast_ints(name, values, what):
 _WINDOW = 1 << 16
 
 
-def shard_stream(windows, size, rank, batch, drop_last):
-    """shard_indices over an order given in consecutive windows (lists), as a
-    generator: the same batches, padded at the end from the epoch's start."""
-    head, buf, pos = [], [], 0
-    for w in windows:
-        if len(head) < size:
-            head += w[:size - len(head)]
-        for i in w[(rank - pos) % size::size]:
-            buf.append(i)
-            if len(buf) == batch:
-                yield buf
-                buf = []
-        pos += len(w)
-    if not pos:
-        return
-    pad = itertools.cycle(head)
-    for j in range(pos, -(-pos // size) * size):
-        i = next(pad)
-        if j % size == rank:
-            buf.append(i)
-            if len(buf) == batch:
-                yield buf
-                buf = []
-    if buf and not (drop_last and len(buf) < batch):
-        yield buf
-
-
 def every_nth_stream(items, size, rank):
     """every_nth over an iterable, as a generator (padded from its start)."""
     head, n = [], 0
@@ -170,6 +143,19 @@ def every_nth_stream(items, size, rank):
         x = next(pad)
         if j % size == rank:
             yield x
+
+
+def shard_stream(windows, size, rank, batch, drop_last):
+    """shard_indices over an order given in consecutive windows (lists), as a
+    generator: the same batches, padded at the end from the epoch's start."""
+    buf = []
+    for i in every_nth_stream((i for w in windows for i in w), size, rank):
+        buf.append(i)
+        if len(buf) == batch:
+            yield buf
+            buf = []
+    if buf and not (drop_last and len(buf) < batch):
+        yield buf
 
 
 class _ShardedBatches:
