@@ -375,36 +375,20 @@ def _dealing(loader):
     return deal if deal and _S.enabled and _training_now() else None
 
 
-def _cpu_states():
-    from .rng import _numpy_random
-    import random
-    npr = _numpy_random()
-    return (torch.get_rng_state(), random.getstate(), npr.get_state() if npr is not None else None)
-
-
-def _set_cpu_states(st):
-    from .rng import _numpy_random
-    import random
-    torch.set_rng_state(st[0])
-    random.setstate(st[1])
-    npr = _numpy_random()
-    if npr is not None and st[2] is not None:
-        npr.set_state(st[2])
-
-
 def _in_states(it, st):
     """Items of `it`, each drawn with the generators in the states `st` (which
     then advance), this rank's own states put back around every draw."""
+    from .rng import _set_states, _states
     while True:
-        mine = _cpu_states()
-        _set_cpu_states(st)
+        mine = _states(cuda=False)
+        _set_states(st)
         try:
             x = next(it)
         except StopIteration:
             return
         finally:
-            st = _cpu_states()
-            _set_cpu_states(mine)
+            st = _states(cuda=False)
+            _set_states(mine)
         yield x
 
 
@@ -413,25 +397,17 @@ def _agreed_iter(loader, orig):
     worker seeds, and every draw of a dataset iterated in this process, are
     rank 0's on every rank.  Rank 0's own states advance as in the plain run;
     another rank keeps a private copy for the loader and its own for the rest."""
-    import pickle
-    blob = pickle.dumps(_cpu_states(), protocol=4) if _S.rank == 0 else b""
-    length = _broadcast_ints(b"hvdshim.data.rng.len", [len(blob)], "broadcasting rank 0's random state size")[0]
-    buf = torch.zeros(length, dtype=torch.uint8)
-    if _S.rank == 0:
-        buf.copy_(torch.frombuffer(bytearray(blob), dtype=torch.uint8))
-    pending = _Pending()
-    _broadcast_bytes(b"hvdshim.data.rng.%d" % length, buf, pending, "broadcasting rank 0's random state")
-    pending.wait()
+    from .rng import _set_states, _states, rank0_states
+    st = rank0_states(b"hvdshim.data.rng", cuda=False)
     if _S.rank == 0:
         return orig(loader)
-    st = pickle.loads(bytes(buf.tolist()))
-    mine = _cpu_states()
-    _set_cpu_states(st)
+    mine = _states(cuda=False)
+    _set_states(st)
     try:
         it = orig(loader)
-        st = _cpu_states()
+        st = _states(cuda=False)
     finally:
-        _set_cpu_states(mine)
+        _set_states(mine)
     return _in_states(it, st)
 
 

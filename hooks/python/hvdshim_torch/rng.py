@@ -41,13 +41,14 @@ def _numpy_random():
     return getattr(np, "random", None) if np is not None else None
 
 
-def _states():
-    """This rank's generator states, as one picklable object."""
+def _states(cuda=True):
+    """This rank's generator states, as one picklable object (cuda=False:
+    the CPU generators only)."""
     st = {"torch": torch.get_rng_state(), "random": random.getstate()}
     npr = _numpy_random()
     if npr is not None:
         st["numpy"] = npr.get_state()
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if cuda and torch.cuda.is_available() and torch.cuda.is_initialized():
         st["cuda"] = torch.cuda.get_rng_state_all()
     return st
 
@@ -64,23 +65,30 @@ def _set_states(st):
             torch.cuda.set_rng_state_all(states)
 
 
+def rank0_states(name, cuda=True):
+    """Rank 0's generator states (_states), on every rank: its size, then its
+    pickle, broadcast under `name`."""
+    blob = pickle.dumps(_states(cuda), protocol=4)
+    length = torch.tensor([len(blob)], dtype=torch.int64)
+    pending = _Pending()
+    _broadcast_bytes(name + b".len", length, pending, "broadcasting rank 0's random state size")
+    pending.wait()
+    buf = torch.zeros(int(length[0]), dtype=torch.uint8)
+    if _S.rank == 0:
+        buf.copy_(torch.frombuffer(bytearray(blob), dtype=torch.uint8))
+    _broadcast_bytes(name + b".%d" % int(length[0]), buf, pending, "broadcasting rank 0's random state")
+    pending.wait()
+    return pickle.loads(bytes(buf.tolist()))
+
+
 def take_rank0_states():
     """At engine start: every rank takes rank 0's generator states."""
     if _S.rng_mode == "off" or _S.rng_synced:
         return
     _S.rng_synced = True
-    blob = pickle.dumps(_states(), protocol=4)
-    length = torch.tensor([len(blob)], dtype=torch.int64)
-    pending = _Pending()
-    _broadcast_bytes(b"hvdshim.rng.len", length, pending, "broadcasting rank 0's random state size")
-    pending.wait()
-    buf = torch.zeros(int(length[0]), dtype=torch.uint8)
-    if _S.rank == 0:
-        buf.copy_(torch.frombuffer(bytearray(blob), dtype=torch.uint8))
-    _broadcast_bytes(b"hvdshim.rng.state", buf, pending, "broadcasting rank 0's random state")
-    pending.wait()
+    st = rank0_states(b"hvdshim.rng")
     if _S.rank != 0:
-        _set_states(pickle.loads(bytes(buf.tolist())))
+        _set_states(st)
     _debug("random state: rank 0's (torch, random%s)" % (", numpy" if _numpy_random() is not None else ""))
 
 
