@@ -73,5 +73,12 @@ else
   p=0 f=0 s=1
   part check-stacks
 fi
+# the ten slowest test scripts of check and check-faults (tests/timed.sh
+# writes "test-seconds: N" in each log): where CI's time goes
+slowest=$(for l in $(find tests -name '*.log' ! -name test-suite.log); do
+  n=$(sed -n 's/^test-seconds: \([0-9]*\)$/\1/p' "$l" | tail -1)
+  [ -n "$n" ] && echo "$n ${l%.log}.sh"
+done | sort -rn | head -10 | awk '{printf "%s%s %ss", (NR > 1 ? ", " : ""), $2, $1}')
+[ -n "$slowest" ] && echo "slowest tests: $slowest"
 echo "$pass passed, $fail failed, $skip skipped ($parts)"
 [ $fail -eq 0 ]

@@ -148,6 +148,12 @@ for name in $stacks; do
     done
     [ $f -eq 0 ] && f=1 # make itself failed
   fi
+  # its five slowest tests (tests/timed.sh's "test-seconds: N"): where CI's time goes
+  slowest=$(for l in $(find "$root$dir/tests" -name '*.log' ! -name test-suite.log); do
+    n=$(sed -n 's/^test-seconds: \([0-9]*\)$/\1/p' "$l" | tail -1)
+    [ -n "$n" ] && echo "$n ${l#"$root$dir/"}"
+  done | sort -rn | head -5 | awk '{sub(/\.log$/, ".sh", $2); printf "%s%s %ss", (NR > 1 ? ", " : ""), $2, $1}')
+  [ -n "$slowest" ] && echo "  $name: slowest tests: $slowest"
   pass=$((pass + p)) fail=$((fail + f)) skip=$((skip + s))
   say "$name ($versions): $p passed, $f failed, $s skipped" \
     "(chroot $((t1 - t0)) s, build and suites $(($(date +%s) - t1)) s)"
