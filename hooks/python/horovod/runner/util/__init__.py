@@ -1,0 +1,1 @@
+"""Helpers of Horovod's launcher that scripts import."""
