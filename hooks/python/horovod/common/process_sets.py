@@ -29,10 +29,6 @@ class ProcessSet:
         self.ranks = list(range(size))
         self.process_set_id = 0
 
-    def _me(self):
-        from horovod.torch.mpi_ops import rank
-        return rank()
-
     def size(self):
         """The number of ranks in the set (None before it is added)."""
         return None if self.process_set_id is None else len(self.ranks)
@@ -41,12 +37,12 @@ class ProcessSet:
         """This rank's index in the set (-1: not a member; None before it is added)."""
         if self.process_set_id is None:
             return None
-        me = self._me()
+        me = _me()
         return self.ranks.index(me) if me in self.ranks else -1
 
     def included(self):
         """This rank belongs to the set (None before it is added)."""
-        return None if self.process_set_id is None else self._me() in self.ranks
+        return None if self.process_set_id is None else _me() in self.ranks
 
     def __eq__(self, other):
         return isinstance(other, ProcessSet) and self.ranks == other.ranks
@@ -63,36 +59,40 @@ global_process_set = ProcessSet([])
 global_process_set.process_set_id = 0
 _registry = {}  # id -> ProcessSet, the sets added and not removed (not the global one)
 
+# The engine behind the sets, given by the framework module when it loads
+# (horovod.torch.mpi_ops calls _setup): this module imports no framework, so
+# the dependency runs one way, framework -> common.
+_engine = None
 
-def _ops():
-    from horovod.torch import mpi_ops
-    return mpi_ops
+
+def _setup(engine):
+    """engine: need_init(what), rank(), add(ranks, what) -> id, remove(id, what)."""
+    global _engine
+    _engine = engine
+
+
+def _me():
+    return _engine.rank()
 
 
 def _add(process_set, what):
-    m = _ops()
-    m._need_init(what + "()")
+    _engine.need_init(what + "()")
     if process_set.process_set_id is not None:
         raise ValueError("hvd.%s: %r has been added already" % (what, process_set))
     if process_set.ranks == global_process_set.ranks or any(ps.ranks == process_set.ranks
                                                              for ps in _registry.values()):
-        raise ValueError("hvd.%s: a process set with ranks %r exists already" % (what, process_set.ranks))
-    import ctypes
-    n = len(process_set.ranks)
-    new_id = ctypes.c_int(-1)
-    st = m._lib.hvd_process_set_add((ctypes.c_int * max(n, 1))(*process_set.ranks), n, ctypes.byref(new_id))
-    if st != 0:
-        err = m._last_error()
-        raise (ValueError if st in (1, 2) else m.HorovodInternalError)("hvd.%s: %s" % (what, err))
-    process_set.process_set_id = new_id.value
-    _registry[new_id.value] = process_set
+        raise ValueError("hvd.%s: attempted to add a duplicate process set: a set with ranks %r exists already"
+                         % (what, process_set.ranks))
+    process_set.process_set_id = _engine.add(process_set.ranks, what)
+    _registry[process_set.process_set_id] = process_set
     return process_set
 
 
 def add_process_set(process_set):
     """Add a process set (a ProcessSet or a list of ranks) on every rank, in
     the same order everywhere; returns it, ready to use.  Blocks until every
-    rank has added it."""
+    rank has added it.  As in Horovod, a set with the same ranks as one that
+    exists (the global set included) is refused with ValueError."""
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
     return _add(process_set, "add_process_set")
@@ -100,14 +100,13 @@ def add_process_set(process_set):
 
 def remove_process_set(process_set):
     """Remove a process set on every rank (in the same order everywhere).
-    Returns False when it was not added."""
-    if process_set is global_process_set or process_set.process_set_id == 0:
-        raise ValueError("hvd.remove_process_set: the global process set cannot be removed")
+    Returns False, as Horovod does, when it was not added or is the global
+    set."""
+    if process_set is global_process_set or process_set.process_set_id in (None, 0):
+        return False
     if process_set.process_set_id not in _registry:
         return False
-    m = _ops()
-    if m._lib.hvd_process_set_remove(process_set.process_set_id) != 0:
-        raise m.HorovodInternalError("hvd.remove_process_set: %s" % m._last_error())
+    _engine.remove(process_set.process_set_id, "remove_process_set")
     del _registry[process_set.process_set_id]
     process_set.process_set_id = None
     return True
@@ -126,5 +125,5 @@ def _check(process_set, what):
                          % (what, process_set))
     if not process_set.included():
         raise ValueError("hvd.%s: rank %d is not in %r: only its members run its operations"
-                         % (what, process_set._me(), process_set))
+                         % (what, _me(), process_set))
     return process_set.process_set_id
