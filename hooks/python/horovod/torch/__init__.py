@@ -15,7 +15,7 @@ from horovod.torch.mpi_ops import (
     grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_, grouped_reducescatter,
     grouped_reducescatter_async, init, is_homogeneous, is_initialized, join, local_rank, local_size, mpi_built,
     mpi_enabled, mpi_threads_supported, nccl_built, poll, rank, reducescatter, reducescatter_async, rocm_built,
-    shutdown, size, start_timeline, stop_timeline, synchronize)
+    shutdown, size, sparse_allreduce_async, start_timeline, stop_timeline, synchronize)
 from horovod.torch.optimizer import DistributedOptimizer
 from horovod.torch.sync_batch_norm import SyncBatchNorm
 
@@ -30,4 +30,5 @@ __all__ = ["HorovodInternalError", "HostsUpdatedInterrupt", "ProcessSet", "add_p
            "grouped_reducescatter", "grouped_reducescatter_async", "init", "is_homogeneous", "is_initialized",
            "join", "local_rank", "local_size", "mpi_built", "mpi_enabled", "mpi_threads_supported", "nccl_built",
            "poll", "rank", "reducescatter", "reducescatter_async", "rocm_built", "shutdown", "size",
+           "sparse_allreduce_async",
            "start_timeline", "stop_timeline", "synchronize", "DistributedOptimizer", "SyncBatchNorm"]

@@ -17,14 +17,19 @@ except ImportError:
 def broadcast_parameters(params, root_rank, process_set=global_process_set):
     """Broadcast a model's state_dict(), or a list / iterator of (name,
     tensor) pairs such as named_parameters(), in place from root_rank."""
+    _broadcast_named(params, root_rank, process_set, "param")
+
+
+def _broadcast_named(params, root_rank, process_set, prefix):
     if isinstance(params, dict):
         items = sorted(params.items())
     elif isinstance(params, list) or hasattr(params, "__iter__"):
-        items = list(params)
+        # named_parameters() pairs, or plain tensors (parameters()), named by position
+        items = [it if isinstance(it, tuple) else ("%d" % i, it) for i, it in enumerate(params)]
         for it in items:
-            if not (isinstance(it, tuple) and len(it) == 2):
-                raise ValueError("hvd.broadcast_parameters: expected (name, tensor) pairs, got %r"
-                                 % (type(it).__name__,))
+            if len(it) != 2:
+                raise ValueError("hvd.broadcast_parameters: expected (name, tensor) pairs, got a tuple of %d"
+                                 % len(it))
     else:
         raise ValueError("hvd.broadcast_parameters: invalid params of type %s" % type(params).__name__)
     handles = []
@@ -33,7 +38,7 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
             if p is None:
                 continue
             if isinstance(p, torch.Tensor):
-                handles.append(broadcast_async_(p, root_rank, name="param.%s" % name, process_set=process_set))
+                handles.append(broadcast_async_(p, root_rank, name="%s.%s" % (prefix, name), process_set=process_set))
     for h in handles:
         synchronize(h)
 
@@ -87,14 +92,68 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     return out
 
 
+def _create_state(optimizer, model):
+    """Give every parameter that needs a gradient a zero one and take one
+    step of the wrapped optimizer (never a DistributedOptimizer's own step:
+    nothing is reduced), as Horovod does, so that an optimizer without state
+    yet (momentum buffers, Adam's moments) has it to receive.  With weight
+    decay this step moves the weights, on every rank alike."""
+    sparse = set()
+    if model is not None:
+        for m in model.modules():
+            if isinstance(m, torch.nn.Embedding) and m.sparse:
+                sparse.update(id(p) for p in m.parameters())
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p.data)
+                if isinstance(optimizer, torch.optim.SparseAdam) or (isinstance(optimizer, torch.optim.SGD) and
+                                                                     id(p) in sparse):
+                    p.grad = p.grad.to_sparse()
+    if getattr(optimizer, "_hvdshim_distributed", False):
+        super(optimizer.__class__, optimizer).step()
+    else:
+        optimizer.step()
+
+
 def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=global_process_set):
-    """Every rank takes root_rank's optimizer state and hyperparameters
-    (its state_dict(), loaded into this rank's optimizer)."""
+    """Every rank takes root_rank's optimizer state and hyperparameters, as
+    Horovod does it: an optimizer without state first takes a step on zero
+    gradients (see _create_state); then every state tensor is broadcast in
+    place and every other value (hyperparameters of each group, scalar
+    state) from root_rank as one object.  `model` names the parameters of
+    sparse embeddings (their zero gradient is sparse)."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("hvd.broadcast_optimizer_state: cannot broadcast torch.optim.LBFGS state")
-    state = broadcast_object(optimizer.state_dict() if rank() == root_rank else None, root_rank,
-                             name="optimizer_state", process_set=process_set)
-    if rank() != root_rank:
-        optimizer.load_state_dict(state)
-
-
+    state_dict = optimizer.state_dict()
+    if not state_dict["state"]:
+        _create_state(optimizer, model)
+        state_dict = optimizer.state_dict()
+    if not state_dict["state"]:
+        return  # an optimizer without state (plain SGD): nothing to send
+    tensors, scalars, setters = [], {}, {}
+    seen = {}
+    for index, group in enumerate(state_dict["param_groups"]):
+        for key, value in group.items():
+            if key == "params":
+                continue
+            name = "%s.%d" % (key, index)
+            scalars[name] = value
+            setters[name] = (lambda v, i=index, k=key: optimizer.param_groups[i].__setitem__(k, v))
+        for pid in group["params"]:
+            if pid not in state_dict["state"]:
+                continue
+            # state_dict()'s per-parameter dicts are the optimizer's own: a
+            # tensor broadcast in place, or a value set here, lands in its state
+            pstate = state_dict["state"][pid]
+            for key, value in pstate.items():
+                seen[key] = seen.get(key, 0) + 1
+                name = "%s.%d" % (key, seen[key])
+                if torch.is_tensor(value):
+                    tensors.append((name, value))
+                else:
+                    scalars[name] = value
+                    setters[name] = (lambda v, d=pstate, k=key: d.__setitem__(k, v))
+    _broadcast_named(tensors, root_rank, process_set, "optimizer_state")
+    for name, value in broadcast_object(scalars, root_rank, process_set=process_set).items():
+        setters[name](value)

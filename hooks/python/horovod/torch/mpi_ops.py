@@ -16,6 +16,7 @@ import warnings
 import torch
 
 from horovod.common.exceptions import HorovodInternalError
+from horovod.common import process_sets as _process_sets
 from horovod.common.process_sets import _add as _add_process_set, _check as _check_process_set, global_process_set
 from horovod.torch.compression import Compression
 
@@ -169,6 +170,36 @@ def local_rank():
     return _lib.hvd_local_rank()
 
 
+class _SetEngine:
+    """What horovod.common.process_sets needs from the engine (it imports no
+    framework module: the dependency runs one way, torch -> common)."""
+
+    @staticmethod
+    def need_init(what):
+        _need_init(what)
+
+    @staticmethod
+    def rank():
+        return rank()
+
+    @staticmethod
+    def add(ranks, what):
+        n = len(ranks)
+        new_id = ctypes.c_int(-1)
+        st = _lib.hvd_process_set_add((ctypes.c_int * max(n, 1))(*ranks), n, ctypes.byref(new_id))
+        if st != 0:
+            raise (ValueError if st in (1, 2) else HorovodInternalError)("hvd.%s: %s" % (what, _last_error()))
+        return new_id.value
+
+    @staticmethod
+    def remove(set_id, what):
+        if _lib.hvd_process_set_remove(set_id) != 0:
+            raise HorovodInternalError("hvd.%s: %s" % (what, _last_error()))
+
+
+_process_sets._setup(_SetEngine)
+
+
 def _cross_info():
     """cross_rank/cross_size as Horovod defines them: the ranks with this
     rank's local rank, one per host; homogeneous when every host runs as
@@ -301,14 +332,47 @@ def _name(kind, name, psid=0):
     return ("%s.%s" % (kind, name)).encode()
 
 
-def _submit(fn, what, *args):
+# Names in flight on this rank: engine name -> engine handle.  As in Horovod,
+# a second operation under a name whose first has not completed is refused
+# at once (ValueError) on the rank that submits it; the engine's own check
+# would only fail the second handle later, in synchronize().
+_inflight = {}
+_name_of = {}  # engine handle -> engine name
+
+
+def _claim(ename, what):
+    """Refuse a name this rank has in flight (submitted, not completed)."""
+    h = _inflight.get(ename)
+    if h is None:
+        return
+    done = ctypes.c_int(0)
+    if _lib.hvd_test(h, ctypes.byref(done)) == 0 and not done.value:
+        raise ValueError("hvd.%s: duplicate name: '%s' is already in flight on this rank; synchronize() it before "
+                         "submitting that name again" % (what, ename.decode("utf-8", "replace")))
+    del _inflight[ename]
+
+
+def _track(ename, h):
+    _inflight[ename] = h
+    _name_of[h] = ename
+
+
+def _release(h):
+    ename = _name_of.pop(h, None)
+    if ename is not None and _inflight.get(ename) == h:
+        del _inflight[ename]
+
+
+def _submit(fn, what, ename, *args):
+    _claim(ename, what)
     h = ctypes.c_int64(-1)
-    st = fn(*args, ctypes.byref(h))
+    st = fn(ename, *args, ctypes.byref(h))
     if st != 0:
         msg = _last_error()
-        if st == 1:  # HVD_ERR_INVALID: this call's arguments (a duplicate name in flight, ...)
+        if st == 1:  # HVD_ERR_INVALID: this call's arguments
             raise ValueError("hvd.%s: %s" % (what, msg))
         raise HorovodInternalError("hvd.%s: %s" % (what, msg))
+    _track(ename, h.value)
     return h.value
 
 
@@ -341,7 +405,10 @@ def poll(handle):
 
 
 def synchronize(handle):
-    """Wait for an operation and return its output."""
+    """Wait for an operation and return its output.  A callable handle (from
+    sparse_allreduce_async) is called."""
+    if callable(handle):
+        return handle()
     op = _ops.pop(handle, None)
     if op is None:
         raise ValueError("hvd.synchronize: unknown handle %r (already synchronized?)" % (handle,))
@@ -353,9 +420,11 @@ def synchronize(handle):
                 out.append(_L._allgather_finish(gh, like, what))
             except Exception as e:
                 first_error = first_error or str(e)
+            _release(gh)
             continue
         if _lib.hvd_wait(h, -1.0) != 0 and first_error is None:
             first_error = _last_error()
+        _release(h)
     if first_error:
         if "disagree on the shape" in first_error and op.shapes:
             first_error += " (this rank: %s)" % ", ".join(str(list(s)) for s in op.shapes)
@@ -365,9 +434,10 @@ def synchronize(handle):
 
 def join(device=-1):
     """This rank has no more batches: until every rank has joined, it takes
-    part in the others' collectives without data (a joined rank adds nothing
-    to a sum; averages divide by the ranks still submitting).  Returns the
-    last rank to join; then every rank goes on."""
+    part in the others' allreduces without data (it adds zeros: an Average
+    still divides by the whole size, as in Horovod); an allgather, broadcast,
+    alltoall or reducescatter meanwhile raises on the ranks that submit it.
+    Returns the last rank to join; then every rank goes on."""
     _need_init("join()")
     last = ctypes.c_int(-1)
     if _lib.hvd_join(ctypes.byref(last)) != 0:
@@ -402,17 +472,41 @@ def _reduce_dtype(tensor, what):
 
 
 def _scale(tensor, factor):
-    if factor != 1.0:
-        if tensor.dtype.is_floating_point:
-            tensor.mul_(factor)
-        else:
-            tensor.copy_((tensor.double() * factor).to(tensor.dtype))
+    """Horovod's pre/post scaling, in Horovod's arithmetic: float32 and
+    float64 in their own type, float16 and bfloat16 on a CPU in float32 (one
+    rounding), integers in float64 truncated toward zero."""
+    if factor == 1.0:
+        return
+    if tensor.dtype in (torch.float16, torch.bfloat16) and not tensor.is_cuda:
+        tensor.copy_(tensor.float().mul_(factor))
+    elif tensor.dtype.is_floating_point:
+        tensor.mul_(factor)
+    else:
+        tensor.copy_((tensor.double() * factor).to(tensor.dtype))
+
+
+def _set_size(process_set):
+    return (process_set or global_process_set).size()
+
+
+def _set_rank(process_set):
+    """This rank's index in the set (its place in gathered and scattered rows)."""
+    return (process_set or global_process_set).rank()
+
+
+def _fold_average(op, postscale_factor, process_set):
+    """Horovod's Average: a Sum whose postscale factor divides by the size of
+    the process set (ranks that have joined count: they add zeros)."""
+    if op == Average:
+        return Sum, postscale_factor / _set_size(process_set)
+    return op, postscale_factor
 
 
 def _start_allreduce(buf, name, op, what, psid=0):
     """buf: contiguous; reduced in place by the engine."""
     eop = _engine_op(op)
     dt = _reduce_dtype(buf, what)
+    _claim(name, what)
     _next(buf.shape, psid)
     if buf.is_cuda:
         return _submit(_lib.hvd_allreduce_gpu_async, what, name, buf.data_ptr(), buf.numel(), dt, eop,
@@ -434,12 +528,15 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     _check_tensor(tensor, what)
     _need_init(what + "()")
     psid = _check_process_set(process_set, what)
-    # integer averages truncate toward zero
+    _engine_op(op)  # Adasum or an unknown op: refused before anything moves
+    op, postscale_factor = _fold_average(op, postscale_factor, process_set)
+    ename = _name("allreduce", name, psid)
+    _claim(ename, what)
     buf = _engine_buffer(output, psid)
     if buf.data_ptr() != tensor.data_ptr():
         buf.copy_(tensor)
     _scale(buf, prescale_factor)
-    h = _start_allreduce(buf, _name("allreduce", name, psid), op, what, psid)
+    h = _start_allreduce(buf, ename, op, what, psid)
 
     def finish():
         _scale(buf, postscale_factor)
@@ -465,8 +562,13 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                             "allreduce_async_")
 
 
+def _wants_grad(tensors):
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
 class HorovodAllreduce(torch.autograd.Function):
-    """allreduce with a gradient: the gradient is reduced the same way."""
+    """allreduce with a gradient: the gradient is reduced the same way (same
+    op and factors), as in Horovod."""
 
     @staticmethod
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
@@ -476,9 +578,6 @@ class HorovodAllreduce(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        if ctx.op not in (Average, Sum):
-            raise NotImplementedError("the gradient of hvd.allreduce with op=%s is not defined (Average or Sum)"
-                                      % _OP_NAMES.get(ctx.op, ctx.op))
         g = allreduce(grad_output, op=ctx.op, prescale_factor=ctx.pre, postscale_factor=ctx.post,
                       process_set=ctx.ps)
         return g, None, None, None, None, None
@@ -489,7 +588,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     """The reduction of `tensor` over every rank (a new tensor; differentiable)."""
     op = _resolve_op(op, average)
     compressed, cctx = compression.compress(tensor)
-    if compressed.requires_grad:
+    if _wants_grad([compressed]):
         out = HorovodAllreduce.apply(compressed, name, op, prescale_factor, postscale_factor, process_set)
     else:
         out = synchronize(allreduce_async(compressed, name=name, op=op, prescale_factor=prescale_factor,
@@ -507,7 +606,9 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
 def _grouped(tensors, name, start, process_set):
     """Submit every tensor of a group (the engine fuses them); one handle.
     Member i is named '<name>.i' ('grouped.noname.<n>.i' without a name,
-    numbered per process set)."""
+    numbered per process set).  A member refused at submission (a duplicate
+    name, a bad tensor) leaves the members before it in flight, under their
+    own handles, which this group's handle then waits for."""
     tensors = list(tensors)
     if name is None:
         name = _name("grouped", None, _check_process_set(process_set, "grouped operation")).decode()
@@ -536,13 +637,34 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
                                                                  process_set=process_set), process_set)
 
 
+class HorovodGroupedAllreduce(torch.autograd.Function):
+    """grouped_allreduce with a gradient: each gradient reduced as its tensor was."""
+
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.op, ctx.pre, ctx.post, ctx.ps = op, prescale_factor, postscale_factor, process_set
+        return tuple(synchronize(grouped_allreduce_async(list(tensors), name=name, op=op,
+                                                         prescale_factor=prescale_factor,
+                                                         postscale_factor=postscale_factor,
+                                                         process_set=process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        reduced = grouped_allreduce([g.contiguous() for g in grads], op=ctx.op, prescale_factor=ctx.pre,
+                                    postscale_factor=ctx.post, process_set=ctx.ps)
+        return (None, None, None, None, None) + tuple(reduced)
+
+
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     op = _resolve_op(op, average)
     pairs = [compression.compress(t) for t in tensors]
-    outs = synchronize(grouped_allreduce_async([c for c, _ in pairs], name=name, op=op,
-                                               prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-                                               process_set=process_set))
+    sent = [c for c, _ in pairs]
+    if _wants_grad(sent):
+        outs = list(HorovodGroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set, *sent))
+    else:
+        outs = synchronize(grouped_allreduce_async(sent, name=name, op=op, prescale_factor=prescale_factor,
+                                                   postscale_factor=postscale_factor, process_set=process_set))
     return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs)]
 
 
@@ -550,6 +672,53 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
                        process_set=global_process_set):
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
                                                 process_set))
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Reduce a sparse COO tensor over every rank, as Horovod does: its
+    indices and values are allgathered (so the result holds every rank's
+    entries, uncoalesced) and, for Average, the values divided by the size of
+    the set.  Returns a callable handle: call it (or synchronize() it) for
+    the result."""
+    what = "sparse_allreduce_async"
+    if op not in (Average, Sum):
+        raise ValueError("hvd.%s: op must be hvd.Average or hvd.Sum" % what)
+    t = tensor
+    hi = allgather_async(t._indices().transpose(0, 1).contiguous(), name="%s.indices" % name,
+                         process_set=process_set)
+    hv = allgather_async(t._values(), name="%s.values" % name, process_set=process_set)
+
+    def handle():
+        values = synchronize(hv)
+        indices = synchronize(hi)
+        if op == Average:
+            values = values / _set_size(process_set)
+        if indices.dim() == 0 or values.dim() == 0:
+            return t.new().resize_as_(t)
+        return t.new(indices.transpose(0, 1), values, t.size())
+    return handle
+
+
+# ------------------------------------------------------------------ join guard
+def _join_guard(ename, psid, what):
+    """Horovod refuses allgather, broadcast, alltoall and reducescatter while
+    a rank of the job has joined (hvd.join): the engine lets a joined rank
+    take part without data, so each such operation carries a one-element Sum
+    that every submitting rank sets to 1 and a joined rank leaves at 0.
+    Returns (handle, check), check() raising when a rank was missing."""
+    flag = torch.ones(1, dtype=torch.int32)
+    gname = ename + b".joined"
+    _claim(gname, what)
+    _next((1,), psid)
+    h = _submit(_lib.hvd_allreduce_async, what, gname, flag.data_ptr(), 1, _ENGINE_DTYPE[torch.int32],
+                _ENGINE_OP[Sum], None, None)
+    n = _lib.hvd_size() if not psid else _lib.hvd_process_set_size(psid)
+
+    def check():
+        if int(flag[0]) != n:
+            raise HorovodInternalError("hvd.%s: not supported while a rank has joined (hvd.join): %d of %d ranks "
+                                       "submitted it" % (what, int(flag[0]), n))
+    return h, check, flag
 
 
 # ------------------------------------------------------------------ allgather
@@ -573,17 +742,29 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     host = src.detach().cpu().contiguous()  # the engine gathers host memory; a CUDA tensor comes back to its device
     raw = _as_bytes(host).contiguous()
     ename = _name("allgather", name, psid)
+    _claim(ename, what)
     _next(src.shape[1:], psid)
     gh = _L._allgather_start(ename, raw, "hvd.allgather")
+    _track(ename, gh)
+    jh, joined, flag = _join_guard(ename, psid, "allgather")
     out = []
 
     def finish():
+        joined()
         got = out[0]
         if got.dtype != host.dtype:
             got = got.view(host.dtype)
         got = got.reshape((-1,) + tuple(src.shape[1:]))
         return got.to(tensor.device) if tensor.is_cuda else got
-    return _register([(gh, raw, "hvd.allgather", out)], finish, (tensor, raw), (tuple(src.shape[1:]),))
+    return _register([(gh, raw, "hvd.allgather", out), jh], finish, (tensor, raw, flag), (tuple(src.shape[1:]),))
+
+
+def _gathered_slice(grad, process_set, dim):
+    """This rank's rows of an allgather's averaged gradient (Horovod's
+    allgather backward: the gradient is averaged over the set's ranks)."""
+    dims = allgather(torch.tensor([dim], dtype=torch.int32), process_set=process_set)
+    offset = int(dims[:_set_rank(process_set)].sum())
+    return grad.narrow(0, offset, dim)
 
 
 class HorovodAllgather(torch.autograd.Function):
@@ -595,14 +776,12 @@ class HorovodAllgather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad = allreduce(grad_output, op=Sum, process_set=ctx.ps)
-        dims = allgather(torch.tensor([ctx.dim], dtype=torch.int64), process_set=ctx.ps)
-        offset = int(dims[:_set_rank(ctx.ps)].sum())
-        return grad.narrow(0, offset, ctx.dim), None, None
+        grad = allreduce(grad_output.contiguous(), op=Average, process_set=ctx.ps)
+        return _gathered_slice(grad, ctx.ps, ctx.dim), None, None
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
-    if tensor.requires_grad:
+    if _wants_grad([tensor]):
         return HorovodAllgather.apply(tensor, name, process_set)
     return synchronize(allgather_async(tensor, name=name, process_set=process_set))
 
@@ -611,7 +790,23 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     return _grouped(tensors, name, lambda t, n: allgather_async(t, name=n, process_set=process_set), process_set)
 
 
+class HorovodGroupedAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        ctx.dims = [t.shape[0] if t.dim() else 1 for t in tensors]
+        ctx.ps = process_set
+        return tuple(synchronize(grouped_allgather_async(list(tensors), name=name, process_set=process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        reduced = grouped_allreduce([g.contiguous() for g in grads], op=Average, process_set=ctx.ps)
+        return (None, None) + tuple(_gathered_slice(g, ctx.ps, d) for g, d in zip(reduced, ctx.dims))
+
+
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    tensors = list(tensors)
+    if _wants_grad(tensors):
+        return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
     return synchronize(grouped_allgather_async(tensors, name=name, process_set=process_set))
 
 
@@ -625,6 +820,8 @@ def _broadcast_async(tensor, output, root_rank, name, process_set, what):
         raise ValueError("hvd.%s: root_rank %r is not a rank (0..%d)" % (what, root_rank, n - 1))
     if psid and root_rank not in process_set.ranks:
         raise ValueError("hvd.%s: root_rank %d is not in %r" % (what, root_rank, process_set))
+    ename = _name("broadcast", name, psid)
+    _claim(ename, what)
     buf = _engine_buffer(output, psid)
     if buf.data_ptr() != tensor.data_ptr():
         buf.copy_(tensor)
@@ -632,19 +829,20 @@ def _broadcast_async(tensor, output, root_rank, name, process_set, what):
     count = buf.numel()
     if dt is None:  # moved as bytes
         dt, count = _UINT8, buf.numel() * buf.element_size()
-    ename = _name("broadcast", name, psid)
     _next(buf.shape, psid)
     if buf.is_cuda:
         h = _submit(_lib.hvd_broadcast_gpu_async, what, ename, buf.data_ptr(), count, dt, root_rank,
                     buf.get_device(), _L._stream_of(buf), None, None)
     else:
         h = _submit(_lib.hvd_broadcast_async, what, ename, buf.data_ptr(), count, dt, root_rank, None, None)
+    jh, joined, flag = _join_guard(ename, psid, "broadcast")
 
     def finish():
+        joined()
         if buf is not output:
             output.copy_(buf)
         return output
-    return _register([h], finish, (tensor, output, buf), (tuple(tensor.shape),))
+    return _register([h, jh], finish, (tensor, output, buf, flag), (tuple(tensor.shape),))
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
@@ -657,6 +855,9 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 
 
 class HorovodBroadcast(torch.autograd.Function):
+    """broadcast with a gradient: Horovod's, the gradients averaged over the
+    set and kept on the root rank (zeros elsewhere)."""
+
     @staticmethod
     def forward(ctx, tensor, root_rank, name, process_set):
         ctx.root_rank, ctx.ps = root_rank, process_set
@@ -664,14 +865,14 @@ class HorovodBroadcast(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad = allreduce(grad_output, op=Sum, process_set=ctx.ps)
+        grad = allreduce(grad_output.contiguous(), op=Average, process_set=ctx.ps)
         if rank() != ctx.root_rank:
             grad = grad * 0
         return grad, None, None, None
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
-    if tensor.requires_grad:
+    if _wants_grad([tensor]):
         return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
     return synchronize(broadcast_async(tensor, root_rank, name=name, process_set=process_set))
 
@@ -681,15 +882,6 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
 
 # ------------------------------------------------------------------ alltoall, reducescatter
-def _set_size(process_set):
-    return (process_set or global_process_set).size()
-
-
-def _set_rank(process_set):
-    """This rank's index in the set (its place in gathered and scattered rows)."""
-    return (process_set or global_process_set).rank()
-
-
 def _even_splits(rows, n):
     """Horovod's split of `rows` over n ranks: the first rows % n get one more."""
     return [rows // n + (1 if r < rows % n else 0) for r in range(n)]
@@ -713,42 +905,73 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
                              "pass splits" % (rows, n))
         sp = [rows // n] * n
     else:
+        if isinstance(splits, torch.Tensor) and splits.dtype != torch.int32:
+            raise ValueError("hvd.alltoall: splits must be a tensor of 32-bit integers (torch.int32), got %s"
+                             % splits.dtype)
         sp = [int(x) for x in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
         if len(sp) != n or any(x < 0 for x in sp) or sum(sp) != rows:
             raise ValueError("hvd.alltoall: splits %r must be %d non-negative counts summing to the first "
                              "dimension (%d)" % (sp, n, rows))
+    ename = _name("alltoall", name, psid)
+    _claim(ename, what)
     host = src.detach().cpu().contiguous()  # the engine moves host memory; a CUDA tensor comes back to its device
     raw = _as_bytes(host).contiguous()
     row_elems = raw.shape[1:].numel()
     send, recv = (ctypes.c_int64 * n)(*sp), (ctypes.c_int64 * n)()
-    ename = _name("alltoall", name, psid)
     _next(src.shape[1:], psid)
     h = _submit(_lib.hvd_alltoall_async, what, ename, raw.data_ptr(), send, row_elems, _ENGINE_DTYPE[raw.dtype], recv,
                 None, None)
+    jh, joined, flag = _join_guard(ename, psid, what)
     out = []
 
     def finish():
+        joined()
         got = out[0]
         if got.dtype != host.dtype:
             got = got.view(host.dtype)
         got = got.reshape((-1,) + tuple(src.shape[1:]))
         return (got.to(tensor.device) if tensor.is_cuda else got), torch.tensor(list(recv), dtype=torch.int32)
-    return _register([(h, raw, "hvd.alltoall", out)], finish, (tensor, raw, send, recv), (tuple(src.shape[1:]),))
+    return _register([(h, raw, "hvd.alltoall", out), jh], finish, (tensor, raw, send, recv, flag),
+                     (tuple(src.shape[1:]),))
+
+
+class HorovodAlltoall(torch.autograd.Function):
+    """alltoall with a gradient: the gradients go back the way the rows came
+    (an alltoall with the received splits)."""
+
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+        ctx.ps, ctx.received = process_set, received
+        if splits is None:
+            return output
+        ctx.mark_non_differentiable(received)
+        return output, received
+
+    @staticmethod
+    def backward(ctx, grad_output, *_received_grad):
+        grad, _ = alltoall(grad_output.contiguous(), splits=ctx.received, process_set=ctx.ps)
+        return grad, None, None, None
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Horovod's alltoall: the output, and with `splits` also the received
-    splits."""
+    splits (differentiable)."""
+    if _wants_grad([tensor]):
+        return HorovodAlltoall.apply(tensor, splits, name, process_set)
     out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
     return out if splits is None else (out, received)
 
 
-def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
-                        process_set=global_process_set):
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
+                        postscale_factor=1.0):
     """Reduce `tensor` over the set's ranks and keep this rank's slice of the
     first dimension (the first rows % size ranks get one more row).  One
     MPI_Reduce_scatter in the engine (hvd_reducescatter_async)."""
     what = "reducescatter"
+    if op == Adasum:
+        raise HorovodInternalError("hvd.reducescatter: Adasum is not supported by reducescatter (as in Horovod): "
+                                   "use op=hvd.Average or hvd.Sum")
     if op not in (Average, Sum):
         raise ValueError("hvd.reducescatter: op must be hvd.Average or hvd.Sum")
     _check_tensor(tensor, what)
@@ -757,6 +980,9 @@ def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0, post
     _need_init(what + "()")
     psid = _check_process_set(process_set, what)
     dt = _reduce_dtype(tensor, what)
+    op, postscale_factor = _fold_average(op, postscale_factor, process_set)
+    ename = _name("reducescatter", name, psid)
+    _claim(ename, what)
     n, me = _set_size(process_set), _set_rank(process_set)
     rows = tensor.shape[0]
     sp = _even_splits(rows, n)
@@ -767,32 +993,79 @@ def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0, post
     out = torch.empty((sp[me],) + tuple(tensor.shape[1:]), dtype=tensor.dtype)
     row_elems = tensor.shape[1:].numel()
     _next(tensor.shape[1:], psid)
-    h = _submit(_lib.hvd_reducescatter_async, what, _name("reducescatter", name, psid), buf.data_ptr(),
+    h = _submit(_lib.hvd_reducescatter_async, what, ename, buf.data_ptr(),
                 out.data_ptr() if out.numel() else None, rows, row_elems, dt, _engine_op(op), None, None)
+    jh, joined, flag = _join_guard(ename, psid, what)
 
     def finish():
+        joined()
         _scale(out, postscale_factor)
         return out.to(tensor.device) if tensor.is_cuda else out
-    return _register([h], finish, (tensor, buf, out), (tuple(tensor.shape),))
+    return _register([h, jh], finish, (tensor, buf, out, flag), (tuple(tensor.shape),))
 
 
-def reducescatter(tensor, name=None, compression=Compression.none, op=Average, prescale_factor=1.0,
-                  postscale_factor=1.0, process_set=global_process_set):
+def _reducescatter_grad(grad, op, process_set, pre, post):
+    """Horovod's reducescatter backward: the gradient slices gathered back,
+    times the set's size for Sum and times the scale factors."""
+    if op == Sum:
+        grad = grad * _set_size(process_set)
+    if pre != 1.0:
+        grad = grad * pre
+    if post != 1.0:
+        grad = grad * post
+    return grad.contiguous()
+
+
+class HorovodReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+        ctx.op, ctx.ps, ctx.pre, ctx.post = op, process_set, prescale_factor, postscale_factor
+        return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        g = _reducescatter_grad(grad_output, ctx.op, ctx.ps, ctx.pre, ctx.post)
+        return allgather(g, process_set=ctx.ps), None, None, None, None, None
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=global_process_set,
+                  prescale_factor=1.0, postscale_factor=1.0):
     compressed, cctx = compression.compress(tensor)
-    out = synchronize(reducescatter_async(compressed, name, op, prescale_factor, postscale_factor, process_set))
+    if _wants_grad([compressed]):
+        out = HorovodReducescatter.apply(compressed, name, op, process_set, prescale_factor, postscale_factor)
+    else:
+        out = synchronize(reducescatter_async(compressed, name, op, process_set, prescale_factor,
+                                              postscale_factor))
     return compression.decompress(out, cctx)
 
 
-def grouped_reducescatter_async(tensors, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
-                                process_set=global_process_set):
-    return _grouped(tensors, name, lambda t, n: reducescatter_async(t, n, op, prescale_factor, postscale_factor,
-                                                                    process_set), process_set)
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    return _grouped(tensors, name, lambda t, n: reducescatter_async(t, n, op, process_set, prescale_factor,
+                                                                    postscale_factor), process_set)
 
 
-def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average, prescale_factor=1.0,
-                          postscale_factor=1.0, process_set=global_process_set):
+class HorovodGroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
+        ctx.op, ctx.ps, ctx.pre, ctx.post = op, process_set, prescale_factor, postscale_factor
+        return tuple(synchronize(grouped_reducescatter_async(list(tensors), name, op, process_set, prescale_factor,
+                                                             postscale_factor)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        gs = [_reducescatter_grad(g, ctx.op, ctx.ps, ctx.pre, ctx.post) for g in grads]
+        return (None, None, None, None, None) + tuple(grouped_allgather(gs, process_set=ctx.ps))
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     pairs = [compression.compress(t) for t in tensors]
-    outs = synchronize(grouped_reducescatter_async([c for c, _ in pairs], name, op, prescale_factor,
-                                                   postscale_factor, process_set))
+    sent = [c for c, _ in pairs]
+    if _wants_grad(sent):
+        outs = list(HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor, postscale_factor,
+                                                      *sent))
+    else:
+        outs = synchronize(grouped_reducescatter_async(sent, name, op, process_set, prescale_factor,
+                                                       postscale_factor))
     return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs)]
-

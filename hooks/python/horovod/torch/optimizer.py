@@ -8,13 +8,15 @@ import torch
 
 from horovod.common.process_sets import global_process_set
 from horovod.torch.compression import Compression
-from horovod.torch.mpi_ops import (Average, _engine_op, _lib, _set_size, allgather_async, allreduce_async_,
+from horovod.torch.mpi_ops import (Average, _engine_op, _lib, allreduce_async_, size, sparse_allreduce_async,
                                    synchronize)
 
 _HAS_POST_ACCUMULATE = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
+    _hvdshim_distributed = True  # broadcast_optimizer_state steps the wrapped optimizer, not this one
+
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1, op=Average,
                  gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False, process_set=global_process_set):
         super(self.__class__, self).__init__(params)
@@ -59,8 +61,25 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         self._should_synchronize = True
         self._allreduce_delay = {}
-        if _set_size(self.process_set) > 1:
+        # as in Horovod: the ranks of the set reduce, even a set of one rank
+        # in a larger job; the others never do
+        if self.process_set.included() and size() > 1:
             self._register_hooks()
+
+    def load_state_dict(self, *args, **kwargs):
+        """Loading a state forgets the reductions in flight and the
+        accumulation count, as Horovod's does."""
+        self._handles = {}
+        self._synchronized = False
+        self._should_synchronize = True
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        return super(self.__class__, self).load_state_dict(*args, **kwargs)
+
+    def set_backward_passes_per_step(self, passes):
+        self.backward_passes_per_step = passes
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = passes
 
     # -------------------------------------------------------------- hooks
     def _register_hooks(self):
@@ -99,10 +118,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             p.grad = torch.zeros_like(p)
         tensor = p.grad
         if tensor.is_sparse:
-            if self.sparse_as_dense:
-                tensor = p.grad = tensor.to_dense()
+            if self.sparse_as_dense:  # reduced dense; synchronize() makes the result sparse again
+                tensor = tensor.to_dense()
             else:
-                return self._sparse_allreduce_async(tensor, name), "sparse"
+                return sparse_allreduce_async(tensor, name=name, op=self.op, process_set=self.process_set), None
         if self.op == Average:
             pre, post = 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
         else:
@@ -112,18 +131,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                   process_set=self.process_set)
         return handle, ctx
 
-    def _sparse_allreduce_async(self, g, name):
-        g = g.coalesce()
-        hi = allgather_async(g._indices().t().contiguous(), name=name + ".indices", process_set=self.process_set)
-        hv = allgather_async(g._values().contiguous(), name=name + ".values", process_set=self.process_set)
-        return (hi, hv, g.shape)
-
     # -------------------------------------------------------------- Horovod's API
     def synchronize(self):
         """Wait for every gradient's reduction (submitting those the hooks did
         not: unused parameters, or delayed accumulation) and put the results
         in .grad."""
-        if _set_size(self.process_set) <= 1:
+        if not self.process_set.included() or size() <= 1:
             self._synchronized = True
             return
         for p in self._requires_update - set(self._handles):
@@ -132,15 +145,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if handle is None:
                 self._handles[p] = self._allreduce_grad_async(p)
         for p, (handle, ctx) in sorted(self._handles.items(), key=lambda kv: self._parameter_names.get(kv[0], "")):
-            if ctx == "sparse":
-                hi, hv, shape = handle
-                idx, vals = synchronize(hi), synchronize(hv)
-                if self.op == Average:
-                    vals = vals / _set_size(self.process_set)
-                p.grad = torch.sparse_coo_tensor(idx.t(), vals, shape).coalesce()
-            else:
-                output = synchronize(handle)
-                with torch.no_grad():
+            output = synchronize(handle)
+            with torch.no_grad():
+                if p.grad.is_sparse:  # sparse, or sparse_as_dense: the gradient stays sparse, as in Horovod
+                    reduced = self._compression.decompress(output, ctx)
+                    p.grad.zero_().add_(reduced if reduced.is_sparse else reduced.to_sparse())
+                else:
                     p.grad.set_(self._compression.decompress(output, ctx))
             self._allreduce_delay[p] = self.backward_passes_per_step
         self._handles.clear()
@@ -158,8 +168,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure=None):
         if self._should_synchronize:
             if self._synchronized:
-                warnings.warn("optimizer.step() called without a loss.backward() after optimizer.synchronize(). "
-                              "Use `with optimizer.skip_synchronize(): optimizer.step()` after synchronize().")
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
+                              "optimizer.synchronize(): the gradients are reduced again. Use `with "
+                              "optimizer.skip_synchronize(): optimizer.step()` after an explicit synchronize().")
             self.synchronize()
         self._synchronized = False
         result = super(self.__class__, self).step(closure)
