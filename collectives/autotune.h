@@ -1,7 +1,7 @@
 /* Autotune's search (HVDSHIM_AUTOTUNE): which fusion threshold and cycle
  * time to try next, given the score (throughput, higher is better) measured
  * for the current pair.  Pure: no MPI, no clock, no I/O; the engine measures
- * and applies (engine.c), the unit tests feed it synthetic scores.
+ * and applies (engine_cycle.c), the unit tests feed it synthetic scores.
  *
  * Method: coordinate search over a fixed grid.  First every fusion
  * threshold candidate at the starting cycle time, then every cycle time at

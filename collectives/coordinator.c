@@ -8,7 +8,7 @@
  * SECONDS, and turns the warning into a FATAL response after HVDSHIM_STALL_
  * SHUTDOWN_SECONDS.  An operation on a process set waits for the set's
  * members only; adding or removing a set waits for every rank.  No MPI here: the engine gathers the records and
- * broadcasts the responses (engine.c slow_path); tests drive it directly
+ * broadcasts the responses (engine_cycle.c slow_path); tests drive it directly
  * (tests/unit/unit_tests.c, "coordinator"). */
 #include "coordinator.h"
 

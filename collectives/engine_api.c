@@ -12,19 +12,44 @@
 #include "handles.h"
 #include "metrics.h"
 
-int hvd_rank(void) { return E->started ? E->rank : -1; }
-int hvd_size(void) { return E->started ? E->size : -1; }
-int hvd_local_rank(void) { return E->started ? E->local_rank : -1; }
-int hvd_local_size(void) { return E->started ? E->local_size : -1; }
+/* The process's one engine.  The C API (as Horovod's) takes no engine
+ * argument: it is this one, and every stage below is handed it. */
+static hvd_engine engine = {.qmu = PTHREAD_MUTEX_INITIALIZER, .qcv = PTHREAD_COND_INITIALIZER,
+                            .life_mu = PTHREAD_MUTEX_INITIALIZER, .comm = MPI_COMM_NULL};
+static hvd_engine *const e = &engine;
+
+hvd_status_t hvd_engine_start(const hvd_engine_host *host, char *err, size_t errlen) {
+  return hvd_eng_start(e, host, err, errlen);
+}
+void hvd_engine_stop(void) { hvd_eng_stop(e); }
+void hvd_engine_forked_child(void) { hvd_eng_forked_child(e); }
+
+static void tuning_now(hvd_tuning_now *out) {
+  static const char *st[] = {"off", "tuning", "fixed"};
+  out->fusion = __atomic_load_n(&e->pub_fusion, __ATOMIC_RELAXED);
+  out->cycle_ms = (double)__atomic_load_n(&e->pub_cycle_ns, __ATOMIC_RELAXED) * 1e-6;
+  out->autotune = st[__atomic_load_n(&e->pub_tune, __ATOMIC_RELAXED)];
+}
+
+int hvd_rank(void) { return e->started ? e->rank : -1; }
+int hvd_size(void) { return e->started ? e->size : -1; }
+int hvd_local_rank(void) { return e->started ? e->local_rank : -1; }
+int hvd_local_size(void) { return e->started ? e->local_size : -1; }
 
 void hvd_step_mark(int64_t samples) {
-  if (!E->started) return hvd_metrics_observe(samples); /* a no-op unless HVDSHIM_OBSERVE=1 */
-  hvd_metrics_step(__atomic_add_fetch(&E->steps, 1, __ATOMIC_RELAXED), samples, E->size);
+  if (!e->started) return hvd_metrics_observe(samples); /* a no-op unless HVDSHIM_OBSERVE=1 */
+  uint64_t n = __atomic_add_fetch(&e->steps, 1, __ATOMIC_RELAXED);
+  if (!hvd_metrics_enabled()) return;
+  hvd_stats_t s;
+  hvd_get_stats(&s);
+  hvd_tuning_now tn;
+  tuning_now(&tn);
+  hvd_metrics_step(n, samples, e->size, &s, &tn);
 }
 
 void hvd_get_stats(hvd_stats_t *out) {
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
-  *out = E->stats;
+  *out = e->stats;
   out->blocked_seconds = (double)hvd_handles_blocked_ns() * 1e-9;
 }
 
@@ -73,11 +98,11 @@ void hvd_next_process_set(int id) { next_set = id; }
 /* With qmu held: HVD_OK (still held) when the engine takes work; else qmu
  * is released and the status returned with the reason, after `what`. */
 static hvd_status_t refuse_if_closed(const char *what) {
-  if (E->accepting) return HVD_OK;
-  char why[sizeof E->closed_msg];
-  snprintf(why, sizeof why, "%s", E->closed_msg[0] ? E->closed_msg : "hvd_init() has not been called");
-  hvd_status_t st = E->closed_msg[0] ? HVD_ERR_SHUTDOWN : HVD_ERR_NOT_INIT;
-  pthread_mutex_unlock(&E->qmu);
+  if (e->accepting) return HVD_OK;
+  char why[sizeof e->closed_msg];
+  snprintf(why, sizeof why, "%s", e->closed_msg[0] ? e->closed_msg : "hvd_init() has not been called");
+  hvd_status_t st = e->closed_msg[0] ? HVD_ERR_SHUTDOWN : HVD_ERR_NOT_INIT;
+  pthread_mutex_unlock(&e->qmu);
   return reject(st, "%s: %s", what, why);
 }
 
@@ -103,7 +128,7 @@ static hvd_status_t submit_ex(const char *name, hvd_sig *sig, void *buf, const v
     return reject(HVD_ERR_INVALID, "%s '%s': unknown reduction op %d (sum, avg, min, max, prod)", hvd_kind_name(sig->kind), name,
                   sig->op);
   if (device >= 0 && sig->kind == HVD_KIND_ALLREDUCE && sig->dtype == HVD_INT16 &&
-      __atomic_load_n(&E->dev_bk, __ATOMIC_ACQUIRE) == &hvd_backend_nccl) /* auto: refused once it chose NCCL */
+      __atomic_load_n(&e->dev_bk, __ATOMIC_ACQUIRE) == &hvd_backend_nccl) /* auto: refused once it chose NCCL */
     return reject(HVD_ERR_INVALID, "allreduce '%s': NCCL has no int16 reduction; set HVDSHIM_GPU_OPERATIONS=MPI or "
                   "use int32", name);
   if (sig->count < 0 || sig->row_elems < 0 || (size_t)sig->count > (SIZE_MAX >> 4) / (sig->row_elems ? (size_t)sig->row_elems : 1))
@@ -135,41 +160,41 @@ static hvd_status_t submit_ex(const char *name, hvd_sig *sig, void *buf, const v
   size_t bytes = (size_t)sig->count * (sig->row_elems ? (size_t)sig->row_elems : 1) * hvd_dtype_size((hvd_dtype_t)sig->dtype);
   char what[HVD_NAME_MAX + 32];
   snprintf(what, sizeof what, "%s '%s'", hvd_kind_name(sig->kind), name);
-  pthread_mutex_lock(&E->qmu);
+  pthread_mutex_lock(&e->qmu);
   hvd_status_t closed = refuse_if_closed(what);
   if (closed != HVD_OK) {
     hvd_eng_req_free(r);
     return closed;
   }
-  if (sig->kind == HVD_KIND_BROADCAST && (sig->root < HVD_ROOT_FIRST_ACTIVE || sig->root >= E->size)) {
-    pthread_mutex_unlock(&E->qmu);
+  if (sig->kind == HVD_KIND_BROADCAST && (sig->root < HVD_ROOT_FIRST_ACTIVE || sig->root >= e->size)) {
+    pthread_mutex_unlock(&e->qmu);
     hvd_eng_req_free(r);
     return reject(HVD_ERR_INVALID, "broadcast '%s': root %d is not a rank (0..%d, or HVD_ROOT_FIRST_ACTIVE)", name,
-                  sig->root, E->size - 1);
+                  sig->root, e->size - 1);
   }
-  const char *why = hvd_pset_refuse(sig, device);
+  const char *why = hvd_pset_refuse(e, sig, device);
   if (why) {
     char copy[512];
     snprintf(copy, sizeof copy, "%s", why);
-    pthread_mutex_unlock(&E->qmu);
+    pthread_mutex_unlock(&e->qmu);
     hvd_eng_req_free(r);
     return reject(HVD_ERR_INVALID, "%s: %s", what, copy);
   }
   hvd_status_t st = hvd_handles_new(cb, cb_arg, r->stream, &r->handle);
   if (st != HVD_OK) {
-    pthread_mutex_unlock(&E->qmu);
+    pthread_mutex_unlock(&e->qmu);
     hvd_eng_req_free(r);
     return st;
   }
-  int was_empty = E->qhead == NULL;
-  if (E->qtail) E->qtail->next = r;
-  else E->qhead = r;
-  E->qtail = r;
-  E->qbytes += bytes;
+  int was_empty = e->qhead == NULL;
+  if (e->qtail) e->qtail->next = r;
+  else e->qhead = r;
+  e->qtail = r;
+  e->qbytes += bytes;
   if (was_empty && batching) batch_wake = 1;
-  else if (was_empty) pthread_cond_signal(&E->qcv); /* an idle engine starts a cycle now */
+  else if (was_empty) pthread_cond_signal(&e->qcv); /* an idle engine starts a cycle now */
   if (handle) *handle = r->handle;
-  pthread_mutex_unlock(&E->qmu);
+  pthread_mutex_unlock(&e->qmu);
   return HVD_OK;
 }
 
@@ -201,11 +226,11 @@ static hvd_status_t control_handle(const char *what, int busy, hvd_handle_t *h) 
   hvd_status_t st = refuse_if_closed(what);
   if (st != HVD_OK) return st;
   if (busy) {
-    pthread_mutex_unlock(&E->qmu);
+    pthread_mutex_unlock(&e->qmu);
     return reject(HVD_ERR_INVALID, "%s: another thread of this rank is already in it", what);
   }
   st = hvd_handles_new(NULL, NULL, NULL, h);
-  if (st != HVD_OK) pthread_mutex_unlock(&E->qmu);
+  if (st != HVD_OK) pthread_mutex_unlock(&e->qmu);
   return st;
 }
 
@@ -215,18 +240,18 @@ static hvd_status_t control_handle(const char *what, int busy, hvd_handle_t *h) 
  * handle table's lock orders the engine's write before it). */
 hvd_status_t hvd_join(int *last_rank) {
   hvd_handle_t h;
-  pthread_mutex_lock(&E->qmu);
-  hvd_status_t st = control_handle("join", E->join_busy, &h);
+  pthread_mutex_lock(&e->qmu);
+  hvd_status_t st = control_handle("join", e->join_busy, &h);
   if (st != HVD_OK) return st;
-  E->join_busy = 1;
-  E->join_asked = h;
-  pthread_cond_signal(&E->qcv);
-  pthread_mutex_unlock(&E->qmu);
+  e->join_busy = 1;
+  e->join_asked = h;
+  pthread_cond_signal(&e->qcv);
+  pthread_mutex_unlock(&e->qmu);
   st = hvd_wait(h, -1.0);
-  if (st == HVD_OK && last_rank) *last_rank = E->last_joined;
-  pthread_mutex_lock(&E->qmu);
-  E->join_busy = 0;
-  pthread_mutex_unlock(&E->qmu);
+  if (st == HVD_OK && last_rank) *last_rank = e->last_joined;
+  pthread_mutex_lock(&e->qmu);
+  e->join_busy = 0;
+  pthread_mutex_unlock(&e->qmu);
   return st;
 }
 
@@ -239,15 +264,15 @@ static hvd_status_t timeline_request(int op, const char *path, int mark_cycles) 
     if (!(copy = strdup(path))) return reject(HVD_ERR_INTERNAL, "out of memory (timeline path)");
   }
   hvd_handle_t h;
-  pthread_mutex_lock(&E->qmu);
-  hvd_status_t st = control_handle(op == 1 ? "timeline start" : "timeline stop", E->tl_op != 0, &h);
+  pthread_mutex_lock(&e->qmu);
+  hvd_status_t st = control_handle(op == 1 ? "timeline start" : "timeline stop", e->tl_op != 0, &h);
   if (st != HVD_OK) {
     free(copy);
     return st;
   }
-  E->tl_op = op, E->tl_path = copy, E->tl_mark = mark_cycles, E->tl_handle = h;
-  pthread_cond_signal(&E->qcv);
-  pthread_mutex_unlock(&E->qmu);
+  e->tl_op = op, e->tl_path = copy, e->tl_mark = mark_cycles, e->tl_handle = h;
+  pthread_cond_signal(&e->qcv);
+  pthread_mutex_unlock(&e->qmu);
   return hvd_wait(h, -1.0);
 }
 
@@ -284,9 +309,9 @@ hvd_status_t hvd_allreduce_batch_async(const hvd_allreduce_item *items, size_t n
     hvd_set_last_error("allreduce batch, item %zu of %zu: %s", i - 1, n, why);
   }
   if (batch_wake) {
-    pthread_mutex_lock(&E->qmu);
-    pthread_cond_signal(&E->qcv);
-    pthread_mutex_unlock(&E->qmu);
+    pthread_mutex_lock(&e->qmu);
+    pthread_cond_signal(&e->qcv);
+    pthread_mutex_unlock(&e->qmu);
   }
   return st;
 }
@@ -340,7 +365,7 @@ hvd_status_t hvd_alltoall_async(const char *name, const void *in, const int64_t 
                                 hvd_dtype_t dtype, int64_t *recv_splits, hvd_callback_t cb, void *cb_arg,
                                 hvd_handle_t *handle) {
   /* the splits are one per member of the set the submission runs on */
-  const hvd_pset *p = E->started ? hvd_pset_get(next_set) : NULL;
+  const hvd_pset *p = e->started ? hvd_pset_get(e, next_set) : NULL;
   int64_t rows = 0;
   if (!splits) return reject(HVD_ERR_INVALID, "alltoall '%s': no splits", name ? name : "");
   for (int i = 0; p && i < p->n; i++) {
@@ -359,7 +384,7 @@ hvd_status_t hvd_alltoall_async(const char *name, const void *in, const int64_t 
 hvd_status_t hvd_barrier(double timeout_s) {
   /* every member of a set calls its barriers in the same order: numbered per set */
   static uint64_t seq;
-  hvd_pset *p = E->started ? (hvd_pset *)hvd_pset_get(next_set) : NULL;
+  hvd_pset *p = e->started ? (hvd_pset *)hvd_pset_get(e, next_set) : NULL;
   uint64_t n = __atomic_fetch_add(p ? &p->barriers : &seq, 1, __ATOMIC_SEQ_CST);
   char name[64];
   snprintf(name, sizeof name, "hvdshim.barrier.%d.%llu", next_set, (unsigned long long)n);
@@ -388,7 +413,7 @@ static int int_cmp(const void *a, const void *b) {
 }
 
 hvd_status_t hvd_process_set_add(const int *ranks, int n, int *id) {
-  if (!E->started) return reject(HVD_ERR_NOT_INIT, "process set add: hvd_init() has not been called");
+  if (!e->started) return reject(HVD_ERR_NOT_INIT, "process set add: hvd_init() has not been called");
   if (!ranks || n <= 0) return reject(HVD_ERR_INVALID, "process set add: give at least one rank");
   int *sorted = malloc(sizeof(int) * (size_t)n);
   if (!sorted) return reject(HVD_ERR_INTERNAL, "out of memory (process set add)");
@@ -396,11 +421,11 @@ hvd_status_t hvd_process_set_add(const int *ranks, int n, int *id) {
   qsort(sorted, (size_t)n, sizeof(int), int_cmp);
   uint32_t h = 2166136261u; /* FNV-1a over the members: the coordinator compares it across ranks */
   for (int i = 0; i < n; i++) {
-    if (sorted[i] < 0 || sorted[i] >= E->size || (i && sorted[i] == sorted[i - 1])) {
+    if (sorted[i] < 0 || sorted[i] >= e->size || (i && sorted[i] == sorted[i - 1])) {
       int bad = sorted[i];
       free(sorted);
-      if (bad < 0 || bad >= E->size)
-        return reject(HVD_ERR_INVALID, "process set add: %d is not a rank of this job (0..%d)", bad, E->size - 1);
+      if (bad < 0 || bad >= e->size)
+        return reject(HVD_ERR_INVALID, "process set add: %d is not a rank of this job (0..%d)", bad, e->size - 1);
       return reject(HVD_ERR_INVALID, "process set add: rank %d is listed twice", bad);
     }
     for (int b = 0; b < 4; b++) h = (h ^ (uint8_t)((unsigned)sorted[i] >> (8 * b))) * 16777619u;
@@ -414,9 +439,9 @@ hvd_status_t hvd_process_set_add(const int *ranks, int n, int *id) {
 }
 
 hvd_status_t hvd_process_set_remove(int id) {
-  if (!E->started) return reject(HVD_ERR_NOT_INIT, "process set remove: hvd_init() has not been called");
+  if (!e->started) return reject(HVD_ERR_NOT_INIT, "process set remove: hvd_init() has not been called");
   if (id == 0) return reject(HVD_ERR_INVALID, "process set remove: the global process set (0) cannot be removed");
-  const hvd_pset *p = hvd_pset_get(id);
+  const hvd_pset *p = hvd_pset_get(e, id);
   if (!p || __atomic_load_n(&p->removed, __ATOMIC_ACQUIRE))
     return reject(HVD_ERR_INVALID, "process set remove: process set %d does not exist (never added, or removed)", id);
   hvd_sig s = {.kind = HVD_KIND_PSET_REMOVE, .dtype = HVD_INT32, .root = id};
@@ -426,19 +451,19 @@ hvd_status_t hvd_process_set_remove(int id) {
 /* A set's size and this rank's place in it (-1: not a member), or -1 for a
  * set that does not exist. */
 int hvd_process_set_size(int id) {
-  pthread_mutex_lock(&E->qmu); /* the registry is freed when the engine stops */
-  const hvd_pset *p = E->accepting ? hvd_pset_get(id) : NULL;
+  pthread_mutex_lock(&e->qmu); /* the registry is freed when the engine stops */
+  const hvd_pset *p = e->accepting ? hvd_pset_get(e, id) : NULL;
   int n = p && !__atomic_load_n(&p->removed, __ATOMIC_ACQUIRE) ? p->n : -1;
-  pthread_mutex_unlock(&E->qmu);
+  pthread_mutex_unlock(&e->qmu);
   return n;
 }
 
 int hvd_process_set_rank(int id) {
-  pthread_mutex_lock(&E->qmu);
-  const hvd_pset *p = E->accepting ? hvd_pset_get(id) : NULL;
+  pthread_mutex_lock(&e->qmu);
+  const hvd_pset *p = e->accepting ? hvd_pset_get(e, id) : NULL;
   int me = -1;
   for (int i = 0; p && !__atomic_load_n(&p->removed, __ATOMIC_ACQUIRE) && i < p->n; i++)
-    if (p->ranks[i] == E->rank) me = i;
-  pthread_mutex_unlock(&E->qmu);
+    if (p->ranks[i] == e->rank) me = i;
+  pthread_mutex_unlock(&e->qmu);
   return me;
 }

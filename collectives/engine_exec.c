@@ -1,5 +1,5 @@
 /* Execution, on the engine thread: the list every rank agreed on this
- * cycle (E->exec, cached-ready tensors in bit order, then the slow path's
+ * cycle (e->exec, cached-ready tensors in bit order, then the slow path's
  * responses in the coordinator's order) is walked in order; consecutive
  * allreduces of one dtype, place and compatible op are grouped up to the
  * fusion threshold and reduced by a backend (backend.h: on the host
@@ -33,91 +33,91 @@ static int fusable(const hvd_req *a, const hvd_req *b) {
 }
 
 /* Frees the stand-ins of exec items [i, j) (another set's operations). */
-static void drop_skipped(size_t i, size_t j) {
-  for (size_t k = i; k < j; k++) hvd_eng_req_free(E->exec[k].req);
+static void drop_skipped(hvd_engine *e, size_t i, size_t j) {
+  for (size_t k = i; k < j; k++) hvd_eng_req_free(e->exec[k].req);
 }
 
 /* The communicator of r's process set; MPI_COMM_NULL (r finished with an
  * error) when the set was removed before r ran. */
-static MPI_Comm set_comm(hvd_req *r) {
-  const hvd_pset *p = hvd_pset_get(r->sig.set);
+static MPI_Comm set_comm(hvd_engine *e, hvd_req *r) {
+  const hvd_pset *p = hvd_pset_get(e, r->sig.set);
   if (p && p->comm != MPI_COMM_NULL) return p->comm;
   char msg[HVD_NAME_MAX + 128];
   snprintf(msg, sizeof msg, "%s '%s': process set %d was removed before it ran", hvd_kind_name(r->sig.kind), r->name,
            (int)r->sig.set);
-  hvd_eng_finish(r, HVD_ERR_INVALID, msg, NULL, 0);
+  hvd_eng_finish(e, r, HVD_ERR_INVALID, msg, NULL, 0);
   return MPI_COMM_NULL;
 }
 
 /* The device backend; with HVDSHIM_GPU_OPERATIONS=auto decided at the first
  * GPU operation, which every rank executes in the same cycle. */
-static const hvd_backend *device_backend(void) {
-  if (!E->dev_bk) {
+static const hvd_backend *device_backend(hvd_engine *e) {
+  if (!e->dev_bk) {
     char err[512];
-    const hvd_backend *b = hvd_gpu_pick(E->comm, err, sizeof err);
+    const hvd_backend *b = hvd_gpu_pick(e->comm, err, sizeof err);
     if (!b) HVD_FATAL("choosing how GPU buffers are reduced (HVDSHIM_GPU_OPERATIONS=auto): %s", err);
-    __atomic_store_n(&E->dev_bk, b, __ATOMIC_RELEASE); /* read by submissions (the int16 refusal) */
+    __atomic_store_n(&e->dev_bk, b, __ATOMIC_RELEASE); /* read by submissions (the int16 refusal) */
   }
-  return E->dev_bk;
+  return e->dev_bk;
 }
 
-static void run_allreduce_group(size_t i, size_t j) {
+static void run_allreduce_group(hvd_engine *e, size_t i, size_t j) {
   size_t n = j - i, total = 0;
-  if (E->exec[i].req->skip) return drop_skipped(i, j);
-  MPI_Comm comm = set_comm(E->exec[i].req); /* a group is one set's */
+  if (e->exec[i].req->skip) return drop_skipped(e, i, j);
+  MPI_Comm comm = set_comm(e, e->exec[i].req); /* a group is one set's */
   if (comm == MPI_COMM_NULL) {
-    for (size_t k = i + 1; k < j; k++) set_comm(E->exec[k].req);
+    for (size_t k = i + 1; k < j; k++) set_comm(e, e->exec[k].req);
     return;
   }
-  int active = hvd_pset_active(E->exec[i].req->sig.set); /* averages: over the set's ranks still submitting */
-  hvd_eng_grow(&E->fuse, &E->capfuse, n, sizeof *E->fuse, "fusion");
-  hvd_dtype_t dt = (hvd_dtype_t)E->exec[i].req->sig.dtype;
+  int active = hvd_pset_active(e, e->exec[i].req->sig.set); /* averages: over the set's ranks still submitting */
+  hvd_eng_grow(&e->fuse, &e->capfuse, n, sizeof *e->fuse, "fusion");
+  hvd_dtype_t dt = (hvd_dtype_t)e->exec[i].req->sig.dtype;
   size_t es = hvd_dtype_size(dt);
-  hvd_op_t op = (hvd_op_t)E->exec[i].req->sig.op;
+  hvd_op_t op = (hvd_op_t)e->exec[i].req->sig.op;
   if (op == HVD_AVG) op = HVD_SUM;
   for (size_t k = 0; k < n; k++) {
-    hvd_req *r = E->exec[i + k].req;
-    E->fuse[k].ptr = r->buf;
-    E->fuse[k].bytes = (size_t)r->sig.count * es;
-    E->fuse[k].divisor = r->sig.op == HVD_AVG ? active : 1;
-    total += E->fuse[k].bytes;
+    hvd_req *r = e->exec[i + k].req;
+    e->fuse[k].ptr = r->buf;
+    e->fuse[k].bytes = (size_t)r->sig.count * es;
+    e->fuse[k].divisor = r->sig.op == HVD_AVG ? active : 1;
+    total += e->fuse[k].bytes;
   }
   hvd_phase_times t = {0, 0, 0};
-  int place = E->exec[i].req->sig.place;
-  const hvd_backend *b = place                                             ? device_backend()
-                         : E->exec[i].req->sig.set == 0 && hvd_shm_active() ? &hvd_backend_shm
+  int place = e->exec[i].req->sig.place;
+  const hvd_backend *b = place                                             ? device_backend(e)
+                         : e->exec[i].req->sig.set == 0 && hvd_shm_active() ? &hvd_backend_shm
                                                                              : &hvd_backend_mpi;
-  hvd_bk_ctx ctx = {comm, E->chunk, NULL};
+  hvd_bk_ctx ctx = {comm, e->chunk, NULL};
   hvd_gpu_event *done = NULL;
   char err[512];
   int rc;
   double start = hvd_eng_now();
   if (place) {
-    hvd_eng_grow(&E->gpu_items, &E->capgpu, n, sizeof *E->gpu_items, "GPU group");
+    hvd_eng_grow(&e->gpu_items, &e->capgpu, n, sizeof *e->gpu_items, "GPU group");
     for (size_t k = 0; k < n; k++) {
-      hvd_req *r = E->exec[i + k].req;
-      E->gpu_items[k] = (hvd_gpu_item){r->buf, (size_t)r->sig.count, E->fuse[k].divisor, r->ready};
+      hvd_req *r = e->exec[i + k].req;
+      e->gpu_items[k] = (hvd_gpu_item){r->buf, (size_t)r->sig.count, e->fuse[k].divisor, r->ready};
     }
-    int all_avg = E->njoined == 0;
-    for (size_t k = 0; k < n && all_avg; k++) all_avg = E->exec[i + k].req->sig.op == HVD_AVG;
-    rc = hvd_gpu_allreduce(E->gpu_items, n, dt, op, all_avg, b, &ctx, &done, &t, err, sizeof err);
+    int all_avg = e->njoined == 0;
+    for (size_t k = 0; k < n && all_avg; k++) all_avg = e->exec[i + k].req->sig.op == HVD_AVG;
+    rc = hvd_gpu_allreduce(e->gpu_items, n, dt, op, all_avg, b, &ctx, &done, &t, err, sizeof err);
   } else {
-    rc = b->allreduce(E->fuse, n, dt, op, &ctx, &t, err, sizeof err);
+    rc = b->allreduce(e->fuse, n, dt, op, &ctx, &t, err, sizeof err);
   }
   if (rc != 0)
-    HVD_FATAL("%s allreduce of '%s'%s: %s", b->name, E->exec[i].req->name, n > 1 ? " and the tensors fused with it" : "",
+    HVD_FATAL("%s allreduce of '%s'%s: %s", b->name, e->exec[i].req->name, n > 1 ? " and the tensors fused with it" : "",
               err);
   int shm = b == &hvd_backend_shm;
   double end = hvd_eng_now();
-  E->stats.groups++;
-  E->stats.bytes_reduced += total;
-  E->stats.comm_seconds += end - start;
-  if (n > 1) E->stats.fused_tensors += n;
+  e->stats.groups++;
+  e->stats.bytes_reduced += total;
+  e->stats.comm_seconds += end - start;
+  if (n > 1) e->stats.fused_tensors += n;
   if (hvd_timeline_enabled()) {
-    double s = hvd_eng_us(start);
+    double s = hvd_eng_us(e, start);
     for (size_t k = 0; k < n; k++) {
-      hvd_req *r = E->exec[i + k].req;
-      hvd_timeline_span(r->name, "QUEUE", hvd_eng_us(r->t_ready), s - hvd_eng_us(r->t_ready));
+      hvd_req *r = e->exec[i + k].req;
+      hvd_timeline_span(r->name, "QUEUE", hvd_eng_us(e, r->t_ready), s - hvd_eng_us(e, r->t_ready));
       double at = s;
       if (n > 1 || shm)
         hvd_timeline_span(r->name, shm ? "MEMCPY_IN_SHARED_BUFFER" : "MEMCPY_IN_FUSION_BUFFER", at, t.copy_in_us),
@@ -128,45 +128,45 @@ static void run_allreduce_group(size_t i, size_t j) {
                           t.copy_out_us);
     }
   }
-  hvd_eng_grow(&E->handles, &E->caphandles, n, sizeof *E->handles, "completions");
+  hvd_eng_grow(&e->handles, &e->caphandles, n, sizeof *e->handles, "completions");
   for (size_t k = 0; k < n; k++) {
-    hvd_req *r = E->exec[i + k].req;
-    E->handles[k] = r->handle;
-    hvd_strmap_del(E->pending, r->name);
-    E->npending--;
+    hvd_req *r = e->exec[i + k].req;
+    e->handles[k] = r->handle;
+    hvd_strmap_del(e->pending, r->name);
+    e->npending--;
     hvd_eng_req_free(r);
   }
-  hvd_handles_complete_ok(E->handles, n, done);
+  hvd_handles_complete_ok(e->handles, n, done);
   hvd_gpu_event_put(done); /* the handles hold their own references */
 }
 
-static void note_start(hvd_req *r) {
+static void note_start(hvd_engine *e, hvd_req *r) {
   if (hvd_timeline_enabled() && !r->skip)
-    hvd_timeline_span(r->name, "NEGOTIATE", hvd_eng_us(r->t_submit), (r->t_ready - r->t_submit) * 1e6);
-  E->stats.tensors += !r->skip;
-  E->tick++;
-  int bit = hvd_cache_lookup(&E->cache, r->name);
-  if (bit >= 0) E->cache.e[bit].last_used = E->tick;
+    hvd_timeline_span(r->name, "NEGOTIATE", hvd_eng_us(e, r->t_submit), (r->t_ready - r->t_submit) * 1e6);
+  e->stats.tensors += !r->skip;
+  e->tick++;
+  int bit = hvd_cache_lookup(&e->cache, r->name);
+  if (bit >= 0) e->cache.e[bit].last_used = e->tick;
 }
 
 /* This rank's index in set p. */
-static int set_index(const hvd_pset *p) {
+static int set_index(hvd_engine *e, const hvd_pset *p) {
   for (int m = 0; m < p->n; m++)
-    if (p->ranks[m] == E->rank) return m;
+    if (p->ranks[m] == e->rank) return m;
   return -1;
 }
 
 /* Horovod's split: member m gets rows / n rows, plus one for the first
  * rows % n members; counts in elements. */
-static void run_reducescatter(hvd_req *r, const hvd_pset *p, MPI_Comm comm, double start) {
-  int n = p->n, me = set_index(p), counts[n];
+static void run_reducescatter(hvd_engine *e, hvd_req *r, const hvd_pset *p, MPI_Comm comm, double start) {
+  int n = p->n, me = set_index(e, p), counts[n];
   int64_t re = r->sig.row_elems, rows = re ? r->sig.count / re : 0;
   for (int m = 0; m < n; m++) counts[m] = (int)((rows / n + (m < rows % n)) * re);
   if (!r->phantom && counts[me] > 0 && !r->buf) {
     char msg[HVD_NAME_MAX + 128];
     snprintf(msg, sizeof msg, "reducescatter '%s': no output buffer for this rank's %d element(s)", r->name,
              counts[me]);
-    hvd_eng_finish(r, HVD_ERR_INVALID, msg, NULL, 0);
+    hvd_eng_finish(e, r, HVD_ERR_INVALID, msg, NULL, 0);
     return;
   }
   hvd_dtype_t dt = (hvd_dtype_t)r->sig.dtype;
@@ -175,15 +175,15 @@ static void run_reducescatter(hvd_req *r, const hvd_pset *p, MPI_Comm comm, doub
   hvd_eng_mpi_check(hvd_mpi_reducescatter(r->phantom ? NULL : r->in, r->buf, counts, dt, op, comm),
                     "MPI_Reduce_scatter");
   if (r->sig.op == HVD_AVG && counts[me] > 0)
-    hvd_scale_copy(r->buf, r->buf, (size_t)counts[me], dt, hvd_pset_active(r->sig.set));
+    hvd_scale_copy(r->buf, r->buf, (size_t)counts[me], dt, hvd_pset_active(e, r->sig.set));
   if (hvd_timeline_enabled())
-    hvd_timeline_span(r->name, "MPI_REDUCESCATTER", hvd_eng_us(start), (hvd_eng_now() - start) * 1e6);
-  E->stats.bytes_reduced += (size_t)r->sig.count * hvd_dtype_size(dt);
-  hvd_eng_finish(r, HVD_OK, NULL, NULL, 0);
+    hvd_timeline_span(r->name, "MPI_REDUCESCATTER", hvd_eng_us(e, start), (hvd_eng_now() - start) * 1e6);
+  e->stats.bytes_reduced += (size_t)r->sig.count * hvd_dtype_size(dt);
+  hvd_eng_finish(e, r, HVD_OK, NULL, NULL, 0);
 }
 
 /* A joined rank sends nothing and drops what it receives. */
-static void run_alltoall(hvd_req *r, const hvd_pset *p, MPI_Comm comm, double start) {
+static void run_alltoall(hvd_engine *e, hvd_req *r, const hvd_pset *p, MPI_Comm comm, double start) {
   int n = p->n;
   int64_t send[n], recv[n], total = 0;
   for (int m = 0; m < n; m++) send[m] = r->splits && !r->phantom ? r->splits[m] : 0;
@@ -196,125 +196,125 @@ static void run_alltoall(hvd_req *r, const hvd_pset *p, MPI_Comm comm, double st
     free(out);
     char msg[HVD_NAME_MAX + 300];
     snprintf(msg, sizeof msg, "alltoall '%s': %s", r->name, err);
-    hvd_eng_finish(r, HVD_ERR_INVALID, msg, NULL, 0);
+    hvd_eng_finish(e, r, HVD_ERR_INVALID, msg, NULL, 0);
     return;
   }
   hvd_eng_mpi_check(rc, "MPI_Alltoallv");
   if (r->recv_splits) memcpy(r->recv_splits, recv, sizeof recv);
   if (hvd_timeline_enabled())
-    hvd_timeline_span(r->name, "MPI_ALLTOALL", hvd_eng_us(start), (hvd_eng_now() - start) * 1e6);
-  hvd_eng_finish(r, HVD_OK, NULL, out, (size_t)total);
+    hvd_timeline_span(r->name, "MPI_ALLTOALL", hvd_eng_us(e, start), (hvd_eng_now() - start) * 1e6);
+  hvd_eng_finish(e, r, HVD_OK, NULL, out, (size_t)total);
 }
 
 /* Walk the agreed list in order.  An allreduce starts a group and pulls in
  * every later allreduce of the same dtype and a compatible op while the group
  * stays under the fusion threshold (as Horovod does), so a list interleaving
  * dtypes still fuses.  Every rank walks the same list the same way. */
-void hvd_eng_execute(void) {
+void hvd_eng_execute(hvd_engine *e) {
   size_t i = 0;
-  while (i < E->nexec) {
-    hvd_req *r = E->exec[i].req;
+  while (i < e->nexec) {
+    hvd_req *r = e->exec[i].req;
     if (!r) { /* pulled into an earlier group */
       i++;
       continue;
     }
-    note_start(r);
+    note_start(e, r);
     if (r->sig.kind == HVD_KIND_ALLREDUCE) {
       size_t es = hvd_dtype_size((hvd_dtype_t)r->sig.dtype), bytes = (size_t)r->sig.count * es, end = i + 1;
-      for (size_t j = i + 1; E->fusion > 0 && j < E->nexec && bytes < E->fusion; j++) {
-        hvd_req *q = E->exec[j].req;
+      for (size_t j = i + 1; e->fusion > 0 && j < e->nexec && bytes < e->fusion; j++) {
+        hvd_req *q = e->exec[j].req;
         if (!q || !fusable(r, q)) continue;
         size_t b = (size_t)q->sig.count * es;
-        if (bytes + b > E->fusion) continue;
+        if (bytes + b > e->fusion) continue;
         bytes += b;
-        note_start(q);
+        note_start(e, q);
         /* move q next to the group: shift the items between down by one */
-        memmove(&E->exec[end + 1], &E->exec[end], (j - end) * sizeof *E->exec);
-        E->exec[end].req = q;
-        E->exec[end].rows = NULL;
+        memmove(&e->exec[end + 1], &e->exec[end], (j - end) * sizeof *e->exec);
+        e->exec[end].req = q;
+        e->exec[end].rows = NULL;
         end++;
       }
-      run_allreduce_group(i, end);
+      run_allreduce_group(e, i, end);
       hvd_liveness_tick();
       i = end;
       continue;
     }
     double start = hvd_eng_now();
     MPI_Comm comm;
-    const hvd_pset *ps = hvd_pset_get(r->sig.set);
+    const hvd_pset *ps = hvd_pset_get(e, r->sig.set);
     if (r->skip) {
       hvd_eng_req_free(r);
     } else if (r->sig.kind == HVD_KIND_PSET_ADD || r->sig.kind == HVD_KIND_PSET_REMOVE) {
-      hvd_pset_execute(r);
-    } else if ((comm = set_comm(r)) == MPI_COMM_NULL) {
+      hvd_pset_execute(e, r);
+    } else if ((comm = set_comm(e, r)) == MPI_COMM_NULL) {
       /* finished with the reason */
     } else if (r->sig.kind == HVD_KIND_BROADCAST) {
       /* the root's index in the set (its rank in the set's communicator);
        * HVD_ROOT_FIRST_ACTIVE: the lowest member still running (one always is) */
       int set_root = 0;
       if (r->sig.root == HVD_ROOT_FIRST_ACTIVE)
-        while (set_root + 1 < ps->n && E->joined[ps->ranks[set_root]]) set_root++;
+        while (set_root + 1 < ps->n && e->joined[ps->ranks[set_root]]) set_root++;
       else
         while (ps->ranks[set_root] != r->sig.root) set_root++;
       int root = ps->ranks[set_root];
-      if (E->joined[root]) {
+      if (e->joined[root]) {
         char msg[HVD_NAME_MAX + 200];
         snprintf(msg, sizeof msg, "broadcast '%s': root rank %d has finished (joined) and has no data to send; "
                  "broadcast from a rank still running, or from HVD_ROOT_FIRST_ACTIVE", r->name, root);
         if (!r->phantom) HVD_ERROR("%s", msg);
-        hvd_eng_finish(r, HVD_ERR_SHUTDOWN, msg, NULL, 0);
+        hvd_eng_finish(e, r, HVD_ERR_SHUTDOWN, msg, NULL, 0);
       } else if (r->sig.place) {
         /* device operations run on the global set: root is its own rank there */
         hvd_gpu_item item = {r->buf, (size_t)r->sig.count, 1, r->ready};
         hvd_gpu_event *done = NULL;
-        hvd_bk_ctx ctx = {E->comm, E->chunk, NULL};
+        hvd_bk_ctx ctx = {e->comm, e->chunk, NULL};
         char err[512];
-        if (hvd_gpu_broadcast(&item, (hvd_dtype_t)r->sig.dtype, root, device_backend(), &ctx, &done, err, sizeof err) != 0)
-          HVD_FATAL("%s broadcast of '%s': %s", E->dev_bk->name, r->name, err);
+        if (hvd_gpu_broadcast(&item, (hvd_dtype_t)r->sig.dtype, root, device_backend(e), &ctx, &done, err, sizeof err) != 0)
+          HVD_FATAL("%s broadcast of '%s': %s", e->dev_bk->name, r->name, err);
         if (hvd_timeline_enabled())
-          hvd_timeline_span(r->name, E->dev_bk->broadcast_span, hvd_eng_us(start), (hvd_eng_now() - start) * 1e6);
-        hvd_eng_finish_gpu(r, done);
+          hvd_timeline_span(r->name, e->dev_bk->broadcast_span, hvd_eng_us(e, start), (hvd_eng_now() - start) * 1e6);
+        hvd_eng_finish_gpu(e, r, done);
       } else {
-        hvd_bk_ctx ctx = {comm, E->chunk, NULL};
+        hvd_bk_ctx ctx = {comm, e->chunk, NULL};
         char err[512];
         if (hvd_backend_mpi.broadcast(r->buf, (size_t)r->sig.count, (hvd_dtype_t)r->sig.dtype, set_root, &ctx, err,
                                       sizeof err) != 0)
           HVD_FATAL("broadcast of '%s': %s", r->name, err);
         if (hvd_timeline_enabled())
-          hvd_timeline_span(r->name, hvd_backend_mpi.broadcast_span, hvd_eng_us(start), (hvd_eng_now() - start) * 1e6);
-        hvd_eng_finish(r, HVD_OK, NULL, NULL, 0);
+          hvd_timeline_span(r->name, hvd_backend_mpi.broadcast_span, hvd_eng_us(e, start), (hvd_eng_now() - start) * 1e6);
+        hvd_eng_finish(e, r, HVD_OK, NULL, NULL, 0);
       }
     } else if (r->sig.kind == HVD_KIND_ALLGATHER) {
-      int64_t all[E->size], rows[ps->n], total_rows = 0; /* the members' rows, in the set's rank order */
-      memcpy(all, E->exec[i].rows, sizeof all);
+      int64_t all[e->size], rows[ps->n], total_rows = 0; /* the members' rows, in the set's rank order */
+      memcpy(all, e->exec[i].rows, sizeof all);
       for (int m = 0; m < ps->n; m++) total_rows += rows[m] = all[ps->ranks[m]];
       size_t bytes = (size_t)total_rows * (size_t)r->sig.row_elems * hvd_dtype_size((hvd_dtype_t)r->sig.dtype);
       void *out = malloc(bytes ? bytes : 1);
       char err[256];
       if (!out) HVD_FATAL("out of memory: allgather '%s' needs %zu bytes", r->name, bytes);
-      hvd_bk_ctx ctx = {comm, E->chunk, NULL};
+      hvd_bk_ctx ctx = {comm, e->chunk, NULL};
       int rc = hvd_backend_mpi.allgather(r->in, out, rows, (size_t)r->sig.row_elems, (hvd_dtype_t)r->sig.dtype, &ctx,
                                          err, sizeof err);
       if (rc == -2) { /* counts past INT_MAX: this request fails, the job goes on */
         free(out);
-        hvd_eng_finish(r, HVD_ERR_INVALID, err, NULL, 0);
+        hvd_eng_finish(e, r, HVD_ERR_INVALID, err, NULL, 0);
       } else {
         if (rc != 0) HVD_FATAL("allgather of '%s': %s", r->name, err);
         if (hvd_timeline_enabled())
-          hvd_timeline_span(r->name, "MPI_ALLGATHER", hvd_eng_us(start), (hvd_eng_now() - start) * 1e6);
-        hvd_eng_finish(r, HVD_OK, NULL, out, (size_t)total_rows);
+          hvd_timeline_span(r->name, "MPI_ALLGATHER", hvd_eng_us(e, start), (hvd_eng_now() - start) * 1e6);
+        hvd_eng_finish(e, r, HVD_OK, NULL, out, (size_t)total_rows);
       }
     } else if (r->sig.kind == HVD_KIND_REDUCESCATTER) {
-      run_reducescatter(r, ps, comm, start);
+      run_reducescatter(e, r, ps, comm, start);
     } else if (r->sig.kind == HVD_KIND_ALLTOALL) {
-      run_alltoall(r, ps, comm, start);
+      run_alltoall(e, r, ps, comm, start);
     } else {
-      hvd_eng_finish(r, HVD_OK, NULL, NULL, 0); /* barrier: negotiation was the barrier */
+      hvd_eng_finish(e, r, HVD_OK, NULL, NULL, 0); /* barrier: negotiation was the barrier */
     }
-    E->stats.comm_seconds += hvd_eng_now() - start;
+    e->stats.comm_seconds += hvd_eng_now() - start;
     hvd_liveness_tick();
     i++;
   }
-  E->nexec = 0;
+  e->nexec = 0;
 }
 

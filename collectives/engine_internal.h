@@ -1,14 +1,30 @@
-/* The engine's internal state and helpers, shared by its files and by
- * nothing else (see engine.c for the design):
+/* The engine's state and the calls between its stages, shared by the
+ * engine's files and by nothing else.  One `hvd_engine` is the whole state
+ * of one engine: made by hvd_eng_start, handed down explicitly to every
+ * stage, rebuilt for a new set of ranks by hvd_eng_rebuild, freed by
+ * hvd_eng_stop.  The stages, each calling only the ones below it:
  *
- *   engine_api.c    entry points: validate and enqueue (user threads)
- *   engine.c        the thread and its cycle: admission, the control round,
- *                   the slow path, autotune glue, start and stop
- *   engine_exec.c   execution: grouping one cycle's agreed list and
- *                   dispatching it to the backends
- *   coordinator.c   rank 0's negotiation table and stall inspector (its
- *                   own state, no MPI)
- *   engine_psets.c  process sets: the registry, adding and removing sets
+ *   engine_api.c      the public C API (user threads): validate, take a
+ *                     handle, enqueue; holds the process's one engine
+ *   engine_life.c     start, stop, the fork child: MPI, the settings check,
+ *                     the files, the thread
+ *   engine_cycle.c    the thread and its cycle: admission, the control
+ *                     round, negotiation (the slow path), join, autotune glue
+ *   engine_members.c  the membership: the communicator and everything sized
+ *                     by it (control vector, cache, coordinator, process
+ *                     sets, shared memory, watchdog); made, freed, rebuilt
+ *   engine_exec.c     execution: grouping one cycle's agreed list and
+ *                     dispatching it to the backends (backend.h's contract)
+ *   engine_psets.c    process sets: the registry, adding and removing sets
+ *   engine_done.c     completion: finishing requests and failing what cannot
+ *                     complete; the small helpers every stage uses
+ *   coordinator.c     rank 0's negotiation table and stall inspector (its
+ *                     own state, no MPI)
+ *
+ * Metrics and the timeline observe: the engine calls them (metrics.h,
+ * timeline.h) and they never call back.  What the engine needs from the
+ * layers above (how to end the process) it is given at start
+ * (hvd_engine_host, engine.h).
  *
  * Ownership: `qmu` guards the queue, `accepting`, `stop_requested` and
  * `closed_msg`.  Everything below the marked line is touched by the engine
@@ -78,15 +94,17 @@ typedef struct {
   const int64_t *rows; /* allgather: points into the response buffer */
 } exec_item;
 
-typedef struct {
-  /* set by start, read-only while the thread runs */
+struct hvd_engine {
+  pthread_mutex_t life_mu; /* start and stop, one at a time */
+  hvd_engine_host host;    /* given at start by the layer above */
+  /* set by start (the membership: by engine_members.c, also at a rebuild), read-only while the thread runs */
   MPI_Comm comm;
   int rank, size, local_rank, local_size;
   int mpi_owned; /* we called MPI_Init_thread */
   int started;
   double t0;
   int cache_cap, wc, wr, nwords;
-  double cycle_s, stale_age, shutdown_timeout;
+  double cycle_s, stale_age, shutdown_timeout, stall_warn, stall_shutdown;
   size_t fusion, chunk;
   pthread_t thread;
 
@@ -150,35 +168,77 @@ typedef struct {
   size_t pub_fusion;
   uint64_t pub_cycle_ns;
   int pub_tune; /* 0 off, 1 tuning, 2 fixed */
-} hvd_engine_state;
+  /* process sets of memberships before the last rebuild: user threads may
+   * still hold them (hvd_pset_get), so they are freed at stop */
+  hvd_pset **retired;
+  size_t nretired;
+  uint64_t rebuilds; /* memberships rebuilt since the start */
+  int leave_rank;       /* HVDSHIM_TEST_LEAVE=RANK@CYCLE: the rank that leaves (-1: none) */
+  uint64_t leave_cycle; /* and the cycle */
+};
 
-extern hvd_engine_state hvd_eng;
-/* The state, in every engine file (a pointer constant, not a macro). */
-static hvd_engine_state *const E = &hvd_eng;
-
+/* ---- engine_done.c: completion and helpers ---- */
 double hvd_eng_now(void);
-double hvd_eng_us(double t); /* microseconds since the engine started */
+double hvd_eng_us(hvd_engine *e, double t); /* microseconds since the engine started */
 /* MPI result: 0, or the job ends naming `what`. */
 int hvd_eng_mpi_check(int rc, const char *what);
 /* Grows an engine-thread array to at least n elements (fatal when out of memory). */
 void hvd_eng_grow(void *arr, size_t *cap, size_t n, size_t elem, const char *what);
 void hvd_eng_req_free(hvd_req *r);
 /* Completes r's handle (status, message, gathered rows) and frees r. */
-void hvd_eng_finish(hvd_req *r, hvd_status_t st, const char *msg, void *gathered, size_t rows);
+void hvd_eng_finish(hvd_engine *e, hvd_req *r, hvd_status_t st, const char *msg, void *gathered, size_t rows);
 /* A GPU operation done on the engine stream: the handle carries the event. */
-void hvd_eng_finish_gpu(hvd_req *r, hvd_gpu_event *done);
-/* Runs this cycle's agreed list E->exec[0..nexec) (engine_exec.c). */
-void hvd_eng_execute(void);
+void hvd_eng_finish_gpu(hvd_engine *e, hvd_req *r, hvd_gpu_event *done);
+/* Fails everything admitted on this rank (pending, cached or in the outbox). */
+void hvd_eng_fail_pending(hvd_engine *e, const char *why);
+/* Ends the engine's service: later submissions fail with `why`, and so does
+ * everything queued or pending. */
+void hvd_eng_fail_everything(hvd_engine *e, const char *why);
+/* HVDSHIM_TEST_FAIL_START=N (tests only): step N of the start fails. */
+int hvd_eng_injected(int step);
+#define HVD_ENG_INJECTED "HVDSHIM_TEST_FAIL_START=%d: the engine start fails at this step (a test)"
 
-/* Process sets (engine_psets.c). */
-int hvd_psets_start(void);              /* set 0 (every rank); -1 out of memory */
-void hvd_psets_free(int mpi_up);        /* every set (communicators freed while MPI is up) */
-const hvd_pset *hvd_pset_get(int id);   /* any thread: the set, or NULL (unknown id) */
-int hvd_pset_member(int id, int rank);  /* rank belongs to set id (0 for an unknown id) */
-int hvd_pset_active(int id);            /* engine thread: members still submitting (not joined) */
-void hvd_pset_execute(hvd_req *r);      /* engine thread: runs an agreed add or remove, finishes r */
+/* ---- engine_psets.c: process sets ---- */
+int hvd_psets_start(hvd_engine *e);                /* set 0 (every rank); -1 out of memory */
+void hvd_psets_free(hvd_engine *e, int mpi_up);    /* every set (communicators freed while MPI is up) */
+/* A rebuild: every set's communicator is freed and the sets leave the
+ * registry (ids stay taken), kept for user threads that may hold them. */
+void hvd_psets_retire(hvd_engine *e, int mpi_up);
+const hvd_pset *hvd_pset_get(hvd_engine *e, int id);   /* any thread: the set, or NULL (unknown id) */
+int hvd_pset_member(hvd_engine *e, int id, int rank);  /* rank belongs to set id (0 for an unknown id) */
+int hvd_pset_active(hvd_engine *e, int id);            /* engine thread: members still submitting (not joined) */
+void hvd_pset_execute(hvd_engine *e, hvd_req *r);      /* engine thread: runs an agreed add or remove, finishes r */
 /* With qmu held, before a submission on set `set`: NULL, or why it is refused
  * (a static message for the calling thread). */
-const char *hvd_pset_refuse(const hvd_sig *sig, int device);
+const char *hvd_pset_refuse(hvd_engine *e, const hvd_sig *sig, int device);
+
+/* ---- engine_exec.c ---- */
+/* Runs this cycle's agreed list e->exec[0..nexec). */
+void hvd_eng_execute(hvd_engine *e);
+
+/* ---- engine_members.c: the membership ---- */
+/* Takes `comm` as the engine's communicator: this rank's place in it and on
+ * its host. */
+void hvd_eng_members_take(hvd_engine *e, MPI_Comm comm);
+/* Makes everything sized by the communicator's ranks: the control vector,
+ * the cache, the coordinator, the process sets, the shared-memory transport
+ * and the watchdog (the start's steps 5 to 7).  0, or -1 with the reason in
+ * err (nothing left behind but the communicator). */
+int hvd_eng_members_open(hvd_engine *e, char *err, size_t errlen);
+/* Frees what members_open made, the communicator with it (while MPI is up). */
+void hvd_eng_members_close(hvd_engine *e, int mpi_up);
+/* Engine thread, at a cycle boundary, on every rank of `comm` in the same
+ * cycle: the job goes on over comm's ranks.  What this rank has in flight
+ * fails with `why`; the old communicator is freed; process sets other than
+ * the global one end (their ids stay taken).  0, or -1 with the reason. */
+int hvd_eng_rebuild(hvd_engine *e, MPI_Comm comm, const char *why, char *err, size_t errlen);
+
+/* ---- engine_life.c ---- */
+hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err, size_t errlen);
+void hvd_eng_stop(hvd_engine *e);
+void hvd_eng_forked_child(hvd_engine *e);
+
+/* ---- engine_cycle.c ---- */
+void *hvd_eng_main(void *engine); /* the engine thread */
 
 #endif

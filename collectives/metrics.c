@@ -1,6 +1,7 @@
 /* Per-step metrics; see metrics.h.  `mu` guards the file and the previous
- * step's counters (steps may be marked from more than one thread).  It reads
- * the engine only (its public stats, size and tuning). */
+ * step's counters (steps may be marked from more than one thread).  An
+ * observer: the engine hands it each step's counters and tuning, and it
+ * calls nothing of the engine's. */
 #include "metrics.h"
 
 #include <errno.h>
@@ -11,7 +12,6 @@
 
 #include "../base/config.h"
 #include "../base/log.h"
-#include "handles.h"
 #include "hvdshim.h"
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -51,17 +51,17 @@ void hvd_metrics_close(void) {
   pthread_mutex_unlock(&mu);
 }
 
-void hvd_metrics_step(uint64_t n, int64_t samples, int size) {
+int hvd_metrics_enabled(void) { return __atomic_load_n(&out, __ATOMIC_RELAXED) != NULL; }
+
+void hvd_metrics_step(uint64_t n, int64_t samples, int size, const hvd_stats_t *sp, const hvd_tuning_now *tp) {
   pthread_mutex_lock(&mu);
   if (!out) {
     pthread_mutex_unlock(&mu);
     return;
   }
   double t = clock_s(CLOCK_MONOTONIC);
-  hvd_stats_t s;
-  hvd_get_stats(&s);
-  hvd_tuning_now tn;
-  hvd_engine_tuning(&tn);
+  hvd_stats_t s = *sp;
+  hvd_tuning_now tn = *tp;
   char smp[32];
   if (samples >= 0) snprintf(smp, sizeof smp, "%lld", (long long)samples * size);
   else snprintf(smp, sizeof smp, "null");
@@ -92,5 +92,8 @@ static void observe_open(void) {
 void hvd_metrics_observe(int64_t samples) {
   if (!hvd_cfg_int(HVD_CFG_OBSERVE)) return;
   pthread_once(&observe_once, observe_open);
-  hvd_metrics_step(__atomic_add_fetch(&observed_steps, 1, __ATOMIC_RELAXED), samples, 1);
+  /* no engine runs: nothing reduced, nothing tuned */
+  hvd_stats_t none = {0};
+  hvd_tuning_now off = {0, 0.0, "off"};
+  hvd_metrics_step(__atomic_add_fetch(&observed_steps, 1, __ATOMIC_RELAXED), samples, 1, &none, &off);
 }

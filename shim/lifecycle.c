@@ -230,6 +230,11 @@ static void after_failed_start(int status, void *arg) {
   PMPI_Abort(MPI_COMM_WORLD, status);
 }
 
+/* The engine's last resort when MPI_Abort does not end the job in time
+ * (hvd_engine_host): this file's _exit, the plain system call once the
+ * fatal path has begun. */
+static void end_process(int code) { _exit(code); }
+
 hvd_status_t hvd_init(void) {
   pthread_mutex_lock(&init_mu);
   if (init_tried) {
@@ -255,7 +260,8 @@ hvd_status_t hvd_init(void) {
   }
   int mpi_was_up = 0, mpi_down = 0;
   MPI_Initialized(&mpi_was_up);
-  init_result = hvd_engine_start(init_error, sizeof init_error);
+  hvd_engine_host host = {.end_process = end_process};
+  init_result = hvd_engine_start(&host, init_error, sizeof init_error);
   if (init_result != HVD_OK) {
     int up = 0;
     MPI_Initialized(&up);

@@ -937,6 +937,73 @@ static void run_scatter(void) {
 }
 
 /* Threads of hvdshim still listed in this process (named hvd-*). */
+/* HVDSHIM_TEST_LEAVE=leaving: at an engine cycle that rank leaves the job
+ * and the others rebuild the engine over the rest (engine_members.c).  Each
+ * rank allreduces (its first rank + 1) until it has done `after` of them
+ * over the smaller job: every sum is the sum over the ranks of the
+ * membership it completed in, the membership only shrinks once, an
+ * operation in flight at the change fails naming it (and is submitted
+ * again), and afterwards the survivors are renumbered in order (their
+ * rank, size, and an allgather of their first ranks say so). */
+static void run_leave(int leaving, int after) {
+  int first = rank, first_size = size;
+  float all = 0, rest = 0;
+  for (int r = 0; r < first_size; r++) all += (float)(r + 1), rest += r == leaving ? 0.0f : (float)(r + 1);
+  int shrunk = 0, retried = 0;
+  for (int i = 0; i < 200000 && shrunk < after; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "leave.%d", i);
+    float v = (float)(first + 1);
+    hvd_handle_t h;
+    hvd_status_t st = hvd_allreduce_async(name, &v, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h);
+    if (st == HVD_OK) st = hvd_wait(h, 60);
+    if (st != HVD_OK) {
+      const char *why = hvd_last_error();
+      if (first == leaving && strstr(why, "this rank has left the job")) {
+        printf("engine_test[%d]: left the job after %d operations\n", first, i);
+        return;
+      }
+      if (first != leaving && !shrunk && strstr(why, "left the job")) { /* in flight at the change */
+        retried++;
+        continue;
+      }
+      FAIL("%s: %s", name, why);
+      return;
+    }
+    if (v == all && !shrunk) continue;
+    if (v != rest || first == leaving) {
+      FAIL("%s: sum %g, expected %g (all %d ranks)%s", name, v, shrunk ? rest : all, first_size,
+           shrunk ? " or after the change" : "");
+      return;
+    }
+    shrunk++;
+  }
+  if (first == leaving) {
+    FAIL("rank %d never left the job", first);
+    return;
+  }
+  if (shrunk < after) {
+    FAIL("the job never shrank (HVDSHIM_TEST_LEAVE=%d)", leaving);
+    return;
+  }
+  int want_rank = first - (first > leaving);
+  if (hvd_size() != first_size - 1 || hvd_rank() != want_rank)
+    FAIL("after the change: rank %d of %d, expected %d of %d", hvd_rank(), hvd_size(), want_rank, first_size - 1);
+  int32_t me = first;
+  void *out = NULL;
+  size_t rows = 0;
+  hvd_handle_t h;
+  if (hvd_allgather_async("leave.ranks", &me, 1, 1, HVD_INT32, NULL, NULL, &h) || hvd_allgather_wait(h, 60, &out, &rows))
+    FAIL("leave.ranks: %s", hvd_last_error());
+  for (size_t k = 0; out && k < rows; k++)
+    if (((int32_t *)out)[k] != (int32_t)(k + (k >= (size_t)leaving))) FAIL("allgather after the change: row %zu is rank %d", k, ((int32_t *)out)[k]);
+  if (rows != (size_t)first_size - 1) FAIL("allgather after the change: %zu rows, expected %d", rows, first_size - 1);
+  hvd_free(out);
+  rank = hvd_rank();
+  printf("engine_test[%d]: was rank %d of %d, now %d of %d; %d operation(s) submitted again\n", rank, first, first_size,
+         hvd_rank(), hvd_size(), retried);
+}
+
 static int shim_threads_now(void) {
   DIR *d = opendir("/proc/self/task");
   int n = 0;
@@ -987,6 +1054,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "stall-abort")) run_stall_abort();
   else if (!strcmp(mode, "join")) run_join(argc > 2 ? atoi(argv[2]) : size - 1);
   else if (!strcmp(mode, "hvd-join")) run_hvd_join();
+  else if (!strcmp(mode, "leave")) run_leave(argc > 2 ? atoi(argv[2]) : size - 1, argc > 3 ? atoi(argv[3]) : 20);
   else if (!strcmp(mode, "join-vs-exit")) run_join_vs_exit();
   else if (!strcmp(mode, "process-sets")) run_process_sets();
   else if (!strcmp(mode, "scatter")) run_scatter();

@@ -1,0 +1,116 @@
+/* The membership: the engine's communicator and everything sized by its
+ * ranks (the control vector, the joined-rank flags, the response cache, the
+ * coordinator, the process sets, the shared-memory transport, the
+ * watchdog).  Made at start (hvd_eng_members_take, then _open), freed at
+ * stop, and rebuilt for a new set of ranks by hvd_eng_rebuild: the path a
+ * job that loses or gains ranks takes (the engine thread, at a cycle
+ * boundary, on every rank of the new communicator in the same cycle). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/config.h"
+#include "../base/log.h"
+#include "engine_internal.h"
+#include "liveness.h"
+#include "shm.h"
+#include "timeline.h"
+
+static int is_cached(const char *name, void *ctx) { return hvd_cache_lookup(&((hvd_engine *)ctx)->cache, name) >= 0; }
+static int in_set(int set, int rank, void *ctx) { return hvd_pset_member(ctx, set, rank); }
+
+void hvd_eng_members_take(hvd_engine *e, MPI_Comm comm) {
+  e->comm = comm;
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm, &e->rank);
+  MPI_Comm_size(comm, &e->size);
+  MPI_Comm local;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, e->rank, MPI_INFO_NULL, &local);
+  MPI_Comm_rank(local, &e->local_rank);
+  MPI_Comm_size(local, &e->local_size);
+  MPI_Comm_free(&local);
+  hvd_log_set_rank(e->rank);
+}
+
+static void free_sized(hvd_engine *e) {
+  hvd_cache_free(&e->cache);
+  hvd_coord_free(&e->coord);
+  free(e->vec);
+  free(e->lens);
+  free(e->joined);
+  e->vec = NULL, e->lens = e->displs = NULL, e->joined = NULL;
+}
+
+#define INJECT(step) HVD_CHECK_GOTO(!hvd_eng_injected(step), undo, HVD_ENG_INJECTED, step)
+
+int hvd_eng_members_open(hvd_engine *e, char *err, size_t errlen) {
+  enum { NONE, STATE, SHM, WATCHDOG } done = NONE;
+  e->wr = (e->size + 63) / 64;
+  e->tw = 1 + e->wr + 2 * e->wc;
+  e->nwords = e->tw + (e->autotune ? 2 : 0);
+  e->vec = calloc((size_t)e->nwords, sizeof *e->vec);
+  e->lens = calloc((size_t)e->size * 2, sizeof *e->lens);
+  e->displs = e->lens ? e->lens + e->size : NULL;
+  e->joined = calloc((size_t)e->size, 1);
+  e->joined_self = e->stopped_self = 0;
+  e->last_joined = -1;
+  e->njoined = 0;
+  done = STATE; /* free_sized copes with any part missing */
+  int cache_rc = hvd_cache_init(&e->cache, e->cache_cap);
+  int coord_rc = hvd_coord_init(&e->coord, e->size, e->joined, &e->njoined, e->stall_warn, e->stall_shutdown,
+                                is_cached, e);
+  e->coord.in_set = in_set;
+  int sets_rc = hvd_psets_start(e);
+  HVD_CHECK_GOTO(e->vec && !cache_rc && !coord_rc && !sets_rc && e->lens && e->joined, undo,
+                 "out of memory starting the engine");
+  INJECT(5);
+
+  if (hvd_shm_start(e->comm, e->rank, e->size, hvd_cfg_int(HVD_CFG_SHM) == 0, (size_t)hvd_cfg_int(HVD_CFG_SHM_BUFFER),
+                    (int)hvd_cfg_int(HVD_CFG_TEST_SHM_HOSTS), (size_t)e->nwords, err, errlen) != 0)
+    goto undo;
+  done = SHM;
+  INJECT(6);
+
+  if (hvd_liveness_start(e->comm, e->rank, e->size, hvd_cfg_double(HVD_CFG_PEER_TIMEOUT_SECONDS), err, errlen) != 0)
+    goto undo;
+  done = WATCHDOG;
+  INJECT(7);
+  return 0;
+
+undo:
+  if (done >= WATCHDOG) hvd_liveness_stop();
+  if (done >= SHM) hvd_shm_stop(1);
+  if (done >= STATE) {
+    hvd_psets_free(e, 1);
+    free_sized(e);
+  }
+  return -1;
+}
+
+void hvd_eng_members_close(hvd_engine *e, int mpi_up) {
+  hvd_liveness_stop();
+  hvd_shm_stop(mpi_up);
+  hvd_psets_free(e, mpi_up);
+  free_sized(e);
+  if (mpi_up && e->comm != MPI_COMM_NULL) MPI_Comm_free(&e->comm);
+  e->comm = MPI_COMM_NULL;
+}
+
+int hvd_eng_rebuild(hvd_engine *e, MPI_Comm comm, const char *why, char *err, size_t errlen) {
+  int old_rank = e->rank, old_size = e->size;
+  /* what is in flight here was agreed (or not) among the old ranks: it
+   * fails, and the program submits again over the new ones */
+  hvd_eng_fail_pending(e, why);
+  hvd_liveness_stop();
+  hvd_shm_stop(1);
+  hvd_psets_retire(e, 1);
+  free_sized(e);
+  MPI_Comm_free(&e->comm);
+  hvd_eng_members_take(e, comm);
+  if (hvd_eng_members_open(e, err, errlen) != 0) return -1;
+  e->rebuilds++;
+  if (hvd_timeline_enabled()) hvd_timeline_instant("MEMBERSHIP", hvd_eng_us(e, hvd_eng_now()));
+  HVD_INFO("the job goes on over %d rank(s) (was %d; this rank was %d, is %d): %s", e->size, old_size, old_rank,
+           e->rank, why);
+  return 0;
+}
