@@ -22,12 +22,13 @@ run_shim() { shim "$@" >"$TMP/shim.out" 2>&1 || { cat "$TMP/shim.out"; fail "np=
 
 # --- checkpoints: open('wb')+torch.save(model, f)+load, save+reload by path,
 # BytesIO, tmp + os.replace into os.makedirs' folder, rotation, an appended
-# log, resume-if-exists (a second run); 5 times (the race lost 8 of 9 before)
+# log, resume-if-exists (a second run); twice (the race this guards against
+# lost 8 of 9 runs before its fix: two runs catch it 99 times in 100)
 mkdir "$TMP/p"
 run_plain checkpoints --dir "$TMP/p" --epochs 2 --out "$TMP/p1.pt"
 run_plain checkpoints --dir "$TMP/p" --epochs 4 --out "$TMP/p.pt"
 grep -q "resumed at epoch 2" "$TMP/plain.out" || fail "plain run did not resume"
-for i in 1 2 3 4 5; do
+for i in 1 2; do
   rm -rf "$TMP/s" && mkdir "$TMP/s"
   HVDSHIM_DATA=split run_shim 2 "$PYTHON" "$F" checkpoints --dir "$TMP/s" --epochs 2 --out "$TMP/s1.pt"
   HVDSHIM_DATA=split run_shim 2 "$PYTHON" "$F" checkpoints --dir "$TMP/s" --epochs 4 --out "$TMP/s.pt"
@@ -39,7 +40,7 @@ for i in 1 2 3 4 5; do
     { (cd "$TMP/s" && find .); fail "unexpected real files after run $i"; }
   no_overlay_left "checkpoint loop $i"
 done
-pass "checkpoint idioms x5 at np=2: same weights as plain ($(cat "$TMP/cmp")), files written once, overlay removed"
+pass "checkpoint idioms twice at np=2: same weights as plain ($(cat "$TMP/cmp")), files written once, overlay removed"
 
 # --- a failing run: rank 1's private folder is removed all the same
 rm -rf "$TMP/f" && mkdir "$TMP/f"
