@@ -370,3 +370,39 @@ int hvd_coord_stall_check(hvd_coord *k, double now) {
   return lines;
 }
 
+int hvd_coord_deadlock(hvd_coord *k, double window) {
+  if (!k->head || k->fatal_msg) return 0;
+  size_t len = 4096, at = 0;
+  char *msg = malloc(len);
+  if (!msg) HVD_FATAL("out of memory (deadlock report)");
+  int n = 0;
+  for (hvd_coord_entry *c = k->head; c; c = c->next) n++;
+  at += (size_t)snprintf(msg, len, "deadlock: every rank has waited on hvdshim for HVDSHIM_DEADLOCK_SECONDS=%g without "
+                         "submitting, and none of the %d operation(s) in flight can complete:", window, n);
+  for (int r = 0; r < k->size && at + 64 < len; r++) {
+    at += (size_t)snprintf(msg + at, len - at, "%s rank %d ", r ? ";" : "", r);
+    if (k->joined[r]) {
+      at += (size_t)snprintf(msg + at, len - at, "has finished (joined)");
+      continue;
+    }
+    hvd_coord_entry *mine[3];
+    int m = 0, more = 0;
+    for (hvd_coord_entry *c = k->head; c; c = c->next)
+      if (c->present[r]) {
+        if (m < 3) mine[m++] = c;
+        else more = 1;
+      }
+    if (!m) {
+      at += (size_t)snprintf(msg + at, len - at, "submitted none of them");
+      continue;
+    }
+    char names[1024];
+    name_list(k, mine, m + more, 3, names, sizeof names);
+    at += (size_t)snprintf(msg + at, len - at, "waits for %s", names);
+  }
+  if (at + 96 < len)
+    snprintf(msg + at, len - at, " (each waits for ranks that wait for something else: the ranks took different paths)");
+  snprintf(k->last_line, sizeof k->last_line, "%s", msg);
+  k->fatal_msg = msg;
+  return 1;
+}

@@ -38,6 +38,11 @@ void hvd_coord_round(hvd_coord *k, const char *gathered, const int *lens, const 
                      hvd_buf *resp);
 /* The stall inspector (at most every 0.1 s): the number of lines it wrote. */
 int hvd_coord_stall_check(hvd_coord *k, double now);
+/* Every rank has been stuck for `window` seconds (waiting on hvdshim,
+ * submitting nothing; the engine decides): if operations wait in the table,
+ * none can complete, and the job ends with one line naming what each rank
+ * waits for (sent as FATAL).  1 when it declared the deadlock. */
+int hvd_coord_deadlock(hvd_coord *k, double window);
 /* Something waits in the table or a fatal response is due. */
 int hvd_coord_busy(const hvd_coord *k);
 /* "0-2,5": the ranks (of size) whose flag is set (want 1) or not (want 0). */

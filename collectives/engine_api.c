@@ -194,6 +194,7 @@ static hvd_status_t submit_ex(const char *name, hvd_sig *sig, void *buf, const v
   if (was_empty && batching) batch_wake = 1;
   else if (was_empty) pthread_cond_signal(&e->qcv); /* an idle engine starts a cycle now */
   if (handle) *handle = r->handle;
+  __atomic_store(&e->last_submit, &r->t_submit, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&e->qmu);
   return HVD_OK;
 }

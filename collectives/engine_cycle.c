@@ -75,7 +75,20 @@
 #include "timeline.h"
 #include "wire.h"
 
-enum { F_SLOW = 1, F_STOPPED = 2 }; /* F_STOPPED: a rank has stopped for good (hvd_shutdown) */
+/* F_STOPPED: a rank has stopped for good (hvd_shutdown); F_RUNNING: a rank
+ * is not stuck (below), so a deadlock is not declared */
+enum { F_SLOW = 1, F_STOPPED = 2, F_RUNNING = 4 };
+
+/* Stuck: this rank waits on hvdshim (a user thread in a wait, or one that
+ * ended less than a second ago) and has submitted nothing for
+ * HVDSHIM_DEADLOCK_SECONDS, or it has joined (it will submit nothing). A
+ * rank still computing is not stuck, however late. */
+static int stuck(hvd_engine *e, double now) {
+  if (e->joined_self) return 1;
+  double last;
+  __atomic_load(&e->last_submit, &last, __ATOMIC_RELAXED);
+  return now - last >= e->deadlock_s && hvd_handles_waiting(1.0);
+}
 
 /* A joined rank's stand-in for an operation the others agreed on: the
  * identity of the reduction (allreduce), a receive buffer (broadcast), no
@@ -467,6 +480,7 @@ static int cycle(hvd_engine *e) {
   uint64_t *v = e->vec, flags = 0;
   if (e->nout > 0 || (e->rank == 0 && e->coord.fatal_msg)) flags |= F_SLOW;
   if (e->stopped_self) flags |= F_STOPPED;
+  if (e->deadlock_s <= 0 || !stuck(e, now)) flags |= F_RUNNING;
   v[0] = ~flags;
   for (int w = 0; w < e->wr; w++) v[1 + w] = ~(uint64_t)0;
   if (e->joined_self) v[1 + e->rank / 64] &= ~((uint64_t)1 << (e->rank % 64));
@@ -533,6 +547,10 @@ static int cycle(hvd_engine *e) {
   if (e->dev_bk && e->dev_bk->check_async && e->dev_bk->check_async(gerr, sizeof gerr) != 0) HVD_FATAL("%s", gerr);
   hvd_liveness_busy(0);
   if (e->rank == 0) hvd_coord_stall_check(&e->coord, hvd_eng_now());
+  /* every rank stuck, and what is in flight waits for them: nothing can
+   * complete (rank 0's table holds it all by now: a cached request waiting
+   * past min(1 s, the stall warning / 2) goes through the coordinator) */
+  if (e->rank == 0 && !(flags & F_RUNNING)) hvd_coord_deadlock(&e->coord, e->deadlock_s);
   if (e->autotune && e->rank == 0) tune(e, hvd_eng_now());
   if (hvd_timeline_enabled()) {
     if (e->mark_cycles) hvd_timeline_instant("CYCLE_START", hvd_eng_us(e, now));

@@ -183,6 +183,7 @@ hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err
   e->cache_cap = (int)hvd_cfg_int(HVD_CFG_CACHE_CAPACITY);
   e->stall_warn = hvd_cfg_double(HVD_CFG_STALL_WARNING_SECONDS);
   e->stall_shutdown = hvd_cfg_double(HVD_CFG_STALL_SHUTDOWN_SECONDS);
+  e->deadlock_s = hvd_cfg_double(HVD_CFG_DEADLOCK_SECONDS);
   e->shutdown_timeout = hvd_cfg_double(HVD_CFG_SHUTDOWN_TIMEOUT_SECONDS);
   e->stale_age = e->stall_warn / 2 < 1.0 ? e->stall_warn / 2 : 1.0;
   e->wc = (e->cache_cap + 63) / 64;
@@ -206,6 +207,7 @@ hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err
   e->npending = 0;
   e->rebuilds = 0;
   e->t0 = hvd_eng_now();
+  __atomic_store(&e->last_submit, &e->t0, __ATOMIC_RELAXED);
   memset(&e->stats, 0, sizeof e->stats);
   __atomic_store_n(&e->steps, 0, __ATOMIC_RELAXED);
   done = STATE; /* free_state copes with any part missing */

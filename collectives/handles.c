@@ -187,6 +187,9 @@ static uint64_t blocked_ns; /* time user threads spent waiting for completions *
 
 uint64_t hvd_handles_blocked_ns(void) { return __atomic_load_n(&blocked_ns, __ATOMIC_RELAXED); }
 
+static int waiters;             /* user threads in a wait now (under mu) */
+static uint64_t last_wait_end;  /* mono_ns when the last wait ended (atomic) */
+
 static uint64_t mono_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -210,17 +213,25 @@ static hvd_status_t wait_impl(hvd_handle_t h, double timeout_s, void **out, size
     return HVD_ERR_INVALID;
   }
   uint64_t blocked_from = s->state != SLOT_DONE ? mono_ns() : 0;
+  if (blocked_from) waiters++;
   while (s->state != SLOT_DONE) {
     int rc = timeout_s >= 0 ? pthread_cond_timedwait(&cv, &mu, &deadline) : pthread_cond_wait(&cv, &mu);
     s = lookup(h); /* the table may have moved */
     if (rc == ETIMEDOUT && s->state != SLOT_DONE) {
+      waiters--;
+      __atomic_store_n(&last_wait_end, mono_ns(), __ATOMIC_RELAXED);
       pthread_mutex_unlock(&mu);
       __atomic_fetch_add(&blocked_ns, mono_ns() - blocked_from, __ATOMIC_RELAXED);
       hvd_set_last_error("%s: not complete after %g s", fn, timeout_s);
       return HVD_ERR_TIMEOUT;
     }
   }
-  if (blocked_from) __atomic_fetch_add(&blocked_ns, mono_ns() - blocked_from, __ATOMIC_RELAXED);
+  if (blocked_from) {
+    uint64_t t = mono_ns();
+    waiters--;
+    __atomic_store_n(&last_wait_end, t, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&blocked_ns, t - blocked_from, __ATOMIC_RELAXED);
+  }
   hvd_status_t st = s->status;
   if (st != HVD_OK) hvd_set_last_error("%s", s->msg ? s->msg : hvd_status_name(st));
   if (out && st == HVD_OK) {
@@ -240,6 +251,13 @@ static hvd_status_t wait_impl(hvd_handle_t h, double timeout_s, void **out, size
   pthread_mutex_unlock(&mu);
   hvd_gpu_consume(ev, stream); /* a GPU result: ordered before later work on the submitting stream */
   return st;
+}
+
+int hvd_handles_waiting(double recent_s) {
+  pthread_mutex_lock(&mu);
+  int n = waiters;
+  pthread_mutex_unlock(&mu);
+  return n > 0 || (double)(mono_ns() - __atomic_load_n(&last_wait_end, __ATOMIC_RELAXED)) * 1e-9 < recent_s;
 }
 
 hvd_status_t hvd_wait(hvd_handle_t h, double timeout_s) { return wait_impl(h, timeout_s, NULL, NULL, "hvd_wait"); }
@@ -306,6 +324,7 @@ void hvd_handles_reset(void) {
   slots = NULL; /* the parent's table is leaked in the child on purpose */
   free_list = NULL;
   nslots = free_top = live = 0;
+  waiters = 0;
 }
 
 const char *hvd_status_name(hvd_status_t st) {

@@ -27,6 +27,9 @@ size_t hvd_handles_live(void);
 /* Nanoseconds user threads have spent blocked in hvd_wait (and the
  * allgather wait) for operations not yet complete, summed over threads. */
 uint64_t hvd_handles_blocked_ns(void);
+/* A user thread waits for a completion now, or one stopped waiting less than
+ * recent_s ago (a wait that ends and begins again is still waiting). */
+int hvd_handles_waiting(double recent_s);
 void hvd_handles_reset(void); /* after fork: the child gets an empty table */
 
 #endif

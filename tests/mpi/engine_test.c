@@ -424,6 +424,44 @@ static int run_stall_other(void) {
   return 1;
 }
 
+/* The ranks take different paths, as a script does that catches an
+ * exception on one rank: rank 0 goes on to an allgather, the others wait in
+ * a barrier.  Every rank waits, nothing can complete: the deadlock detector
+ * must end the job (HVDSHIM_DEADLOCK_SECONDS). */
+static int run_deadlock(void) {
+  hvd_handle_t h;
+  int32_t row = rank;
+  if (rank == 0) {
+    if (hvd_allgather_async("after.the.failure", &row, 1, 1, HVD_INT32, NULL, NULL, &h) == HVD_OK) hvd_wait(h, 120);
+  } else {
+    hvd_barrier(120);
+  }
+  FAIL("wait returned: the deadlock did not end the job");
+  return 1;
+}
+
+/* The last rank computes for `secs` (it is late, not waiting) before it
+ * submits; the others wait.  A stall warning, and no deadlock: the job
+ * completes. */
+static int run_slow(double secs) {
+  float x = 1;
+  hvd_handle_t h;
+  if (rank == size - 1) {
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    volatile double sink = 0;
+    do { /* busy: computing, as a slow rank's training step does */
+      for (int i = 0; i < 100000; i++) sink += i * 1e-9;
+      clock_gettime(CLOCK_MONOTONIC, &t);
+    } while ((double)(t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) * 1e-9 < secs);
+  }
+  if (hvd_allreduce_async("slow.rank", &x, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h) || hvd_wait(h, 120) || x != size)
+    FAIL("slow.rank: %s (sum %g)", hvd_last_error(), x);
+  else
+    printf("engine_test[%d]: the slow rank's allreduce completed after %g s\n", rank, secs);
+  return failures;
+}
+
 /* A numeric field of /proc/self/status ("VmRSS:", "Threads:"), or -1. */
 static long status_field(const char *key) {
   FILE *f = fopen("/proc/self/status", "r");
@@ -1051,6 +1089,8 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "mismatch")) run_mismatch();
   else if (!strcmp(mode, "stall-warn")) run_stall_warn(argc > 2 ? atof(argv[2]) : 2);
   else if (!strcmp(mode, "stall-other")) run_stall_other();
+  else if (!strcmp(mode, "deadlock")) run_deadlock();
+  else if (!strcmp(mode, "slow")) run_slow(argc > 2 ? atof(argv[2]) : 8);
   else if (!strcmp(mode, "stall-abort")) run_stall_abort();
   else if (!strcmp(mode, "join")) run_join(argc > 2 ? atoi(argv[2]) : size - 1);
   else if (!strcmp(mode, "hvd-join")) run_hvd_join();
