@@ -542,6 +542,7 @@ static int cycle(hvd_engine *e) {
   /* A change in the joined set goes through the coordinator on every rank,
    * so what waited only for the new joiners is answered. */
   if ((flags & F_SLOW) || e->njoined != before) slow_path(e, now);
+  size_t agreed = e->nexec; /* operations every rank runs in this cycle */
   hvd_eng_execute(e);
   char gerr[512];
   if (e->dev_bk && e->dev_bk->check_async && e->dev_bk->check_async(gerr, sizeof gerr) != 0) HVD_FATAL("%s", gerr);
@@ -550,7 +551,10 @@ static int cycle(hvd_engine *e) {
   /* every rank stuck, and what is in flight waits for them: nothing can
    * complete (rank 0's table holds it all by now: a cached request waiting
    * past min(1 s, the stall warning / 2) goes through the coordinator) */
-  if (e->rank == 0 && !(flags & F_RUNNING)) hvd_coord_deadlock(&e->coord, e->deadlock_s);
+  /* (two cycles in a row with nothing run: a wait that a join or a
+   * renegotiation ended in this cycle may submit what the table lacks) */
+  e->stuck_cycles = !(flags & F_RUNNING) && agreed == 0 ? e->stuck_cycles + 1 : 0;
+  if (e->rank == 0 && e->stuck_cycles >= 2) hvd_coord_deadlock(&e->coord, e->deadlock_s);
   if (e->autotune && e->rank == 0) tune(e, hvd_eng_now());
   if (hvd_timeline_enabled()) {
     if (e->mark_cycles) hvd_timeline_instant("CYCLE_START", hvd_eng_us(e, now));
