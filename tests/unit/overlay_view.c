@@ -1,0 +1,396 @@
+/* Unit tests of the overlay's path logic (shim/overlay_view.c), with no
+ * preload and no interposed table: this program links the view alone and
+ * hands it libc's own functions, as shim/overlay.c hands it the real ones.
+ * A fixture folder of real files is made first; the view then runs as
+ * rank 3 with its overlay folder under a private TMPDIR. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../../shim/overlay_view.h"
+#include "check.h"
+
+static const hvd_ovl_libc libc_calls = {
+    .openat = openat,
+    .fopen = fopen,
+    .freopen = freopen,
+    .fstatat = fstatat,
+    .statx = (int (*)(int, const char *, int, unsigned, void *))statx,
+    .faccessat = faccessat,
+    .renameat2 = renameat2,
+    .unlinkat = unlinkat,
+    .mkdirat = mkdirat,
+    .linkat = linkat,
+    .symlinkat = symlinkat,
+    .fchmodat = fchmodat,
+    .truncate = truncate,
+    .utimensat = utimensat,
+    .opendir = opendir,
+    .readdir64 = readdir64,
+    .closedir = closedir,
+    .rewinddir = rewinddir,
+    .dirfd = dirfd,
+    .telldir = telldir,
+    .seekdir = seekdir,
+    .bind = bind,
+    .connect = connect,
+    .realpath = realpath,
+};
+
+static char base[1024];     /* the test's own folder (canonical) */
+static char real_dir[1100]; /* base/real: the fixture of real files */
+static char tmp_dir[1100];  /* base/tmp: TMPDIR, where the overlay folder goes */
+
+static void put(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (!f) return;
+  fputs(text, f);
+  fclose(f);
+}
+
+static const char *get(const char *path) {
+  static char buf[256];
+  buf[0] = 0;
+  FILE *f = fopen(path, "r");
+  if (!f) return "(missing)";
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  buf[n] = 0;
+  fclose(f);
+  return buf;
+}
+
+static const char *in_real(const char *name) {
+  static char p[4][PATH_MAX];
+  static int k;
+  char *s = p[k++ % 4];
+  snprintf(s, PATH_MAX, "%s/%s", real_dir, name);
+  return s;
+}
+
+static int exists(const char *path) {
+  struct stat st;
+  return lstat(path, &st) == 0;
+}
+
+/* ---------------------------------------------------------------- tests */
+
+static void test_absolute(void) {
+  char out[PATH_MAX], want[PATH_MAX + 16];
+  CHECK_INT(hvd_ovl_absolute(AT_FDCWD, "/a/./b//../c/", out), 0);
+  CHECK_STR(out, "/a/c");
+  CHECK_INT(hvd_ovl_absolute(AT_FDCWD, "/..", out), 0);
+  CHECK_STR(out, "/");
+  CHECK_INT(hvd_ovl_absolute(AT_FDCWD, "", out), -1);
+  CHECK_INT(hvd_ovl_absolute(AT_FDCWD, NULL, out), -1);
+  /* relative: the working directory, or the folder behind a dirfd */
+  char cwd[PATH_MAX];
+  CHECK(getcwd(cwd, sizeof cwd) != NULL);
+  CHECK_INT(chdir(real_dir), 0);
+  CHECK_INT(hvd_ovl_absolute(AT_FDCWD, "x/../y", out), 0);
+  snprintf(want, sizeof want, "%s/y", real_dir);
+  CHECK_STR(out, want);
+  CHECK_INT(chdir(cwd), 0);
+  int d = open(base, O_RDONLY | O_DIRECTORY);
+  CHECK_INT(hvd_ovl_absolute(d, "real/./z", out), 0);
+  snprintf(want, sizeof want, "%s/z", real_dir);
+  CHECK_STR(out, want);
+  close(d);
+}
+
+static void test_excluded(void) {
+  CHECK_INT(hvd_ovl_excluded_path("/dev/null"), 1);
+  CHECK_INT(hvd_ovl_excluded_path("/proc"), 1);
+  CHECK_INT(hvd_ovl_excluded_path("/sys/kernel"), 1);
+  CHECK_INT(hvd_ovl_excluded_path("/run/user/0/x"), 1);
+  CHECK_INT(hvd_ovl_excluded_path("/tmp/pymp-abc123/listener"), 1);
+  CHECK_INT(hvd_ovl_excluded_path("/devices/x"), 0);
+  CHECK_INT(hvd_ovl_excluded_path("/tmp/model.pt"), 0);
+  CHECK_INT(hvd_ovl_excluded_caller(NULL), 0);
+}
+
+/* Nothing written yet: every read is the real path, and there is no folder. */
+static void test_clean_view(void) {
+  char out[PATH_MAX], abs[PATH_MAX];
+  CHECK(hvd_ovl_root() == NULL);
+  CHECK_INT(hvd_ovl_map_read(AT_FDCWD, in_real("keep.txt"), out, abs), HVD_OVL_PASS);
+  CHECK_STR(abs, ""); /* no lookup made: nothing is in the view yet */
+  errno = 0;
+  CHECK(hvd_ovl_realpath(in_real("nothing")) == NULL);
+  CHECK_INT(errno, ENOENT);
+}
+
+static void test_writes(void) {
+  char out[PATH_MAX], want[2 * PATH_MAX];
+  /* a new file: its overlay path, under a folder made on this first write */
+  CHECK_INT(hvd_ovl_map_write(AT_FDCWD, in_real("new.txt"), O_WRONLY | O_CREAT | O_TRUNC, NULL, out),
+            HVD_OVL_MAPPED);
+  const char *root = hvd_ovl_root();
+  CHECK(root != NULL);
+  if (!root) return;
+  char prefix[sizeof tmp_dir + 64];
+  snprintf(prefix, sizeof prefix, "%s/hvdshim-rank3-%ld-", tmp_dir, (long)getpid());
+  CHECK(!strncmp(root, prefix, strlen(prefix)));
+  snprintf(want, sizeof want, "%s%s", root, in_real("new.txt"));
+  CHECK_STR(out, want);
+  put(out, "mine");
+  CHECK(!exists(in_real("new.txt"))); /* the real folder is untouched */
+  /* an existing real file opened without O_TRUNC is copied up first */
+  CHECK_INT(hvd_ovl_map_write(AT_FDCWD, in_real("keep.txt"), O_WRONLY, NULL, out), HVD_OVL_MAPPED);
+  CHECK_STR(get(out), "real keep");
+  /* ... and with O_TRUNC it is not */
+  CHECK_INT(hvd_ovl_map_write(AT_FDCWD, in_real("trunc.txt"), O_WRONLY | O_TRUNC, NULL, out), HVD_OVL_MAPPED);
+  CHECK(!exists(out));
+  /* O_EXCL of a file that exists, in the overlay or really */
+  errno = 0;
+  CHECK_INT(hvd_ovl_map_write(AT_FDCWD, in_real("new.txt"), O_WRONLY | O_CREAT | O_EXCL, NULL, out), HVD_OVL_FAIL);
+  CHECK_INT(errno, EEXIST);
+  errno = 0;
+  CHECK_INT(hvd_ovl_map_write(AT_FDCWD, in_real("gone.txt"), O_WRONLY | O_CREAT | O_EXCL, NULL, out), HVD_OVL_FAIL);
+  CHECK_INT(errno, EEXIST);
+  /* no such folder, no O_CREAT, not a regular file, excluded */
+  errno = 0;
+  CHECK_INT(hvd_ovl_map_write(AT_FDCWD, in_real("nodir/x"), O_WRONLY | O_CREAT, NULL, out), HVD_OVL_FAIL);
+  CHECK_INT(errno, ENOENT);
+  errno = 0;
+  CHECK_INT(hvd_ovl_map_write(AT_FDCWD, in_real("absent"), O_WRONLY, NULL, out), HVD_OVL_FAIL);
+  CHECK_INT(errno, ENOENT);
+  CHECK_INT(hvd_ovl_map_write(AT_FDCWD, in_real("dir"), O_WRONLY, NULL, out), HVD_OVL_PASS); /* a real folder */
+  CHECK_INT(hvd_ovl_map_write(AT_FDCWD, "/dev/null", O_WRONLY, NULL, out), HVD_OVL_PASS);
+}
+
+static void test_reads(void) {
+  char out[PATH_MAX], abs[PATH_MAX], want[2 * PATH_MAX];
+  const char *root = hvd_ovl_root();
+  CHECK(root != NULL);
+  if (!root) return;
+  CHECK_INT(hvd_ovl_map_read(AT_FDCWD, in_real("new.txt"), out, abs), HVD_OVL_MAPPED);
+  CHECK_STR(get(out), "mine");
+  CHECK_INT(hvd_ovl_map_read(AT_FDCWD, in_real("keep.txt"), out, abs), HVD_OVL_MAPPED);
+  CHECK_INT(hvd_ovl_map_read(AT_FDCWD, in_real("gone.txt"), out, abs), HVD_OVL_PASS);
+  CHECK_STR(abs, in_real("gone.txt"));
+  /* a path inside the overlay folder stands for the real path */
+  snprintf(want, sizeof want, "%s%s", root, in_real("new.txt"));
+  CHECK_INT(hvd_ovl_absolute(AT_FDCWD, want, abs), 0);
+  CHECK_STR(abs, in_real("new.txt"));
+  /* excluded paths are never looked up */
+  CHECK_INT(hvd_ovl_map_read(AT_FDCWD, "/proc/self/status", out, abs), HVD_OVL_PASS);
+  CHECK_STR(abs, "");
+}
+
+static void test_remove(void) {
+  char out[PATH_MAX], abs[PATH_MAX];
+  /* a real file: whited out in this view, still there for everyone else */
+  CHECK_INT(hvd_ovl_remove(in_real("gone.txt"), 0), 0);
+  CHECK(exists(in_real("gone.txt")));
+  errno = 0;
+  CHECK_INT(hvd_ovl_map_read(AT_FDCWD, in_real("gone.txt"), out, abs), HVD_OVL_FAIL);
+  CHECK_INT(errno, ENOENT);
+  errno = 0;
+  CHECK_INT(hvd_ovl_remove(in_real("gone.txt"), 0), -1);
+  CHECK_INT(errno, ENOENT);
+  /* the wrong kind */
+  errno = 0;
+  CHECK_INT(hvd_ovl_remove(in_real("dir"), 0), -1);
+  CHECK_INT(errno, EISDIR);
+  errno = 0;
+  CHECK_INT(hvd_ovl_remove(in_real("seen.txt"), AT_REMOVEDIR), -1);
+  CHECK_INT(errno, ENOTDIR);
+  /* a file this view saw, since removed by another process: removed here too */
+  hvd_ovl_saw(in_real("seen.txt"));
+  CHECK_INT(unlink(in_real("seen.txt")), 0);
+  CHECK_INT(hvd_ovl_remove(in_real("seen.txt"), 0), 0);
+  errno = 0;
+  CHECK_INT(hvd_ovl_remove(in_real("never.txt"), 0), -1);
+  CHECK_INT(errno, ENOENT);
+  /* the overlay's own file */
+  CHECK_INT(hvd_ovl_map_write(AT_FDCWD, in_real("scratch.txt"), O_WRONLY | O_CREAT, NULL, out), HVD_OVL_MAPPED);
+  put(out, "x");
+  CHECK_INT(hvd_ovl_remove(in_real("scratch.txt"), 0), 0);
+  CHECK(!exists(out));
+  /* made anew: the whiteout goes */
+  CHECK_INT(hvd_ovl_map_write(AT_FDCWD, in_real("gone.txt"), O_WRONLY | O_CREAT | O_TRUNC, NULL, out), HVD_OVL_MAPPED);
+  put(out, "again");
+  CHECK_INT(hvd_ovl_map_read(AT_FDCWD, in_real("gone.txt"), out, abs), HVD_OVL_MAPPED);
+  CHECK_STR(get(out), "again");
+}
+
+static void test_mkdir_rename_realpath(void) {
+  char out[PATH_MAX], abs[PATH_MAX];
+  CHECK_INT(hvd_ovl_mkdir(in_real("sub"), 0755), 0);
+  CHECK(!exists(in_real("sub")));
+  errno = 0;
+  CHECK_INT(hvd_ovl_mkdir(in_real("sub"), 0755), -1);
+  CHECK_INT(errno, EEXIST);
+  errno = 0;
+  CHECK_INT(hvd_ovl_mkdir(in_real("dir"), 0755), -1); /* a real one */
+  CHECK_INT(errno, EEXIST);
+  errno = 0;
+  CHECK_INT(hvd_ovl_mkdir(in_real("no/such"), 0755), -1);
+  CHECK_INT(errno, ENOENT);
+  /* a real file moved into the new folder: copied, the real one whited out */
+  CHECK_INT(hvd_ovl_rename(in_real("move.txt"), in_real("sub/moved.txt"), 0), 0);
+  CHECK(exists(in_real("move.txt")));
+  errno = 0;
+  CHECK_INT(hvd_ovl_map_read(AT_FDCWD, in_real("move.txt"), out, abs), HVD_OVL_FAIL);
+  CHECK_INT(errno, ENOENT);
+  CHECK_INT(hvd_ovl_map_read(AT_FDCWD, in_real("sub/moved.txt"), out, abs), HVD_OVL_MAPPED);
+  CHECK_STR(get(out), "real move");
+  /* NOREPLACE, a real folder, unknown flags */
+  errno = 0;
+  CHECK_INT(hvd_ovl_rename(in_real("new.txt"), in_real("keep.txt"), RENAME_NOREPLACE), -1);
+  CHECK_INT(errno, EEXIST);
+  errno = 0;
+  CHECK_INT(hvd_ovl_rename(in_real("dir"), in_real("dir2"), 0), -1);
+  CHECK_INT(errno, EXDEV);
+  errno = 0;
+  CHECK_INT(hvd_ovl_rename(in_real("new.txt"), in_real("x"), RENAME_EXCHANGE), -1);
+  CHECK_INT(errno, EINVAL);
+  /* realpath of names that exist only in the view: their real paths */
+  char *r = realpath(in_real("sub/moved.txt"), NULL);
+  CHECK(r == NULL);
+  free(r);
+  r = hvd_ovl_realpath(in_real("sub/moved.txt"));
+  CHECK_STR(r, in_real("sub/moved.txt"));
+  free(r);
+  r = hvd_ovl_realpath(in_real("keep.txt")); /* also real */
+  CHECK_STR(r, in_real("keep.txt"));
+  free(r);
+  errno = 0;
+  CHECK(hvd_ovl_realpath(in_real("sub/nothing")) == NULL);
+  CHECK_INT(errno, ENOENT);
+  /* a copy into the overlay */
+  CHECK_INT(hvd_ovl_map_write(AT_FDCWD, in_real("copy.txt"), O_WRONLY | O_CREAT | O_EXCL, NULL, out), HVD_OVL_MAPPED);
+  CHECK_INT(hvd_ovl_copy(in_real("keep.txt"), out), 0);
+  CHECK_STR(get(out), "real keep");
+}
+
+/* The names of a listing, sorted, joined by spaces. */
+static const char *listing(DIR *d, int merged) {
+  static char out[1024];
+  char *names[64];
+  int n = 0;
+  struct dirent64 *e;
+  for (;;) {
+    if (merged) CHECK_INT(hvd_ovl_readdir(d, &e), 1);
+    else e = readdir64(d);
+    if (!e) break;
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && n < 64) names[n++] = strdup(e->d_name);
+  }
+  for (int i = 0; i < n; i++)
+    for (int j = i + 1; j < n; j++)
+      if (strcmp(names[i], names[j]) > 0) {
+        char *t = names[i];
+        names[i] = names[j], names[j] = t;
+      }
+  out[0] = 0;
+  for (int i = 0; i < n; i++) {
+    snprintf(out + strlen(out), sizeof out - strlen(out), "%s%s", i ? " " : "", names[i]);
+    free(names[i]);
+  }
+  return out;
+}
+
+static void test_listing(void) {
+  /* a real file made by "another process" after the view started is left out */
+  put(in_real("later.txt"), "rank 0's");
+  DIR *d = hvd_ovl_opendir(real_dir);
+  CHECK(d != NULL);
+  if (!d) return;
+  CHECK_INT(hvd_ovl_merged(d), 1);
+  int fd = -1;
+  CHECK_INT(hvd_ovl_dirfd(d, &fd), 1);
+  CHECK(fd >= 0);
+  /* overlay: copy.txt gone.txt keep.txt new.txt sub; real: dir gone.txt
+   * keep.txt trunc.txt, not move.txt (whited out) nor later.txt (foreign) */
+  CHECK_STR(listing(d, 1), "copy.txt dir gone.txt keep.txt new.txt sub trunc.txt");
+  CHECK_INT(hvd_ovl_rewinddir(d), 1);
+  CHECK_STR(listing(d, 1), "copy.txt dir gone.txt keep.txt new.txt sub trunc.txt");
+  CHECK_INT(hvd_ovl_closedir(d), 1);
+  /* a folder only in the overlay: the overlay's own, not a merged one */
+  d = hvd_ovl_opendir(in_real("sub"));
+  CHECK(d != NULL);
+  if (!d) return;
+  CHECK_INT(hvd_ovl_merged(d), 0);
+  CHECK_STR(listing(d, 0), "moved.txt");
+  CHECK_INT(hvd_ovl_closedir(d), 0);
+  closedir(d);
+  /* a real folder with whiteouts in it: merged, the removed names hidden */
+  CHECK_INT(hvd_ovl_remove(in_real("dir/a"), 0), 0);
+  d = hvd_ovl_opendir(in_real("dir"));
+  CHECK(d != NULL);
+  if (!d) return;
+  CHECK_INT(hvd_ovl_merged(d), 1);
+  CHECK_STR(listing(d, 1), "b");
+  CHECK_INT(hvd_ovl_closedir(d), 1);
+  /* a whited-out name cannot be opened */
+  errno = 0;
+  CHECK(hvd_ovl_opendir(in_real("move.txt")) == NULL);
+  CHECK_INT(errno, ENOENT);
+}
+
+static void test_drop(void) {
+  char root[PATH_MAX];
+  CHECK(hvd_ovl_root() != NULL);
+  if (!hvd_ovl_root()) return;
+  snprintf(root, sizeof root, "%s", hvd_ovl_root());
+  hvd_ovl_drop();
+  CHECK(hvd_ovl_root() == NULL);
+  CHECK(!exists(root));
+  CHECK(exists(in_real("keep.txt")));
+}
+
+static int rm_tree(const char *p) {
+  char cmd[PATH_MAX + 32];
+  snprintf(cmd, sizeof cmd, "rm -rf -- '%s'", p);
+  return system(cmd);
+}
+
+/* overlay_view [TEXT]: every test, or those whose name contains TEXT (the
+ * tests build on each other: run them in order). */
+int main(int argc, char **argv) {
+  const char *t = getenv("TMPDIR");
+  char tmpl[PATH_MAX], canon[PATH_MAX];
+  snprintf(tmpl, sizeof tmpl, "%s/hvdshim-view-test.XXXXXX", t && *t ? t : "/tmp");
+  if (!mkdtemp(tmpl) || !realpath(tmpl, canon) || strlen(canon) >= sizeof base) return perror("mkdtemp"), 1;
+  strcpy(base, canon);
+  snprintf(real_dir, sizeof real_dir, "%s/real", base);
+  snprintf(tmp_dir, sizeof tmp_dir, "%s/tmp", base);
+  mkdir(real_dir, 0755);
+  mkdir(tmp_dir, 0755);
+  mkdir(in_real("dir"), 0755);
+  put(in_real("keep.txt"), "real keep");
+  put(in_real("gone.txt"), "real gone");
+  put(in_real("move.txt"), "real move");
+  put(in_real("seen.txt"), "real seen");
+  put(in_real("trunc.txt"), "real trunc");
+  put(in_real("dir/a"), "a");
+  put(in_real("dir/b"), "b");
+  setenv("TMPDIR", tmp_dir, 1);
+  struct timespec pause = {0, 20 * 1000 * 1000};
+  nanosleep(&pause, NULL); /* the fixture is older than the view (file times are coarse) */
+  hvd_ovl_init(&libc_calls, 3, NULL);
+  nanosleep(&pause, NULL);
+  static const check_test tests[] = {
+      {"paths: absolute and normalized", test_absolute},
+      {"paths: never redirected", test_excluded},
+      {"view: nothing written yet", test_clean_view},
+      {"view: writes go to the overlay folder", test_writes},
+      {"view: reads see the overlay first", test_reads},
+      {"view: removals are whiteouts", test_remove},
+      {"view: mkdir, rename, realpath", test_mkdir_rename_realpath},
+      {"view: merged folder listings", test_listing},
+      {"view: the folder is removed", test_drop},
+      {NULL, NULL},
+  };
+  int rc = check_run(tests, argc > 1 ? argv[1] : NULL);
+  hvd_ovl_drop();
+  rm_tree(base);
+  return rc;
+}
