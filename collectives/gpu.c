@@ -7,69 +7,31 @@
  * (NCCL, or MPI staged through pinned memory) reduces it; the results are
  * scattered back with the cast and the average folded in; a "done" event is
  * recorded, which the handles carry.  A single tensor with no cast is
- * reduced in place. */
+ * reduced in place.  The top of the GPU path's one-way order
+ * (gpu_internal.h): it uses the files below it, none uses it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#include <unistd.h>
 
 #include "../base/log.h"
 #include "backend_mpi.h"
 #include "dtype.h"
 #include "gpu_internal.h"
 
-void hvd_gpu_configure(int rank, int size, int compression) {
-  hvd_gpu.rank = rank;
-  hvd_gpu.size = size;
-  hvd_gpu.compression = compression;
-}
-
-int hvd_gpu_engine_setup(char *err, size_t errlen) {
-  if (hvd_gpu.engine_ready) return 0;
-  if (hvd_gpu_ready(err, errlen) != 0) return -1;
-  pthread_mutex_lock(&hvd_gpu.mu);
-  if (hvd_gpu.device < 0) hvd_gpu.device = 0; /* a joined rank that never submitted: its pinned GPU */
-  int dev = hvd_gpu.device;
-  pthread_mutex_unlock(&hvd_gpu.mu);
-  char what[64];
-  snprintf(what, sizeof what, "setting up GPU %d for the engine", dev);
-  HVD_CHECK_CUDA(p_cudaSetDevice(dev), what);
-  HVD_CHECK_CUDA(p_cudaFree(NULL), what); /* make the primary context current on this thread */
-  int lo = 0, hi = 0;
-  HVD_CHECK_CUDA(p_cudaDeviceGetStreamPriorityRange(&lo, &hi), what);
-  HVD_CHECK_CUDA(p_cudaStreamCreateWithPriority(&hvd_gpu.stream, cudaStreamNonBlocking, hi), what);
-  hvd_gpu.engine_ready = 1;
-  return 0;
-}
-
-int hvd_gpu_sharing(MPI_Comm comm, char *who, size_t wholen, char *err, size_t errlen) {
-  static int known = -1; /* the answer, once asked (every rank asks at the same points) */
-  static char said[256];
-  if (known >= 0) {
-    snprintf(who, wholen, "%s", said);
-    return known;
+/* Here, at the top: it reports on the runtime, NCCL and the kernels. */
+void hvd_gpu_describe(char *out, size_t n) {
+  char err[512];
+  if (hvd_gpu_ready(err, sizeof err) != 0) {
+    snprintf(out, n, "%s", err);
+    return;
   }
-  if (hvd_gpu_engine_setup(err, errlen) != 0) return -1;
-  struct {
-    char host[64];
-    char bus[32];
-  } me = {{0}, {0}}, *all = calloc((size_t)hvd_gpu.size, sizeof me);
-  HVD_CHECK(all, "out of memory (GPU placement)");
-  gethostname(me.host, sizeof me.host - 1);
-  p_cudaDeviceGetPCIBusId(me.bus, sizeof me.bus, hvd_gpu.device);
-  int rc = MPI_Allgather(&me, sizeof me, MPI_BYTE, all, sizeof me, MPI_BYTE, comm), shared = 0;
-  for (int a = 0; a < hvd_gpu.size && rc == MPI_SUCCESS && !shared; a++)
-    for (int b = a + 1; b < hvd_gpu.size && !shared; b++)
-      if (!strcmp(all[a].host, all[b].host) && !strcmp(all[a].bus, all[b].bus)) {
-        snprintf(who, wholen, "ranks %d and %d share GPU %s on %s", a, b, all[a].bus, all[a].host);
-        shared = 1;
-      }
-  free(all);
-  HVD_CHECK_MPI(rc, "MPI_Allgather (where each rank's GPU is)");
-  snprintf(said, sizeof said, "%s", shared ? who : "");
-  return known = shared;
+  char npath[512], nccl[600] = "NCCL not found";
+  int nv = hvd_nccl_probe(npath, sizeof npath);
+  if (nv) snprintf(nccl, sizeof nccl, "NCCL %d (%s)", nv, npath);
+  snprintf(out, n, "CUDA runtime %d.%d (%s); %s; device kernel %s", hvd_gpu.runtime_version / 1000,
+           (hvd_gpu.runtime_version % 1000) / 10, hvd_gpu.cudart_path, nccl,
+           hvd_gpu_has_kernels() ? "built in" : "not built (no nvcc)");
 }
 
 const hvd_backend *hvd_gpu_pick(MPI_Comm comm, char *err, size_t errlen) {

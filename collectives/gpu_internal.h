@@ -1,12 +1,20 @@
 /* What the GPU path's files share (built only with the CUDA headers; a
- * build without them compiles gpu_stubs.c instead, picked by Makefile.am):
+ * build without them compiles gpu_stubs.c instead, picked by Makefile.am).
+ * The files in their one-way order: each uses only the files listed before
+ * it, never one after it (tests/unit/layers.sh checks, from the objects'
+ * symbols, that no two of them use each other in a circle).  The sections
+ * below follow the same order.
  *
- *   gpu_load.c        the CUDA runtime resolved at run time (the table below)
+ *   gpu_load.c        the CUDA runtime resolved at run time (the table),
+ *                     its error messages, the facts every file reads
+ *   gpu_device.c      this rank's GPU: the engine thread's context and
+ *                     stream, whether two ranks share a GPU
  *   gpu_events.c      the event pool, "ready" and "done" events
  *   gpu_fusion.c      the device fusion buffer and its copy kernel
- *   gpu.c             the engine side: ordering, fusion, a device backend
+ *   backend_staged.c  hvd_backend_staged: MPI through pinned host memory
  *   backend_nccl.c    hvd_backend_nccl (backend_nccl_none.c without nccl.h)
- *   backend_staged.c  hvd_backend_staged: MPI through pinned host memory */
+ *   gpu.c             the engine side: ordering, fusion, a device backend,
+ *                     picking the backend, hvd_gpu_describe */
 #ifndef HVD_GPU_INTERNAL_H
 #define HVD_GPU_INTERNAL_H
 
@@ -16,7 +24,7 @@
 #include "../base/check.h"
 #include "gpu.h"
 
-/* ---- gpu_load.c: the runtime's functions, resolved once ---- */
+/* ---- gpu_load.c: the runtime's functions, resolved once, and the shared facts ---- */
 #define HVD_CUDART_FUNCS(X)                                                                     \
   X(cudaGetDeviceCount) X(cudaSetDevice) X(cudaGetDevice) X(cudaFree) X(cudaMalloc)            \
   X(cudaHostAlloc) X(cudaFreeHost) X(cudaStreamCreateWithPriority)                             \
@@ -48,7 +56,7 @@ typedef struct {
 } hvd_gpu_shared;
 extern hvd_gpu_shared hvd_gpu;
 
-/* ---- gpu.c ---- */
+/* ---- gpu_device.c ---- */
 /* The engine thread's CUDA context and stream, made once. */
 int hvd_gpu_engine_setup(char *err, size_t errlen);
 

@@ -64,17 +64,3 @@ int hvd_gpu_pointer_device(const void *ptr) {
   }
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ? a.device : -1;
 }
-
-void hvd_gpu_describe(char *out, size_t n) {
-  char err[512];
-  if (hvd_gpu_ready(err, sizeof err) != 0) {
-    snprintf(out, n, "%s", err);
-    return;
-  }
-  char npath[512], nccl[600] = "NCCL not found";
-  int nv = hvd_nccl_probe(npath, sizeof npath);
-  if (nv) snprintf(nccl, sizeof nccl, "NCCL %d (%s)", nv, npath);
-  snprintf(out, n, "CUDA runtime %d.%d (%s); %s; device kernel %s", hvd_gpu.runtime_version / 1000,
-           (hvd_gpu.runtime_version % 1000) / 10, hvd_gpu.cudart_path, nccl,
-           hvd_gpu_has_kernels() ? "built in" : "not built (no nvcc)");
-}
