@@ -3,7 +3,10 @@
 # (docs/ARCHITECTURE.md "Layers"): a file may include, and an object may
 # call, only its own folder and the folders below it.  Checked twice: every
 # #include "..." of the sources, and every undefined symbol of the built
-# objects against the folder that defines it.
+# objects against the folder that defines it.  Then, inside collectives/,
+# no circle among the GPU path's objects (gpu_internal.h gives their
+# one-way order): tests/objcycles.sh, which takes any list of objects or a
+# folder (no_circle below).
 . "$(dirname "$0")/../lib.sh"
 command -v nm >/dev/null || skip "nm not found (binutils)"
 level() { case $1 in base) echo 0 ;; collectives) echo 1 ;; hooks) echo 2 ;; shim) echo 3 ;; *) echo -1 ;; esac; }
@@ -39,3 +42,23 @@ for o in $objs; do
 done
 [ $bad = 0 ] || fail "a lower layer uses a higher one"
 pass "layers base < collectives < hooks < shim: no upward include, no upward call ($n calls between objects checked)"
+
+# no_circle WHAT OBJ|DIR...: no two of these objects use each other's
+# symbols in a circle (file level: A uses a symbol that B defines).
+no_circle() {
+  what=$1
+  shift
+  sh "$top_srcdir/tests/objcycles.sh" "$@" >"$TMP/circles" 2>&1
+  case $? in
+    0) pass "$what: $(cat "$TMP/circles")" ;;
+    1) cat "$TMP/circles"; echo "FAIL: $what use each other in a circle"; circle=1 ;;
+    *) cat "$TMP/circles"; echo "FAIL: $what: the circle check could not run"; circle=1 ;;
+  esac
+}
+circle=0
+lt="$top_builddir/collectives/.libs"
+gpu=$(ls "$lt"/*gpu*.o "$lt"/*backend_staged.o "$lt"/*backend_nccl*.o 2>/dev/null)
+if [ -n "$gpu" ]; then no_circle "the GPU path's files" $gpu
+else echo "note: no GPU objects under $lt: the GPU path's circle check skipped"
+fi
+[ $circle = 0 ] || fail "a circle among the objects of one layer"
