@@ -253,7 +253,7 @@ static int ensure_root(void) {
   char tmpl[PATH_MAX], real[PATH_MAX];
   if (!t || !*t) t = "/tmp";
   if (snprintf(tmpl, sizeof tmpl, "%s/hvdshim-rank%d-%ld-XXXXXX", t, my_rank, (long)getpid()) >= (int)sizeof tmpl ||
-      !mkdtemp(tmpl) || !realpath(tmpl, real) || strlen(real) >= sizeof root) {
+      !mkdtemp(tmpl) || !L->realpath(tmpl, real) || strlen(real) >= sizeof root) {
     int e = errno ? errno : ENAMETOOLONG;
     static int said;
     if (!said++)
