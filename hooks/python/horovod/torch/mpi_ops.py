@@ -332,24 +332,31 @@ def _name(kind, name, psid=0):
     return ("%s.%s" % (kind, name)).encode()
 
 
+def _unnumber(ename):
+    """An unnamed operation refused because a rank has joined never happened
+    on the joined ranks, whose count did not move: give its number back (when
+    it is still its kind's last), so that every rank names the next one alike."""
+    kind, sep, n = ename.decode("utf-8", "replace").rpartition(".noname.")
+    if sep and n.isdigit() and _auto_names.get(kind) == int(n):
+        _auto_names[kind] = int(n) - 1
+
+
 # Names in flight on this rank: engine name -> engine handle.  As in Horovod,
-# a second operation under a name whose first has not completed is refused
-# at once (ValueError) on the rank that submits it; the engine's own check
-# would only fail the second handle later, in synchronize().
+# a second operation under a name this rank has in flight is refused at once
+# (ValueError) on the rank that submits it; the engine's own check would
+# only fail the second handle later, in synchronize().  A name is in flight
+# until its handle is synchronized, or polled done: asking the engine
+# whether it completed would make the refusal depend on timing (a peer that
+# was waiting completes it at once).
 _inflight = {}
 _name_of = {}  # engine handle -> engine name
 
 
 def _claim(ename, what):
-    """Refuse a name this rank has in flight (submitted, not completed)."""
-    h = _inflight.get(ename)
-    if h is None:
-        return
-    done = ctypes.c_int(0)
-    if _lib.hvd_test(h, ctypes.byref(done)) == 0 and not done.value:
+    """Refuse a name this rank has in flight."""
+    if ename in _inflight:
         raise ValueError("hvd.%s: duplicate name: '%s' is already in flight on this rank; synchronize() it before "
                          "submitting that name again" % (what, ename.decode("utf-8", "replace")))
-    del _inflight[ename]
 
 
 def _track(ename, h):
@@ -401,6 +408,8 @@ def poll(handle):
             return True  # failed: synchronize() raises at once
         if not done.value:
             return False
+    for h in op.handles:  # done: its names may be used again, as after synchronize()
+        _release(h[0] if isinstance(h, tuple) else h)
     return True
 
 
@@ -494,12 +503,35 @@ def _set_rank(process_set):
     return (process_set or global_process_set).rank()
 
 
-def _fold_average(op, postscale_factor, process_set):
-    """Horovod's Average: a Sum whose postscale factor divides by the size of
-    the process set (ranks that have joined count: they add zeros)."""
+def _average_as_sum(op, process_set):
+    """Average runs as a Sum divided afterwards by the size of the process
+    set, as Horovod's does: ranks that have joined count (they add zeros).
+    Returns (op for the engine, divisor)."""
     if op == Average:
-        return Sum, postscale_factor / _set_size(process_set)
-    return op, postscale_factor
+        return Sum, _set_size(process_set)
+    return op, 1
+
+
+def _postscale(tensor, divisor, factor):
+    """After the reduction: Average's division by the set's size, then the
+    postscale factor.  Horovod multiplies once by factor/size; dividing gives
+    the same bits whenever the size is a power of two and the correctly
+    rounded average otherwise (what Horovod's own tests expect at np=3, which
+    its multiplication misses by an ulp).  float16 and bfloat16 on a CPU in
+    float32 with one rounding at the end; integers truncated toward zero."""
+    if divisor == 1 and factor == 1.0:
+        return
+    if tensor.dtype in (torch.float16, torch.bfloat16) and not tensor.is_cuda:
+        tensor.copy_(tensor.float().div_(divisor).mul_(factor))
+    elif tensor.dtype.is_floating_point:
+        if divisor != 1:
+            tensor.div_(divisor)
+        if factor != 1.0:
+            tensor.mul_(factor)
+    elif factor == 1.0:
+        tensor.copy_(torch.div(tensor, divisor, rounding_mode="trunc"))
+    else:
+        tensor.copy_((tensor.double() / divisor * factor).to(tensor.dtype))
 
 
 def _start_allreduce(buf, name, op, what, psid=0):
@@ -529,7 +561,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     _need_init(what + "()")
     psid = _check_process_set(process_set, what)
     _engine_op(op)  # Adasum or an unknown op: refused before anything moves
-    op, postscale_factor = _fold_average(op, postscale_factor, process_set)
+    op, divisor = _average_as_sum(op, process_set)
     ename = _name("allreduce", name, psid)
     _claim(ename, what)
     buf = _engine_buffer(output, psid)
@@ -539,7 +571,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     h = _start_allreduce(buf, ename, op, what, psid)
 
     def finish():
-        _scale(buf, postscale_factor)
+        _postscale(buf, divisor, postscale_factor)
         if buf is not output:
             output.copy_(buf)
         return output
@@ -716,6 +748,7 @@ def _join_guard(ename, psid, what):
 
     def check():
         if int(flag[0]) != n:
+            _unnumber(ename)
             raise HorovodInternalError("hvd.%s: not supported while a rank has joined (hvd.join): %d of %d ranks "
                                        "submitted it" % (what, int(flag[0]), n))
     return h, check, flag
@@ -969,18 +1002,16 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     first dimension (the first rows % size ranks get one more row).  One
     MPI_Reduce_scatter in the engine (hvd_reducescatter_async)."""
     what = "reducescatter"
-    if op == Adasum:
-        raise HorovodInternalError("hvd.reducescatter: Adasum is not supported by reducescatter (as in Horovod): "
-                                   "use op=hvd.Average or hvd.Sum")
-    if op not in (Average, Sum):
-        raise ValueError("hvd.reducescatter: op must be hvd.Average or hvd.Sum")
+    if op not in (Average, Sum):  # Horovod's engine refuses it: HorovodInternalError (a RuntimeError)
+        raise HorovodInternalError("hvd.reducescatter: reducescatter supports only op=hvd.Average and hvd.Sum, "
+                                   "not %s" % _OP_NAMES.get(op, op))
     _check_tensor(tensor, what)
     if tensor.dim() == 0:
         raise ValueError("hvd.reducescatter: a tensor with at least one dimension is needed")
     _need_init(what + "()")
     psid = _check_process_set(process_set, what)
     dt = _reduce_dtype(tensor, what)
-    op, postscale_factor = _fold_average(op, postscale_factor, process_set)
+    op, divisor = _average_as_sum(op, process_set)
     ename = _name("reducescatter", name, psid)
     _claim(ename, what)
     n, me = _set_size(process_set), _set_rank(process_set)
@@ -999,7 +1030,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
 
     def finish():
         joined()
-        _scale(out, postscale_factor)
+        _postscale(out, divisor, postscale_factor)
         return out.to(tensor.device) if tensor.is_cuda else out
     return _register([h, jh], finish, (tensor, buf, out, flag), (tuple(tensor.shape),))
 
