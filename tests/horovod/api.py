@@ -207,12 +207,13 @@ def autograd():
     y = hvd.allreduce(x, op=hvd.Sum)
     y.sum().backward()
     same(x.grad, torch.full((3,), float(N)), "gradient of allreduce(Sum)")
+    # Horovod 0.28.1 averages the gradients of allgather and broadcast over the ranks
     x = torch.full((R + 1, 2), 1.0, requires_grad=True)
     (hvd.allgather(x) * 2).sum().backward()
-    same(x.grad, torch.full((R + 1, 2), 2.0 * N), "gradient of allgather")
+    same(x.grad, torch.full((R + 1, 2), 2.0), "gradient of allgather")
     x = torch.full((2,), float(R), requires_grad=True)
     hvd.broadcast(x, 0).sum().backward()
-    same(x.grad, torch.full((2,), float(N) if R == 0 else 0.0), "gradient of broadcast")
+    same(x.grad, torch.full((2,), 1.0 if R == 0 else 0.0), "gradient of broadcast")
 
 
 @case
@@ -297,7 +298,13 @@ def join():
             got = hvd.allreduce(torch.full((2,), float(R + 1)), op=hvd.Sum, name="join.%d.%d" % (rnd, s))
             same(got, torch.full((2,), float(sum(r + 1 for r in range(s, N)))), "sum over the ranks still stepping")
             avg = hvd.allreduce(torch.full((2,), float(R + 1)), name="join.avg.%d.%d" % (rnd, s))
-            same(avg, torch.full((2,), sum(r + 1 for r in range(s, N)) / (N - s)), "average over those ranks")
+            # Horovod's Average divides by the whole size: joined ranks add zeros
+            same(avg, torch.full((2,), sum(r + 1 for r in range(s, N)) / N), "average counting joined ranks")
+            if s == 1:  # Horovod refuses allgather and broadcast while a rank has joined (rank 0 joins)
+                raises(RuntimeError, lambda: hvd.allgather(torch.ones(1), name="join.ag.%d" % rnd),
+                       "allgather with a joined rank", ("joined",))
+                raises(RuntimeError, lambda: hvd.broadcast(torch.ones(1), 1, name="join.bc.%d" % rnd),
+                       "broadcast with a joined rank", ("joined",))
         check(hvd.join() == N - 1, "join returns the last rank to join")
     same(hvd.allreduce(torch.ones(1), op=hvd.Sum, name="join.after"), torch.full((1,), float(N)), "after join")
 
@@ -444,13 +451,13 @@ def errors():
                                                                torch.ones(1, 3, 2), name="bad.gshape"),
                "allgather rows of another shape", ("shape",))
     # the same name twice in flight (rank 0's first one waits for the others,
-    # who submit it after the barrier): the second fails, the first completes
+    # who submit it after the barrier): the second is refused at the call
+    # (ValueError, as in Horovod), the first completes
     t = torch.ones(4)
     if R == 0:
         h = hvd.allreduce_async(t, name="dup", op=hvd.Sum)
-        h2 = hvd.allreduce_async(torch.ones(4), name="dup", op=hvd.Sum)
-        raises(hvd.HorovodInternalError, lambda: hvd.synchronize(h2), "a duplicate name in flight",
-               ("dup", "already in flight"))
+        raises(ValueError, lambda: hvd.allreduce_async(torch.ones(4), name="dup", op=hvd.Sum),
+               "a duplicate name in flight", ("dup", "already in flight"))
     hvd.barrier()
     if R != 0:
         h = hvd.allreduce_async(t, name="dup", op=hvd.Sum)
@@ -542,8 +549,7 @@ def process_sets():
     raises(ValueError, lambda: hvd.add_process_set(list(m)), "a set that exists", ("exists already",))
     raises(ValueError, lambda: hvd.allreduce(torch.ones(1), process_set=hvd.ProcessSet([0])), "a set never added",
            ("has not been added",))
-    raises(ValueError, lambda: hvd.remove_process_set(hvd.global_process_set), "removing the global set",
-           ("global",))
+    check(hvd.remove_process_set(hvd.global_process_set) is False, "removing the global set returns False (Horovod)")
     raises(ValueError, lambda: hvd.add_process_set([0, 0]), "a rank listed twice", ("twice",))
     if N >= 3:  # (sets that do not exist: [0, 1] and [1, 2] were removed)
         raises(ValueError, lambda: hvd.add_process_set([1, 2] if R == 0 else [0, 1]),
