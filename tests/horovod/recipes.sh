@@ -4,7 +4,10 @@
 # at np=1 with the whole batch (N x the per-rank batch; the script scales
 # its learning rate by hvd.size() itself), which is the split-equivalent run
 # (DistributedSampler's step i on N ranks is the np=1 run's batch i, and
-# hvd.SyncBatchNorm normalizes over the whole batch).
+# hvd.SyncBatchNorm normalizes over the whole batch); and, where Horovod
+# 0.28.1 itself is importable (../shared/reference, Debian 12), each recipe
+# and each DistributedOptimizer option (options_hvd.py) ends with the very
+# weights it ends with on real Horovod.
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
 need_torch
@@ -63,6 +66,47 @@ run 1 "$TMP/ref.out" "$H/resnet_hvd.py" --batch-size 16 --lr 0.1 --amp --save "$
 run 2 "$TMP/np.out" "$H/resnet_hvd.py" --batch-size 8 --lr 0.05 --amp --save "$TMP/r2.pt"
 same "$TMP/r1.pt" "$TMP/r2.pt" 3e-2 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "resnet --amp np=2 differs from np=1"; }
 pass "resnet-style --amp np=2 vs np=1: $(cat "$TMP/cmp")"
+
+# --- Real Horovod's numbers: each recipe run on the served package ends with
+# the very weights it ends with on Horovod 0.28.1 itself (../shared/reference,
+# built for the Debian 12 host's torch 1.13), on every rank, tolerance 0.  Both
+# sum two ranks' gradients (a + b rounds the same in either order), average
+# by a postscale of 1/size and scale float16 in float32, so nothing can round
+# differently at np=2; the process-set recipe also at np=3 (its sets have at
+# most two ranks).  ResNet-style runs with per-rank nn.BatchNorm2d here: real
+# Horovod's SyncBatchNorm runs on GPUs only.
+REAL="$top_srcdir/../shared/reference/horovod-0.28.1"
+if [ -d "$REAL/horovod" ] && PYTHONPATH="$REAL" "$PYTHON" -c 'import horovod.torch' >/dev/null 2>&1; then
+  real() { # NP OUT SCRIPT ARGS...: the script on real Horovod, no preload
+    _np=$1 _out=$2
+    shift 2
+    PYTHONPATH="$REAL" T=300 mpi "$_np" -x PYTHONPATH -x OMP_NUM_THREADS "$PYTHON" "$@" >"$_out" 2>&1 ||
+      { cat "$_out"; fail "real Horovod np=$_np $*"; }
+  }
+  vs_real() { # NAME NP SCRIPT ARGS...: served and real runs, every saved rank's weights identical
+    _name=$1 _np=$2
+    shift 2
+    run "$_np" "$TMP/served.out" "$@" --save "$TMP/s-$_name"
+    real "$_np" "$TMP/real.out" "$@" --save "$TMP/r-$_name"
+    if [ -f "$TMP/r-$_name" ]; then set -- "$TMP/r-$_name"; else set -- "$TMP/r-$_name".*.pt; fi
+    for _r in "$@"; do
+      _s=$(echo "$_r" | sed "s|/r-$_name|/s-$_name|")
+      same "$_r" "$_s" 0 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "$_name np=$_np: the served run differs from real Horovod"; }
+    done
+    pass "$_name np=$_np: the same weights as real Horovod 0.28.1 on every saved rank ($(cat "$TMP/cmp"))"
+  }
+  vs_real mnist 2 "$H/mnist_hvd.py" --batch-size 16 --lr 0.01
+  vs_real mnist-fp16-predivide 2 "$H/mnist_hvd.py" --batch-size 16 --lr 0.01 --fp16-allreduce \
+    --gradient-predivide-factor 2
+  vs_real resnet-clip 2 "$H/resnet_hvd.py" --bn plain
+  vs_real resnet-amp-clip 2 "$H/resnet_hvd.py" --bn plain --amp
+  for case in wd bpps fp16 sparse dense pset; do
+    vs_real "options-$case" 2 "$H/options_hvd.py" --case $case
+  done
+  vs_real options-pset 3 "$H/options_hvd.py" --case pset
+else
+  echo "SKIP (comparison with real Horovod): $REAL is not importable here (it is built for the Debian 12 host)"
+fi
 
 # --- HVDSHIM_HOROVOD: on serves hvdshim's package over an installed one; off
 # serves nothing; auto (above) serves it when none is installed

@@ -19,6 +19,8 @@ parser.add_argument("--num-iters", type=int, default=6)
 parser.add_argument("--lr", type=float, default=0.05)
 parser.add_argument("--amp", action="store_true")
 parser.add_argument("--clip", type=float, default=1.0)
+parser.add_argument("--bn", choices=["sync", "plain"], default="sync",
+                    help="plain: nn.BatchNorm2d on each rank's batch (real Horovod's SyncBatchNorm runs on GPUs only)")
 parser.add_argument("--save", default=None)
 args = parser.parse_args()
 
@@ -31,13 +33,16 @@ if cuda:
 torch.set_num_threads(1)
 
 
+BN = hvd.SyncBatchNorm if args.bn == "sync" else nn.BatchNorm2d
+
+
 class Block(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.c1 = nn.Conv2d(c, c, 3, padding=1, bias=False)
-        self.b1 = hvd.SyncBatchNorm(c)
+        self.b1 = BN(c)
         self.c2 = nn.Conv2d(c, c, 3, padding=1, bias=False)
-        self.b2 = hvd.SyncBatchNorm(c)
+        self.b2 = BN(c)
 
     def forward(self, x):
         return F.relu(x + self.b2(self.c2(F.relu(self.b1(self.c1(x))))))
