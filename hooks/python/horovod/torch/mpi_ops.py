@@ -725,9 +725,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
         indices = synchronize(hi)
         if op == Average:
             values = values / _set_size(process_set)
-        if indices.dim() == 0 or values.dim() == 0:
-            return t.new().resize_as_(t)
-        return t.new(indices.transpose(0, 1), values, t.size())
+        return torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size())
     return handle
 
 
