@@ -444,6 +444,14 @@ static int test_leave(hvd_engine *e) {
 }
 
 static int cycle(hvd_engine *e) {
+  if (e->elastic) { /* a collective of this cycle that fails comes back here (HVDSHIM_ELASTIC) */
+    if (setjmp(e->recover_at)) {
+      hvd_liveness_busy(0);
+      hvd_eng_recover(e);
+      return 1;
+    }
+    e->recover_armed = 1;
+  }
   if (e->leave_rank >= 0 && e->stats.cycles == e->leave_cycle && !test_leave(e)) return 0;
   double now = hvd_eng_now();
   pthread_mutex_lock(&e->qmu);
@@ -565,9 +573,12 @@ static int cycle(hvd_engine *e) {
 
 void *hvd_eng_main(void *engine) {
   hvd_engine *e = engine;
+  if (e->elastic) hvd_eng_recovery_thread(e);
   for (;;) {
     double start = hvd_eng_now();
-    if (!cycle(e)) break;
+    int go_on = cycle(e);
+    e->recover_armed = 0;
+    if (!go_on) break;
     /* Idle (nothing in flight here, nothing being coordinated): sleep until
      * a submission or HVD_IDLE_CYCLE_S instead of running a control round
      * every cycle.  Peers with work wait in their round until this rank

@@ -105,7 +105,7 @@ static void run_allreduce_group(hvd_engine *e, size_t i, size_t j) {
     rc = b->allreduce(e->fuse, n, dt, op, &ctx, &t, err, sizeof err);
   }
   if (rc != 0)
-    HVD_FATAL("%s allreduce of '%s'%s: %s", b->name, e->exec[i].req->name, n > 1 ? " and the tensors fused with it" : "",
+    HVD_ENG_COLLECTIVE_FAILED("%s allreduce of '%s'%s: %s", b->name, e->exec[i].req->name, n > 1 ? " and the tensors fused with it" : "",
               err);
   int shm = b == &hvd_backend_shm;
   double end = hvd_eng_now();
@@ -270,7 +270,7 @@ void hvd_eng_execute(hvd_engine *e) {
         hvd_bk_ctx ctx = {e->comm, e->chunk, NULL};
         char err[512];
         if (hvd_gpu_broadcast(&item, (hvd_dtype_t)r->sig.dtype, root, device_backend(e), &ctx, &done, err, sizeof err) != 0)
-          HVD_FATAL("%s broadcast of '%s': %s", e->dev_bk->name, r->name, err);
+          HVD_ENG_COLLECTIVE_FAILED("%s broadcast of '%s': %s", e->dev_bk->name, r->name, err);
         if (hvd_timeline_enabled())
           hvd_timeline_span(r->name, e->dev_bk->broadcast_span, hvd_eng_us(e, start), (hvd_eng_now() - start) * 1e6);
         hvd_eng_finish_gpu(e, r, done);
@@ -279,7 +279,7 @@ void hvd_eng_execute(hvd_engine *e) {
         char err[512];
         if (hvd_backend_mpi.broadcast(r->buf, (size_t)r->sig.count, (hvd_dtype_t)r->sig.dtype, set_root, &ctx, err,
                                       sizeof err) != 0)
-          HVD_FATAL("broadcast of '%s': %s", r->name, err);
+          HVD_ENG_COLLECTIVE_FAILED("broadcast of '%s': %s", r->name, err);
         if (hvd_timeline_enabled())
           hvd_timeline_span(r->name, hvd_backend_mpi.broadcast_span, hvd_eng_us(e, start), (hvd_eng_now() - start) * 1e6);
         hvd_eng_finish(e, r, HVD_OK, NULL, NULL, 0);
@@ -299,7 +299,7 @@ void hvd_eng_execute(hvd_engine *e) {
         free(out);
         hvd_eng_finish(e, r, HVD_ERR_INVALID, err, NULL, 0);
       } else {
-        if (rc != 0) HVD_FATAL("allgather of '%s': %s", r->name, err);
+        if (rc != 0) HVD_ENG_COLLECTIVE_FAILED("allgather of '%s': %s", r->name, err);
         if (hvd_timeline_enabled())
           hvd_timeline_span(r->name, "MPI_ALLGATHER", hvd_eng_us(e, start), (hvd_eng_now() - start) * 1e6);
         hvd_eng_finish(e, r, HVD_OK, NULL, out, (size_t)total_rows);

@@ -34,6 +34,7 @@
 
 #include <mpi.h>
 #include <pthread.h>
+#include <setjmp.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -175,6 +176,12 @@ struct hvd_engine {
   hvd_pset **retired;
   size_t nretired;
   uint64_t rebuilds; /* memberships rebuilt since the start */
+  /* HVDSHIM_ELASTIC: a failed collective returns to the cycle's recovery
+   * point (recover_at, armed while a cycle runs), which shrinks the job */
+  int elastic, elastic_min_np;
+  int recover_armed;
+  jmp_buf recover_at;
+  char recover_why[600];
   int leave_rank;       /* HVDSHIM_TEST_LEAVE=RANK@CYCLE: the rank that leaves (-1: none) */
   uint64_t leave_cycle; /* and the cycle */
 };
@@ -182,8 +189,21 @@ struct hvd_engine {
 /* ---- engine_done.c: completion and helpers ---- */
 double hvd_eng_now(void);
 double hvd_eng_us(hvd_engine *e, double t); /* microseconds since the engine started */
-/* MPI result: 0, or the job ends naming `what`. */
+/* MPI result: 0, or (a collective failed) the cycle's recovery point in an
+ * elastic job, else the job ends naming `what`. */
 int hvd_eng_mpi_check(int rc, const char *what);
+/* The engine whose cycle runs on this thread can recover from a failed
+ * collective (HVDSHIM_ELASTIC): set by its thread. */
+void hvd_eng_recovery_thread(hvd_engine *e);
+/* A collective failed with this message: in an elastic job, back to the
+ * cycle's recovery point (does not return); else returns, and the caller
+ * ends the job (HVD_ENG_COLLECTIVE_FAILED). */
+void hvd_eng_try_recover(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+#define HVD_ENG_COLLECTIVE_FAILED(...) \
+  do {                                 \
+    hvd_eng_try_recover(__VA_ARGS__);  \
+    HVD_FATAL(__VA_ARGS__);            \
+  } while (0)
 /* Grows an engine-thread array to at least n elements (fatal when out of memory). */
 void hvd_eng_grow(void *arr, size_t *cap, size_t n, size_t elem, const char *what);
 void hvd_eng_req_free(hvd_req *r);
@@ -234,6 +254,14 @@ void hvd_eng_members_close(hvd_engine *e, int mpi_up);
  * fails with `why`; the old communicator is freed; process sets other than
  * the global one end (their ids stay taken).  0, or -1 with the reason. */
 int hvd_eng_rebuild(hvd_engine *e, MPI_Comm comm, const char *why, char *err, size_t errlen);
+
+/* Engine thread, at the cycle's recovery point after a collective failed
+ * (HVDSHIM_ELASTIC): the survivors revoke the communicator, shrink it and
+ * rebuild the engine over themselves; below HVDSHIM_ELASTIC_MIN_NP, or when
+ * no rank died, the job ends with the reason. */
+void hvd_eng_recover(hvd_engine *e);
+/* This build's MPI can survive a peer's death (ULFM). */
+int hvd_eng_can_recover(void);
 
 /* ---- engine_life.c ---- */
 hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err, size_t errlen);

@@ -174,6 +174,21 @@ hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err
     goto undo;
   }
 
+  if (hvd_cfg_int(HVD_CFG_ELASTIC) && !hvd_eng_can_recover()) {
+    hvd_fail(err, errlen, "HVDSHIM_ELASTIC=1 needs an MPI that survives a peer's death (ULFM: Open MPI 5 or later, "
+             "as on Debian trixie and sid, launched with mpirun --with-ft ulfm); this hvdshim was built against one "
+             "without it");
+    everyone_failed = 1; /* every rank finds it */
+    st = HVD_ERR_INVALID;
+    goto undo;
+  }
+  if (hvd_cfg_int(HVD_CFG_ELASTIC) && hvd_cfg_int(HVD_CFG_ELASTIC_MIN_NP) > e->size) {
+    hvd_fail(err, errlen, "HVDSHIM_ELASTIC_MIN_NP=%lld is more than the job's %d rank(s)",
+             (long long)hvd_cfg_int(HVD_CFG_ELASTIC_MIN_NP), e->size);
+    everyone_failed = 1;
+    st = HVD_ERR_INVALID;
+    goto undo;
+  }
   int gpu_ops = (int)hvd_cfg_int(HVD_CFG_GPU_OPERATIONS); /* NCCL, MPI, auto (NULL: decided at the first GPU operation) */
   e->dev_bk = gpu_ops == 0 ? &hvd_backend_nccl : gpu_ops == 1 ? &hvd_backend_staged : NULL;
   hvd_gpu_configure(e->rank, e->size, (int)hvd_cfg_int(HVD_CFG_COMPRESSION));
@@ -184,6 +199,9 @@ hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err
   e->stall_warn = hvd_cfg_double(HVD_CFG_STALL_WARNING_SECONDS);
   e->stall_shutdown = hvd_cfg_double(HVD_CFG_STALL_SHUTDOWN_SECONDS);
   e->deadlock_s = hvd_cfg_double(HVD_CFG_DEADLOCK_SECONDS);
+  e->elastic = (int)hvd_cfg_int(HVD_CFG_ELASTIC);
+  e->elastic_min_np = (int)hvd_cfg_int(HVD_CFG_ELASTIC_MIN_NP);
+  e->recover_armed = 0;
   e->shutdown_timeout = hvd_cfg_double(HVD_CFG_SHUTDOWN_TIMEOUT_SECONDS);
   e->stale_age = e->stall_warn / 2 < 1.0 ? e->stall_warn / 2 : 1.0;
   e->wc = (e->cache_cap + 63) / 64;
@@ -259,6 +277,23 @@ undo:
   return st;
 }
 
+/* After ranks died (HVDSHIM_ELASTIC), Open MPI 6's MPI_Finalize sometimes
+ * never returns (its survivors spin in it, about 1 run in 10 here): the
+ * work is done and written, so a survivor still in it after this long
+ * leaves with status 0. */
+#define HVD_FINALIZE_DEADLINE_S 10
+static void *finalize_deadline(void *arg) {
+  (void)arg;
+  pthread_setname_np(pthread_self(), "hvd-finalize");
+  struct timespec ts = {HVD_FINALIZE_DEADLINE_S, 0};
+  nanosleep(&ts, NULL);
+  HVD_WARN("MPI_Finalize has not returned %d s after the job went on without the ranks that died (the MPI's "
+           "fault tolerance): leaving with status 0", HVD_FINALIZE_DEADLINE_S);
+  if (end_process) end_process(0);
+  syscall(SYS_exit_group, 0);
+  return NULL;
+}
+
 void hvd_eng_stop(hvd_engine *e) {
   pthread_mutex_lock(&e->life_mu);
   if (!e->started) {
@@ -283,6 +318,10 @@ void hvd_eng_stop(hvd_engine *e) {
   hvd_eng_members_close(e, !down);
   free_state(e);
   hvd_mpi_backend_fini();
+  if (e->mpi_owned && !down && e->elastic && e->rebuilds) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, finalize_deadline, NULL) == 0) pthread_detach(t);
+  }
   if (e->mpi_owned && !down) PMPI_Finalize(); /* not MPI_Finalize: that is our hook */
   e->mpi_owned = 0;
   pthread_mutex_unlock(&e->life_mu);

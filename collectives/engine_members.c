@@ -5,6 +5,10 @@
  * stop, and rebuilt for a new set of ranks by hvd_eng_rebuild: the path a
  * job that loses or gains ranks takes (the engine thread, at a cycle
  * boundary, on every rank of the new communicator in the same cycle). */
+#include <mpi.h>
+#if defined(OPEN_MPI) && OPEN_MPI
+#include <mpi-ext.h> /* ULFM (ftmpi), where this Open MPI has it */
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,13 +69,16 @@ int hvd_eng_members_open(hvd_engine *e, char *err, size_t errlen) {
                  "out of memory starting the engine");
   INJECT(5);
 
-  if (hvd_shm_start(e->comm, e->rank, e->size, hvd_cfg_int(HVD_CFG_SHM) == 0, (size_t)hvd_cfg_int(HVD_CFG_SHM_BUFFER),
+  /* elastic: MPI only (a dead peer would leave shared-memory rounds waiting) */
+  if (hvd_shm_start(e->comm, e->rank, e->size, !e->elastic && hvd_cfg_int(HVD_CFG_SHM) == 0, (size_t)hvd_cfg_int(HVD_CFG_SHM_BUFFER),
                     (int)hvd_cfg_int(HVD_CFG_TEST_SHM_HOSTS), (size_t)e->nwords, err, errlen) != 0)
     goto undo;
   done = SHM;
   INJECT(6);
 
-  if (hvd_liveness_start(e->comm, e->rank, e->size, hvd_cfg_double(HVD_CFG_PEER_TIMEOUT_SECONDS), err, errlen) != 0)
+  /* elastic: the MPI reports a dead peer (the watchdog would end the job) */
+  if (!e->elastic &&
+      hvd_liveness_start(e->comm, e->rank, e->size, hvd_cfg_double(HVD_CFG_PEER_TIMEOUT_SECONDS), err, errlen) != 0)
     goto undo;
   done = WATCHDOG;
   INJECT(7);
@@ -114,3 +121,53 @@ int hvd_eng_rebuild(hvd_engine *e, MPI_Comm comm, const char *why, char *err, si
            e->rank, why);
   return 0;
 }
+
+#if defined(OMPI_HAVE_MPI_EXT_FTMPI) && OMPI_HAVE_MPI_EXT_FTMPI
+int hvd_eng_can_recover(void) { return 1; }
+
+void hvd_eng_recover(hvd_engine *e) {
+  char why[sizeof e->recover_why];
+  snprintf(why, sizeof why, "%s", e->recover_why);
+  /* every survivor's next operation on the communicator fails, so all come
+   * here; the shrink agrees on who is left */
+  MPIX_Comm_revoke(e->comm);
+  MPI_Comm rest;
+  int rc = MPIX_Comm_shrink(e->comm, &rest);
+  if (rc != MPI_SUCCESS) HVD_FATAL("%s; shrinking the job to the ranks still alive failed (code %d)", why, rc);
+  int n = 0;
+  MPI_Comm_size(rest, &n);
+  if (n == e->size) {
+    MPI_Comm_free(&rest);
+    HVD_FATAL("%s (no rank has died: not a failure the job can survive)", why);
+  }
+  /* the dead: the old ranks not in the new communicator */
+  MPI_Group old_g, new_g;
+  MPI_Comm_group(e->comm, &old_g);
+  MPI_Comm_group(rest, &new_g);
+  int *olds = malloc(sizeof(int) * (size_t)e->size), *news = malloc(sizeof(int) * (size_t)e->size);
+  uint8_t *alive = calloc((size_t)e->size, 1);
+  if (!olds || !news || !alive) HVD_FATAL("out of memory (shrinking the job)");
+  for (int i = 0; i < n; i++) news[i] = i;
+  MPI_Group_translate_ranks(new_g, n, news, old_g, olds);
+  for (int i = 0; i < n; i++)
+    if (olds[i] >= 0 && olds[i] < e->size) alive[olds[i]] = 1;
+  char dead[256];
+  hvd_rank_list(alive, e->size, 0, dead, sizeof dead);
+  MPI_Group_free(&old_g);
+  MPI_Group_free(&new_g);
+  free(olds), free(news), free(alive);
+  if (n < e->elastic_min_np)
+    HVD_FATAL("rank(s) %s died; %d rank(s) left, fewer than HVDSHIM_ELASTIC_MIN_NP=%d: ending the job", dead, n,
+              e->elastic_min_np);
+  char msg[700];
+  snprintf(msg, sizeof msg, "rank(s) %s died (%s); the job goes on over %d rank(s)", dead, why, n);
+  HVD_WARN("%s", msg);
+  e->nexec = 0; /* what was agreed in the failed cycle: pending still, failed below */
+  char err[512];
+  if (hvd_eng_rebuild(e, rest, msg, err, sizeof err) != 0) HVD_FATAL("after %s: %s", msg, err);
+}
+#else
+int hvd_eng_can_recover(void) { return 0; }
+
+void hvd_eng_recover(hvd_engine *e) { HVD_FATAL("%s", e->recover_why); } /* never armed: start refuses elastic */
+#endif

@@ -286,11 +286,12 @@ int main(int argc, char **argv) {
                !strncmp(a, "--min-np=", 9) || !strncmp(a, "--max-np=", 9) ||
                !strncmp(a, "--host-discovery-script=", 24) || !strcmp(a, "--elastic-timeout") ||
                !strcmp(a, "--reset-limit") || !strcmp(a, "--blacklist-cooldown-range")) {
-      /* Horovod's elastic flags, refused by name (the engine's rebuild path
-       * exists, collectives/engine_members.c; surviving a dead rank does not) */
-      die("%s: elastic training (Horovod's --min-np, --max-np, --host-discovery-script) is not available yet: a rank "
-          "that dies ends the whole job, cleanly and with nothing the program wrote corrupted; run without it "
-          "(checkpoint and resume to survive failures)", a);
+      /* Horovod's elastic flags, refused by name: the engine survives a dead
+       * rank (HVDSHIM_ELASTIC), the PyTorch adapter does not yet */
+      die("%s: elastic training (Horovod's --min-np, --max-np, --host-discovery-script) is not available yet for "
+          "scripts: a rank that dies ends the whole job, cleanly and with nothing the program wrote corrupted; run "
+          "without it (checkpoint and resume to survive failures; the engine alone survives under HVDSHIM_ELASTIC=1, "
+          "see the README)", a);
     } else {
       die("unknown option '%s' (hvdrun --help lists them; put '--' before a command that starts with '-')", a);
     }

@@ -23,7 +23,7 @@ err "-np: '0' is not a positive number" -np 0 x
 err "-np: 'two' is not a positive number" -np two x
 err "no command to run (hvdrun -np 2 python3 train.py)" -np 2
 err "unknown option '--fast'" -np 2 --fast x
-err "--min-np: elastic training (Horovod's --min-np, --max-np, --host-discovery-script) is not available yet: a rank that dies ends the whole job" -np 3 --min-np 2 x
+err "--min-np: elastic training (Horovod's --min-np, --max-np, --host-discovery-script) is not available yet for scripts: a rank that dies ends the whole job" -np 3 --min-np 2 x
 err "--host-discovery-script=d.sh: elastic training" -np 2 --host-discovery-script=d.sh x
 err "-np 5 needs 5 slots, but there are 4 in -H; add --oversubscribe" -np 5 -H a:2,b:2 x
 err "-H a:2,b:x (slots of host b): 'x' is not a positive number" -np 2 -H a:2,b:x x

@@ -25,6 +25,7 @@
 #include <mpi.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -460,6 +461,65 @@ static int run_slow(double secs) {
   else
     printf("engine_test[%d]: the slow rank's allreduce completed after %g s\n", rank, secs);
   return failures;
+}
+
+/* HVDSHIM_ELASTIC=1: rank `dying` kills itself (SIGKILL) after `at`
+ * allreduces; the others go on until `after` allreduces have completed over
+ * the survivors.  Every sum is the sum over the ranks alive when it
+ * completed; an allreduce in flight at the death fails naming it and is
+ * submitted again; the survivors end renumbered in order, and an allgather
+ * of their first ranks says so. */
+static void run_survive(int dying, int at, int after) {
+  int first = rank, first_size = size;
+  float all = 0, rest = 0;
+  for (int r = 0; r < first_size; r++) all += (float)(r + 1), rest += r == dying ? 0.0f : (float)(r + 1);
+  int shrunk = 0, retried = 0;
+  for (int i = 0; i < 100000 && shrunk < after; i++) {
+    if (first == dying && i == at) {
+      fflush(stdout);
+      kill(getpid(), SIGKILL);
+    }
+    char name[64];
+    snprintf(name, sizeof name, "survive.%d", i);
+    float v = (float)(first + 1);
+    hvd_handle_t h;
+    hvd_status_t st = hvd_allreduce_async(name, &v, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h);
+    if (st == HVD_OK) st = hvd_wait(h, 60);
+    if (st != HVD_OK) {
+      if (!shrunk && strstr(hvd_last_error(), "died")) { /* in flight at the death */
+        retried++;
+        continue;
+      }
+      FAIL("%s: %s", name, hvd_last_error());
+      return;
+    }
+    if (v == all && !shrunk) continue;
+    if (v != rest) {
+      FAIL("%s: sum %g, expected %g%s", name, v, shrunk ? rest : all, shrunk ? " (the survivors)" : " (every rank) or the survivors'");
+      return;
+    }
+    shrunk++;
+  }
+  if (shrunk < after) {
+    FAIL("the job never went on without rank %d", dying);
+    return;
+  }
+  int want_rank = first - (first > dying);
+  if (hvd_size() != first_size - 1 || hvd_rank() != want_rank)
+    FAIL("after the death: rank %d of %d, expected %d of %d", hvd_rank(), hvd_size(), want_rank, first_size - 1);
+  int32_t me = first;
+  void *out = NULL;
+  size_t rows = 0;
+  hvd_handle_t h;
+  if (hvd_allgather_async("survive.ranks", &me, 1, 1, HVD_INT32, NULL, NULL, &h) || hvd_allgather_wait(h, 60, &out, &rows))
+    FAIL("survive.ranks: %s", hvd_last_error());
+  for (size_t k = 0; out && k < rows; k++)
+    if (((int32_t *)out)[k] != (int32_t)(k + (k >= (size_t)dying)))
+      FAIL("allgather after the death: row %zu is rank %d", k, ((int32_t *)out)[k]);
+  hvd_free(out);
+  rank = hvd_rank();
+  printf("engine_test[%d]: was rank %d of %d, went on as %d of %d after rank %d died; %d submitted again\n", rank,
+         first, first_size, hvd_rank(), hvd_size(), dying, retried);
 }
 
 /* A numeric field of /proc/self/status ("VmRSS:", "Threads:"), or -1. */
@@ -1094,6 +1154,8 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "stall-abort")) run_stall_abort();
   else if (!strcmp(mode, "join")) run_join(argc > 2 ? atoi(argv[2]) : size - 1);
   else if (!strcmp(mode, "hvd-join")) run_hvd_join();
+  else if (!strcmp(mode, "survive"))
+    run_survive(argc > 2 ? atoi(argv[2]) : size - 1, argc > 3 ? atoi(argv[3]) : 10, argc > 4 ? atoi(argv[4]) : 20);
   else if (!strcmp(mode, "leave")) run_leave(argc > 2 ? atoi(argv[2]) : size - 1, argc > 3 ? atoi(argv[3]) : 20);
   else if (!strcmp(mode, "join-vs-exit")) run_join_vs_exit();
   else if (!strcmp(mode, "process-sets")) run_process_sets();
