@@ -9,7 +9,8 @@ SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 PKGS="build-essential autoconf automake libtool pkg-config openmpi-bin libopenmpi-dev libffi-dev
 python3 python3-numpy python3-torch libpython3-dev libopenblas0-pthread procps binutils
-clang libclang-rt-14-dev valgrind iproute2 python3-matplotlib"
+clang libclang-rt-14-dev valgrind iproute2 python3-matplotlib
+python3-pytest python3-mock python3-cloudpickle python3-packaging"
 echo "bootstrap: installing: $(echo $PKGS)"
 $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
 $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $PKGS >/dev/null
