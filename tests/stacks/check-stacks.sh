@@ -36,7 +36,8 @@ stacks=${HVDSHIM_STACKS:-trixie trixie-mpich sid}
 limit=${HVDSHIM_STACKS_TIME:-2400}
 tool="$src/tools/stack-chroot.sh"
 PKGS="build-essential autoconf automake libtool pkg-config libffi-dev python3 python3-numpy python3-torch
-libpython3-dev libopenblas0-pthread procps binutils iproute2 openmpi-bin libopenmpi-dev"
+libpython3-dev libopenblas0-pthread procps binutils iproute2 openmpi-bin libopenmpi-dev
+python3-pytest python3-mock python3-cloudpickle python3-packaging"
 pass=0 fail=0 skip=0
 
 say() { echo "check-stacks: $*"; }
@@ -106,6 +107,14 @@ for name in $stacks; do
   versions=$(stack_versions "$root" "${mpi%%:*}" "${mpi#*:}")
   dir=/root/hvdshim-$name
   copy_sources "$root$dir" || { say "$name ($versions) FAILED: could not copy the sources"; fail=$((fail + 1)); continue; }
+  # Horovod's own suite beside the sources, as ../shared is beside them here
+  # (tests/horovod/suite.sh; only its two test files: the real package is
+  # built for Debian 12's torch)
+  ref=reference/horovod-0.28.1/tests
+  rm -rf "$root/root/shared"
+  if [ -d "$src/../shared/$ref" ]; then
+    mkdir -p "$root/root/shared/$ref" && cp "$src/../shared/$ref/"*.py "$root/root/shared/$ref/"
+  fi
   # inside: a clean environment, the stack's own Python and MPI
   run() {
     timeout -k 10 "$limit" chroot "$root" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
