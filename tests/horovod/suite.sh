@@ -19,26 +19,26 @@ REF="$top_srcdir/../shared/reference/horovod-0.28.1/tests"
 
 # Each rank writes its own pytest output (the ranks' lines would interleave);
 # no cache or hypothesis database is written (the reference is read-only).
+# At np=3 (rank.sh's argument 'leave-out') three tests are left out: they
+# expect a float16 sum of three prescaled values to equal 3 x the value,
+# which float16 cannot hold in general.  Real Horovod fails them there too,
+# and then the ranks whose slices happened to match go on alone and wait in
+# the next test.
+LEAVE_OUT="not test_horovod_allreduce_prescale and not test_horovod_reducescatter_prescale"
+LEAVE_OUT="$LEAVE_OUT and not test_horovod_grouped_reducescatter_prescale"
 {
   echo '#!/bin/sh'
   echo 'r=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${PMIX_RANK:-x}}}'
+  echo "[ \"\${1:-}\" = leave-out ] && set -- -k \"$LEAVE_OUT\""
   echo "cd \"$TMP\" && exec \"$PYTHON\" -m pytest -q -p no:cacheprovider -p no:hypothesispytest -rfE \"\$@\" \\"
   echo "  \"$REF/test_torch.py\" >\"$TMP/out.\$r\" 2>&1"
 } >"$TMP/rank.sh"
 chmod +x "$TMP/rank.sh"
 
-# At np=3 three tests are left out: they expect a float16 sum of three
-# prescaled values to equal 3 x the value, which float16 cannot hold in
-# general.  Real Horovod fails them there too, and then the ranks whose
-# slices happened to match go on alone and wait in the next test.
-T3="$REF/test_torch.py::TorchTests"
-NP3_OUT="--deselect=$T3::test_horovod_allreduce_prescale --deselect=$T3::test_horovod_reducescatter_prescale
---deselect=$T3::test_horovod_grouped_reducescatter_prescale"
-
 # floor: real Horovod's count at np=2 (103 passed, 12 skipped); at np=3 the
 # same 103 less the three left out
 for np in 2 3; do
-  case $np in 2) floor=103 out="" ;; *) floor=100 out=$NP3_OUT ;; esac
+  case $np in 2) floor=103 out="" ;; *) floor=100 out=leave-out ;; esac
   rm -f "$TMP"/out.*
   start=$(date +%s)
   # shellcheck disable=SC2086
