@@ -1,24 +1,15 @@
 #!/bin/sh
-# Zero-code fidelity: ordinary scripts (tests/torch/fidelity.py) that save
-# and reload files, draw unseeded random numbers, take decisions on their own
-# loss, use samplers of their own, evaluate under no_grad, end in os._exit,
-# train hogwild: run plain and under the shim, compared.
+# Zero-code fidelity, what the launcher and the MPI take part in: ordinary
+# scripts (tests/torch/fidelity.py) that save and reload checkpoints in
+# every idiom, fail half-way, end in os._exit, train hogwild: run plain and
+# under the shim, compared.  The data and decision cases (unseeded random
+# numbers, decisions on a rank's own loss, samplers, no_grad evaluation,
+# DataLoader workers, the replica guard, torch.compile) are in
+# fidelity-data.sh.
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
 need_torch
-F="$TORCH_DIR/fidelity.py"
-export TMPDIR="$TMP/tmpdir" # the overlay folders of this test's ranks land here
-mkdir -p "$TMPDIR"
-no_overlay_left() { # the ranks' private folders are gone (within 5 s: the watcher's)
-  _i=0
-  while ls -d "$TMPDIR"/hvdshim-rank* >/dev/null 2>&1; do
-    _i=$((_i + 1))
-    [ "$_i" -le 50 ] || { ls -la "$TMPDIR"; fail "$1: an overlay folder was left behind"; }
-    sleep 0.1
-  done
-}
-run_plain() { "$PYTHON" "$F" "$@" >"$TMP/plain.out" 2>&1 || { cat "$TMP/plain.out"; fail "plain $*"; }; }
-run_shim() { shim "$@" >"$TMP/shim.out" 2>&1 || { cat "$TMP/shim.out"; fail "np=$1 ${3-} ${4-}"; }; }
+. "$(dirname "$0")/fidelity_common.sh"
 
 # --- checkpoints: open('wb')+torch.save(model, f)+load, save+reload by path,
 # BytesIO, tmp + os.replace into os.makedirs' folder, rotation, an appended
@@ -50,90 +41,6 @@ FAIL_HERE=1 shim 2 -x FAIL_HERE "$PYTHON" "$F" fail-after-write --dir "$TMP/f" >
 no_overlay_left "failed run"
 pass "failed run: non-zero status, rank 0's file kept, overlay removed"
 
-# --- an unseeded script (random target): every rank fits the same function
-T=120 HVDSHIM_WORKER_STDOUT=1 run_shim 2 "$PYTHON" "$F" unseeded
-grep -q "^\[rank 0\] converged" "$TMP/shim.out" || { cat "$TMP/shim.out"; fail "unseeded regression did not converge"; }
-[ "$(grep -c '^\[rank .\] target' "$TMP/shim.out")" = 2 ] &&
-  [ "$(sed -n 's/^\[rank .\] target //p' "$TMP/shim.out" | sort -u | wc -l)" = 1 ] ||
-  { cat "$TMP/shim.out"; fail "the ranks drew different targets"; }
-pass "unseeded regression converges; both ranks drew one target ($(grep -m1 '^\[rank 0\] converged' "$TMP/shim.out"))"
-
-# --- unseeded generators: one state on every rank of a job, another per job
-draw='import random, numpy, torch; print("draw", torch.initial_seed(), random.random(), numpy.random.rand())'
-HVDSHIM_WORKER_STDOUT=1 run_shim 2 "$PYTHON" -c "$draw"
-sed -n 's/^\[rank .\] draw //p' "$TMP/shim.out" >"$TMP/draw1"
-HVDSHIM_WORKER_STDOUT=1 run_shim 2 "$PYTHON" -c "$draw"
-sed -n 's/^\[rank .\] draw //p' "$TMP/shim.out" >"$TMP/draw2"
-[ "$(wc -l <"$TMP/draw1")" = 2 ] && [ "$(sort -u "$TMP/draw1" | wc -l)" = 1 ] && [ "$(sort -u "$TMP/draw2" | wc -l)" = 1 ] &&
-  ! cmp -s "$TMP/draw1" "$TMP/draw2" || { cat "$TMP/draw1" "$TMP/draw2"; fail "torch/random/numpy draws: expected equal per job, different across jobs"; }
-pass "unseeded torch, random and numpy: one state on both ranks, a different one in the next job"
-
-# --- ReduceLROnPlateau on each rank's own loss: ranks stay identical
-HVDSHIM_WORKER_STDOUT=1 run_shim 2 "$PYTHON" "$F" plateau --epochs 6
-[ "$(sed -n 's/^\[rank .\] \(lr\|checksum\) //p' "$TMP/shim.out" | sort -u | wc -l)" = 2 ] ||
-  { cat "$TMP/shim.out"; fail "plateau: the ranks' lr or weights differ"; }
-pass "plateau scheduler on local losses: lr and weights identical on both ranks"
-
-# --- early stopping on each rank's own epoch loss (loss.item() after
-# backward): split, the plain run's epoch, loss and weights; sharded, one
-# decision on every rank (with HVDSHIM_LOSS=local the ranks of the split
-# run stop at epochs 18 and 19, the plain run at 54)
-mkdir -p "$TMP/ep" "$TMP/es" "$TMP/eh"
-run_plain early-stop --dir "$TMP/ep" --out "$TMP/p-early.pt"
-stop=$(grep "^stopped at" "$TMP/plain.out")
-HVDSHIM_DATA=split HVDSHIM_WORKER_STDOUT=1 run_shim 2 "$PYTHON" "$F" early-stop --dir "$TMP/es" --out "$TMP/s-early.pt"
-[ "$(sed -n 's/^\[rank .\] stopped at //p' "$TMP/shim.out" | sort | uniq -c | sed 's/^ *//')" = "2 ${stop#stopped at }" ] ||
-  { cat "$TMP/plain.out" "$TMP/shim.out"; fail "early stopping, split: expected both ranks to say '$stop'"; }
-same "$TMP/p-early.pt" "$TMP/s-early.pt" 1e-4 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "early stopping: weights differ"; }
-same "$TMP/ep/best.pt" "$TMP/es/best.pt" 1e-4 >/dev/null || fail "early stopping: the best-model file differs from plain's"
-for scaler in "" --scaler; do
-  HVDSHIM_WORKER_STDOUT=1 run_shim 2 "$PYTHON" "$F" early-stop --dir "$TMP/eh" $scaler
-  [ "$(sed -n 's/^\[rank .\] \(stopped at\|checksum\) //p' "$TMP/shim.out" | sort -u | wc -l)" = 2 ] ||
-    { cat "$TMP/shim.out"; fail "early stopping, sharded ${scaler}: the ranks stopped at different epochs or differ"; }
-done
-pass "early stopping on the loss read after backward: split at np=2 = plain ($stop; $(cat "$TMP/cmp")); sharded, with and without GradScaler: one decision on both ranks"
-
-# --- samplers of every kind are sharded (split mode = the plain run)
-for c in sequential custom-sampler custom-batches; do
-  run_plain "$c" --out "$TMP/p-$c.pt"
-  HVDSHIM_DATA=split run_shim 2 "$PYTHON" "$F" "$c" --out "$TMP/s-$c.pt"
-  same "$TMP/p-$c.pt" "$TMP/s-$c.pt" 1e-4 >"$TMP/cmp" || { cat "$TMP/cmp" "$TMP/shim.out"; fail "$c differs"; }
-  pass "$c sampler, split at np=2: $(cat "$TMP/cmp")"
-done
-run_shim 3 "$PYTHON" "$F" custom-batches --epochs 2
-grep -q "^len 4 steps 8" "$TMP/shim.out" || { cat "$TMP/shim.out"; fail "custom batches at np=3: expected 4 per epoch"; }
-run_shim 2 "$PYTHON" "$F" sequential --epochs 1
-grep -q "^len 6 steps 6" "$TMP/shim.out" || { cat "$TMP/shim.out"; fail "shuffle=False at np=2: expected 6 batches"; }
-pass "shard mode: 12 custom batches dealt 4 per rank at np=3; shuffle=False sharded (6 of 12 batches per rank)"
-
-# --- a shuffled validation loader under no_grad stays whole
-run_plain eval
-HVDSHIM_DATA=split run_shim 2 "$PYTHON" "$F" eval
-for w in before after; do
-  a=$(grep "^$w " "$TMP/plain.out") b=$(grep "^$w " "$TMP/shim.out")
-  [ -n "$a" ] && [ "$a" = "$b" ] || { cat "$TMP/plain.out" "$TMP/shim.out"; fail "evaluation $w training differs"; }
-done
-pass "no_grad evaluation of a shuffled loader: the plain run's metric ($(grep '^before' "$TMP/plain.out"))"
-
-# --- DataLoader workers from a forkserver, batches passed by file descriptor
-# (the workers bind in the multiprocessing folder the rank made: it must be
-# real, not in the rank's overlay; Python 3.14's default start method).
-# Slow, not stuck: Python 3.13's forkserver never preloads the main script
-# (it asks spawn for 'main_path', spawn names it 'init_main_from_path'), so
-# every worker of every epoch imports torch itself, 8 imports in the np=2
-# job, about 12 s of CPU (trixie, MPICH or Open MPI: 14 s on a quiet 2-core
-# machine, 20-40 s beside two or three busy loops, as long as the plain run
-# or 1.5 times it; once past 180 s on a machine running another long job).
-# So the bound follows this machine's load: 6 times the plain run, at least
-# 180 s.
-t0=$(date +%s)
-"$PYTHON" "$TORCH_DIR/workers.py" "$TMP/w-plain.pt" >"$TMP/plain.out" 2>&1 || { cat "$TMP/plain.out"; fail "plain workers.py"; }
-bound=$((6 * ($(date +%s) - t0 + 1)))
-[ $bound -ge 180 ] || bound=180
-T=$bound HVDSHIM_DATA=split run_shim 2 "$PYTHON" "$TORCH_DIR/workers.py" "$TMP/w-shim.pt"
-same "$TMP/w-plain.pt" "$TMP/w-shim.pt" 1e-4 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "forkserver workers: differs from plain"; }
-pass "forkserver DataLoader workers passing batches by file descriptor, split at np=2: same weights as plain ($(cat "$TMP/cmp"))"
-
 # --- os._exit(0) at the end
 run_shim 2 "$PYTHON" "$F" os-exit
 grep -q "^checksum" "$TMP/shim.out" || { cat "$TMP/shim.out"; fail "os._exit run printed nothing"; }
@@ -146,27 +53,3 @@ run_shim 2 "$PYTHON" "$F" hogwild
   [ "$(grep -c "^tested 64 samples" "$TMP/shim.out")" = 1 ] && [ "$(grep -c "^checksum" "$TMP/shim.out")" = 1 ] &&
   [ "$(grep -c 'this rank exits (status 0)' "$TMP/shim.out")" = 1 ] || { cat "$TMP/shim.out"; fail "hogwild: not run once"; }
 pass "hogwild script at np=2: one warning, run once by rank 0, rank 1 exits 0 with one line"
-
-# --- the replica guard stops a job whose ranks diverged
-HVDSHIM_CHECK_STEPS=4 shim 2 "$PYTHON" "$F" diverge >"$TMP/out" 2>&1 && { cat "$TMP/out"; fail "diverged ranks not caught"; }
-grep -q "models diverged by optimizer step 4: parameter 'm0.2.bias' differs across ranks" "$TMP/out" ||
-  { cat "$TMP/out"; fail "no clear divergence message"; }
-HVDSHIM_CHECK_STEPS=0 run_shim 2 "$PYTHON" "$F" diverge
-pass "replica guard: divergence named at step 4 (HVDSHIM_CHECK_STEPS=4); off with 0"
-
-# --- torch.compile and torch.func (torch >= 2.0)
-if "$PYTHON" -c 'import torch.func' 2>/dev/null; then
-  # dynamo traces the model (and would trace the adapter's hook); aot_eager
-  # needs no C++ toolchain (Debian's torch ships no inductor headers)
-  export COMPILE_BACKEND=${COMPILE_BACKEND:-aot_eager}
-  run_plain compile --epochs 1 --out "$TMP/p-compile.pt"
-  T=300 HVDSHIM_DATA=split run_shim 2 "$PYTHON" "$F" compile --epochs 1 --out "$TMP/s-compile.pt"
-  same "$TMP/p-compile.pt" "$TMP/s-compile.pt" 1e-4 >"$TMP/cmp" || { cat "$TMP/cmp" "$TMP/shim.out"; fail "compile differs"; }
-  pass "torch.compile'd model, split at np=2: $(cat "$TMP/cmp")"
-  run_shim 2 "$PYTHON" "$F" func
-  [ "$(grep -c 'torch.func transform.*stands aside; rank 0 runs it alone' "$TMP/shim.out")" = 1 ] &&
-    [ "$(grep -c 'torch.func transform.*this rank exits' "$TMP/shim.out")" = 1 ] || { cat "$TMP/shim.out"; fail "torch.func not stood aside"; }
-  pass "torch.func script: one warning, run once by rank 0, rank 1 exits 0 with one line"
-else
-  echo "note: torch $("$PYTHON" -c 'import torch; print(torch.__version__)') has no torch.func or torch.compile; those cases run on torch 2.x only"
-fi
