@@ -463,6 +463,29 @@ static int run_slow(double secs) {
   return failures;
 }
 
+/* After a membership change that removed rank `gone` (of first_size): this
+ * rank is renumbered in order, and an allgather of the survivors' first
+ * ranks (tag.ranks) lists them in order. */
+static void check_renumbered(int first, int first_size, int gone, const char *tag) {
+  int want_rank = first - (first > gone);
+  if (hvd_size() != first_size - 1 || hvd_rank() != want_rank)
+    FAIL("after the change: rank %d of %d, expected %d of %d", hvd_rank(), hvd_size(), want_rank, first_size - 1);
+  int32_t me = first;
+  void *out = NULL;
+  size_t rows = 0;
+  hvd_handle_t h;
+  char name[64];
+  snprintf(name, sizeof name, "%s.ranks", tag);
+  if (hvd_allgather_async(name, &me, 1, 1, HVD_INT32, NULL, NULL, &h) || hvd_allgather_wait(h, 60, &out, &rows))
+    FAIL("%s: %s", name, hvd_last_error());
+  for (size_t k = 0; out && k < rows; k++)
+    if (((int32_t *)out)[k] != (int32_t)(k + (k >= (size_t)gone)))
+      FAIL("allgather after the change: row %zu is rank %d", k, ((int32_t *)out)[k]);
+  if (out && rows != (size_t)first_size - 1) FAIL("allgather after the change: %zu rows, expected %d", rows, first_size - 1);
+  hvd_free(out);
+  rank = hvd_rank();
+}
+
 /* HVDSHIM_ELASTIC=1: rank `dying` kills itself (SIGKILL) after `at`
  * allreduces; the others go on until `after` allreduces have completed over
  * the survivors.  Every sum is the sum over the ranks alive when it
@@ -504,20 +527,7 @@ static void run_survive(int dying, int at, int after) {
     FAIL("the job never went on without rank %d", dying);
     return;
   }
-  int want_rank = first - (first > dying);
-  if (hvd_size() != first_size - 1 || hvd_rank() != want_rank)
-    FAIL("after the death: rank %d of %d, expected %d of %d", hvd_rank(), hvd_size(), want_rank, first_size - 1);
-  int32_t me = first;
-  void *out = NULL;
-  size_t rows = 0;
-  hvd_handle_t h;
-  if (hvd_allgather_async("survive.ranks", &me, 1, 1, HVD_INT32, NULL, NULL, &h) || hvd_allgather_wait(h, 60, &out, &rows))
-    FAIL("survive.ranks: %s", hvd_last_error());
-  for (size_t k = 0; out && k < rows; k++)
-    if (((int32_t *)out)[k] != (int32_t)(k + (k >= (size_t)dying)))
-      FAIL("allgather after the death: row %zu is rank %d", k, ((int32_t *)out)[k]);
-  hvd_free(out);
-  rank = hvd_rank();
+  check_renumbered(first, first_size, dying, "survive");
   printf("engine_test[%d]: was rank %d of %d, went on as %d of %d after rank %d died; %d submitted again\n", rank,
          first, first_size, hvd_rank(), hvd_size(), dying, retried);
 }
@@ -1084,20 +1094,7 @@ static void run_leave(int leaving, int after) {
     FAIL("the job never shrank (HVDSHIM_TEST_LEAVE=%d)", leaving);
     return;
   }
-  int want_rank = first - (first > leaving);
-  if (hvd_size() != first_size - 1 || hvd_rank() != want_rank)
-    FAIL("after the change: rank %d of %d, expected %d of %d", hvd_rank(), hvd_size(), want_rank, first_size - 1);
-  int32_t me = first;
-  void *out = NULL;
-  size_t rows = 0;
-  hvd_handle_t h;
-  if (hvd_allgather_async("leave.ranks", &me, 1, 1, HVD_INT32, NULL, NULL, &h) || hvd_allgather_wait(h, 60, &out, &rows))
-    FAIL("leave.ranks: %s", hvd_last_error());
-  for (size_t k = 0; out && k < rows; k++)
-    if (((int32_t *)out)[k] != (int32_t)(k + (k >= (size_t)leaving))) FAIL("allgather after the change: row %zu is rank %d", k, ((int32_t *)out)[k]);
-  if (rows != (size_t)first_size - 1) FAIL("allgather after the change: %zu rows, expected %d", rows, first_size - 1);
-  hvd_free(out);
-  rank = hvd_rank();
+  check_renumbered(first, first_size, leaving, "leave");
   printf("engine_test[%d]: was rank %d of %d, now %d of %d; %d operation(s) submitted again\n", rank, first, first_size,
          hvd_rank(), hvd_size(), retried);
 }
