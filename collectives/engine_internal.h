@@ -260,6 +260,8 @@ int hvd_eng_rebuild(hvd_engine *e, MPI_Comm comm, const char *why, char *err, si
  * rebuild the engine over themselves; below HVDSHIM_ELASTIC_MIN_NP, or when
  * no rank died, the job ends with the reason. */
 void hvd_eng_recover(hvd_engine *e);
+/* Every survivor together, too few left: finalize (bounded), end with code. */
+_Noreturn void hvd_eng_end_survivors(hvd_engine *e, int code);
 /* This build's MPI can survive a peer's death (ULFM). */
 int hvd_eng_can_recover(void);
 

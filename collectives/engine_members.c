@@ -156,9 +156,12 @@ void hvd_eng_recover(hvd_engine *e) {
   MPI_Group_free(&old_g);
   MPI_Group_free(&new_g);
   free(olds), free(news), free(alive);
-  if (n < e->elastic_min_np)
-    HVD_FATAL("rank(s) %s died; %d rank(s) left, fewer than HVDSHIM_ELASTIC_MIN_NP=%d: ending the job", dead, n,
+  if (n < e->elastic_min_np) {
+    HVD_ERROR("rank(s) %s died; %d rank(s) left, fewer than HVDSHIM_ELASTIC_MIN_NP=%d: ending the job", dead, n,
               e->elastic_min_np);
+    MPI_Comm_free(&rest);
+    hvd_eng_end_survivors(e, 1);
+  }
   char msg[700];
   snprintf(msg, sizeof msg, "rank(s) %s died (%s); the job goes on over %d rank(s)", dead, why, n);
   HVD_WARN("%s", msg);

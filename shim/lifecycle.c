@@ -230,10 +230,16 @@ static void after_failed_start(int status, void *arg) {
   PMPI_Abort(MPI_COMM_WORLD, status);
 }
 
-/* The engine's last resort when MPI_Abort does not end the job in time
- * (hvd_engine_host): this file's _exit, the plain system call once the
- * fatal path has begun. */
-static void end_process(int code) { _exit(code); }
+/* The engine's way to end this process (hvd_engine_host): when MPI_Abort
+ * did not end the job in time, when MPI_Finalize hangs after ranks died,
+ * and when too few survivors are left.  The engine has said why and ended
+ * its part, so no second line and no shutdown: this rank's private files
+ * removed (none once the fatal path has begun), then the system call. */
+static void end_process(int code) {
+  exit_started = 1;
+  if (!hvd_fatal_started) hvd_overlay_cleanup();
+  syscall(SYS_exit_group, code);
+}
 
 hvd_status_t hvd_init(void) {
   pthread_mutex_lock(&init_mu);
