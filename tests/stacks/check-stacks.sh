@@ -6,7 +6,8 @@
 #                                                         horovod suites, the PyTorch suites that
 #                                                         launch, fail and end jobs
 #   trixie-mpich  Python 3.13, torch 2.6,  MPICH 4.2      the same without the native and fault
-#                                                         suites and the launchers but hvdrun (Hydra)
+#                                                         suites, the launchers but hvdrun (Hydra),
+#                                                         split, fidelity and Horovod's recipes
 #                 (the trixie stacks run what differs there, the MPI: the adapter's other
 #                 behaviours and the tools are Python over torch, run on Debian 12's torch 1.13
 #                 and sid's 2.14)
@@ -23,12 +24,17 @@
 # "check-stacks: all stacks: N passed, N failed, N skipped".  Logs are read
 # as text whatever bytes they hold (a test's output may hold a NUL byte).
 #
-# Usage: check-stacks.sh SRCDIR BUILDDIR
+# Usage: check-stacks.sh [--prepare] SRCDIR BUILDDIR
+#   --prepare: only build (or update) the stacks' chroots, nothing else;
+#   check-all.sh starts it niced beside `make check`, so that the downloads
+#   and unpacking (about 5 minutes) are done when the stacks' turn comes
 # Environment: HVDSHIM_STACKS_CACHE  where the chroots live and are reused
 #                                    (default BUILDDIR/stacks-cache; about 2 GB each)
 #              HVDSHIM_STACKS        the stacks to run (default "trixie trixie-mpich sid")
 #              HVDSHIM_STACKS_TIME   seconds one stack's suites may take (default 2400)
 set -u
+prepare=0
+[ "${1:-}" = --prepare ] && { prepare=1; shift; }
 src=$(cd "${1:?usage: check-stacks.sh SRCDIR BUILDDIR}" && pwd)
 build=$(cd "${2:?usage: check-stacks.sh SRCDIR BUILDDIR}" && pwd)
 cache=${HVDSHIM_STACKS_CACHE:-$build/stacks-cache}
@@ -74,9 +80,11 @@ stack_versions() {
 mkdir -p "$cache"
 # one run at a time per cache: another run's exit would unmount the chroots
 # under this one, and the source copies are shared
+# (a run waits up to an hour for another: check-all's --prepare is usually
+# still downloading when the stacks' turn comes)
 exec 9>"$cache/.lock"
-if command -v flock >/dev/null 2>&1 && ! flock -n 9; then
-  say "FAILED: another check-stacks run holds $cache (wait for it, or set HVDSHIM_STACKS_CACHE)"
+if command -v flock >/dev/null 2>&1 && ! flock -w 3600 9; then
+  say "FAILED: another check-stacks run held $cache for an hour (or set HVDSHIM_STACKS_CACHE)"
   fail=1
   total
 fi
@@ -104,6 +112,7 @@ for name in $stacks; do
   fi
   case " $mounted " in *" $root "*) ;; *) mounted="$mounted $root" ;; esac
   t1=$(date +%s)
+  [ $prepare = 1 ] && { say "$name: chroot ready in $((t1 - t0)) s"; continue; }
   versions=$(stack_versions "$root" "${mpi%%:*}" "${mpi#*:}")
   dir=/root/hvdshim-$name
   copy_sources "$root$dir" || { say "$name ($versions) FAILED: could not copy the sources"; fail=$((fail + 1)); continue; }
