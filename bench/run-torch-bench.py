@@ -10,6 +10,9 @@ For each model (cnn, mlp), alternating runs of:
   plain  python bench/torch_train.py
   shim2every  shim2 with HVDSHIM_ACCUMULATE=off (with --accumulate K: the
               reduction at every backward, against shim2's once per step)
+  limit2 the physical limit: 2 independent plain processes started together,
+              one pinned to each core (taskset), their samples/s summed
+              (limit3, limit4: more processes, round robin over the cores)
   KIND@NAME=VALUE  KIND with HVDSHIM_NAME=VALUE (several joined by +), e.g.
               shim2@BUCKET=0: two settings compared in the same run
 Throughput is global samples/s (ranks x per-rank samples/s, same per-rank
@@ -33,7 +36,7 @@ ap.add_argument("--lib", default=os.path.join(os.environ.get("top_builddir", top
 ap.add_argument("--models", default="cnn,mlp,small")
 ap.add_argument("--batch", type=int, default=64, help="batch per rank (the small CNN is usually run with 32)")
 ap.add_argument("--kinds", default="shim2,ddp2,shim1,plain",
-                help="which of shim2,ddp2,shim1,plain,shim2every to run")
+                help="which of shim2,ddp2,shim1,plain,shim2every,limit2 (shimN, ddpN, limitN for other N) to run")
 ap.add_argument("--accumulate", type=int, default=1, metavar="K", help="K backward passes per optimizer step")
 args = ap.parse_args()
 
@@ -42,6 +45,22 @@ mpirun = ["mpirun", "--oversubscribe", "-x", "OMP_NUM_THREADS"]
 for var in sorted(v for v in env if v.startswith("HVDSHIM_")):  # settings being compared
     mpirun += ["-x", var]
 script = os.path.join(here, "torch_train.py")
+
+
+def limit(n, cmd, e):
+    """n copies of the plain script at once, one per core: what n ranks could
+    at best do with no communication at all (samples/s summed)."""
+    cores = sorted(os.sched_getaffinity(0))
+    procs = [subprocess.Popen(["taskset", "-c", str(cores[i % len(cores)])] + cmd, env=e, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(n)]
+    total = 0.0
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        m = re.search(r"samples/s ([\d.]+)", out)
+        if p.returncode or not m:
+            sys.exit("limit%d failed (exit %d):\n%s%s" % (n, p.returncode, out, err))
+        total += float(m.group(1))
+    return total
 
 
 def run(kind, model):
@@ -56,6 +75,8 @@ def run(kind, model):
         extra_x += ["-x", "HVDSHIM_" + name]
     if kind.endswith("every"):
         kind, e["HVDSHIM_ACCUMULATE"] = kind[:-len("every")], "off"
+    if kind.startswith("limit"):
+        return limit(int(kind[5:]), common, e)
     with tempfile.TemporaryDirectory() as tmp:
         if kind == "plain":
             cmd, ranks = common, 1
@@ -94,5 +115,11 @@ for model in args.models.split(","):
         print("%s ratio %s / %s: %.3f" % (model, k.partition("@")[0], k, med[k.partition("@")[0]] / med[k]))
     if "shim2" in med and "shim2every" in med:
         print("%s ratio shim np=2 / shim np=2 reducing every backward: %.3f" % (model, med["shim2"] / med["shim2every"]))
+    for n in (2, 3, 4):
+        lim = med.get("limit%d" % n)
+        for k in ("shim%d" % n, "ddp%d" % n):
+            if lim and k in med:
+                print("%s ratio %s / the limit (%d plain processes, one per core): %.3f%s" % (
+                    model, k, n, med[k] / lim, " (target >= 0.85)" if k == "shim%d" % n else ""))
     if "shim1" in med and "plain" in med:
         print("%s ratio shim np=1 / plain:    %.3f (target >= 0.99)" % (model, med["shim1"] / med["plain"]))

@@ -288,6 +288,7 @@ static void slow_path(hvd_engine *e, double now) {
 /* ------------------------------------------------------------------ the cycle */
 
 #define HVD_IDLE_CYCLE_S 0.1
+#define HVD_PEND_NAP_MIN_S 20e-6
 /* Longest sleep between polls of a control round: peers that are late are
  * usually computing, and every wake-up takes time from a training thread. */
 #define HVD_POLL_NAP_MAX_NS 320000L
@@ -470,9 +471,11 @@ static int cycle(hvd_engine *e) {
   e->tl_op = 0, e->tl_path = NULL, e->tl_handle = HVD_NO_HANDLE;
   pthread_mutex_unlock(&e->qmu);
   if (tl_op) cycle_timeline(e, tl_op, tl_path, tl_mark, tl_handle);
+  e->cycle_admitted = e->cycle_agreed = 0;
   for (hvd_req *n; q; q = n) {
     n = q->next;
     admit(e, q);
+    e->cycle_admitted++;
   }
   e->stats.cycles++;
   if (e->join_handle != HVD_NO_HANDLE && !e->joined_self && e->npending == 0) e->joined_self = 1;
@@ -551,6 +554,7 @@ static int cycle(hvd_engine *e) {
    * so what waited only for the new joiners is answered. */
   if ((flags & F_SLOW) || e->njoined != before) slow_path(e, now);
   size_t agreed = e->nexec; /* operations every rank runs in this cycle */
+  e->cycle_agreed = agreed;
   hvd_eng_execute(e);
   char gerr[512];
   if (e->dev_bk && e->dev_bk->check_async && e->dev_bk->check_async(gerr, sizeof gerr) != 0) HVD_FATAL("%s", gerr);
@@ -586,6 +590,21 @@ void *hvd_eng_main(void *engine) {
      * bounded idle period keeps stall reports and shutdown timely. */
     int idle = !e->joined_self && e->npending == 0 && e->nout == 0 && !(e->rank == 0 && hvd_coord_busy(&e->coord));
     double deadline = start + (idle && e->cycle_s < HVD_IDLE_CYCLE_S ? HVD_IDLE_CYCLE_S : e->cycle_s);
+    /* Work here waits for the peers: the next round starts now and waits
+     * in the control exchange itself, where a peer's submission (which
+     * wakes that peer into its round) completes it at once, instead of
+     * this rank sleeping out the cycle while the peer waits in the round
+     * for it (the tick that was on the critical path).  A round that
+     * admitted and agreed nothing backs off, 20 us doubling up to the
+     * cycle, so ranks whose pending work does not match do not spin. */
+    if (e->npending && !e->joined_self && !e->stop_requested) {
+      if (e->cycle_admitted || e->cycle_agreed) e->pend_nap = 0;
+      else e->pend_nap = e->pend_nap > 0 ? (e->pend_nap * 2 < e->cycle_s ? e->pend_nap * 2 : e->cycle_s) : HVD_PEND_NAP_MIN_S;
+      double t = hvd_eng_now() + e->pend_nap;
+      if (t < deadline) deadline = t;
+    } else {
+      e->pend_nap = 0;
+    }
     pthread_mutex_lock(&e->qmu);
     while (!(e->stop_requested && !e->stopped_self) && !e->qhead && e->join_asked == HVD_NO_HANDLE && !e->tl_op) { /* a stop or join request needs a cycle */
       double t = hvd_eng_now();

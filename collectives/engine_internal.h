@@ -165,6 +165,11 @@ struct hvd_engine {
   uint64_t win_steps, win_bytes;
   hvd_stats_t stats; /* written by the engine thread, read racily by hvd_get_stats */
   int stuck_cycles;   /* cycles in a row with every rank stuck and nothing run (deadlock detection) */
+  /* the last cycle: operations it admitted here and ones every rank agreed
+   * to; pend_nap: the wait before the next round while work here waits for
+   * the peers (0: at once; doubles after rounds that changed nothing) */
+  size_t cycle_admitted, cycle_agreed;
+  double pend_nap;
   double last_submit; /* atomic (__atomic_load/store): hvd_eng_now() of this rank's last accepted submission */
   uint64_t steps;    /* atomic: steps marked on this rank since the start (hvd_step_mark; autotune's clock) */
   /* published for hvd_engine_tuning (atomics: read by user threads) */
