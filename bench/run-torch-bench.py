@@ -10,6 +10,7 @@ For each model (cnn, mlp), alternating runs of:
   plain  python bench/torch_train.py
   shim2every  shim2 with HVDSHIM_ACCUMULATE=off (with --accumulate K: the
               reduction at every backward, against shim2's once per step)
+  before2     shim2 on another build (--lib-before): a change's before and after
   limit2 the physical limit: 2 independent plain processes started together,
               one pinned to each core (taskset), their samples/s summed
               (limit3, limit4: more processes, round robin over the cores)
@@ -33,6 +34,8 @@ ap.add_argument("--repeats", type=int, default=5)
 ap.add_argument("--steps", type=int, default=60)
 ap.add_argument("--python", default=os.environ.get("PYTHON", "/usr/bin/python3"))
 ap.add_argument("--lib", default=os.path.join(os.environ.get("top_builddir", top), ".libs", "libhvdshim.so"))
+ap.add_argument("--lib-before", metavar="LIB", help="another build's libhvdshim.so for the kinds beforeN (shimN on it): "
+                "a change's before and after in the same run")
 ap.add_argument("--models", default="cnn,mlp,small")
 ap.add_argument("--batch", type=int, default=64, help="batch per rank (the small CNN is usually run with 32)")
 ap.add_argument("--kinds", default="shim2,ddp2,shim1,plain",
@@ -80,9 +83,9 @@ def run(kind, model):
     with tempfile.TemporaryDirectory() as tmp:
         if kind == "plain":
             cmd, ranks = common, 1
-        elif kind.startswith("shim"):
-            ranks = int(kind[4:])
-            e["LD_PRELOAD"] = args.lib
+        elif kind.startswith("shim") or kind.startswith("before"):
+            ranks = int(kind[4:] if kind.startswith("shim") else kind[6:])
+            e["LD_PRELOAD"] = args.lib if kind.startswith("shim") else args.lib_before
             cmd = mpirun + ["-np", str(ranks), "-x", "LD_PRELOAD", "-x", "HVDSHIM_ACCUMULATE"] + extra_x + common
             e.setdefault("HVDSHIM_ACCUMULATE", "auto")
         else:
@@ -116,8 +119,10 @@ for model in args.models.split(","):
     if "shim2" in med and "shim2every" in med:
         print("%s ratio shim np=2 / shim np=2 reducing every backward: %.3f" % (model, med["shim2"] / med["shim2every"]))
     for n in (2, 3, 4):
+        if "shim%d" % n in med and "before%d" % n in med:
+            print("%s ratio shim np=%d / before np=%d: %.3f" % (model, n, n, med["shim%d" % n] / med["before%d" % n]))
         lim = med.get("limit%d" % n)
-        for k in ("shim%d" % n, "ddp%d" % n):
+        for k in ("shim%d" % n, "before%d" % n, "ddp%d" % n):
             if lim and k in med:
                 print("%s ratio %s / the limit (%d plain processes, one per core): %.3f%s" % (
                     model, k, n, med[k] / lim, " (target >= 0.85)" if k == "shim%d" % n else ""))
