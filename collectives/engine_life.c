@@ -277,43 +277,6 @@ undo:
   return st;
 }
 
-/* After ranks died (HVDSHIM_ELASTIC), Open MPI 6's MPI_Finalize sometimes
- * never returns (its survivors spin in it, about 1 run in 10 here): the
- * work is done and written, so a survivor still in it after this long
- * leaves with the status it was ending with. */
-#define HVD_FINALIZE_DEADLINE_S 10
-static void *finalize_deadline(void *arg) {
-  pthread_setname_np(pthread_self(), "hvd-finalize");
-  struct timespec ts = {HVD_FINALIZE_DEADLINE_S, 0};
-  nanosleep(&ts, NULL);
-  int code = (int)(intptr_t)arg;
-  HVD_WARN("MPI_Finalize has not returned %d s after the job went on without the ranks that died (the MPI's "
-           "fault tolerance): leaving with status %d", HVD_FINALIZE_DEADLINE_S, code);
-  if (end_process) end_process(code);
-  syscall(SYS_exit_group, code);
-  return NULL;
-}
-
-static void finalize_bounded(int code) {
-  pthread_t t;
-  if (pthread_create(&t, NULL, finalize_deadline, (void *)(intptr_t)code) == 0) pthread_detach(t);
-  PMPI_Finalize(); /* not MPI_Finalize: that is our hook */
-}
-
-/* Every survivor of a death comes here together when too few are left
- * (the shrink agreed on who they are): not MPI_Abort, which Open MPI 5's
- * launcher under ULFM sometimes answers with status 0 or a crash of its
- * own, but a finalize of every survivor and a non-zero status, which the
- * launcher reports as it does any rank's. */
-_Noreturn void hvd_eng_end_survivors(hvd_engine *e, int code) {
-  hvd_timeline_close();
-  hvd_metrics_close();
-  if (e->mpi_owned) finalize_bounded(code);
-  if (end_process) end_process(code);
-  syscall(SYS_exit_group, code);
-  __builtin_unreachable();
-}
-
 void hvd_eng_stop(hvd_engine *e) {
   pthread_mutex_lock(&e->life_mu);
   if (!e->started) {
@@ -338,7 +301,7 @@ void hvd_eng_stop(hvd_engine *e) {
   hvd_eng_members_close(e, !down);
   free_state(e);
   hvd_mpi_backend_fini();
-  if (e->mpi_owned && !down && e->elastic && e->rebuilds) finalize_bounded(0);
+  if (e->mpi_owned && !down && e->elastic && e->rebuilds) hvd_eng_finalize_bounded(e, 0);
   else if (e->mpi_owned && !down) PMPI_Finalize(); /* not MPI_Finalize: that is our hook */
   e->mpi_owned = 0;
   pthread_mutex_unlock(&e->life_mu);

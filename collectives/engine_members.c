@@ -4,19 +4,27 @@
  * watchdog).  Made at start (hvd_eng_members_take, then _open), freed at
  * stop, and rebuilt for a new set of ranks by hvd_eng_rebuild: the path a
  * job that loses or gains ranks takes (the engine thread, at a cycle
- * boundary, on every rank of the new communicator in the same cycle). */
+ * boundary, on every rank of the new communicator in the same cycle), and
+ * how the survivors of a death end the job together (a bounded finalize). */
+#define _GNU_SOURCE /* pthread_setname_np */
 #include <mpi.h>
 #if defined(OPEN_MPI) && OPEN_MPI
 #include <mpi-ext.h> /* ULFM (ftmpi), where this Open MPI has it */
 #endif
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "../base/config.h"
 #include "../base/log.h"
 #include "engine_internal.h"
 #include "liveness.h"
+#include "metrics.h"
 #include "shm.h"
 #include "timeline.h"
 
@@ -120,6 +128,46 @@ int hvd_eng_rebuild(hvd_engine *e, MPI_Comm comm, const char *why, char *err, si
   HVD_INFO("the job goes on over %d rank(s) (was %d; this rank was %d, is %d): %s", e->size, old_size, old_rank,
            e->rank, why);
   return 0;
+}
+
+/* After ranks died (HVDSHIM_ELASTIC), Open MPI 6's MPI_Finalize sometimes
+ * never returns (its survivors spin in it, about 1 run in 10 here): the
+ * work is done and written, so a survivor still in it after this long
+ * leaves with the status it was ending with. */
+#define HVD_FINALIZE_DEADLINE_S 10
+static void (*finalize_end)(int code); /* the host's end_process, for the deadline thread */
+
+static void *finalize_deadline(void *arg) {
+  pthread_setname_np(pthread_self(), "hvd-finalize");
+  struct timespec ts = {HVD_FINALIZE_DEADLINE_S, 0};
+  nanosleep(&ts, NULL);
+  int code = (int)(intptr_t)arg;
+  HVD_WARN("MPI_Finalize has not returned %d s after the job went on without the ranks that died (the MPI's "
+           "fault tolerance): leaving with status %d", HVD_FINALIZE_DEADLINE_S, code);
+  if (finalize_end) finalize_end(code);
+  syscall(SYS_exit_group, code);
+  return NULL;
+}
+
+void hvd_eng_finalize_bounded(hvd_engine *e, int code) {
+  finalize_end = e->host.end_process;
+  pthread_t t;
+  if (pthread_create(&t, NULL, finalize_deadline, (void *)(intptr_t)code) == 0) pthread_detach(t);
+  PMPI_Finalize(); /* not MPI_Finalize: that is our hook */
+}
+
+/* Every survivor of a death comes here together when too few are left
+ * (the shrink agreed on who they are): not MPI_Abort, which Open MPI 5's
+ * launcher under ULFM sometimes answers with status 0 or a crash of its
+ * own, but a finalize of every survivor and a non-zero status, which the
+ * launcher reports as it does any rank's. */
+_Noreturn void hvd_eng_end_survivors(hvd_engine *e, int code) {
+  hvd_timeline_close();
+  hvd_metrics_close();
+  if (e->mpi_owned) hvd_eng_finalize_bounded(e, code);
+  if (e->host.end_process) e->host.end_process(code);
+  syscall(SYS_exit_group, code);
+  __builtin_unreachable();
 }
 
 #if defined(OMPI_HAVE_MPI_EXT_FTMPI) && OMPI_HAVE_MPI_EXT_FTMPI
