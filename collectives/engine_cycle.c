@@ -483,7 +483,7 @@ static int cycle(hvd_engine *e) {
     if (e->npending) {
       HVD_WARN("joining with %zu operation(s) in flight: peers did not submit them within "
                "HVDSHIM_SHUTDOWN_TIMEOUT_SECONDS=%g", e->npending, e->shutdown_timeout);
-      hvd_eng_fail_pending(e, "this rank finished (hvd_shutdown or exit) before every rank submitted it");
+      hvd_eng_fail_pending(e, HVD_ERR_SHUTDOWN, "this rank finished (hvd_shutdown or exit) before every rank submitted it");
     }
     e->joined_self = e->stopped_self = 1;
   }

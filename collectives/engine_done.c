@@ -98,7 +98,7 @@ static void collect(const char *key, void *value, void *ctx) {
   l->v[l->n++] = value;
 }
 
-void hvd_eng_fail_pending(hvd_engine *e, const char *why) {
+void hvd_eng_fail_pending(hvd_engine *e, hvd_status_t st, const char *why) {
   char msg[HVD_NAME_MAX + 600];
   for (int b = 0; b < e->cache.cap; b++) e->cache.e[b].pending = NULL;
   e->nout = 0;
@@ -107,7 +107,7 @@ void hvd_eng_fail_pending(hvd_engine *e, const char *why) {
   hvd_strmap_each(e->pending, collect, &l);
   for (size_t i = 0; i < l.n; i++) {
     snprintf(msg, sizeof msg, "%s '%s' cannot complete: %s", hvd_kind_name(l.v[i]->sig.kind), l.v[i]->name, why);
-    hvd_eng_finish(e, l.v[i], HVD_ERR_SHUTDOWN, msg, NULL, 0);
+    hvd_eng_finish(e, l.v[i], st, msg, NULL, 0);
   }
   free(l.v);
 }
@@ -126,7 +126,7 @@ void hvd_eng_fail_everything(hvd_engine *e, const char *why) {
     hvd_handles_complete(q->handle, HVD_ERR_SHUTDOWN, msg, NULL, 0);
     hvd_eng_req_free(q);
   }
-  hvd_eng_fail_pending(e, why);
+  hvd_eng_fail_pending(e, HVD_ERR_SHUTDOWN, why);
 }
 
 int hvd_eng_injected(int step) { return hvd_cfg_int(HVD_CFG_TEST_FAIL_START) == step; }

@@ -216,8 +216,9 @@ void hvd_eng_req_free(hvd_req *r);
 void hvd_eng_finish(hvd_engine *e, hvd_req *r, hvd_status_t st, const char *msg, void *gathered, size_t rows);
 /* A GPU operation done on the engine stream: the handle carries the event. */
 void hvd_eng_finish_gpu(hvd_engine *e, hvd_req *r, hvd_gpu_event *done);
-/* Fails everything admitted on this rank (pending, cached or in the outbox). */
-void hvd_eng_fail_pending(hvd_engine *e, const char *why);
+/* Fails everything admitted on this rank (pending, cached or in the outbox)
+ * with st: HVD_ERR_SHUTDOWN, or HVD_ERR_MEMBERSHIP when the ranks changed. */
+void hvd_eng_fail_pending(hvd_engine *e, hvd_status_t st, const char *why);
 /* Ends the engine's service: later submissions fail with `why`, and so does
  * everything queued or pending. */
 void hvd_eng_fail_everything(hvd_engine *e, const char *why);

@@ -115,7 +115,7 @@ int hvd_eng_rebuild(hvd_engine *e, MPI_Comm comm, const char *why, char *err, si
   int old_rank = e->rank, old_size = e->size;
   /* what is in flight here was agreed (or not) among the old ranks: it
    * fails, and the program submits again over the new ones */
-  hvd_eng_fail_pending(e, why);
+  hvd_eng_fail_pending(e, HVD_ERR_MEMBERSHIP, why);
   hvd_liveness_stop();
   hvd_shm_stop(1);
   hvd_psets_retire(e, 1);

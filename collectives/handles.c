@@ -329,6 +329,6 @@ void hvd_handles_reset(void) {
 
 const char *hvd_status_name(hvd_status_t st) {
   static const char *names[] = {"ok", "invalid argument", "mismatch across ranks", "shut down", "timeout",
-                                "not initialized", "internal error"};
+                                "not initialized", "internal error", "the ranks changed"};
   return (unsigned)st < sizeof names / sizeof *names ? names[st] : "unknown status";
 }

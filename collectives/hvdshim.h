@@ -42,7 +42,9 @@ typedef enum {
   HVD_ERR_SHUTDOWN = 3,  /* this rank or a peer has shut down; the operation cannot complete */
   HVD_ERR_TIMEOUT = 4,   /* hvd_wait: not complete within the timeout (handle still valid) */
   HVD_ERR_NOT_INIT = 5,  /* hvd_init() not called or failed */
-  HVD_ERR_INTERNAL = 6   /* MPI or system failure */
+  HVD_ERR_INTERNAL = 6,  /* MPI or system failure */
+  HVD_ERR_MEMBERSHIP = 7 /* the ranks changed under it (a rank died, HVDSHIM_ELASTIC): not done; the job goes on
+                            over the ranks left, so submit it again there */
 } hvd_status_t;
 
 typedef enum {

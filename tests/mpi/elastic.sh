@@ -48,3 +48,29 @@ for k in 1 2 3; do
   ! grep -q "called _exit\|MPI_ABORT was invoked" "$TMP/out" || { cat "$TMP/out"; fail "below HVDSHIM_ELASTIC_MIN_NP: a second cause named"; }
 done
 pass "below HVDSHIM_ELASTIC_MIN_NP: the job ends with status $rc and one line per survivor, 3 runs"
+
+# A PyTorch script does not survive a death yet (the adapter's step in
+# flight, loaders and files): the job ends non-zero, bounded, and each
+# survivor says why in one line.
+PYTHON=${PYTHON:-/usr/bin/python3}
+if "$PYTHON" -c 'import torch' 2>/dev/null; then
+  cat >"$TMP/die.py" <<'PY'
+import os, signal, torch
+torch.manual_seed(0)
+m = torch.nn.Linear(10, 1)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for step in range(40):
+    if os.environ.get("OMPI_COMM_WORLD_RANK") == "1" and step == 10:
+        os.kill(os.getpid(), signal.SIGKILL)
+    opt.zero_grad()
+    m(torch.randn(8, 10)).pow(2).mean().backward()
+    opt.step()
+PY
+  rc=0
+  T=60 LD_PRELOAD="$LIB" mpi 3 --with-ft ulfm -x LD_PRELOAD -x OMP_NUM_THREADS=1 -x HVDSHIM_ELASTIC=1 "$PYTHON" "$TMP/die.py" \
+    >"$TMP/out" 2>&1 || rc=$?
+  [ $rc = 0 ] || [ $rc = 124 ] || [ $rc = 137 ] && { cat "$TMP/out"; fail "PyTorch script, rank 1 killed: status $rc, expected a failure within 60 s"; }
+  grep -q "rank(s) 1 died (.*) while .*; a PyTorch script cannot go on without them yet" "$TMP/out" ||
+    { cat "$TMP/out"; fail "PyTorch script, rank 1 killed: no line saying the script cannot go on"; }
+  pass "a PyTorch script whose rank 1 is killed: the job ends with status $rc and a line naming the death (not survived yet)"
+fi

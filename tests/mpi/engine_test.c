@@ -509,7 +509,7 @@ static void run_survive(int dying, int at, int after) {
     hvd_status_t st = hvd_allreduce_async(name, &v, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h);
     if (st == HVD_OK) st = hvd_wait(h, 60);
     if (st != HVD_OK) {
-      if (!shrunk && strstr(hvd_last_error(), "died")) { /* in flight at the death */
+      if (!shrunk && st == HVD_ERR_MEMBERSHIP && strstr(hvd_last_error(), "died")) { /* in flight at the death */
         retried++;
         continue;
       }
@@ -1071,7 +1071,7 @@ static void run_leave(int leaving, int after) {
         printf("engine_test[%d]: left the job after %d operations\n", first, i);
         return;
       }
-      if (first != leaving && !shrunk && strstr(why, "left the job")) { /* in flight at the change */
+      if (first != leaving && !shrunk && st == HVD_ERR_MEMBERSHIP && strstr(why, "left the job")) { /* in flight at the change */
         retried++;
         continue;
       }

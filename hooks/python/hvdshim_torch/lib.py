@@ -111,6 +111,18 @@ def _check(status, what):
         raise HvdShimError("hvdshim: %s failed: %s" % (what, detail or "status %d" % status))
 
 
+_HVD_ERR_MEMBERSHIP = 7  # hvdshim.h
+
+
+def _died(what):
+    """The engine's line for an operation the ranks' change failed, cut to
+    what happened: "rank(s) 1 died (...) while averaging ..."."""
+    err = (_lib.hvd_last_error() or b"").decode("utf-8", "replace")
+    cause = err.split("cannot complete: ", 1)[-1]
+    cause = cause.split("; the job goes on")[0]
+    return "%s while %s" % (cause, what)
+
+
 class _Pending:
     """Operations in flight, waited for together."""
 
@@ -128,7 +140,12 @@ class _Pending:
             return
         handles = (ctypes.c_int64 * len(items))(*[h for h, _w, _k, _d in items])
         failed = ctypes.c_size_t(0)
-        if _lib.hvd_wait_all(handles, len(items), ctypes.byref(failed)) != 0:
+        st = _lib.hvd_wait_all(handles, len(items), ctypes.byref(failed))
+        if st == _HVD_ERR_MEMBERSHIP:  # a rank died (HVDSHIM_ELASTIC): the engine went on, this script cannot
+            raise HvdShimError("hvdshim: %s; a PyTorch script cannot go on without them yet (HVDSHIM_ELASTIC "
+                               "survives a death in programs on the C API only): ending the job"
+                               % _died(items[failed.value][1]))
+        if st != 0:
             raise HvdShimError("hvdshim: %s: %s" % (items[failed.value][1],
                                                     (_lib.hvd_last_error() or b"").decode("utf-8", "replace")))
         for _h, _what, _keep, on_done in items:
