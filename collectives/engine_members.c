@@ -44,7 +44,7 @@ void hvd_eng_members_take(hvd_engine *e, MPI_Comm comm) {
   hvd_log_set_rank(e->rank);
 }
 
-static void free_sized(hvd_engine *e) {
+static void free_by_size(hvd_engine *e) {
   hvd_cache_free(&e->cache);
   hvd_coord_free(&e->coord);
   free(e->vec);
@@ -67,7 +67,7 @@ int hvd_eng_members_open(hvd_engine *e, char *err, size_t errlen) {
   e->joined_self = e->stopped_self = 0;
   e->last_joined = -1;
   e->njoined = 0;
-  done = STATE; /* free_sized copes with any part missing */
+  done = STATE; /* free_by_size copes with any part missing */
   int cache_rc = hvd_cache_init(&e->cache, e->cache_cap);
   int coord_rc = hvd_coord_init(&e->coord, e->size, e->joined, &e->njoined, e->stall_warn, e->stall_shutdown,
                                 is_cached, e);
@@ -97,7 +97,7 @@ undo:
   if (done >= SHM) hvd_shm_stop(1);
   if (done >= STATE) {
     hvd_psets_free(e, 1);
-    free_sized(e);
+    free_by_size(e);
   }
   return -1;
 }
@@ -106,7 +106,7 @@ void hvd_eng_members_close(hvd_engine *e, int mpi_up) {
   hvd_liveness_stop();
   hvd_shm_stop(mpi_up);
   hvd_psets_free(e, mpi_up);
-  free_sized(e);
+  free_by_size(e);
   if (mpi_up && e->comm != MPI_COMM_NULL) MPI_Comm_free(&e->comm);
   e->comm = MPI_COMM_NULL;
 }
@@ -119,7 +119,7 @@ int hvd_eng_rebuild(hvd_engine *e, MPI_Comm comm, const char *why, char *err, si
   hvd_liveness_stop();
   hvd_shm_stop(1);
   hvd_psets_retire(e, 1);
-  free_sized(e);
+  free_by_size(e);
   MPI_Comm_free(&e->comm);
   hvd_eng_members_take(e, comm);
   if (hvd_eng_members_open(e, err, errlen) != 0) return -1;
@@ -210,7 +210,7 @@ void hvd_eng_recover(hvd_engine *e) {
     MPI_Comm_free(&rest);
     hvd_eng_end_survivors(e, 1);
   }
-  char msg[700];
+  char msg[1024];
   snprintf(msg, sizeof msg, "rank(s) %s died (%s); the job goes on over %d rank(s)", dead, why, n);
   HVD_WARN("%s", msg);
   e->nexec = 0; /* what was agreed in the failed cycle: pending still, failed below */
