@@ -483,7 +483,8 @@ static int cycle(hvd_engine *e) {
     if (e->npending) {
       HVD_WARN("joining with %zu operation(s) in flight: peers did not submit them within "
                "HVDSHIM_SHUTDOWN_TIMEOUT_SECONDS=%g", e->npending, e->shutdown_timeout);
-      hvd_eng_fail_pending(e, HVD_ERR_SHUTDOWN, "this rank finished (hvd_shutdown or exit) before every rank submitted it");
+      hvd_eng_fail_pending(e, HVD_ERR_SHUTDOWN,
+                           "this rank finished (hvd_shutdown or exit) before every rank submitted it");
     }
     e->joined_self = e->stopped_self = 1;
   }
@@ -599,7 +600,7 @@ void *hvd_eng_main(void *engine) {
      * cycle, so ranks whose pending work does not match do not spin. */
     if (e->npending && !e->joined_self && !e->stop_requested) {
       if (e->cycle_admitted || e->cycle_agreed) e->pend_nap = 0;
-      else e->pend_nap = e->pend_nap > 0 ? (e->pend_nap * 2 < e->cycle_s ? e->pend_nap * 2 : e->cycle_s) : HVD_PEND_NAP_MIN_S;
+      else e->pend_nap = e->pend_nap > 0 ? fmin(2 * e->pend_nap, e->cycle_s) : HVD_PEND_NAP_MIN_S;
       double t = hvd_eng_now() + e->pend_nap;
       if (t < deadline) deadline = t;
     } else {

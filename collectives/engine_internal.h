@@ -271,6 +271,10 @@ _Noreturn void hvd_eng_end_survivors(hvd_engine *e, int code);
 /* PMPI_Finalize, and a deadline (10 s) after which the process ends with
  * code anyway (after ranks died, Open MPI's finalize may never return). */
 void hvd_eng_finalize_bounded(hvd_engine *e, int code);
+/* A detached thread: in 10 s, warn (unless NULL), then end(code) (unless
+ * NULL) and the process with code; for ways out that may never return
+ * (MPI_Abort, a finalize after deaths). */
+void hvd_eng_end_later(void (*end)(int code), int code, const char *warn);
 /* This build's MPI can survive a peer's death (ULFM). */
 int hvd_eng_can_recover(void);
 

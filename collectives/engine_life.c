@@ -32,22 +32,11 @@
  * path: the log's abort hook takes no engine, and there is one process. */
 static void (*end_process)(int code);
 
-static void *abort_deadline(void *arg) {
-  pthread_setname_np(pthread_self(), "hvd-abort");
-  struct timespec ts = {10, 0};
-  nanosleep(&ts, NULL);
-  /* MPI_Abort did not end us: leave anyway */
-  if (end_process) end_process((int)(intptr_t)arg);
-  syscall(SYS_exit_group, (int)(intptr_t)arg);
-  return NULL;
-}
-
 static void abort_job(int code) {
   int up = 0, down = 0;
   MPI_Initialized(&up);
   MPI_Finalized(&down);
-  pthread_t t;
-  if (pthread_create(&t, NULL, abort_deadline, (void *)(intptr_t)code) == 0) pthread_detach(t);
+  hvd_eng_end_later(end_process, code, NULL); /* MPI_Abort did not end us: leave anyway */
   if (up && !down) MPI_Abort(MPI_COMM_WORLD, code);
 }
 

@@ -134,25 +134,37 @@ int hvd_eng_rebuild(hvd_engine *e, MPI_Comm comm, const char *why, char *err, si
  * never returns (its survivors spin in it, about 1 run in 10 here): the
  * work is done and written, so a survivor still in it after this long
  * leaves with the status it was ending with. */
-#define HVD_FINALIZE_DEADLINE_S 10
-static void (*finalize_end)(int code); /* the host's end_process, for the deadline thread */
+#define HVD_END_LATER_S 10
+typedef struct {
+  void (*end)(int code);
+  int code;
+  const char *warn;
+} end_later;
 
-static void *finalize_deadline(void *arg) {
-  pthread_setname_np(pthread_self(), "hvd-finalize");
-  struct timespec ts = {HVD_FINALIZE_DEADLINE_S, 0};
+static void *end_later_main(void *arg) {
+  end_later a = *(end_later *)arg;
+  free(arg);
+  pthread_setname_np(pthread_self(), "hvd-end-later");
+  struct timespec ts = {HVD_END_LATER_S, 0};
   nanosleep(&ts, NULL);
-  int code = (int)(intptr_t)arg;
-  HVD_WARN("MPI_Finalize has not returned %d s after the job went on without the ranks that died (the MPI's "
-           "fault tolerance): leaving with status %d", HVD_FINALIZE_DEADLINE_S, code);
-  if (finalize_end) finalize_end(code);
-  syscall(SYS_exit_group, code);
+  if (a.warn) HVD_WARN("%s %d s on: leaving with status %d", a.warn, HVD_END_LATER_S, a.code);
+  if (a.end) a.end(a.code);
+  syscall(SYS_exit_group, a.code);
   return NULL;
 }
 
-void hvd_eng_finalize_bounded(hvd_engine *e, int code) {
-  finalize_end = e->host.end_process;
+void hvd_eng_end_later(void (*end)(int code), int code, const char *warn) {
+  end_later *a = malloc(sizeof *a);
+  if (!a) return;
+  *a = (end_later){end, code, warn};
   pthread_t t;
-  if (pthread_create(&t, NULL, finalize_deadline, (void *)(intptr_t)code) == 0) pthread_detach(t);
+  if (pthread_create(&t, NULL, end_later_main, a) == 0) pthread_detach(t);
+  else free(a);
+}
+
+void hvd_eng_finalize_bounded(hvd_engine *e, int code) {
+  hvd_eng_end_later(e->host.end_process, code, "MPI_Finalize has not returned after the job went on without the "
+                                               "ranks that died (the MPI's fault tolerance):");
   PMPI_Finalize(); /* not MPI_Finalize: that is our hook */
 }
 
