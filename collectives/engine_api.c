@@ -95,6 +95,24 @@ void hvd_next_shape(const int64_t *dims, int ndims) {
 
 void hvd_next_process_set(int id) { next_set = id; }
 
+void hvd_elastic_follow(void) {
+  pthread_mutex_lock(&e->qmu);
+  e->follow = 1;
+  pthread_mutex_unlock(&e->qmu);
+}
+
+int hvd_elastic_ack(int *rank, int *size, int *rank0_lost, char *what, size_t len) {
+  pthread_mutex_lock(&e->qmu);
+  int changes = (int)(e->rebuilds - e->acked);
+  e->acked = e->rebuilds;
+  if (rank) *rank = e->rebuilds ? e->ack_rank : e->rank;
+  if (size) *size = e->rebuilds ? e->ack_size : e->size;
+  if (rank0_lost) *rank0_lost = e->rank0_lost;
+  if (what && len) snprintf(what, len, "%s", e->change_msg);
+  pthread_mutex_unlock(&e->qmu);
+  return changes;
+}
+
 /* With qmu held: HVD_OK (still held) when the engine takes work; else qmu
  * is released and the status returned with the reason, after `what`. */
 static hvd_status_t refuse_if_closed(const char *what) {
@@ -165,6 +183,14 @@ static hvd_status_t submit_ex(const char *name, hvd_sig *sig, void *buf, const v
   if (closed != HVD_OK) {
     hvd_eng_req_free(r);
     return closed;
+  }
+  if (e->follow && e->acked != e->rebuilds) { /* hvd_elastic_follow */
+    char why[sizeof e->change_msg];
+    snprintf(why, sizeof why, "%s", e->change_msg);
+    pthread_mutex_unlock(&e->qmu);
+    hvd_eng_req_free(r);
+    return reject(HVD_ERR_MEMBERSHIP, "%s cannot complete: %s; the job goes on (this rank has not taken the change in "
+                  "yet: hvd_elastic_ack)", what, why);
   }
   if (sig->kind == HVD_KIND_BROADCAST && (sig->root < HVD_ROOT_FIRST_ACTIVE || sig->root >= e->size)) {
     pthread_mutex_unlock(&e->qmu);

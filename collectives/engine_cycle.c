@@ -512,6 +512,10 @@ static int cycle(hvd_engine *e) {
   }
   hvd_liveness_busy(1);
   control_allreduce(e, v);
+  if (e->elastic) { /* every rank got through the last cycle: its completions are the job's */
+    e->released = e->rounds_ok++;
+    hvd_handles_publish_held(HVD_OK, NULL);
+  }
   if (e->autotune) apply_tuning(e, v[e->tw], v[e->tw + 1]);
   hvd_liveness_tick();
   flags = ~v[0];
@@ -589,7 +593,9 @@ void *hvd_eng_main(void *engine) {
      * every cycle.  Peers with work wait in their round until this rank
      * submits too (its submission wakes it), which they would anyway; the
      * bounded idle period keeps stall reports and shutdown timely. */
-    int idle = !e->joined_self && e->npending == 0 && e->nout == 0 && !(e->rank == 0 && hvd_coord_busy(&e->coord));
+    int held = e->elastic && hvd_handles_held(); /* published by the next round */
+    int idle = !e->joined_self && e->npending == 0 && !held && e->nout == 0 &&
+               !(e->rank == 0 && hvd_coord_busy(&e->coord));
     double deadline = start + (idle && e->cycle_s < HVD_IDLE_CYCLE_S ? HVD_IDLE_CYCLE_S : e->cycle_s);
     /* Work here waits for the peers: the next round starts now and waits
      * in the control exchange itself, where a peer's submission (which
@@ -598,7 +604,7 @@ void *hvd_eng_main(void *engine) {
      * for it (the tick that was on the critical path).  A round that
      * admitted and agreed nothing backs off, 20 us doubling up to the
      * cycle, so ranks whose pending work does not match do not spin. */
-    if (e->npending && !e->joined_self && !e->stop_requested) {
+    if ((e->npending || held) && !e->joined_self && !e->stop_requested) {
       if (e->cycle_admitted || e->cycle_agreed) e->pend_nap = 0;
       else e->pend_nap = e->pend_nap > 0 ? fmin(2 * e->pend_nap, e->cycle_s) : HVD_PEND_NAP_MIN_S;
       double t = hvd_eng_now() + e->pend_nap;
@@ -618,6 +624,10 @@ void *hvd_eng_main(void *engine) {
       pthread_cond_timedwait(&e->qcv, &e->qmu, &ts);
     }
     pthread_mutex_unlock(&e->qmu);
+  }
+  if (e->elastic) { /* every rank leaves in the same cycle */
+    hvd_handles_hold(0);
+    hvd_handles_publish_held(HVD_OK, NULL);
   }
   hvd_liveness_busy(1); /* every rank is here in the same cycle: NCCL's teardown is bounded by the watchdog */
   hvd_gpu_engine_stop(e->dev_bk);

@@ -112,20 +112,30 @@ void hvd_eng_fail_pending(hvd_engine *e, hvd_status_t st, const char *why) {
   free(l.v);
 }
 
-void hvd_eng_fail_everything(hvd_engine *e, const char *why) {
-  pthread_mutex_lock(&e->qmu);
-  e->accepting = 0;
-  snprintf(e->closed_msg, sizeof e->closed_msg, "%s", why);
+hvd_req *hvd_eng_take_queue_locked(hvd_engine *e) {
   hvd_req *q = e->qhead;
   e->qhead = e->qtail = NULL;
-  pthread_mutex_unlock(&e->qmu);
+  e->qbytes = 0;
+  return q;
+}
+
+void hvd_eng_fail_list(hvd_req *q, hvd_status_t st, const char *why) {
   char msg[HVD_NAME_MAX + 600];
   for (hvd_req *n; q; q = n) {
     n = q->next;
     snprintf(msg, sizeof msg, "%s '%s' cannot complete: %s", hvd_kind_name(q->sig.kind), q->name, why);
-    hvd_handles_complete(q->handle, HVD_ERR_SHUTDOWN, msg, NULL, 0);
+    hvd_handles_complete(q->handle, st, msg, NULL, 0);
     hvd_eng_req_free(q);
   }
+}
+
+void hvd_eng_fail_everything(hvd_engine *e, const char *why) {
+  pthread_mutex_lock(&e->qmu);
+  e->accepting = 0;
+  snprintf(e->closed_msg, sizeof e->closed_msg, "%s", why);
+  hvd_req *q = hvd_eng_take_queue_locked(e);
+  pthread_mutex_unlock(&e->qmu);
+  hvd_eng_fail_list(q, HVD_ERR_SHUTDOWN, why);
   hvd_eng_fail_pending(e, HVD_ERR_SHUTDOWN, why);
 }
 

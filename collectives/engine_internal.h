@@ -185,6 +185,18 @@ struct hvd_engine {
    * point (recover_at, armed while a cycle runs), which shrinks the job */
   int elastic, elastic_min_np;
   int recover_armed;
+  /* elastic: completions are held until the next round succeeds (see
+   * hvd_handles_hold): rounds_ok counts this membership's successful
+   * rounds, released is the round whose completions were published last */
+  uint64_t rounds_ok, released;
+  /* hvd_elastic_follow: after a rebuild this rank's submissions fail with
+   * HVD_ERR_MEMBERSHIP until hvd_elastic_ack (acked: the rebuilds taken in;
+   * change_msg: the last change; rank0_lost: the first rank 0 died).
+   * Under qmu. */
+  int follow, rank0_lost;
+  int ack_rank, ack_size; /* this rank's place in the newest membership (set before anything fails) */
+  uint64_t acked;
+  char change_msg[600];
   jmp_buf recover_at;
   char recover_why[600];
   int leave_rank;       /* HVDSHIM_TEST_LEAVE=RANK@CYCLE: the rank that leaves (-1: none) */
@@ -219,6 +231,10 @@ void hvd_eng_finish_gpu(hvd_engine *e, hvd_req *r, hvd_gpu_event *done);
 /* Fails everything admitted on this rank (pending, cached or in the outbox)
  * with st: HVD_ERR_SHUTDOWN, or HVD_ERR_MEMBERSHIP when the ranks changed. */
 void hvd_eng_fail_pending(hvd_engine *e, hvd_status_t st, const char *why);
+/* With qmu held: what this rank queued and the engine thread has not
+ * taken yet, taken off the queue; then failed (without qmu) by fail_list. */
+hvd_req *hvd_eng_take_queue_locked(hvd_engine *e);
+void hvd_eng_fail_list(hvd_req *q, hvd_status_t st, const char *why);
 /* Ends the engine's service: later submissions fail with `why`, and so does
  * everything queued or pending. */
 void hvd_eng_fail_everything(hvd_engine *e, const char *why);

@@ -212,7 +212,11 @@ hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err
   e->tl_op = 0;
   e->mark_cycles = (int)hvd_cfg_int(HVD_CFG_TIMELINE_MARK_CYCLES);
   e->npending = 0;
-  e->rebuilds = 0;
+  e->rebuilds = e->acked = 0;
+  e->rounds_ok = e->released = 0;
+  e->follow = e->rank0_lost = 0;
+  e->change_msg[0] = 0;
+  hvd_handles_hold(e->elastic);
   e->t0 = hvd_eng_now();
   __atomic_store(&e->last_submit, &e->t0, __ATOMIC_RELAXED);
   memset(&e->stats, 0, sizeof e->stats);

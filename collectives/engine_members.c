@@ -23,6 +23,7 @@
 #include "../base/config.h"
 #include "../base/log.h"
 #include "engine_internal.h"
+#include "handles.h"
 #include "liveness.h"
 #include "metrics.h"
 #include "shm.h"
@@ -113,6 +114,20 @@ void hvd_eng_members_close(hvd_engine *e, int mpi_up) {
 
 int hvd_eng_rebuild(hvd_engine *e, MPI_Comm comm, const char *why, char *err, size_t errlen) {
   int old_rank = e->rank, old_size = e->size;
+  /* The change is counted before anything fails, so a program that sees a
+   * failure finds it (hvd_elastic_ack).  One that follows the change
+   * submits again once it has taken it in: from now until then it is
+   * refused, and what it had queued is not carried into the new ranks. */
+  int new_rank = 0, new_size = 0;
+  MPI_Comm_rank(comm, &new_rank);
+  MPI_Comm_size(comm, &new_size);
+  pthread_mutex_lock(&e->qmu);
+  e->rebuilds++;
+  e->ack_rank = new_rank, e->ack_size = new_size;
+  snprintf(e->change_msg, sizeof e->change_msg, "%s", why);
+  hvd_req *queued = e->follow ? hvd_eng_take_queue_locked(e) : NULL;
+  pthread_mutex_unlock(&e->qmu);
+  hvd_eng_fail_list(queued, HVD_ERR_MEMBERSHIP, why);
   /* what is in flight here was agreed (or not) among the old ranks: it
    * fails, and the program submits again over the new ones */
   hvd_eng_fail_pending(e, HVD_ERR_MEMBERSHIP, why);
@@ -123,7 +138,7 @@ int hvd_eng_rebuild(hvd_engine *e, MPI_Comm comm, const char *why, char *err, si
   MPI_Comm_free(&e->comm);
   hvd_eng_members_take(e, comm);
   if (hvd_eng_members_open(e, err, errlen) != 0) return -1;
-  e->rebuilds++;
+  e->rounds_ok = e->released = 0;
   if (hvd_timeline_enabled()) hvd_timeline_instant("MEMBERSHIP", hvd_eng_us(e, hvd_eng_now()));
   HVD_INFO("the job goes on over %d rank(s) (was %d; this rank was %d, is %d): %s", e->size, old_size, old_rank,
            e->rank, why);
@@ -191,9 +206,11 @@ void hvd_eng_recover(hvd_engine *e) {
   /* every survivor's next operation on the communicator fails, so all come
    * here; the shrink agrees on who is left */
   MPIX_Comm_revoke(e->comm);
+  hvd_handles_hold(0);
   MPI_Comm rest;
   int rc = MPIX_Comm_shrink(e->comm, &rest);
   if (rc != MPI_SUCCESS) HVD_FATAL("%s; shrinking the job to the ranks still alive failed (code %d)", why, rc);
+  MPI_Comm_set_errhandler(rest, MPI_ERRORS_RETURN);
   int n = 0;
   MPI_Comm_size(rest, &n);
   if (n == e->size) {
@@ -205,12 +222,14 @@ void hvd_eng_recover(hvd_engine *e) {
   MPI_Comm_group(e->comm, &old_g);
   MPI_Comm_group(rest, &new_g);
   int *olds = malloc(sizeof(int) * (size_t)e->size), *news = malloc(sizeof(int) * (size_t)e->size);
+  int lost0 = 0;
   uint8_t *alive = calloc((size_t)e->size, 1);
   if (!olds || !news || !alive) HVD_FATAL("out of memory (shrinking the job)");
   for (int i = 0; i < n; i++) news[i] = i;
   MPI_Group_translate_ranks(new_g, n, news, old_g, olds);
   for (int i = 0; i < n; i++)
     if (olds[i] >= 0 && olds[i] < e->size) alive[olds[i]] = 1;
+  lost0 = !alive[0];
   char dead[256];
   hvd_rank_list(alive, e->size, 0, dead, sizeof dead);
   MPI_Group_free(&old_g);
@@ -225,9 +244,25 @@ void hvd_eng_recover(hvd_engine *e) {
   char msg[1024];
   snprintf(msg, sizeof msg, "rank(s) %s died (%s); the job goes on over %d rank(s)", dead, why, n);
   HVD_WARN("%s", msg);
+  /* What completed here is held until the next round showed every rank got
+   * that far; a survivor published a cycle only if all ran it, so the
+   * survivors agree: held completions of a cycle some survivor published
+   * are results, the others fail (a peer failed inside that cycle). */
+  unsigned long long mine = e->released, top = 0;
+  rc = MPI_Allreduce(&mine, &top, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, rest);
+  if (rc != MPI_SUCCESS) HVD_FATAL("%s; another rank died while the survivors agreed on the operations done", msg);
+  int results = e->rounds_ok <= top; /* published after the rebuild has counted the change */
   e->nexec = 0; /* what was agreed in the failed cycle: pending still, failed below */
+  if (lost0) {
+    pthread_mutex_lock(&e->qmu);
+    e->rank0_lost = 1;
+    pthread_mutex_unlock(&e->qmu);
+  }
   char err[512];
   if (hvd_eng_rebuild(e, rest, msg, err, sizeof err) != 0) HVD_FATAL("after %s: %s", msg, err);
+  if (results) hvd_handles_publish_held(HVD_OK, NULL);
+  else hvd_handles_publish_held(HVD_ERR_MEMBERSHIP, msg);
+  hvd_handles_hold(1);
 }
 #else
 int hvd_eng_can_recover(void) { return 0; }

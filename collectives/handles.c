@@ -13,7 +13,8 @@
 #include <string.h>
 #include <time.h>
 
-enum { SLOT_FREE = 0, SLOT_PENDING = 1, SLOT_DONE = 2 };
+/* HELD: completed by the engine, not yet published (hvd_handles_hold) */
+enum { SLOT_FREE = 0, SLOT_PENDING = 1, SLOT_DONE = 2, SLOT_HELD = 3 };
 
 typedef struct {
   uint32_t gen;
@@ -34,6 +35,9 @@ static slot *slots;
 static uint32_t nslots, free_top, live;
 static uint32_t *free_list;
 static __thread char last_error[1024];
+static int holding;          /* completions are held (hvd_handles_hold) */
+static hvd_handle_t *held;   /* their handles, in completion order */
+static size_t nheld, capheld;
 
 void hvd_set_last_error(const char *fmt, ...) {
   va_list ap;
@@ -65,6 +69,18 @@ static void release_locked(slot *s) {
   s->gen++;
   free_list[free_top++] = (uint32_t)(s - slots);
   live--;
+}
+
+/* Under mu: h joins the held list (0: out of memory, so it is published now). */
+static int hold_locked(hvd_handle_t h) {
+  if (nheld == capheld) {
+    size_t n = capheld ? capheld * 2 : 64;
+    hvd_handle_t *p = realloc(held, n * sizeof *p);
+    if (!p) return 0;
+    held = p, capheld = n;
+  }
+  held[nheld++] = h;
+  return 1;
 }
 
 hvd_status_t hvd_handles_new(hvd_callback_t cb, void *cb_arg, void *stream, hvd_handle_t *out) {
@@ -112,6 +128,11 @@ void hvd_handles_complete(hvd_handle_t h, hvd_status_t st, const char *msg, void
   s->msg = msg && *msg ? strdup(msg) : NULL;
   s->gathered = gathered;
   s->rows = rows;
+  if (holding && hold_locked(h)) {
+    s->state = SLOT_HELD;
+    pthread_mutex_unlock(&mu);
+    return;
+  }
   s->state = SLOT_DONE;
   hvd_callback_t cb = s->cb;
   void *arg = s->cb_arg;
@@ -129,6 +150,34 @@ void hvd_handles_complete(hvd_handle_t h, hvd_status_t st, const char *msg, void
   pthread_mutex_unlock(&mu);
 }
 
+/* Callbacks of handles just marked done (not under mu), one at a time: the
+ * stream waits for a GPU result before its callback runs. */
+static void run_callbacks(const hvd_handle_t *hs, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    pthread_mutex_lock(&mu);
+    slot *s = lookup(hs[i]);
+    hvd_callback_t cb = s ? s->cb : NULL;
+    void *arg = s ? s->cb_arg : NULL;
+    hvd_status_t st = s ? s->status : HVD_OK;
+    hvd_gpu_event *sev = NULL;
+    void *stream = NULL;
+    if (cb) {
+      sev = s->ev, stream = s->stream;
+      s->ev = NULL;
+      if (st != HVD_OK && s->msg) hvd_set_last_error("%s", s->msg);
+    }
+    pthread_mutex_unlock(&mu);
+    if (!cb) continue;
+    if (st == HVD_OK) hvd_gpu_consume(sev, stream);
+    else hvd_gpu_event_put(sev);
+    cb(hs[i], st, arg);
+    pthread_mutex_lock(&mu);
+    s = lookup(hs[i]);
+    if (s) release_locked(s);
+    pthread_mutex_unlock(&mu);
+  }
+}
+
 void hvd_handles_complete_ok(const hvd_handle_t *hs, size_t n, hvd_gpu_event *ev) {
   size_t ncb = 0;
   pthread_mutex_lock(&mu);
@@ -136,36 +185,57 @@ void hvd_handles_complete_ok(const hvd_handle_t *hs, size_t n, hvd_gpu_event *ev
     slot *s = lookup(hs[i]);
     if (!s) continue;
     s->status = HVD_OK;
-    s->state = SLOT_DONE;
     if (ev) {
       hvd_gpu_event_hold(ev, 1);
       s->ev = ev;
     }
+    if (holding && hold_locked(hs[i])) {
+      s->state = SLOT_HELD;
+      continue;
+    }
+    s->state = SLOT_DONE;
     ncb += s->cb != NULL;
   }
   pthread_cond_broadcast(&cv);
   pthread_mutex_unlock(&mu);
-  if (!ncb) return;
-  for (size_t i = 0; i < n; i++) { /* rare: callbacks, one at a time */
-    pthread_mutex_lock(&mu);
+  if (ncb) run_callbacks(hs, n); /* rare */
+}
+
+void hvd_handles_hold(int on) {
+  pthread_mutex_lock(&mu);
+  holding = on;
+  pthread_mutex_unlock(&mu);
+}
+
+size_t hvd_handles_held(void) {
+  pthread_mutex_lock(&mu);
+  size_t n = nheld;
+  pthread_mutex_unlock(&mu);
+  return n;
+}
+
+void hvd_handles_publish_held(hvd_status_t st, const char *msg) {
+  pthread_mutex_lock(&mu);
+  hvd_handle_t *hs = held;
+  size_t n = nheld, ncb = 0;
+  held = NULL, nheld = capheld = 0;
+  for (size_t i = 0; i < n; i++) {
     slot *s = lookup(hs[i]);
-    hvd_callback_t cb = s ? s->cb : NULL;
-    void *arg = s ? s->cb_arg : NULL;
-    hvd_gpu_event *sev = NULL;
-    void *stream = NULL;
-    if (cb) {
-      sev = s->ev, stream = s->stream;
-      s->ev = NULL;
+    if (!s || s->state != SLOT_HELD) continue;
+    if (st != HVD_OK) { /* what it computed is not the job's result */
+      free(s->msg);
+      free(s->gathered);
+      hvd_gpu_event_put(s->ev);
+      s->msg = msg && *msg ? strdup(msg) : NULL, s->gathered = NULL, s->ev = NULL, s->rows = 0;
+      s->status = st;
     }
-    pthread_mutex_unlock(&mu);
-    if (!cb) continue;
-    hvd_gpu_consume(sev, stream); /* the stream waits before the callback runs */
-    cb(hs[i], HVD_OK, arg);
-    pthread_mutex_lock(&mu);
-    s = lookup(hs[i]);
-    if (s) release_locked(s);
-    pthread_mutex_unlock(&mu);
+    s->state = SLOT_DONE;
+    ncb += s->cb != NULL;
   }
+  pthread_cond_broadcast(&cv);
+  pthread_mutex_unlock(&mu);
+  if (ncb) run_callbacks(hs, n);
+  free(hs);
 }
 
 hvd_status_t hvd_test(hvd_handle_t h, int *done) {
@@ -325,6 +395,7 @@ void hvd_handles_reset(void) {
   free_list = NULL;
   nslots = free_top = live = 0;
   waiters = 0;
+  held = NULL, nheld = capheld = 0, holding = 0;
 }
 
 const char *hvd_status_name(hvd_status_t st) {

@@ -20,6 +20,15 @@ void hvd_handles_complete(hvd_handle_t h, hvd_status_t st, const char *msg, void
  * group's "done" event (each handle takes a reference; its stream waits on
  * it when the handle is finished), or NULL. */
 void hvd_handles_complete_ok(const hvd_handle_t *hs, size_t n, hvd_gpu_event *ev);
+/* Elastic jobs (engine thread): while holding, completions are kept from
+ * the waiting threads (their handles stay pending) until published: as
+ * they are (st HVD_OK), or all failed with st and msg (their results
+ * dropped).  An operation is done on every survivor or on none: the
+ * engine publishes a cycle's completions once the next round has shown
+ * every rank got through that cycle. */
+void hvd_handles_hold(int on);
+size_t hvd_handles_held(void);
+void hvd_handles_publish_held(hvd_status_t st, const char *msg);
 /* Thread-local last error message. */
 void hvd_set_last_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Pending (not yet completed) handles: for the memory test and stats. */

@@ -86,6 +86,18 @@ HVD_EXPORT int hvd_size(void);
 HVD_EXPORT int hvd_local_rank(void);
 HVD_EXPORT int hvd_local_size(void);
 
+/* Elastic jobs (HVDSHIM_ELASTIC=1): an operation completes on every
+ * surviving rank or fails with HVD_ERR_MEMBERSHIP on every one.  A program
+ * that calls hvd_elastic_follow() takes each change of ranks in itself:
+ * after one, what it had queued and every new submission fail with
+ * HVD_ERR_MEMBERSHIP until it calls hvd_elastic_ack, which returns the
+ * changes since the last call (0: none) with this rank's place now, whether
+ * the job's first rank 0 has died, and the last change in words (what, len:
+ * may be NULL, 0).  Without hvd_elastic_follow, submissions go on over the
+ * new ranks at once. */
+HVD_EXPORT void hvd_elastic_follow(void);
+HVD_EXPORT int hvd_elastic_ack(int *rank, int *size, int *rank0_lost, char *what, size_t len);
+
 /* In-place allreduce of `count` elements at `buf`. */
 HVD_EXPORT hvd_status_t hvd_allreduce_async(const char *name, void *buf, size_t count, hvd_dtype_t dtype,
                                             hvd_op_t op, hvd_callback_t cb, void *cb_arg, hvd_handle_t *handle);

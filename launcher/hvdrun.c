@@ -1,7 +1,7 @@
 /* hvdrun: start a command on N ranks with hvdshim preloaded.
  *
  *   hvdrun -np N [-H host[:slots],...] [--hostfile FILE] [--oversubscribe]
- *          [--verbose] [--dry-run] [--] command [args...]
+ *          [--min-np M] [--verbose] [--dry-run] [--] command [args...]
  *
  * Builds an mpirun command line (Open MPI 4 or 5+, or MPICH's Hydra mpiexec,
  * told apart by --version; or srun's, inside a SLURM allocation) that
@@ -11,6 +11,11 @@
  * run as root; binds nothing (--bind-to none --map-by slot: the frameworks
  * run their own threads).  --verbose prints the command it runs, --dry-run
  * prints it and stops.  Every mistake is one line naming it and the fix.
+ *
+ * --min-np M (Horovod's flag): an elastic job (HVDSHIM_ELASTIC=1,
+ * HVDSHIM_ELASTIC_MIN_NP=M): ranks that die no longer end it while M are
+ * left.  Needs Open MPI 5+ (ULFM: mpirun --with-ft ulfm); refused by name
+ * under Open MPI 4, MPICH and srun.
  *
  * Under SLURM, srun gets --mpi=pmix when the cluster's MpiDefault is none
  * (ranks started without a PMI plugin cannot find each other) and the user
@@ -53,6 +58,7 @@ static void usage(FILE *f) {
         "  -H, --hosts LIST   hosts and their slots: a:4,b:4 (a host without :slots has 1)\n"
         "  --hostfile FILE    an Open MPI hostfile ('host slots=N' per line)\n"
         "  --oversubscribe    allow more ranks than slots\n"
+        "  --min-np M         elastic: ranks that die no longer end the job while M are left (Open MPI 5+)\n"
         "  --verbose          print the command line before running it\n"
         "  --dry-run          print the command line and exit\n"
         "Environment: HVDRUN_MPIRUN, HVDRUN_SRUN, HVDRUN_LIB (what to run and preload); every HVDSHIM_* and\n"
@@ -253,7 +259,7 @@ static const char *srun_mpi(const char *srun) {
 /* ------------------------------------------------------------------ main */
 
 int main(int argc, char **argv) {
-  long np = 0;
+  long np = 0, min_np = 0;
   const char *hosts = NULL, *hostfile = NULL;
   int oversub = 0, verbose = 0, dry = 0, i = 1;
   for (; i < argc; i++) {
@@ -282,16 +288,17 @@ int main(int argc, char **argv) {
     } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       usage(stdout);
       return 0;
-    } else if (!strcmp(a, "--min-np") || !strcmp(a, "--max-np") || !strcmp(a, "--host-discovery-script") ||
-               !strncmp(a, "--min-np=", 9) || !strncmp(a, "--max-np=", 9) ||
+    } else if (!strcmp(a, "--min-np") || !strncmp(a, "--min-np=", 9)) {
+      const char *v = a[8] == '=' ? a + 9 : val;
+      if (!v) die("--min-np needs the fewest ranks the job goes on with");
+      min_np = parse_count("--min-np", v);
+      if (a[8] != '=') i++;
+    } else if (!strcmp(a, "--max-np") || !strcmp(a, "--host-discovery-script") || !strncmp(a, "--max-np=", 9) ||
                !strncmp(a, "--host-discovery-script=", 24) || !strcmp(a, "--elastic-timeout") ||
                !strcmp(a, "--reset-limit") || !strcmp(a, "--blacklist-cooldown-range")) {
-      /* Horovod's elastic flags, refused by name: the engine survives a dead
-       * rank (HVDSHIM_ELASTIC), the PyTorch adapter does not yet */
-      die("%s: elastic training (Horovod's --min-np, --max-np, --host-discovery-script) is not available yet for "
-          "scripts: a rank that dies ends the whole job, cleanly and with nothing the program wrote corrupted; run "
-          "without it (checkpoint and resume to survive failures; the engine alone survives under HVDSHIM_ELASTIC=1, "
-          "see the README)", a);
+      /* Horovod's flags for ranks that join, refused by name */
+      die("%s: ranks joining a running job (Horovod's --max-np, --host-discovery-script) are not available yet; "
+          "--min-np M alone makes the job survive ranks that die (Open MPI 5+, see the README's \"Elastic\")", a);
     } else {
       die("unknown option '%s' (hvdrun --help lists them; put '--' before a command that starts with '-')", a);
     }
@@ -299,6 +306,13 @@ int main(int argc, char **argv) {
   if (!np) die("-np N is required: the number of ranks (hvdrun -np 2 python3 train.py)");
   if (i >= argc) die("no command to run (hvdrun -np %ld python3 train.py)", np);
   if (hosts && hostfile) die("give -H or --hostfile, not both");
+  if (min_np > np) die("--min-np %ld is more than -np %ld", min_np, np);
+  if (min_np) { /* forwarded with the other settings below */
+    char v[32];
+    snprintf(v, sizeof v, "%ld", min_np);
+    setenv("HVDSHIM_ELASTIC", "1", 1);
+    setenv("HVDSHIM_ELASTIC_MIN_NP", v, 1);
+  }
 
   char looked[4096], lerr[PATH_MAX + 64];
   char *lib = hvd_find_library(HVD_LIBDIR, looked, sizeof looked, lerr, sizeof lerr);
@@ -314,6 +328,9 @@ int main(int argc, char **argv) {
   const char *pre = getenv("LD_PRELOAD");
   char *preload;
   if (asprintf(&preload, "%s%s%s", lib, pre && *pre ? ":" : "", pre && *pre ? pre : "") < 0) die("out of memory");
+  if (srun && min_np)
+    die("--min-np: an elastic job needs mpirun (Open MPI 5+ with --with-ft ulfm); srun cannot start one (run hvdrun "
+        "with -H or --hostfile inside the allocation)");
   if (srun) {
     /* srun passes the whole environment by default; LD_PRELOAD is set for
      * the tasks only, not for srun itself. */
@@ -346,6 +363,9 @@ int main(int argc, char **argv) {
     enum launcher kind = launcher_kind(mpirun, ver, sizeof ver);
     push(&cmd, mpirun);
     free(mpirun);
+    if (min_np && (kind == LAUNCH_HYDRA || atoi(ver) < 5))
+      die("--min-np: an elastic job needs an MPI that survives a peer's death (ULFM: Open MPI 5 or later, as on Debian "
+          "trixie and sid); this mpirun is %s %s", kind == LAUNCH_HYDRA ? "Hydra (MPICH)" : "Open MPI", ver);
     if (kind == LAUNCH_HYDRA) {
       /* Hydra: runs as root, places more ranks than cores, passes the whole
        * environment; LD_PRELOAD for the ranks only (-genv), hosts as a -hosts
@@ -371,6 +391,7 @@ int main(int argc, char **argv) {
     if (oversub && atoi(ver) >= 5) push(&cmd, "slot:OVERSUBSCRIBE");
     else push(&cmd, "slot");
     if (oversub && atoi(ver) < 5) push(&cmd, "--oversubscribe");
+    if (min_np) push(&cmd, "--with-ft"), push(&cmd, "ulfm");
     push(&cmd, "-x");
     pushf(&cmd, "LD_PRELOAD=%s", preload);
     for (char **e = environ; *e; e++) {

@@ -23,8 +23,9 @@ err "-np: '0' is not a positive number" -np 0 x
 err "-np: 'two' is not a positive number" -np two x
 err "no command to run (hvdrun -np 2 python3 train.py)" -np 2
 err "unknown option '--fast'" -np 2 --fast x
-err "--min-np: elastic training (Horovod's --min-np, --max-np, --host-discovery-script) is not available yet for scripts: a rank that dies ends the whole job" -np 3 --min-np 2 x
-err "--host-discovery-script=d.sh: elastic training" -np 2 --host-discovery-script=d.sh x
+err "--min-np 4 is more than -np 3" -np 3 --min-np 4 x
+err "--min-np: 'x' is not a positive number" -np 3 --min-np=x x
+err "--host-discovery-script=d.sh: ranks joining a running job (Horovod's --max-np, --host-discovery-script) are not available yet" -np 2 --host-discovery-script=d.sh x
 err "-np 5 needs 5 slots, but there are 4 in -H; add --oversubscribe" -np 5 -H a:2,b:2 x
 err "-H a:2,b:x (slots of host b): 'x' is not a positive number" -np 2 -H a:2,b:x x
 err "give -H or --hostfile, not both" -np 2 -H a --hostfile f x
@@ -39,7 +40,7 @@ cp "$HVDRUN" "$TMP/hvdrun-moved"
 "$TMP/hvdrun-moved" -np 1 x 2>"$TMP/err" && fail "a moved hvdrun found a library"
 grep -q "hvdrun: libhvdshim.so not found (looked in .*); build it (make) or set HVDRUN_LIB=" "$TMP/err" ||
   { cat "$TMP/err"; fail "missing library message"; }
-pass "14 wrong uses each refused with one line and status 2"
+pass "15 wrong uses each refused with one line and status 2"
 
 # The mpirun line: preload, forwarded settings, binding, root flag, hosts.
 HVDSHIM_CYCLE_TIME=2 HOROVOD_FUSION_THRESHOLD=1M OMP_NUM_THREADS=1 LD_PRELOAD=libm.so.6 \
@@ -79,6 +80,17 @@ HVDSHIM_CYCLE_TIME=2 HVDRUN_MPIRUN="$TMP/hydra" "$HVDRUN" --dry-run -np 2 --host
 grep -qF -- "$TMP/hydra -n 2 -hosts node1:2,node2:1 -bind-to none -genv LD_PRELOAD $top_builddir/.libs/libhvdshim.so ./t" "$TMP/lh" &&
   ! grep -qE -- "--allow-run-as-root|-x |--oversubscribe" "$TMP/lh" || { cat "$TMP/lh"; fail "Hydra line"; }
 pass "Open MPI 5 and MPICH (Hydra) lines, told apart by --version"
+
+# --min-np M: an elastic job (Open MPI 5+: --with-ft ulfm and the two
+# settings forwarded); refused by name where the MPI cannot survive a death.
+HVDRUN_MPIRUN="$TMP/ompi5" "$HVDRUN" --dry-run -np 2 --min-np 1 ./t >"$TMP/le" || fail "Open MPI 5 elastic dry run"
+for want in "--with-ft ulfm" "-x HVDSHIM_ELASTIC " "-x HVDSHIM_ELASTIC_MIN_NP " " ./t"; do
+  grep -qF -- "$want" "$TMP/le" || { cat "$TMP/le"; fail "elastic line lacks '$want'"; }
+done
+RUN="env HVDRUN_MPIRUN=$TMP/hydra $HVDRUN" err "--min-np: an elastic job needs an MPI that survives a peer's death (ULFM: Open MPI 5 or later" -np 2 --min-np 1 ./t
+fake_launcher ompi4 "mpirun (Open MPI) 4.1.4"
+RUN="env HVDRUN_MPIRUN=$TMP/ompi4 $HVDRUN" err "--min-np: an elastic job needs an MPI that survives a peer's death (ULFM: Open MPI 5 or later, as on Debian trixie and sid); this mpirun is Open MPI 4.1.4" -np 2 --min-np 1 ./t
+pass "--min-np: mpirun --with-ft ulfm with HVDSHIM_ELASTIC and its minimum under Open MPI 5; refused with one line under Open MPI 4 and MPICH"
 
 # Under SLURM: srun with the preload exported to the tasks.
 printf '#!/bin/sh\necho srun "$@"\n' >"$TMP/srun" && chmod +x "$TMP/srun"

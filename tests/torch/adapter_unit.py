@@ -137,6 +137,45 @@ class Arithmetic(unittest.TestCase):
                                  data.every_nth(order, size, rank))
 
 
+    def test_streams_deal_the_rest_over_the_ranks_left(self):
+        """HVDSHIM_ELASTIC: rank 1 of 3 dies after k batches; from the next
+        batch on the two left (renumbered 0 and 1) deal the rest of the epoch:
+        every sample not yet taken is taken once (plus the end's padding)."""
+        import random
+        rnd = random.Random(7)
+        saved = data._place
+        try:
+            for _ in range(200):
+                n, batch, k = rnd.randint(1, 80), rnd.randint(1, 5), rnd.randint(0, 6)
+                order = list(range(n))
+                windows = [order[i:i + 7] for i in range(0, n, 7)]
+                place = {}
+                data._place = lambda: place["now"]
+                taken = {}
+                streams = {}
+                for old in range(3):
+                    place["now"] = (3, old)
+                    streams[old] = data.shard_stream(iter(windows), None, None, batch, False)
+                    taken[old] = []
+                    for _b in range(k):
+                        nxt = next(streams[old], None)
+                        if nxt is not None:
+                            taken[old] += nxt
+                after = []
+                for old, new in ((0, 0), (2, 1)):
+                    place["now"] = (2, new)
+                    got = [i for b in streams[old] for i in b]
+                    after.append(len(got))
+                    taken[old] += got
+                self.assertLessEqual(abs(after[0] - after[1]), batch)  # the same number of batches
+                seen = taken[0] + taken[1] + taken[2]
+                self.assertEqual(set(seen), set(order), (n, batch, k))
+                self.assertLessEqual(len(seen) - len(set(seen)), 2, (n, batch, k))  # the padding only
+                place["now"] = (2, 0)
+                self.assertEqual(list(data.every_nth_stream(iter(order))), data.every_nth(order, 2, 0))
+        finally:
+            data._place = saved
+
     def test_slice_batch_cuts_every_rowed_part(self):
         import collections
         P = collections.namedtuple("P", "x ids")

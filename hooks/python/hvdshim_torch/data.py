@@ -116,10 +116,14 @@ def _as_ints(seq):
 
 
 def _broadcast_ints(name, values, what):
+    from .elastic import retrying
     t = torch.tensor(values, dtype=torch.int64)
-    pending = _Pending()
-    _broadcast_bytes(name, t, pending, what)
-    pending.wait()
+
+    def broadcast():
+        pending = _Pending()
+        _broadcast_bytes(name, t, pending, what)
+        pending.wait()
+    retrying(broadcast)
     return t.tolist()
 
 
@@ -128,34 +132,55 @@ def _broadcast_ints(name, values, what):
 _WINDOW = 1 << 16
 
 
-def every_nth_stream(items, size, rank):
-    """every_nth over an iterable, as a generator (padded from its start)."""
-    head, n = [], 0
-    for n, x in enumerate(items, 1):
-        if len(head) < size:
-            head.append(x)
-        if (n - 1) % size == rank:
-            yield x
-    if not n:
-        return
+def _place():
+    """This rank's place now: (ranks, rank).  HVDSHIM_ELASTIC: the ranks left
+    after a death, so a stream dealt by run deals the rest of its epoch over
+    them from its next run on."""
+    return _S.size, _S.rank
+
+
+def _padded(run, n, head):
+    """A run padded to a multiple of n from the epoch's first items (as
+    DistributedSampler pads)."""
     pad = itertools.cycle(head)
-    for j in range(n, -(-n // size) * size):
-        x = next(pad)
-        if j % size == rank:
-            yield x
+    return run + [next(pad) for _ in range(-len(run) % n)]
+
+
+def every_nth_stream(items, size=None, rank=None):
+    """every_nth over an iterable, as a generator: of each run of `size`
+    items, the one at `rank` (the last run padded from the start).  Without
+    size and rank: this rank's place, read at every run (_place)."""
+    it, head = iter(items), []
+    while True:
+        n, r = (size, rank) if size is not None else _place()
+        run = list(itertools.islice(it, n))
+        head += run[:n - len(head)]
+        if not run:
+            return
+        yield _padded(run, n, head)[r]
+        if len(run) < n:
+            return
 
 
 def shard_stream(windows, size, rank, batch, drop_last):
     """shard_indices over an order given in consecutive windows (lists), as a
-    generator: the same batches, padded at the end from the epoch's start."""
-    buf = []
-    for i in every_nth_stream((i for w in windows for i in w), size, rank):
-        buf.append(i)
-        if len(buf) == batch:
-            yield buf
-            buf = []
-    if buf and not (drop_last and len(buf) < batch):
-        yield buf
+    generator: the same batches, padded at the end from the epoch's start.
+    Batch k of every rank comes from the k-th run of size * batch indices;
+    size None: this rank's place, read at every run (_place)."""
+    it, head = (i for w in windows for i in w), []
+    while True:
+        n, r = (size, rank) if size is not None else _place()
+        run = list(itertools.islice(it, n * batch))
+        head += run[:n - len(head)]
+        if not run:
+            return
+        if len(run) == n * batch:
+            yield run[r::n]
+            continue
+        mine = _padded(run, n, head)[r::n]
+        if mine and not (drop_last and len(mine) < batch):
+            yield mine
+        return
 
 
 class _ShardedBatches:
@@ -261,23 +286,23 @@ class _ShardedBatches:
 
     def _by_index_batches(self):
         inner = self._inner
-        b, size, rank = inner.batch_size, _S.size, _S.rank
+        b = inner.batch_size
         if self._mode == "shard":
-            yield from shard_stream(self._order_windows(), size, rank, b, inner.drop_last)
+            yield from shard_stream(self._order_windows(), None, None, b, inner.drop_last)
             return
         rest = []
         for window in self._order_windows():
             rest += window
             full = len(rest) - len(rest) % b
             for i in range(0, full, b):
-                yield split_slice(rest[i:i + b], size, rank)
+                yield split_slice(rest[i:i + b], *_place())  # the place when the batch is taken
             rest = rest[full:]
         if rest and not inner.drop_last:
-            if len(rest) % size:
+            if len(rest) % _S.size:
                 _warn_once("split-tail", "HVDSHIM_DATA=split: the last batch of an epoch has %d samples, not a "
                            "multiple of %d ranks; that step averages per-rank means of unequal slices"
-                           % (len(rest), size))
-            yield split_slice(rest, size, rank)
+                           % (len(rest), _S.size))
+            yield split_slice(rest, *_place())
 
     def _batch_windows(self, it):
         """A custom batch sampler's batches, rank 0's agreed a window at a
@@ -317,11 +342,11 @@ class _ShardedBatches:
 
     def _dealt_batches(self, it):
         if self._mode == "shard":
-            yield from every_nth_stream(self._batch_windows(it), _S.size, _S.rank)  # whole batches dealt out
+            yield from every_nth_stream(self._batch_windows(it))  # whole batches dealt out
             return
         for bt in self._batch_windows(it):
             if bt:
-                yield split_slice(bt, _S.size, _S.rank)
+                yield split_slice(bt, *_place())
 
 
 # ------------------------------------------------------------------ loaders without a batch sampler
@@ -360,14 +385,14 @@ def slice_batch(x, rows, idx):
     return x
 
 
-def _split_stream(batches, size, rank, what):
+def _split_stream(batches, what):
     for b in batches:
         rows = _first_rows(b)
         if rows is None:
             raise HvdShimError("hvdshim: HVDSHIM_DATA=split: %s yields %s with no tensor rows to split; use "
                                "HVDSHIM_DATA=shard (whole batches dealt out) or HVDSHIM_DATA_ITERABLE=whole"
                                % (what, type(b).__name__))
-        yield slice_batch(b, rows, split_slice(range(rows), size, rank))
+        yield slice_batch(b, rows, split_slice(range(rows), *_place()))
 
 
 def _dealing(loader):
@@ -423,8 +448,8 @@ def _dealt_iter(loader, orig):
         _debug("%s: dealt across %d ranks (%s)" % (what, _S.size, _S.data_mode))
     it = _agreed_iter(loader, orig)
     if _S.data_mode == "split" and loader.batch_size is not None:
-        return _split_stream(it, _S.size, _S.rank, what)
-    return every_nth_stream(it, _S.size, _S.rank)
+        return _split_stream(it, what)
+    return every_nth_stream(it)
 
 
 def _dealt_len(loader, n):

@@ -21,10 +21,11 @@ import struct
 import weakref
 import torch
 
+from . import elastic as _elastic
 from . import lib as _libmod
 from . import rng as _rng
-from .lib import (_AVG, _MAX, _SUM, HvdShimError, _wrap, _GRAD_DTYPES, _Pending, _allgather_finish, _allgather_start,
-                  _allreduce, _debug)
+from .lib import (_AVG, _MAX, _SUM, HvdShimError, _MembershipChanged, _wrap, _GRAD_DTYPES, _Pending,
+                  _allgather_finish, _allgather_start, _allreduce, _debug)
 from .state import _S, _info_once
 
 
@@ -103,6 +104,8 @@ def _submit_grad(prm):
     if g.dtype not in _GRAD_DTYPES:
         raise HvdShimError("hvdshim: parameter '%s' has a %s gradient; hvdshim averages float32, float64, "
                            "float16 and bfloat16 gradients" % (prm.name, str(g.dtype).replace("torch.", "")))
+    if _S.elastic and prm.index not in _S.local:  # this rank's own, should a death make the step start over
+        _S.local[prm.index] = g.detach().clone()
     if g.is_contiguous():
         _S.batch.add(prm.bname, g, _AVG, _S.pending, prm.what)
     else:
@@ -111,6 +114,9 @@ def _submit_grad(prm):
 
 
 def _submit_sparse(prm, p, g):
+    if _S.elastic:
+        raise HvdShimError("hvdshim: parameter '%s' has a sparse gradient; HVDSHIM_ELASTIC does not survive a "
+                           "death with sparse gradients yet: run without HVDSHIM_ELASTIC" % prm.name)
     g = g.coalesce()
     idx = g._indices().t().contiguous().cpu()  # gathered through host memory (rows differ per rank)
     vals = g._values().contiguous().cpu()
@@ -180,31 +186,67 @@ def _hyper_values(pieces):
 def _reduce_round():
     """End of a reducing backward (or accumulated gradients needed now):
     the round (_submit_round) unless the last gradient sent it already, the
-    gradients only other ranks produced, rank 0's hyperparameters and k."""
+    gradients only other ranks produced, rank 0's hyperparameters and k.
+    Ranks dying meanwhile (HVDSHIM_ELASTIC): the survivors start the
+    step's reduction over from their own gradients (_start_over)."""
     try:
-        if _S.round is None:
-            _submit_round()
-        vec, slots, flags = _S.round
-        flags.wait()
-        n, m = len(_S.used), len(slots)
-        if n:
-            for i in (vec[:n] > 0).nonzero().flatten().tolist():
-                if i not in _S.submitted:  # used elsewhere, or only in a backward that accumulated
-                    _submit_grad(_S.params[i])
-        _flush()
-        if vec[-2] > 0:  # rank 0 took part
-            _apply_hyper(slots, _hyper_values(vec[n:n + 4 * m].tolist()))
-            _adopt_k(int(vec[-1]))
-        else:
-            _adopt_k(1)
-        _S.pending.wait()
-        _finish_sparse()
-        _rng.diverge()
+        for attempt in range(_elastic._RETRIES + 1):
+            try:
+                _reduce_round_once()
+                break
+            except _MembershipChanged:
+                if not _S.elastic or attempt == _elastic._RETRIES:
+                    raise
+                _start_over()
     finally:
         _S.submitted.clear()
         _S.used[:] = bytes(len(_S.used))
         _S.deferred = False
         _S.round = None
+        _S.local.clear()
+
+
+def _reduce_round_once():
+    if _S.round is None:
+        _submit_round()
+    vec, slots, flags = _S.round
+    flags.wait()
+    n, m = len(_S.used), len(slots)
+    if n:
+        for i in (vec[:n] > 0).nonzero().flatten().tolist():
+            if i not in _S.submitted:  # used elsewhere, or only in a backward that accumulated
+                _submit_grad(_S.params[i])
+    _flush()
+    if vec[-2] > 0:  # rank 0 took part
+        _apply_hyper(slots, _hyper_values(vec[n:n + 4 * m].tolist()))
+        _adopt_k(int(vec[-1]))
+    else:
+        _adopt_k(1)
+    _S.pending.wait()
+    _finish_sparse()
+    _rng.diverge()
+
+
+def _start_over():
+    """Ranks died during this step's reduction: every survivor is here (the
+    engine fails an operation on all of them or none).  Take the change in,
+    forget what was handed over (ended: failed, or averaged with the dead),
+    put back this rank's own gradients and hand them over again."""
+    _elastic.recover()
+    _S.pending.drain()
+    if _S.round is not None:
+        _S.round[2].drain()
+        _S.round = None
+    _S.batch.forget(_S.pending)
+    done, _S.submitted = sorted(_S.submitted), set()
+    for idx in done:
+        prm = _S.params[idx]
+        p, mine = prm.ref(), _S.local.get(idx)
+        if p is not None and mine is not None and p.grad is not None:
+            with torch.no_grad():
+                p.grad.copy_(mine)
+        _submit_grad(prm)
+    _elastic.redone(_S.steps + 1)
 
 
 # ------------------------------------------------------------------ gradient accumulation
@@ -301,7 +343,18 @@ def _backward_averaging(orig, tensors, grad_tensors, retain_graph, create_graph,
         _S.batch.drop(buf)  # not handed over yet: this rank's backward failed before any gradient
         raise
     _S.batch.flush()  # still here when no gradient was reduced (an accumulating pass)
-    pending.wait()
+    try:
+        pending.wait()
+    except _MembershipChanged:  # ranks died (HVDSHIM_ELASTIC): the survivors average theirs
+        if not _S.elastic:
+            raise
+        pending.drain()
+
+        def again():
+            buf.copy_(src)
+            _allreduce(b"hvdshim.loss", buf, _AVG, pending, "averaging the loss over ranks")
+            pending.wait()
+        _elastic.retrying(again)
     src.copy_(buf)
     _S.averaged = weakref.ref(loss)
     return result
@@ -388,9 +441,13 @@ def _check_replicas():
         return
     sums = torch.nan_to_num(torch.stack(tensors), nan=1.0e308, posinf=1.5e308, neginf=-1.5e308)
     vec = torch.cat([sums, -sums])
-    pending = _Pending()
-    _allreduce(b"hvdshim.guard.%d" % len(names), vec, _MAX, pending, "comparing parameter checksums across ranks")
-    pending.wait()
+
+    def compare():
+        vec.copy_(torch.cat([sums, -sums]))
+        pending = _Pending()
+        _allreduce(b"hvdshim.guard.%d" % len(names), vec, _MAX, pending, "comparing parameter checksums across ranks")
+        pending.wait()
+    _elastic.retrying(compare)
     hi, lo = vec[:len(names)], -vec[len(names):]
     bad = (hi != lo).nonzero().flatten().tolist()
     if bad:
@@ -418,9 +475,14 @@ def _average_loss(loss):
         out = torch.tensor([float(loss)], dtype=torch.float64)
     else:
         return loss
-    pending = _Pending()
-    _allreduce(b"hvdshim.closure-loss", out, _AVG, pending, "averaging the closure's loss")
-    pending.wait()
+    mine = out.clone()
+
+    def average():
+        out.copy_(mine)
+        pending = _Pending()
+        _allreduce(b"hvdshim.closure-loss", out, _AVG, pending, "averaging the closure's loss")
+        pending.wait()
+    _elastic.retrying(average)
     return out.to(loss.device) if isinstance(loss, torch.Tensor) else float(out)
 
 

@@ -10,6 +10,12 @@ class HvdShimError(RuntimeError):
     """Raised on every rank when the job cannot go on correctly."""
 
 
+class _MembershipChanged(HvdShimError):
+    """An operation failed because ranks died (HVDSHIM_ELASTIC, the adapter
+    following the change): the caller takes the change in (elastic.recover)
+    and submits again over the ranks left."""
+
+
 _HVD_DTYPES = {
     torch.float32: 0,
     torch.float64: 1,
@@ -69,6 +75,8 @@ def _load_library():
         "hvd_free": (None, [ctypes.c_void_p]),
         "hvd_step_mark": (None, [ctypes.c_int64]),
         "hvd_overlay_off": (None, []),
+        "hvd_elastic_follow": (None, []),
+        "hvd_elastic_ack": (ctypes.c_int, [ctypes.POINTER(ctypes.c_int)] * 3 + [ctypes.c_char_p, ctypes.c_size_t]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)  # AttributeError: not preloaded, caught by install()
@@ -105,13 +113,23 @@ def _setting(name):
     return v.decode() if v is not None else None
 
 
+_HVD_ERR_MEMBERSHIP = 7  # hvdshim.h
+_following = [False]  # hvd_elastic_follow called: a change of ranks raises _MembershipChanged
+
+
+def _membership_error(what):
+    if _following[0]:
+        return _MembershipChanged("hvdshim: %s" % _died(what))
+    return HvdShimError("hvdshim: %s; a PyTorch script cannot go on without them yet (HVDSHIM_ELASTIC "
+                        "survives a death in programs on the C API only): ending the job" % _died(what))
+
+
 def _check(status, what):
+    if status == _HVD_ERR_MEMBERSHIP:
+        raise _membership_error(what)
     if status != 0:
         detail = (_lib.hvd_last_error() or b"").decode("utf-8", "replace")
         raise HvdShimError("hvdshim: %s failed: %s" % (what, detail or "status %d" % status))
-
-
-_HVD_ERR_MEMBERSHIP = 7  # hvdshim.h
 
 
 def _died(what):
@@ -128,6 +146,7 @@ class _Pending:
 
     def __init__(self):
         self.items = []  # (handle, what, on_done or None); keeps tensors alive
+        self.refused = None  # an operation the engine refused because the ranks changed (its `what`)
 
     def add(self, handle, what, keep=None, on_done=None):
         self.items.append((handle, what, keep, on_done))
@@ -136,21 +155,32 @@ class _Pending:
         """One call waits for all (hvd_wait_all); on_done runs once every
         operation succeeded, else the first failure is raised."""
         items, self.items = self.items, []
+        refused, self.refused = self.refused, None
         if not items:
+            if refused:
+                raise _membership_error(refused)
             return
         handles = (ctypes.c_int64 * len(items))(*[h for h, _w, _k, _d in items])
         failed = ctypes.c_size_t(0)
         st = _lib.hvd_wait_all(handles, len(items), ctypes.byref(failed))
-        if st == _HVD_ERR_MEMBERSHIP:  # a rank died (HVDSHIM_ELASTIC): the engine went on, this script cannot
-            raise HvdShimError("hvdshim: %s; a PyTorch script cannot go on without them yet (HVDSHIM_ELASTIC "
-                               "survives a death in programs on the C API only): ending the job"
-                               % _died(items[failed.value][1]))
+        if st == 0 and refused:
+            raise _membership_error(refused)
+        if st == _HVD_ERR_MEMBERSHIP:  # a rank died (HVDSHIM_ELASTIC)
+            raise _membership_error(items[failed.value][1])
         if st != 0:
             raise HvdShimError("hvdshim: %s: %s" % (items[failed.value][1],
                                                     (_lib.hvd_last_error() or b"").decode("utf-8", "replace")))
         for _h, _what, _keep, on_done in items:
             if on_done is not None:
                 on_done()
+
+    def drain(self):
+        """Forget what is here (every operation of it has ended: a change of
+        ranks failed or completed it), releasing the handles."""
+        items, self.items, self.refused = self.items, [], None
+        if items:
+            handles = (ctypes.c_int64 * len(items))(*[h for h, _w, _k, _d in items])
+            _lib.hvd_wait_all(handles, len(items), None)
 
 
 class _Batch:
@@ -166,6 +196,12 @@ class _Batch:
         stream = _stream_of(tensor) if tensor.is_cuda else None  # the stream that produced it, now
         self.items.append((name, tensor, op, pending, what, on_done, stream))
         self.bytes += tensor.numel() * tensor.element_size()
+
+    def forget(self, pending):
+        """Take back every queued item bound for `pending`."""
+        keep = [it for it in self.items if it[3] is not pending]
+        self.items = keep
+        self.bytes = sum(it[1].numel() * it[1].element_size() for it in keep)
 
     def drop(self, tensor):
         """Take back a queued item (not handed over yet)."""
@@ -190,9 +226,12 @@ class _Batch:
         for h, (_name, t, _op, pending, what, on_done, _stream) in zip(handles, items):
             if h >= 0:
                 pending.add(h, what, t, on_done)
+            elif st == _HVD_ERR_MEMBERSHIP and _following[0]:
+                pending.refused = pending.refused or what  # raised by its wait (this may run in a gradient hook)
             elif bad is None:
                 bad = what
-        _check(st, bad or "submitting allreduces")
+        if st != _HVD_ERR_MEMBERSHIP or not _following[0]:
+            _check(st, bad or "submitting allreduces")
 
 
 def _submit(fn, what, *args):

@@ -21,6 +21,8 @@ def _start():
         return False
     _check(_libmod._lib.hvd_init(), "starting the engine (hvd_init)")
     _S.started = True
+    from .elastic import follow
+    follow()
     from .rng import take_rank0_states
     take_rank0_states()
     return True

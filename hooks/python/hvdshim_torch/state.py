@@ -54,6 +54,10 @@ class _State:
         self.averaged = None        # weak reference to the last loss averaged that way
         self.scaled = None          # (scaled, loss) weak references: the last GradScaler.scale(loss)
         self.loss_bufs = {}         # (device, dtype, shape) -> the float32/64 buffer the loss is averaged in
+        # HVDSHIM_ELASTIC (elastic.py): ranks may die and the script goes on
+        self.elastic = False        # the adapter follows changes of ranks
+        self.changes = 0            # changes taken in
+        self.local = {}             # param index -> a copy of this rank's gradient until the step is reduced
 
 
 _S = _State()

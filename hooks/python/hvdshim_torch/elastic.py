@@ -1,0 +1,71 @@
+"""HVDSHIM_ELASTIC: the script goes on when ranks die.
+
+The engine makes every operation complete on every survivor or fail with
+HVD_ERR_MEMBERSHIP on every one, and (hvd_elastic_follow) refuses this
+rank's new work until the adapter has taken the change in, so the survivors
+stand at the same point of the script when they see it.  Then:
+  * recover() takes it in: the rank and size become the survivors' (every
+    later average divides by them; loaders deal the rest of the epoch over
+    them from the next batch on);
+  * the step in flight is completed by the survivors from their own
+    gradients (grads.py keeps a copy of each until the step's reduction has
+    completed): the dead ranks' part of that step's batch is lost; a step
+    whose gradients were averaged before the death keeps it;
+  * any other operation the change failed (a loss average, a loader's
+    order, the replica guard) is submitted again: retrying().
+Rank 0's death is not survived yet (it owns the console and the files):
+the job ends with one line saying so."""
+import ctypes
+
+from . import lib as _libmod
+from .lib import HvdShimError, _MembershipChanged, _following, _warn
+from .state import _S
+
+_RETRIES = 64  # changes survived inside one operation: each needs a death, so a bound never reached in practice
+
+
+def follow():
+    """At the engine's start, in an elastic job: this adapter takes changes in."""
+    if (_libmod._setting("HVDSHIM_ELASTIC") or "0") in ("1", "on", "yes", "true"):
+        _libmod._lib.hvd_elastic_follow()
+        _following[0] = True
+        _S.elastic = True
+
+
+def recover():
+    """Take in the changes of ranks since the last call (none: a no-op)."""
+    rank, size, lost0 = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    what = ctypes.create_string_buffer(1024)
+    n = _libmod._lib.hvd_elastic_ack(ctypes.byref(rank), ctypes.byref(size), ctypes.byref(lost0), what,
+                                     ctypes.sizeof(what))
+    if n <= 0:
+        return
+    msg = what.value.decode("utf-8", "replace").split("; the job goes on")[0]
+    if lost0.value:
+        raise HvdShimError("hvdshim: %s; rank 0 was among them, and a PyTorch script cannot go on without the rank "
+                           "that owns the console and the files yet: ending the job" % msg)
+    old = _S.size
+    _S.rank, _S.size = rank.value, size.value
+    _S.changes += n
+    if _S.rank == 0:
+        _warn("%s: this script goes on from optimizer step %d over %d rank(s) (was %d)"
+              % (msg.split(" (")[0], _S.steps + 1, _S.size, old))
+
+
+def retrying(fn, *args):
+    """fn(*args), submitted again after each change of ranks that failed it."""
+    for _ in range(_RETRIES):
+        try:
+            return fn(*args)
+        except _MembershipChanged:
+            if not _S.elastic:
+                raise
+            recover()
+    raise HvdShimError("hvdshim: the ranks changed %d times during one operation: ending the job" % _RETRIES)
+
+
+def redone(step):
+    """The step's gradients were averaged again over the survivors."""
+    if _S.rank == 0:
+        _warn("optimizer step %d: its gradients averaged again over the %d surviving rank(s), from their own "
+              "(the dead ranks' part of this step's batch is lost)" % (step, _S.size))

@@ -1,0 +1,41 @@
+"""An ordinary training script (tests/mpi/elastic.sh): an MLP regression
+with SGD and momentum over a shuffled DataLoader, 3 epochs of 20 steps,
+weights saved at the end (argv[1]).  Two hooks for the test, nothing the
+shim knows of:
+  argv[2] RANK:STEP  that rank (OMPI_COMM_WORLD_RANK) SIGKILLs itself when
+                  it has its batch of STEP (0-based);
+  DROP=STEP:LO:HI the single-process emulation: rows LO..HI-1 of that step's
+                  batch left out (the dead rank's slice under HVDSHIM_DATA=split)."""
+import os
+import signal
+import sys
+
+import torch
+
+torch.manual_seed(0)
+X = torch.randn(240, 6)
+Y = X @ torch.randn(6, 1) + 0.1 * torch.randn(240, 1)
+loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, Y), batch_size=12, shuffle=True,
+                                     generator=torch.Generator().manual_seed(1))
+model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+die = [int(v) for v in sys.argv[2].split(":")] if len(sys.argv) > 2 else None
+drop = [int(v) for v in os.environ["DROP"].split(":")] if os.environ.get("DROP") else None
+me = int(os.environ.get("OMPI_COMM_WORLD_RANK", "-1"))
+step = 0
+for epoch in range(3):
+    total = 0.0
+    for x, y in loader:
+        if die and me == die[0] and step == die[1]:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if drop and step == drop[0]:
+            keep = [i for i in range(len(x)) if not drop[1] <= i < drop[2]]
+            x, y = x[keep], y[keep]
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        total += loss.item()
+        step += 1
+    print("epoch %d: loss %.6f" % (epoch, total / len(loader)))
+torch.save(model.state_dict(), sys.argv[1])
