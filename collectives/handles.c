@@ -216,6 +216,10 @@ size_t hvd_handles_held(void) {
 
 void hvd_handles_publish_held(hvd_status_t st, const char *msg) {
   pthread_mutex_lock(&mu);
+  if (!nheld) { /* every round of an elastic job: no wake-up for nothing */
+    pthread_mutex_unlock(&mu);
+    return;
+  }
   hvd_handle_t *hs = held;
   size_t n = nheld, ncb = 0;
   held = NULL, nheld = capheld = 0;

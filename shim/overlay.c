@@ -488,6 +488,43 @@ void hvd_overlay_off(void) {
   HVD_DEBUG("rank-private files off: the script distributes itself");
 }
 
+void hvd_overlay_promote(void) {
+  if (!on) return;
+  REAL();
+  const char *r = hvd_ovl_root();
+  size_t rl = r ? strlen(r) : 0;
+  int moved = 0, lost = 0;
+  DIR *d = r ? real.opendir("/proc/self/fd") : NULL;
+  for (struct dirent64 *de; d && (de = real.readdir64(d));) {
+    int fd = atoi(de->d_name);
+    char link[64], target[PATH_MAX];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n <= 0 || (size_t)n <= rl || fd == real.dirfd(d)) continue;
+    target[n] = 0;
+    if (strncmp(target, r, rl) || target[rl] != '/') continue;
+    int flags = fcntl(fd, F_GETFL);
+    struct stat st;
+    if (flags < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    off_t pos = lseek(fd, 0, SEEK_CUR);
+    /* the same file where the first rank 0 wrote it: at the same position, or at its end when appending */
+    int nfd = real.openat(AT_FDCWD, target + rl, (flags & ~(O_CREAT | O_EXCL | O_TRUNC)) | O_CREAT, st.st_mode & 07777);
+    if (nfd < 0 || (!(flags & O_APPEND) && pos >= 0 && lseek(nfd, pos, SEEK_SET) < 0) || dup2(nfd, fd) < 0) {
+      HVD_WARN("taking over '%s' from the rank 0 that died: %s; this rank's writes to it are lost", target + rl,
+               strerror(errno));
+      lost++;
+    } else {
+      moved++;
+    }
+    if (nfd >= 0 && nfd != fd) close(nfd);
+  }
+  if (d) real.closedir(d);
+  hvd_overlay_cleanup();
+  on = 0;
+  HVD_DEBUG("rank-private files off: this rank is rank 0 now (%d open file(s) moved to their real paths, %d lost)",
+            moved, lost);
+}
+
 void hvd_overlay_arm(int rank) {
   if (rank <= 0 || on) return;
   const char *v = hvd_cfg_str(HVD_CFG_SAVE_RANKS);

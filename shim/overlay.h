@@ -27,6 +27,11 @@ void hvd_overlay_cleanup(void);
 /* Turn it off (exported: the adapter calls it when the script distributes
  * itself); files already in the overlay are dropped. */
 __attribute__((visibility("default"))) void hvd_overlay_off(void);
+/* This rank became rank 0 (HVDSHIM_ELASTIC: the first one died): its writes
+ * are real from now on.  Files it has open in the overlay are reopened at
+ * their real paths (at the same position, or at the end when appending)
+ * under the same descriptors; then the overlay is dropped.  Exported. */
+__attribute__((visibility("default"))) void hvd_overlay_promote(void);
 /* Where a write of `path` really goes, for code that writes with raw system
  * calls the overlay cannot see (safetensors' Rust tempfile-and-rename; the
  * Python bootstrap hands it this path instead): 1 and the overlay path in

@@ -1,6 +1,7 @@
 """An ordinary training script (tests/mpi/elastic.sh): an MLP regression
-with SGD and momentum over a shuffled DataLoader, 3 epochs of 20 steps,
-weights saved at the end (argv[1]).  Two hooks for the test, nothing the
+with SGD and momentum over a shuffled DataLoader, 3 epochs of 20 steps, a
+line per epoch printed and appended to argv[1] + ".log" (opened at the
+start), weights saved at the end (argv[1]).  Two hooks for the test, nothing the
 shim knows of:
   argv[2] RANK:STEP  that rank (OMPI_COMM_WORLD_RANK) SIGKILLs itself when
                   it has its batch of STEP (0-based);
@@ -22,6 +23,7 @@ opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 die = [int(v) for v in sys.argv[2].split(":")] if len(sys.argv) > 2 else None
 drop = [int(v) for v in os.environ["DROP"].split(":")] if os.environ.get("DROP") else None
 me = int(os.environ.get("OMPI_COMM_WORLD_RANK", "-1"))
+log = open(sys.argv[1] + ".log", "a")
 step = 0
 for epoch in range(3):
     total = 0.0
@@ -38,4 +40,6 @@ for epoch in range(3):
         total += loss.item()
         step += 1
     print("epoch %d: loss %.6f" % (epoch, total / len(loader)))
+    log.write("epoch %d: loss %.6f\n" % (epoch, total / len(loader)))
+    log.flush()
 torch.save(model.state_dict(), sys.argv[1])

@@ -13,8 +13,11 @@ stand at the same point of the script when they see it.  Then:
     whose gradients were averaged before the death keeps it;
   * any other operation the change failed (a loss average, a loader's
     order, the replica guard) is submitted again: retrying().
-Rank 0's death is not survived yet (it owns the console and the files):
-the job ends with one line saying so."""
+Rank 0's death: the survivors renumber in order, and the new rank 0 takes
+over the console (its stdout is no longer silenced) and the files
+(hvd_overlay_promote: its writes are real from then on, and the files it
+has open move to their real paths, so a log opened for append goes on at
+the end of what the old rank 0 wrote)."""
 import ctypes
 
 from . import lib as _libmod
@@ -41,15 +44,41 @@ def recover():
     if n <= 0:
         return
     msg = what.value.decode("utf-8", "replace").split("; the job goes on")[0]
-    if lost0.value:
-        raise HvdShimError("hvdshim: %s; rank 0 was among them, and a PyTorch script cannot go on without the rank "
-                           "that owns the console and the files yet: ending the job" % msg)
-    old = _S.size
+    old, old_rank = _S.size, _S.rank
     _S.rank, _S.size = rank.value, size.value
     _S.changes += n
+    took = lost0.value and _S.rank == 0 and not _S.took_over
+    if took:
+        _take_over()
     if _S.rank == 0:
-        _warn("%s: this script goes on from optimizer step %d over %d rank(s) (was %d)"
-              % (msg.split(" (")[0], _S.steps + 1, _S.size, old))
+        _warn("%s: this script goes on from optimizer step %d over %d rank(s) (was %d)%s"
+              % (msg.split(" (")[0], _S.steps + 1, _S.size, old,
+                 "; rank %d is rank 0 now: the console and the files are its from here on" % old_rank if took
+                 else ""))
+
+
+def _take_over():
+    """This rank is rank 0 now (the first one died): its writes are real and
+    its stdout is the job's."""
+    from .output import _PrefixedStream
+    _S.took_over = True
+    _libmod._lib.hvd_overlay_promote()
+    saved = _S.stdout_saved
+    if saved is not None and saved[0] == "fd":
+        import os
+        import sys
+        try:
+            if sys.stdout is not None:
+                sys.stdout.flush()  # what it printed before goes where it went (nowhere)
+            os.dup2(saved[1], 1)
+            os.close(saved[1])
+            _S.stdout_saved = None
+        except OSError as e:
+            _warn("could not take over stdout: %s" % e)
+    import sys
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, _PrefixedStream):
+            stream._prefix = "[rank 0] "
 
 
 def retrying(fn, *args):

@@ -104,13 +104,24 @@ def _submit_grad(prm):
     if g.dtype not in _GRAD_DTYPES:
         raise HvdShimError("hvdshim: parameter '%s' has a %s gradient; hvdshim averages float32, float64, "
                            "float16 and bfloat16 gradients" % (prm.name, str(g.dtype).replace("torch.", "")))
-    if _S.elastic and prm.index not in _S.local:  # this rank's own, should a death make the step start over
-        _S.local[prm.index] = g.detach().clone()
+    if _S.elastic and prm.index not in _S.copied:  # this rank's own, should a death make the step start over
+        _keep_local(prm.index, g)
     if g.is_contiguous():
         _S.batch.add(prm.bname, g, _AVG, _S.pending, prm.what)
     else:
         buf = g.contiguous()
         _S.batch.add(prm.bname, buf, _AVG, _S.pending, prm.what, on_done=lambda: g.copy_(buf))
+
+
+def _keep_local(idx, g):
+    """A copy of this rank's gradient, in a buffer kept from step to step
+    (a fresh one every step costs page faults that, on some machines, take
+    longer than the step)."""
+    buf = _S.local.get(idx)
+    if buf is None or buf.shape != g.shape or buf.dtype != g.dtype or buf.device != g.device:
+        buf = _S.local[idx] = torch.empty_like(g, memory_format=torch.contiguous_format)
+    buf.copy_(g)
+    _S.copied.add(idx)
 
 
 def _submit_sparse(prm, p, g):
@@ -203,7 +214,7 @@ def _reduce_round():
         _S.used[:] = bytes(len(_S.used))
         _S.deferred = False
         _S.round = None
-        _S.local.clear()
+        _S.copied.clear()
 
 
 def _reduce_round_once():
@@ -241,7 +252,7 @@ def _start_over():
     done, _S.submitted = sorted(_S.submitted), set()
     for idx in done:
         prm = _S.params[idx]
-        p, mine = prm.ref(), _S.local.get(idx)
+        p, mine = prm.ref(), _S.local.get(idx) if idx in _S.copied else None
         if p is not None and mine is not None and p.grad is not None:
             with torch.no_grad():
                 p.grad.copy_(mine)

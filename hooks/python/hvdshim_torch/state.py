@@ -57,7 +57,9 @@ class _State:
         # HVDSHIM_ELASTIC (elastic.py): ranks may die and the script goes on
         self.elastic = False        # the adapter follows changes of ranks
         self.changes = 0            # changes taken in
-        self.local = {}             # param index -> a copy of this rank's gradient until the step is reduced
+        self.took_over = False      # this rank became rank 0 after the first one died
+        self.local = {}             # param index -> a buffer for a copy of this rank's gradient (kept)
+        self.copied = set()         # param indices whose copy holds this step's gradient
 
 
 _S = _State()
