@@ -299,7 +299,9 @@ static void slow_path(hvd_engine *e, double now) {
  * spin briefly (the common, aligned case), then sleep, doubling the sleep
  * from 20 us up to HVD_POLL_NAP_MAX_NS. */
 static void control_allreduce(hvd_engine *e, uint64_t *v) {
-  if (hvd_shm_control(v)) return; /* every rank on this host: through shared memory */
+  int shm = hvd_shm_control(v); /* every rank on this host: through shared memory */
+  if (shm < 0) HVD_ENG_COLLECTIVE_FAILED("the control round (shared memory): %s", hvd_shm_death());
+  if (shm) return;
   MPI_Request req;
   hvd_eng_mpi_check(MPI_Iallreduce(MPI_IN_PLACE, v, e->nwords, MPI_UINT64_T, MPI_BAND, e->comm, &req), "MPI_Iallreduce (cycle)");
   int done = 0;

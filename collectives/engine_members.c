@@ -78,8 +78,8 @@ int hvd_eng_members_open(hvd_engine *e, char *err, size_t errlen) {
                  "out of memory starting the engine");
   INJECT(5);
 
-  /* elastic: MPI only (a dead peer would leave shared-memory rounds waiting) */
-  if (hvd_shm_start(e->comm, e->rank, e->size, !e->elastic && hvd_cfg_int(HVD_CFG_SHM) == 0, (size_t)hvd_cfg_int(HVD_CFG_SHM_BUFFER),
+  /* elastic: the shared-memory waits watch the host's peers' processes */
+  if (hvd_shm_start(e->comm, e->rank, e->size, hvd_cfg_int(HVD_CFG_SHM) == 0, e->elastic, (size_t)hvd_cfg_int(HVD_CFG_SHM_BUFFER),
                     (int)hvd_cfg_int(HVD_CFG_TEST_SHM_HOSTS), (size_t)e->nwords, err, errlen) != 0)
     goto undo;
   done = SHM;

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <linux/futex.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -38,7 +39,11 @@ static struct {
                     * unbound with fewer cores than that, a spinning engine thread would take a core
                     * from its own training thread or a peer's */
   char why[320];
-} S = {0, MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, 0, 0, "off"};
+  /* HVDSHIM_ELASTIC: the waits check the host's peers are alive (their
+   * pids), so a death fails the operation instead of hanging it */
+  int watch, dead; /* dead: the local rank found dead (-1: none) */
+  int *pids;
+} S = {0, MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, 0, 0, "off", 0, -1, NULL};
 
 static double now_us(void) {
   struct timespec ts;
@@ -66,20 +71,54 @@ static long futex(uint32_t *addr, int op, uint32_t val, const struct timespec *t
 
 static void post(int which, uint32_t s) { __atomic_store_n(flag(S.me, which), s, __ATOMIC_RELEASE); }
 
+/* A peer's process has ended (or is a zombie its launcher has not reaped). */
+static int gone(pid_t p) {
+  if (kill(p, 0) != 0) return errno == ESRCH;
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)p);
+  FILE *f = fopen(path, "re");
+  if (!f) return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char *st = strrchr(buf, ')');
+  return st && st[1] == ' ' && (st[2] == 'Z' || st[2] == 'X');
+}
+
+/* Elastic: -1 (S.dead set) when a peer of this host has died. */
+static int peers_gone(void) {
+  for (int k = 0; k < S.n; k++)
+    if (k != S.me && gone(S.pids[k])) return S.dead = k, -1;
+  return 0;
+}
+
+/* How often an elastic wait looks for dead peers (us). */
+#define WATCH_US 20000.0
+
 /* Until every peer's flag `which` has reached s: spin S.spin pauses, then
  * sleep: on the peer's futex word (control rounds, whose peers may be
  * computing for milliseconds; re-checked every 100 ms, the watchdog judges
  * a dead peer), or yield and nap 20 us (the data path, whose peers are
- * executing the same piece). */
-static void wait_all(int which, uint32_t s, int on_futex) {
+ * executing the same piece).  Elastic (S.watch): every WATCH_US of waiting
+ * the peers' processes are checked; -1 when one has died, else 0. */
+static int wait_all(int which, uint32_t s, int on_futex) {
+  double next_look = 0;
   for (int k = 0; k < S.n; k++) {
     if (k == S.me) continue;
     uint32_t *f = flag(k, which), seen;
     for (unsigned i = 0; (int32_t)((seen = __atomic_load_n(f, __ATOMIC_ACQUIRE)) - s) < 0; i++) {
       if (i < S.spin) {
         cpu_relax();
-      } else if (on_futex) {
-        struct timespec limit = {0, 100000000};
+        continue;
+      }
+      if (S.watch) {
+        double t = now_us();
+        if (next_look == 0) next_look = t + WATCH_US;
+        else if (t >= next_look && peers_gone()) return -1;
+        else if (t >= next_look) next_look = t + WATCH_US;
+      }
+      if (on_futex) {
+        struct timespec limit = {0, S.watch ? (long)(WATCH_US * 1000) : 100000000};
         futex(f, FUTEX_WAIT, seen, &limit);
       } else if (i < S.spin + 200) {
         sched_yield();
@@ -89,6 +128,14 @@ static void wait_all(int which, uint32_t s, int on_futex) {
       }
     }
   }
+  return 0;
+}
+
+const char *hvd_shm_death(void) {
+  static char msg[160];
+  snprintf(msg, sizeof msg, "the process of rank %d of this host (pid %d) has ended", S.dead,
+           S.dead >= 0 && S.pids ? S.pids[S.dead] : -1);
+  return msg;
 }
 
 int hvd_shm_active(void) { return S.active; }
@@ -99,6 +146,9 @@ static void release(int mpi_up) {
   S.map = NULL;
   free(S.tmp);
   S.tmp = NULL;
+  free(S.pids);
+  S.pids = NULL;
+  S.dead = -1;
   if (mpi_up) {
     if (S.node != MPI_COMM_NULL) MPI_Comm_free(&S.node);
     if (S.cross != MPI_COMM_NULL) MPI_Comm_free(&S.cross);
@@ -145,7 +195,7 @@ static int cpus_available(void) {
   return n > 0 ? (int)n : 1;
 }
 
-int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, size_t buffer_bytes, int hosts_override,
+int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, int watch, size_t buffer_bytes, int hosts_override,
                   size_t control_words, char *err, size_t errlen) {
   S.seq = 0;
   S.active = 0;
@@ -174,6 +224,26 @@ int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, size_t buffer_byt
     return 0;
   }
   S.hosts = size / S.n;
+  /* elastic: each rank must see its host's peers' processes (one pid
+   * namespace), or a death could not be told from a peer out of sight */
+  S.watch = watch;
+  S.dead = -1;
+  if (!(S.pids = malloc(sizeof(int) * (size_t)S.n))) {
+    snprintf(S.why, sizeof S.why, "off (out of memory)");
+    release(1);
+    return 0;
+  }
+  int pid = (int)getpid(), seen_all = 1;
+  HVD_CHECK_MPI_GOTO(MPI_Allgather(&pid, 1, MPI_INT, S.pids, 1, MPI_INT, S.node), "MPI_Allgather (pids)", fail);
+  for (int k = 0; k < S.n && watch; k++)
+    if (k != S.me && gone(S.pids[k])) seen_all = 0;
+  HVD_CHECK_MPI_GOTO(MPI_Allreduce(MPI_IN_PLACE, &seen_all, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce (pids seen)",
+                     fail);
+  if (!seen_all) {
+    snprintf(S.why, sizeof S.why, "off (elastic, and the ranks of a host cannot see each other's processes)");
+    release(1);
+    return 0;
+  }
   if (S.hosts > 1) HVD_CHECK_MPI_GOTO(MPI_Comm_split(comm, S.me, rank, &S.cross), "MPI_Comm_split (ranks across hosts)", fail);
   S.half = buffer_bytes - buffer_bytes % 64;
   S.cwords = control_words;
@@ -264,7 +334,7 @@ int hvd_shm_allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype
     hvd_fuse_pack(&in, mine + hi, len - hi);
     double t1 = now_us();
     post(ARRIVE, s);
-    wait_all(ARRIVE, s, 0);
+    if (wait_all(ARRIVE, s, 0)) return HVD_SHM_PEER_DIED;
     if (small) {
       memcpy(S.tmp, buffer(0, b), len);
       for (int k = 1; k < S.n; k++) hvd_reduce_into(S.tmp, buffer(k, b), elems, dtype, op);
@@ -280,7 +350,7 @@ int hvd_shm_allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype
         if (rc != MPI_SUCCESS) return rc;
       }
       post(REDUCED, s);
-      wait_all(REDUCED, s, 0);
+      if (wait_all(REDUCED, s, 0)) return HVD_SHM_PEER_DIED;
     }
     double t2 = now_us();
     if (small) {
@@ -309,7 +379,7 @@ int hvd_shm_control(uint64_t *v) {
   memcpy(control_copy(S.me, b), v, S.cwords * 8);
   post(CONTROL, k);
   futex(flag(S.me, CONTROL), FUTEX_WAKE, INT32_MAX, NULL); /* peers asleep on this rank's word */
-  wait_all(CONTROL, k, 1);
+  if (wait_all(CONTROL, k, 1)) return -1;
   for (int p = 0; p < S.n; p++) {
     if (p == S.me) continue;
     const uint64_t *c = control_copy(p, b);
@@ -323,7 +393,9 @@ int hvd_shm_control(uint64_t *v) {
 static int bk_allreduce(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dt, hvd_op_t op, const hvd_bk_ctx *c,
                         hvd_phase_times *t, char *err, size_t errlen) {
   (void)c; /* the global set: the segment's ranks, and the cross-host communicator */
-  HVD_CHECK_MPI(hvd_shm_allreduce_group(e, n, dt, op, t), "MPI_Allreduce (between hosts)");
+  int rc = hvd_shm_allreduce_group(e, n, dt, op, t);
+  if (rc == HVD_SHM_PEER_DIED) return snprintf(err, errlen, "%s", hvd_shm_death()), -1;
+  HVD_CHECK_MPI(rc, "MPI_Allreduce (between hosts)");
   return 0;
 }
 

@@ -23,7 +23,9 @@
  * has raised `arrive` for the piece in between, so it has read the old one.
  * Waits spin (not when bound to one core), then yield, then nap; a dead
  * peer is caught by the liveness watchdog (the engine is marked busy while
- * it executes).  Engine thread only. */
+ * it executes), or in an elastic job (watch) by the waits themselves: they
+ * check the host's peers' processes every 20 ms, and an operation whose
+ * peer has died fails.  Engine thread only. */
 #ifndef HVD_SHM_H
 #define HVD_SHM_H
 
@@ -34,19 +36,21 @@
 #include "fusion.h"
 
 #define HVD_SHM_SMALL 16384
+#define HVD_SHM_PEER_DIED (-7) /* hvd_shm_allreduce_group: a peer of this host died (watch) */
 
 /* Collective over comm.  mode 0: off.  hosts_override > 0 (tests): treat
  * consecutive blocks of ranks as that many hosts.  Sets up the segment when
  * every host runs the same number (>= 2) of ranks and every rank could map
  * it; otherwise stays inactive (MPI only), with the reason logged.  Returns
  * 0, or -1 (with err) when an MPI call failed. */
-int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, size_t buffer, int hosts_override,
+int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, int watch, size_t buffer, int hosts_override,
                   size_t control_words, char *err, size_t errlen);
 int hvd_shm_active(void);
 /* "2 ranks per host x 1 host" or the reason it is off (for the start line). */
 const char *hvd_shm_describe(void);
 /* Allreduce a group of same-dtype host tensors between all ranks of the job
- * (set 0).  Returns an MPI error code (the cross-host step's). */
+ * (set 0).  Returns an MPI error code (the cross-host step's), or
+ * HVD_SHM_PEER_DIED. */
 int hvd_shm_allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype, hvd_op_t op, hvd_phase_times *t);
 /* The engine's control round (a bitwise AND of every rank's vector of
  * control_words words) through the segment, when every rank of the job is
@@ -54,8 +58,11 @@ int hvd_shm_allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype
  * the data buffers), raises its round count and wakes the peers asleep on
  * it (a futex); a rank waits for each peer's count (the data path's spin,
  * then sleep on the peer's futex word), then ANDs every vector.  Returns 0 (nothing
- * done: use MPI) when the job spans hosts or shared memory is off. */
+ * done: use MPI) when the job spans hosts or shared memory is off, 1 when
+ * done, -1 when a peer died (watch). */
 int hvd_shm_control(uint64_t *v);
+/* The death a wait found, in words. */
+const char *hvd_shm_death(void);
 /* Unmaps the segment; frees the communicators when mpi_up.  Local: no peer
  * is waited for. */
 void hvd_shm_stop(int mpi_up);
