@@ -284,7 +284,7 @@ int hvd_eng_rebuild(hvd_engine *e, MPI_Comm comm, const char *why, char *err, si
 void hvd_eng_recover(hvd_engine *e);
 /* Every survivor together, too few left: finalize (bounded), end with code. */
 _Noreturn void hvd_eng_end_survivors(hvd_engine *e, int code);
-/* PMPI_Finalize, and a deadline (10 s) after which the process ends with
+/* PMPI_Finalize, and a deadline (3 s) after which the process ends with
  * code anyway (after ranks died, Open MPI's finalize may never return). */
 void hvd_eng_finalize_bounded(hvd_engine *e, int code);
 /* A detached thread: in 10 s, warn (unless NULL), then end(code) (unless

@@ -145,14 +145,16 @@ int hvd_eng_rebuild(hvd_engine *e, MPI_Comm comm, const char *why, char *err, si
   return 0;
 }
 
-/* After ranks died (HVDSHIM_ELASTIC), Open MPI 6's MPI_Finalize sometimes
- * never returns (its survivors spin in it, about 1 run in 10 here): the
- * work is done and written, so a survivor still in it after this long
- * leaves with the status it was ending with. */
+/* After ranks died (HVDSHIM_ELASTIC), Open MPI 5's and 6's MPI_Finalize
+ * sometimes never returns (its survivors wait in it for the dead): the work
+ * is done and written, so a survivor still in it after HVD_FINALIZE_LATER_S
+ * leaves with the status it was ending with (said at info level: it is the
+ * MPI's, and the job's result is unchanged).  MPI_Abort gets longer. */
 #define HVD_END_LATER_S 10
+#define HVD_FINALIZE_LATER_S 3
 typedef struct {
   void (*end)(int code);
-  int code;
+  int code, seconds;
   const char *warn;
 } end_later;
 
@@ -160,26 +162,29 @@ static void *end_later_main(void *arg) {
   end_later a = *(end_later *)arg;
   free(arg);
   pthread_setname_np(pthread_self(), "hvd-end-later");
-  struct timespec ts = {HVD_END_LATER_S, 0};
+  struct timespec ts = {a.seconds, 0};
   nanosleep(&ts, NULL);
-  if (a.warn) HVD_WARN("%s %d s on: leaving with status %d", a.warn, HVD_END_LATER_S, a.code);
+  if (a.warn && a.seconds == HVD_FINALIZE_LATER_S) HVD_INFO("%s %d s on: leaving with status %d", a.warn, a.seconds, a.code);
+  else if (a.warn) HVD_WARN("%s %d s on: leaving with status %d", a.warn, a.seconds, a.code);
   if (a.end) a.end(a.code);
   syscall(SYS_exit_group, a.code);
   return NULL;
 }
 
-void hvd_eng_end_later(void (*end)(int code), int code, const char *warn) {
+static void end_after(void (*end)(int code), int code, const char *warn, int seconds) {
   end_later *a = malloc(sizeof *a);
   if (!a) return;
-  *a = (end_later){end, code, warn};
+  *a = (end_later){end, code, seconds, warn};
   pthread_t t;
   if (pthread_create(&t, NULL, end_later_main, a) == 0) pthread_detach(t);
   else free(a);
 }
 
+void hvd_eng_end_later(void (*end)(int code), int code, const char *warn) { end_after(end, code, warn, HVD_END_LATER_S); }
+
 void hvd_eng_finalize_bounded(hvd_engine *e, int code) {
-  hvd_eng_end_later(e->host.end_process, code, "MPI_Finalize has not returned after the job went on without the "
-                                               "ranks that died (the MPI's fault tolerance):");
+  end_after(e->host.end_process, code, "MPI_Finalize has not returned after the job went on without the ranks that "
+                                       "died (the MPI's fault tolerance):", HVD_FINALIZE_LATER_S);
   PMPI_Finalize(); /* not MPI_Finalize: that is our hook */
 }
 

@@ -118,6 +118,8 @@ shim() {
   shift
   set -- $(env | sed -n 's/^\(HVDSHIM_[A-Z0-9_]*\)=.*/-x \1/p') "$@"
   [ -n "${OMP_NUM_THREADS-}" ] && set -- -x OMP_NUM_THREADS "$@"
+  # HVDSHIM_ELASTIC=1 make check TESTS=...: the suites with elastic on (Open MPI 5+)
+  [ "${HVDSHIM_ELASTIC-}" = 1 ] && [ "${MPI_KIND:-ompi}" = ompi ] && set -- --with-ft ulfm "$@"
   LD_PRELOAD="$LIB" mpi "$_np" -x LD_PRELOAD "$@"
 }
 

@@ -61,32 +61,33 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 if "$PYTHON" -c 'import torch' 2>/dev/null; then
   TRAIN="$top_srcdir/tests/torch/elastic_train.py"
   OMP_NUM_THREADS=1 "$PYTHON" "$TRAIN" "$TMP/plain.pt" >/dev/null 2>&1 || fail "the plain run of elastic_train.py failed"
-  cmp_weights() { # $1 $2: the same weights within 1e-5
+  cmp_weights() { # $1 $2: the same weights within 1e-4 (split.sh's; observed up to 2.3e-5 with sparse gradients; the wrong slice or step left out: 0.29 to 0.54)
     "$PYTHON" -c 'import sys, torch
 a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
 d = max(float((a[k] - b[k]).abs().max()) for k in a)
 print("max difference %.3g" % d)
-sys.exit(0 if d <= 1e-5 and a.keys() == b.keys() else 1)' "$1" "$2"
+sys.exit(0 if d <= 1e-4 and a.keys() == b.keys() else 1)' "$1" "$2"
   }
-  runs=${ELASTIC_TORCH_RUNS:-4}
+  runs=${ELASTIC_TORCH_RUNS:-2} # (ELASTIC_TORCH_RUNS=10 for the issue's ten)
   k=0
   while [ $k -lt "$runs" ]; do
     k=$((k + 1))
     dying=$(((seed / k + k) % 2 + 1)) at=$(((seed / (k * 5) + 3 * k) % 55 + 2))
+    sparse=$((k % 2)) # every other run with an embedding's sparse gradients too
     rc=0
     T=120 LD_PRELOAD="$LIB" mpi 3 --with-ft ulfm -x LD_PRELOAD -x OMP_NUM_THREADS=1 -x HVDSHIM_ELASTIC=1 \
-      -x HVDSHIM_DATA=split "$PYTHON" "$TRAIN" "$TMP/elastic.pt" $dying:$at >"$TMP/out" 2>&1 || rc=$?
+      -x HVDSHIM_DATA=split -x SPARSE=$sparse "$PYTHON" "$TRAIN" "$TMP/elastic.pt" $dying:$at >"$TMP/out" 2>&1 || rc=$?
     [ $rc = 0 ] || { cat "$TMP/out"; fail "PyTorch split, rank $dying killed at step $at: status $rc"; }
     grep -q "rank(s) $dying died: this script goes on from optimizer step [0-9]* over 2 rank(s) (was 3)" "$TMP/out" ||
       { cat "$TMP/out"; fail "PyTorch, rank $dying killed at step $at: no line saying the script goes on"; }
     redone=$(sed -n 's/.*optimizer step \([0-9]*\): its gradients averaged again over the 2 surviving.*/\1/p' "$TMP/out" | head -1)
     [ -n "$redone" ] || { cat "$TMP/out"; fail "PyTorch, rank $dying killed at step $at: no line naming the step averaged again"; }
     s0=$((redone - 1))
-    OMP_NUM_THREADS=1 DROP=$s0:$((dying * 4)):$((dying * 4 + 4)) "$PYTHON" "$TRAIN" "$TMP/emulated.pt" >/dev/null 2>&1 ||
+    OMP_NUM_THREADS=1 SPARSE=$sparse DROP=$s0:$((dying * 4)):$((dying * 4 + 4)) "$PYTHON" "$TRAIN" "$TMP/emulated.pt" >/dev/null 2>&1 ||
       fail "the emulation of elastic_train.py failed"
     cmp_weights "$TMP/elastic.pt" "$TMP/emulated.pt" >"$TMP/cmp" 2>&1 ||
       { cat "$TMP/out" "$TMP/cmp"; fail "PyTorch split, rank $dying killed at step $at: weights differ from the emulation (step $s0 without rank $dying's slice)"; }
-    pass "PyTorch split np=3, rank $dying SIGKILLed at step $at: the 2 survivors go on (status 0), weights = the single-process emulation without its slice of step $s0 ($(cat "$TMP/cmp"))"
+    pass "PyTorch split np=3$([ $sparse = 1 ] && echo ", sparse gradients too"), rank $dying SIGKILLed at step $at: the 2 survivors go on (status 0), weights = the single-process emulation without its slice of step $s0 ($(cat "$TMP/cmp"))"
   done
   # (through hvdrun --min-np: it adds --with-ft ulfm and the settings)
   rc=0

@@ -6,19 +6,35 @@ shim knows of:
   argv[2] RANK:STEP  that rank (OMPI_COMM_WORLD_RANK) SIGKILLs itself when
                   it has its batch of STEP (0-based);
   DROP=STEP:LO:HI the single-process emulation: rows LO..HI-1 of that step's
-                  batch left out (the dead rank's slice under HVDSHIM_DATA=split)."""
+                  batch left out (the dead rank's slice under HVDSHIM_DATA=split).
+SPARSE=1: an embedding with sparse gradients (nn.Embedding(sparse=True))
+feeds the MLP too."""
 import os
 import signal
 import sys
 
 import torch
 
+sparse = os.environ.get("SPARSE") == "1"
 torch.manual_seed(0)
 X = torch.randn(240, 6)
 Y = X @ torch.randn(6, 1) + 0.1 * torch.randn(240, 1)
-loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, Y), batch_size=12, shuffle=True,
+C = torch.randint(0, 20, (240,))
+loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, C, Y), batch_size=12, shuffle=True,
                                      generator=torch.Generator().manual_seed(1))
-model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(20, 4, sparse=True) if sparse else None
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(10 if sparse else 6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+
+    def forward(self, x, c):
+        return self.mlp(torch.cat([x, self.emb(c)], 1) if sparse else x)
+
+
+model = Model()
 opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 die = [int(v) for v in sys.argv[2].split(":")] if len(sys.argv) > 2 else None
 drop = [int(v) for v in os.environ["DROP"].split(":")] if os.environ.get("DROP") else None
@@ -27,14 +43,14 @@ log = open(sys.argv[1] + ".log", "a")
 step = 0
 for epoch in range(3):
     total = 0.0
-    for x, y in loader:
+    for x, c, y in loader:
         if die and me == die[0] and step == die[1]:
             os.kill(os.getpid(), signal.SIGKILL)
         if drop and step == drop[0]:
             keep = [i for i in range(len(x)) if not drop[1] <= i < drop[2]]
-            x, y = x[keep], y[keep]
+            x, c, y = x[keep], c[keep], y[keep]
         opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss = torch.nn.functional.mse_loss(model(x, c), y)
         loss.backward()
         opt.step()
         total += loss.item()

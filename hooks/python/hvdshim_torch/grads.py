@@ -17,6 +17,7 @@ last hooked parameter's gradient arrives, this rank's part of the
 end-of-backward round is known (every parameter got one), so the round goes
 in the same batch: float32, like the gradients, it is fused into their last
 allreduce (one round per step)."""
+import ctypes
 import struct
 import weakref
 import torch
@@ -125,26 +126,44 @@ def _keep_local(idx, g):
 
 
 def _submit_sparse(prm, p, g):
-    if _S.elastic:
-        raise HvdShimError("hvdshim: parameter '%s' has a sparse gradient; HVDSHIM_ELASTIC does not survive a "
-                           "death with sparse gradients yet: run without HVDSHIM_ELASTIC" % prm.name)
     g = g.coalesce()
     idx = g._indices().t().contiguous().cpu()  # gathered through host memory (rows differ per rank)
     vals = g._values().contiguous().cpu()
     what = "gathering the sparse gradient of '%s'" % prm.name
-    hi = _allgather_start(prm.bname + b".idx", idx, what)
-    hv = _allgather_start(prm.bname + b".val", vals, what)
+    hi = hv = None
+    try:
+        hi = _allgather_start(prm.bname + b".idx", idx, what)
+        hv = _allgather_start(prm.bname + b".val", vals, what)
+    except _MembershipChanged:  # refused (ranks died): raised at the end of backward, not through autograd
+        if not _S.elastic:
+            raise
+        _S.pending.refused = _S.pending.refused or what
     _S.sparse.append((prm, p, idx, vals, hi, hv, g.shape))
 
 
 def _finish_sparse():
-    items, _S.sparse = _S.sparse, []
-    for prm, p, idx, vals, hi, hv, shape in items:
+    """Every gather first, then the gradients: when ranks die a gather fails
+    with every p.grad still this rank's own (_start_over gathers again)."""
+    done = []
+    for k, (prm, p, idx, vals, hi, hv, shape) in enumerate(_S.sparse):
         what = "gathering the sparse gradient of '%s'" % prm.name
+        _S.sparse[k] = (prm, p, idx, vals, None, hv, shape)  # (a handle waited for has ended, failed or not)
         all_idx = _allgather_finish(hi, idx, what)
-        all_vals = _allgather_finish(hv, vals, what)
-        with torch.no_grad():
+        _S.sparse[k] = (prm, p, idx, vals, None, None, shape)
+        done.append((p, all_idx, _allgather_finish(hv, vals, what), shape))
+    _S.sparse = []
+    with torch.no_grad():
+        for p, all_idx, all_vals, shape in done:
             p.grad = torch.sparse_coo_tensor(all_idx.t(), all_vals / _S.size, shape).coalesce().to(p.device)
+
+
+def _drop_gather(h):
+    """Release an allgather's handle whose result is not wanted."""
+    if h is None:
+        return
+    out, rows = ctypes.c_void_p(), ctypes.c_size_t()
+    if _libmod._lib.hvd_allgather_wait(h, -1.0, ctypes.byref(out), ctypes.byref(rows)) == 0 and out.value:
+        _libmod._lib.hvd_free(out)
 
 
 def _end_of_backward():
@@ -249,6 +268,10 @@ def _start_over():
         _S.round[2].drain()
         _S.round = None
     _S.batch.forget(_S.pending)
+    for _prm, _p, _idx, _vals, hi, hv, _shape in _S.sparse:  # gathered again below from p.grad (still its own)
+        _drop_gather(hi)
+        _drop_gather(hv)
+    _S.sparse = []
     done, _S.submitted = sorted(_S.submitted), set()
     for idx in done:
         prm = _S.params[idx]

@@ -283,6 +283,8 @@ def _allgather_finish(handle, like, what):
     out = ctypes.c_void_p()
     rows = ctypes.c_size_t()
     st = _lib.hvd_allgather_wait(handle, -1.0, ctypes.byref(out), ctypes.byref(rows))
+    if st == _HVD_ERR_MEMBERSHIP:
+        raise _membership_error(what)
     if st != 0:
         raise HvdShimError("hvdshim: %s: %s" % (what, (_lib.hvd_last_error() or b"").decode("utf-8", "replace")))
     try:
