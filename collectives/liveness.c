@@ -56,8 +56,7 @@ static uint64_t pid_namespace(void) {
   return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
 }
 
-/* 'D' dead, 'S' stopped (SIGSTOP, a debugger), 'A' alive. */
-static char process_state(pid_t pid) {
+char hvd_process_state(pid_t pid) {
   if (kill(pid, 0) != 0 && errno == ESRCH) return 'D';
   char path[64], buf[256];
   snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
@@ -99,7 +98,7 @@ static void judge(void) {
       append(remote, sizeof remote, "%s%d (pid %d on %s)", r, &peers[r]);
       continue;
     }
-    char st = process_state(peers[r].pid);
+    char st = hvd_process_state(peers[r].pid);
     if (st == 'D') append(dead, sizeof dead, "%s%d (pid %d on %s)", r, &peers[r]);
     else if (st == 'S') append(stopped, sizeof stopped, "%s%d (pid %d on %s)", r, &peers[r]);
   }

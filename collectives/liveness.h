@@ -19,6 +19,7 @@
 
 #include <mpi.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #define HVD_LIVENESS_LOCAL_S 2.0
 
@@ -32,6 +33,10 @@ void hvd_liveness_busy(int busy);
 void hvd_liveness_tick(void);
 /* Stops and joins the watchdog (before MPI is finalized). */
 void hvd_liveness_stop(void);
+/* A process of this host (same pid namespace): 'D' dead (gone, or a zombie
+ * its parent has not reaped), 'S' stopped (SIGSTOP, a debugger), 'A' alive.
+ * Also the elastic shared-memory waits' check of their peers. */
+char hvd_process_state(pid_t pid);
 /* Forked child: the watchdog thread does not exist there. */
 void hvd_liveness_forked_child(void);
 

@@ -11,7 +11,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <linux/futex.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -19,6 +18,7 @@
 
 #include "../base/log.h"
 #include "dtype.h"
+#include "liveness.h"
 
 #define HDR 192 /* three flag words, a cache line each */
 enum { ARRIVE = 0, REDUCED = 16, CONTROL = 32 }; /* offsets of the flags, in uint32_t (64 bytes apart) */
@@ -71,24 +71,10 @@ static long futex(uint32_t *addr, int op, uint32_t val, const struct timespec *t
 
 static void post(int which, uint32_t s) { __atomic_store_n(flag(S.me, which), s, __ATOMIC_RELEASE); }
 
-/* A peer's process has ended (or is a zombie its launcher has not reaped). */
-static int gone(pid_t p) {
-  if (kill(p, 0) != 0) return errno == ESRCH;
-  char path[64], buf[512];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)p);
-  FILE *f = fopen(path, "re");
-  if (!f) return 0;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  const char *st = strrchr(buf, ')');
-  return st && st[1] == ' ' && (st[2] == 'Z' || st[2] == 'X');
-}
-
 /* Elastic: -1 (S.dead set) when a peer of this host has died. */
 static int peers_gone(void) {
   for (int k = 0; k < S.n; k++)
-    if (k != S.me && gone(S.pids[k])) return S.dead = k, -1;
+    if (k != S.me && hvd_process_state(S.pids[k]) == 'D') return S.dead = k, -1;
   return 0;
 }
 
@@ -224,25 +210,24 @@ int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, int watch, size_t
     return 0;
   }
   S.hosts = size / S.n;
-  /* elastic: each rank must see its host's peers' processes (one pid
-   * namespace), or a death could not be told from a peer out of sight */
+  /* elastic (the same on every rank): each rank must see its host's peers'
+   * processes (one pid namespace), or a death could not be told from a
+   * peer out of sight */
   S.watch = watch;
   S.dead = -1;
-  if (!(S.pids = malloc(sizeof(int) * (size_t)S.n))) {
-    snprintf(S.why, sizeof S.why, "off (out of memory)");
-    release(1);
-    return 0;
-  }
-  int pid = (int)getpid(), seen_all = 1;
-  HVD_CHECK_MPI_GOTO(MPI_Allgather(&pid, 1, MPI_INT, S.pids, 1, MPI_INT, S.node), "MPI_Allgather (pids)", fail);
-  for (int k = 0; k < S.n && watch; k++)
-    if (k != S.me && gone(S.pids[k])) seen_all = 0;
-  HVD_CHECK_MPI_GOTO(MPI_Allreduce(MPI_IN_PLACE, &seen_all, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce (pids seen)",
-                     fail);
-  if (!seen_all) {
-    snprintf(S.why, sizeof S.why, "off (elastic, and the ranks of a host cannot see each other's processes)");
-    release(1);
-    return 0;
+  if (watch) {
+    int pid = (int)getpid(), seen_all = 1;
+    if (!(S.pids = malloc(sizeof(int) * (size_t)S.n))) HVD_FATAL("out of memory (starting shared memory)");
+    HVD_CHECK_MPI_GOTO(MPI_Allgather(&pid, 1, MPI_INT, S.pids, 1, MPI_INT, S.node), "MPI_Allgather (pids)", fail);
+    for (int k = 0; k < S.n; k++)
+      if (k != S.me && hvd_process_state(S.pids[k]) == 'D') seen_all = 0;
+    HVD_CHECK_MPI_GOTO(MPI_Allreduce(MPI_IN_PLACE, &seen_all, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce (pids seen)",
+                       fail);
+    if (!seen_all) {
+      snprintf(S.why, sizeof S.why, "off (elastic, and the ranks of a host cannot see each other's processes)");
+      release(1);
+      return 0;
+    }
   }
   if (S.hosts > 1) HVD_CHECK_MPI_GOTO(MPI_Comm_split(comm, S.me, rank, &S.cross), "MPI_Comm_split (ranks across hosts)", fail);
   S.half = buffer_bytes - buffer_bytes % 64;

@@ -146,41 +146,41 @@ def _padded(run, n, head):
     return run + [next(pad) for _ in range(-len(run) % n)]
 
 
-def every_nth_stream(items, size=None, rank=None):
-    """every_nth over an iterable, as a generator: of each run of `size`
-    items, the one at `rank` (the last run padded from the start).  Without
-    size and rank: this rank's place, read at every run (_place)."""
+def _runs(items, unit, size, rank):
+    """Consecutive runs of n * unit items, each with this rank's (n, r): size
+    and rank, or without them its place when the run is taken (_place).  The
+    last run is padded to a multiple of n from the first items; `full` says
+    the run is whole."""
     it, head = iter(items), []
     while True:
         n, r = (size, rank) if size is not None else _place()
-        run = list(itertools.islice(it, n))
+        run = list(itertools.islice(it, n * unit))
         head += run[:n - len(head)]
         if not run:
             return
-        yield _padded(run, n, head)[r]
-        if len(run) < n:
+        full = len(run) == n * unit
+        yield (run if full else _padded(run, n, head)), n, r, full
+        if not full:
             return
+
+
+def every_nth_stream(items, size=None, rank=None):
+    """every_nth over an iterable, as a generator: of each run of `size`
+    items, the one at `rank` (the last run padded from the start).  Without
+    size and rank: this rank's place, read at every run."""
+    for run, _n, r, _full in _runs(items, 1, size, rank):
+        yield run[r]
 
 
 def shard_stream(windows, size, rank, batch, drop_last):
     """shard_indices over an order given in consecutive windows (lists), as a
     generator: the same batches, padded at the end from the epoch's start.
     Batch k of every rank comes from the k-th run of size * batch indices;
-    size None: this rank's place, read at every run (_place)."""
-    it, head = (i for w in windows for i in w), []
-    while True:
-        n, r = (size, rank) if size is not None else _place()
-        run = list(itertools.islice(it, n * batch))
-        head += run[:n - len(head)]
-        if not run:
-            return
-        if len(run) == n * batch:
-            yield run[r::n]
-            continue
-        mine = _padded(run, n, head)[r::n]
-        if mine and not (drop_last and len(mine) < batch):
+    size None: this rank's place, read at every run."""
+    for run, n, r, full in _runs((i for w in windows for i in w), batch, size, rank):
+        mine = run[r::n]
+        if full or (mine and not (drop_last and len(mine) < batch)):
             yield mine
-        return
 
 
 class _ShardedBatches:

@@ -19,6 +19,8 @@ over the console (its stdout is no longer silenced) and the files
 has open move to their real paths, so a log opened for append goes on at
 the end of what the old rank 0 wrote)."""
 import ctypes
+import os
+import sys
 
 from . import lib as _libmod
 from .lib import HvdShimError, _MembershipChanged, _following, _warn
@@ -29,7 +31,7 @@ _RETRIES = 64  # changes survived inside one operation: each needs a death, so a
 
 def follow():
     """At the engine's start, in an elastic job: this adapter takes changes in."""
-    if (_libmod._setting("HVDSHIM_ELASTIC") or "0") in ("1", "on", "yes", "true"):
+    if _libmod._setting("HVDSHIM_ELASTIC") == "1":
         _libmod._lib.hvd_elastic_follow()
         _following[0] = True
         _S.elastic = True
@@ -65,8 +67,6 @@ def _take_over():
     _libmod._lib.hvd_overlay_promote()
     saved = _S.stdout_saved
     if saved is not None and saved[0] == "fd":
-        import os
-        import sys
         try:
             if sys.stdout is not None:
                 sys.stdout.flush()  # what it printed before goes where it went (nowhere)
@@ -75,7 +75,6 @@ def _take_over():
             _S.stdout_saved = None
         except OSError as e:
             _warn("could not take over stdout: %s" % e)
-    import sys
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, _PrefixedStream):
             stream._prefix = "[rank 0] "
@@ -86,9 +85,7 @@ def retrying(fn, *args):
     for _ in range(_RETRIES):
         try:
             return fn(*args)
-        except _MembershipChanged:
-            if not _S.elastic:
-                raise
+        except _MembershipChanged:  # (raised only where the adapter follows the changes)
             recover()
     raise HvdShimError("hvdshim: the ranks changed %d times during one operation: ending the job" % _RETRIES)
 

@@ -135,8 +135,6 @@ def _submit_sparse(prm, p, g):
         hi = _allgather_start(prm.bname + b".idx", idx, what)
         hv = _allgather_start(prm.bname + b".val", vals, what)
     except _MembershipChanged:  # refused (ranks died): raised at the end of backward, not through autograd
-        if not _S.elastic:
-            raise
         _S.pending.refused = _S.pending.refused or what
     _S.sparse.append((prm, p, idx, vals, hi, hv, g.shape))
 
@@ -225,7 +223,7 @@ def _reduce_round():
                 _reduce_round_once()
                 break
             except _MembershipChanged:
-                if not _S.elastic or attempt == _elastic._RETRIES:
+                if attempt == _elastic._RETRIES:
                     raise
                 _start_over()
     finally:
@@ -380,8 +378,6 @@ def _backward_averaging(orig, tensors, grad_tensors, retain_graph, create_graph,
     try:
         pending.wait()
     except _MembershipChanged:  # ranks died (HVDSHIM_ELASTIC): the survivors average theirs
-        if not _S.elastic:
-            raise
         pending.drain()
 
         def again():

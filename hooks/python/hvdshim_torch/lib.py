@@ -121,8 +121,8 @@ _following = [False]  # hvd_elastic_follow called: a change of ranks raises _Mem
 def _membership_error(what):
     if _following[0]:
         return _MembershipChanged("hvdshim: %s" % _died(what))
-    return HvdShimError("hvdshim: %s; a PyTorch script cannot go on without them yet (HVDSHIM_ELASTIC "
-                        "survives a death in programs on the C API only): ending the job" % _died(what))
+    return HvdShimError("hvdshim: %s; this script does not follow changes of ranks (HVDSHIM_ELASTIC is off): "
+                        "ending the job" % _died(what))
 
 
 def _check(status, what):
