@@ -15,7 +15,8 @@
 /* The process's one engine.  The C API (as Horovod's) takes no engine
  * argument: it is this one, and every stage below is handed it. */
 static hvd_engine engine = {.qmu = PTHREAD_MUTEX_INITIALIZER, .qcv = PTHREAD_COND_INITIALIZER,
-                            .life_mu = PTHREAD_MUTEX_INITIALIZER, .comm = MPI_COMM_NULL};
+                            .life_mu = PTHREAD_MUTEX_INITIALIZER, .drive = PTHREAD_MUTEX_INITIALIZER,
+                            .comm = MPI_COMM_NULL};
 static hvd_engine *const e = &engine;
 
 hvd_status_t hvd_engine_start(const hvd_engine_host *host, char *err, size_t errlen) {
@@ -166,6 +167,7 @@ static hvd_status_t submit_ex(const char *name, hvd_sig *sig, void *buf, const v
   r->t_submit = hvd_eng_now();
   if (device >= 0) {
     char err[512];
+    __atomic_store_n(&e->gpu_seen, 1, __ATOMIC_RELEASE); /* cycles stay on the engine thread (hvd_eng_help) */
     sig->place = r->sig.place = 1;
     r->stream = stream;
     hvd_gpu_event *share = batching && batch_ready && batch_device == device && batch_stream == stream ? batch_ready : NULL;
@@ -317,6 +319,11 @@ hvd_status_t hvd_broadcast_async(const char *name, void *buf, size_t count, hvd_
 }
 
 hvd_status_t hvd_allreduce_batch_async(const hvd_allreduce_item *items, size_t n, hvd_handle_t *handles) {
+  return hvd_allreduce_batch_async_ex(items, n, handles, 0);
+}
+
+hvd_status_t hvd_allreduce_batch_async_ex(const hvd_allreduce_item *items, size_t n, hvd_handle_t *handles,
+                                          unsigned flags) {
   if (n && (!items || !handles)) return reject(HVD_ERR_INVALID, "allreduce batch: null items or handles");
   hvd_status_t st = HVD_OK;
   size_t i = 0;
@@ -335,6 +342,10 @@ hvd_status_t hvd_allreduce_batch_async(const hvd_allreduce_item *items, size_t n
     snprintf(why, sizeof why, "%s", hvd_last_error());
     hvd_set_last_error("allreduce batch, item %zu of %zu: %s", i - 1, n, why);
   }
+  /* The caller waits for these at once and its wait runs the cycle itself
+   * (hvd_eng_help): waking the engine thread would only put it on the core
+   * the caller needs.  Where the engine thread runs every cycle, wake it. */
+  if (batch_wake && (flags & HVD_BATCH_CALLER_WAITS) && hvd_eng_helpable(e)) batch_wake = 0;
   if (batch_wake) {
     pthread_mutex_lock(&e->qmu);
     pthread_cond_signal(&e->qcv);

@@ -582,13 +582,54 @@ static int cycle(hvd_engine *e) {
   return 1;
 }
 
+/* One cycle, under `drive`; a cycle that ends the engine says so to the others. */
+static int drive_cycle(hvd_engine *e) {
+  int go_on = cycle(e);
+  e->recover_armed = 0;
+  if (!go_on) e->finished = 1;
+  return go_on;
+}
+
+int hvd_eng_helpable(hvd_engine *e) { return !e->elastic && !__atomic_load_n(&e->gpu_seen, __ATOMIC_ACQUIRE); }
+
+/* A user thread that waits for a completion runs the next cycle itself when
+ * no one else is running one (registered with handles.c at start).  On a
+ * machine with one core per rank the engine thread shares the training
+ * thread's core: the end of a backward pass, submitted without waking it
+ * (HVD_BATCH_CALLER_WAITS), then completes on the thread that waits for it,
+ * with no switch to the engine thread and back.  Not in elastic jobs (their
+ * recovery jumps back into the engine thread's cycle) nor once a GPU
+ * operation was submitted (the device's state is the engine thread's); not
+ * once the engine is stopping (its last cycles are the engine thread's). */
+int hvd_eng_help(void *engine) {
+  hvd_engine *e = engine;
+  if (!hvd_eng_helpable(e) || pthread_equal(pthread_self(), e->thread)) return 0;
+  if (pthread_mutex_trylock(&e->drive) != 0) return 0;
+  int ran = 0;
+  pthread_mutex_lock(&e->qmu);
+  int live = e->accepting && !e->stop_requested;
+  pthread_mutex_unlock(&e->qmu);
+  if (live && !e->finished) {
+    ran = 1;
+    e->stats.cycles_helped++;
+    if (!drive_cycle(e)) { /* the engine thread sees it and ends */
+      pthread_mutex_lock(&e->qmu);
+      pthread_cond_signal(&e->qcv);
+      pthread_mutex_unlock(&e->qmu);
+    }
+  }
+  pthread_mutex_unlock(&e->drive);
+  return ran;
+}
+
 void *hvd_eng_main(void *engine) {
   hvd_engine *e = engine;
   if (e->elastic) hvd_eng_recovery_thread(e);
   for (;;) {
     double start = hvd_eng_now();
-    int go_on = cycle(e);
-    e->recover_armed = 0;
+    pthread_mutex_lock(&e->drive);
+    int go_on = !e->finished && drive_cycle(e);
+    pthread_mutex_unlock(&e->drive);
     if (!go_on) break;
     /* Idle (nothing in flight here, nothing being coordinated): sleep until
      * a submission or HVD_IDLE_CYCLE_S instead of running a control round

@@ -108,6 +108,13 @@ struct hvd_engine {
   double cycle_s, stale_age, shutdown_timeout, stall_warn, stall_shutdown, deadlock_s;
   size_t fusion, chunk;
   pthread_t thread;
+  /* Cycles run one at a time, by the engine thread or by a user thread
+   * that waits for a completion (hvd_eng_help): whoever holds `drive`.
+   * finished: a cycle said the engine is done (under drive).  gpu_seen: a
+   * GPU operation was submitted (atomic): from then on only the engine
+   * thread runs cycles (its device state is its own). */
+  pthread_mutex_t drive;
+  int finished, gpu_seen;
 
   /* guarded by qmu */
   pthread_mutex_t qmu;
@@ -301,5 +308,7 @@ void hvd_eng_forked_child(hvd_engine *e);
 
 /* ---- engine_cycle.c ---- */
 void *hvd_eng_main(void *engine); /* the engine thread */
+int hvd_eng_help(void *engine);    /* a waiting user thread runs a cycle (1) or cannot now (0) */
+int hvd_eng_helpable(hvd_engine *e); /* user threads may run cycles (hvd_eng_help) in this job */
 
 #endif

@@ -239,6 +239,7 @@ hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err
   e->accepting = 1;
   e->stop_requested = 0;
   e->closed_msg[0] = 0;
+  e->finished = 0;
   pthread_mutex_unlock(&e->qmu);
   int thread_rc = hvd_eng_injected(9) ? EAGAIN : pthread_create(&e->thread, NULL, hvd_eng_main, e);
   if (thread_rc != 0) {
@@ -250,6 +251,7 @@ hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err
   }
   pthread_setname_np(e->thread, "hvd-engine"); /* named before hvd_init returns (top -H, tests) */
   e->started = 1;
+  hvd_handles_set_helper(hvd_eng_help, e);
   HVD_INFO("engine started: %d rank(s), MPI %s, fusion %zu bytes, cycle %g ms, cache %d, shared memory %s", e->size,
            e->mpi_owned ? "initialized by hvdshim" : "adopted from the program", e->fusion, e->cycle_s * 1e3,
            e->cache_cap, hvd_shm_describe());
@@ -307,6 +309,7 @@ void hvd_eng_forked_child(hvd_engine *e) {
   e->qcv = c;
   e->life_mu = m;
   hvd_liveness_forked_child();
+  e->drive = m;
   e->accepting = 0;
   e->started = 0;
   snprintf(e->closed_msg, sizeof e->closed_msg, "this is a forked child of a rank; hvdshim is inert here");

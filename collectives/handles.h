@@ -40,5 +40,9 @@ uint64_t hvd_handles_blocked_ns(void);
  * recent_s ago (a wait that ends and begins again is still waiting). */
 int hvd_handles_waiting(double recent_s);
 void hvd_handles_reset(void); /* after fork: the child gets an empty table */
+/* A thread waiting without a timeout calls help(arg) while its handle is
+ * not done: 1 when it ran a cycle of the engine (it looks again), 0 when it
+ * cannot now (it sleeps until a completion).  NULL: none. */
+void hvd_handles_set_helper(int (*help)(void *), void *arg);
 
 #endif

@@ -152,6 +152,16 @@ typedef struct {
   void *stream;
 } hvd_allreduce_item;
 HVD_EXPORT hvd_status_t hvd_allreduce_batch_async(const hvd_allreduce_item *items, size_t n, hvd_handle_t *handles);
+/* flags: HVD_BATCH_CALLER_WAITS: the caller waits for these handles right
+ * away (hvd_wait / hvd_wait_all without a timeout), as at the end of a
+ * backward pass.  In a host-memory job the engine thread is then not woken:
+ * the waiting thread runs the engine's cycle itself, which saves two thread
+ * switches on a core the training thread needs.  A caller that does not wait
+ * at once gets them at the engine's own pace (its cycle, or 0.1 s when it
+ * was idle). */
+#define HVD_BATCH_CALLER_WAITS 1u
+HVD_EXPORT hvd_status_t hvd_allreduce_batch_async_ex(const hvd_allreduce_item *items, size_t n, hvd_handle_t *handles,
+                                                     unsigned flags);
 /* 1 when GPU buffers can be handled here; `out` gets what was found (CUDA
  * runtime and NCCL with their paths, the device kernels) or why not. */
 HVD_EXPORT int hvd_gpu_status(char *out, size_t n);
@@ -254,6 +264,7 @@ typedef struct {
   uint64_t bytes_reduced;  /* allreduce payload bytes */
   double comm_seconds;     /* time in MPI data movement and copies */
   double blocked_seconds;  /* time callers spent blocked in hvd_wait on unfinished operations */
+  uint64_t cycles_helped;  /* of the cycles, those a waiting caller ran itself (HVD_BATCH_CALLER_WAITS) */
 } hvd_stats_t;
 HVD_EXPORT void hvd_get_stats(hvd_stats_t *stats);
 

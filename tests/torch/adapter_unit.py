@@ -25,6 +25,7 @@ class StubLib:
         self.peer = None
         self.round_peer = None
         self.loss_peer = None
+        self.batches = []
 
     def hvd_allreduce_async(self, name, ptr, n, dtype, op, cb, arg, handle):
         self.calls.append(("allreduce", name, n, op))
@@ -40,8 +41,10 @@ class StubLib:
         handle._obj.value = len(self.calls)
         return 0
 
-    def hvd_allreduce_batch_async(self, items, n, handles):
-        """round_peer: what the other ranks add to the end-of-backward round."""
+    def hvd_allreduce_batch_async_ex(self, items, n, handles, flags):
+        """round_peer: what the other ranks add to the end-of-backward round.
+        batches: each call's names and flags."""
+        self.batches.append(([items[i].name for i in range(n)], flags))
         for i in range(n):
             it = items[i]
             self.calls.append(("allreduce", it.name, it.count, it.op))
@@ -282,6 +285,37 @@ class Rules(unittest.TestCase):
         grads._reduce_round()
         self.assertEqual(opt.param_groups[0]["lr"], 0.7)
         self.assertEqual(_S.k, 1)
+
+    def test_gradients_go_during_backward_or_all_at_its_end(self):
+        """HVDSHIM_OVERLAP on: each gradient is handed over as it is ready
+        (HVDSHIM_BUCKET 0), the last one with the round; off: one batch at the
+        end of backward holds every gradient and the round.  The batch the end
+        of backward waits for is flagged so (the engine thread is not woken),
+        no other is; the gradients arrive averaged either way."""
+        for overlap in (True, False):
+            model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+            named = list(model.named_parameters())
+            _S.params = [grads._Param(i, "m0.%s" % n, p, False) for i, (n, p) in enumerate(named)]
+            _S.used, _S.nhooked = bytearray(len(named)), 0
+            _S.submitted, _S.round, _S.sparse, _S.optimizers = set(), None, [], []
+            _S.in_backward, _S.skip_bw, _S.k, _S.bw_window, _S.deferred = False, False, 1, 0, False
+            _S.batch, _S.pending, _S.bucket, _S.overlap, _S.elastic = lib._Batch(), lib._Pending(), 0, overlap, False
+            handles = []
+            for prm in _S.params:
+                prm.hook()
+                handles.append(prm.handle)
+            self.stub.batches = []
+            model(torch.ones(2, 3)).sum().backward()
+            for h in handles:
+                h.remove()
+            names = [b"m0.%s" % n.encode() for n, _p in named]
+            batches = self.stub.batches
+            self.assertEqual(sorted(n for b, _f in batches for n in b if not n.startswith(b"hvdshim.round")),
+                             sorted(names))
+            self.assertTrue(batches[-1][0][-1].startswith(b"hvdshim.round."))  # the round goes last
+            self.assertEqual([f for _b, f in batches], [0] * (len(batches) - 1) + [lib._CALLER_WAITS])
+            self.assertEqual(len(batches), len(names) if overlap else 1)
+            self.assertEqual(_S.submitted, set())  # the step's reduction ended
 
     def test_loss_reads_as_mean_after_backward(self):
         """A scalar loss given to backward reads as the mean over ranks

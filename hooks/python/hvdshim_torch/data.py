@@ -177,7 +177,7 @@ def shard_stream(windows, size, rank, batch, drop_last):
     generator: the same batches, padded at the end from the epoch's start.
     Batch k of every rank comes from the k-th run of size * batch indices;
     size None: this rank's place, read at every run."""
-    for run, n, r, full in _runs((i for w in windows for i in w), batch, size, rank):
+    for run, n, r, full in _runs(itertools.chain.from_iterable(windows), batch, size, rank):
         mine = run[r::n]
         if full or (mine and not (drop_last and len(mine) < batch)):
             yield mine

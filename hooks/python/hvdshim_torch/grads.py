@@ -16,7 +16,12 @@ each): of HVDSHIM_BUCKET bytes, by default each gradient alone.  When the
 last hooked parameter's gradient arrives, this rank's part of the
 end-of-backward round is known (every parameter got one), so the round goes
 in the same batch: float32, like the gradients, it is fused into their last
-allreduce (one round per step)."""
+allreduce (one round per step).  That last batch is waited for at once, so
+it does not wake the engine thread: the waiting training thread runs the
+engine's cycle itself (hvd_eng_help).  Where a rank has a single core
+(HVDSHIM_OVERLAP auto), host-memory gradients all wait for that batch: the
+engine thread would only take the core backward needs, and two thread
+switches per gradient cost more than the overlap gains."""
 import ctypes
 import struct
 import weakref
@@ -69,15 +74,15 @@ def _grad_ready(idx):
         _S.used[idx] = 1
         return
     if idx in _S.submitted:  # a second accumulation in one backward (retain_graph tricks)
-        _flush()
+        _S.batch.flush(waited=True)
         _S.pending.wait()
         _S.submitted.clear()
     _S.used[idx] = 1
     _submit_grad(_S.params[idx])
     if len(_S.submitted) == _S.nhooked and _S.round is None:  # the last one: the round goes with it
         _submit_round()
-    elif _S.batch.bytes >= _S.bucket:
-        _flush()
+    elif _S.batch.bytes >= _S.bucket and _S.batch.items and (_S.overlap or _S.batch.items[-1][1].is_cuda):
+        _flush()  # (HVDSHIM_OVERLAP off: host-memory gradients wait for the end of backward, reduced in one batch)
 
 
 def _flush():
@@ -188,17 +193,16 @@ def _submit_round():
     float32 sums are exact in any order."""
     slots = _hyper_slots()
     n, m = len(_S.used), len(slots)
-    vec = torch.zeros(n + 4 * m + 2, dtype=torch.float32)
-    if n:
-        vec[:n] = torch.frombuffer(bytearray(_S.used), dtype=torch.uint8)
+    vals = list(_S.used)  # one tensor made from one list: a few small torch operations cost more than the list
     if _S.rank == 0:
-        if m:
-            vec[n:n + 4 * m] = torch.tensor(_hyper_pieces([v for _g, _k, _i, v in slots]), dtype=torch.float32)
-        vec[-2] = 1
-        vec[-1] = _propose_k()
+        vals += _hyper_pieces([v for _g, _k, _i, v in slots]) if m else ()
+        vals += (1, _propose_k())
+    else:
+        vals += [0] * (4 * m + 2)
+    vec = torch.tensor(vals, dtype=torch.float32)
     flags = _Pending()
     _S.batch.add(b"hvdshim.round.%d.%d" % (n, m), vec, _SUM, flags, "agreeing on used parameters and hyperparameters")
-    _S.batch.flush()
+    _S.batch.flush(waited=True)  # the end of backward waits for it next
     _S.round = (vec, slots, flags)
 
 
@@ -240,14 +244,15 @@ def _reduce_round_once():
     vec, slots, flags = _S.round
     flags.wait()
     n, m = len(_S.used), len(slots)
-    if n:
+    if len(_S.submitted) < n:  # (every parameter submitted here: nothing to look for)
         for i in (vec[:n] > 0).nonzero().flatten().tolist():
             if i not in _S.submitted:  # used elsewhere, or only in a backward that accumulated
                 _submit_grad(_S.params[i])
-    _flush()
-    if vec[-2] > 0:  # rank 0 took part
-        _apply_hyper(slots, _hyper_values(vec[n:n + 4 * m].tolist()))
-        _adopt_k(int(vec[-1]))
+    _S.batch.flush(waited=True)
+    tail = vec[n:].tolist()  # rank 0's hyperparameters, whether it took part, its k
+    if tail[-2] > 0:  # rank 0 took part
+        _apply_hyper(slots, _hyper_values(tail[:4 * m]))
+        _adopt_k(int(tail[-1]))
     else:
         _adopt_k(1)
     _S.pending.wait()
@@ -374,7 +379,7 @@ def _backward_averaging(orig, tensors, grad_tensors, retain_graph, create_graph,
     except BaseException:
         _S.batch.drop(buf)  # not handed over yet: this rank's backward failed before any gradient
         raise
-    _S.batch.flush()  # still here when no gradient was reduced (an accumulating pass)
+    _S.batch.flush(waited=True)  # still here when no gradient was reduced (an accumulating pass)
     try:
         pending.wait()
     except _MembershipChanged:  # ranks died (HVDSHIM_ELASTIC): the survivors average theirs

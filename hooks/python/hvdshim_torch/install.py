@@ -7,7 +7,7 @@ import torch
 from . import lib as _libmod
 from .lib import _debug, _info, _load_library, _setting, _untraced, _wrap
 from .state import _S, _warn_once
-from .output import _redirect_output, _set_threads
+from .output import _redirect_output, _set_threads, cores_per_rank
 from .lifecycle import _check_stand_aside, _other_distribution, _stand_aside
 from .grads import (_reduce_deferred, _HAS_POST_ACCUMULATE, _average_loss, _backward_averaging, _note_optimizer,
                     _note_scaled, _wrap_step)
@@ -199,6 +199,8 @@ def install(rng_seed=None):
     _S.check_steps = int(_setting("HVDSHIM_CHECK_STEPS") or 0)
     _S.accumulate = (_setting("HVDSHIM_ACCUMULATE") or "auto") != "off"
     _S.bucket = int(_setting("HVDSHIM_BUCKET") or 0)
+    overlap = _setting("HVDSHIM_OVERLAP") or "auto"
+    _S.overlap = overlap == "on" or (overlap == "auto" and cores_per_rank() >= 2)
     _S.average_loss = (_setting("HVDSHIM_LOSS") or "average") == "average"
     if _S.size <= 1:
         _info("one rank: nothing to distribute")
@@ -215,6 +217,7 @@ def install(rng_seed=None):
     _set_threads()
     _patch()
     sys.meta_path.insert(0, _HorovodWatcher())
-    _debug("PyTorch %s adapter installed (rank %d of %d, %s gradient hooks)"
+    _debug("PyTorch %s adapter installed (rank %d of %d, %s gradient hooks, host-memory gradients reduced %s)"
            % (torch.__version__, _S.rank, _S.size,
-              "post-accumulate" if _HAS_POST_ACCUMULATE else "AccumulateGrad"))
+              "post-accumulate" if _HAS_POST_ACCUMULATE else "AccumulateGrad",
+              "during backward" if _S.overlap else "at the end of backward (HVDSHIM_OVERLAP)"))

@@ -32,6 +32,7 @@ _UINT8, _INT64 = 6, 5
 _SUM, _AVG, _MAX = 0, 1, 3
 _ROOT_FIRST_ACTIVE = -1  # hvdshim.h HVD_ROOT_FIRST_ACTIVE
 _ERR_TIMEOUT = 4
+_CALLER_WAITS = 1  # hvdshim.h HVD_BATCH_CALLER_WAITS
 
 
 class _AllreduceItem(ctypes.Structure):
@@ -66,8 +67,8 @@ def _load_library():
         "hvd_broadcast_gpu_async": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
                                                    ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                                                    ctypes.c_void_p, ctypes.POINTER(c_handle)]),
-        "hvd_allreduce_batch_async": (ctypes.c_int, [ctypes.POINTER(_AllreduceItem), ctypes.c_size_t,
-                                                     ctypes.POINTER(c_handle)]),
+        "hvd_allreduce_batch_async_ex": (ctypes.c_int, [ctypes.POINTER(_AllreduceItem), ctypes.c_size_t,
+                                                        ctypes.POINTER(c_handle), ctypes.c_uint]),
         "hvd_wait": (ctypes.c_int, [c_handle, ctypes.c_double]),
         "hvd_wait_all": (ctypes.c_int, [ctypes.POINTER(c_handle), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
         "hvd_allgather_wait": (ctypes.c_int, [c_handle, ctypes.c_double, ctypes.POINTER(ctypes.c_void_p),
@@ -191,6 +192,13 @@ class _Batch:
     def __init__(self):
         self.items = []  # (name, tensor, op, pending, what, on_done, stream)
         self.bytes = 0
+        self.arr = self.handles = None  # the ctypes arrays of the last flush, reused while large enough
+
+    def _arrays(self, n):
+        if self.arr is None or len(self.arr) < n:
+            size = max(n, 2 * len(self.arr)) if self.arr is not None else max(n, 16)
+            self.arr, self.handles = (_AllreduceItem * size)(), (ctypes.c_int64 * size)()
+        return self.arr, self.handles
 
     def add(self, name, tensor, op, pending, what, on_done=None):
         """Queue an allreduce whose handle goes to `pending` at the flush."""
@@ -212,19 +220,21 @@ class _Batch:
                 self.bytes -= tensor.numel() * tensor.element_size()
                 return
 
-    def flush(self):
+    def flush(self, waited=False):
+        """Hand the queued items to the engine.  waited: the caller waits for
+        them next (the end of backward), so the engine thread is not woken:
+        the wait runs the engine's cycle itself where it can."""
         items, self.items, self.bytes = self.items, [], 0
         if not items:
             return
         n = len(items)
-        arr = (_AllreduceItem * n)()
+        arr, handles = self._arrays(n)
         for it, (name, t, op, _pending, _what, _done, stream) in zip(arr, items):
             it.name, it.buf, it.count, it.dtype, it.op = name, t.data_ptr(), t.numel(), _HVD_DTYPES[t.dtype], op
             it.device, it.stream = (t.get_device(), stream) if t.is_cuda else (-1, None)
-        handles = (ctypes.c_int64 * n)()
-        st = _lib.hvd_allreduce_batch_async(arr, n, handles)
+        st = _lib.hvd_allreduce_batch_async_ex(arr, n, handles, _CALLER_WAITS if waited else 0)
         bad = None
-        for h, (_name, t, _op, pending, what, on_done, _stream) in zip(handles, items):
+        for h, (_name, t, _op, pending, what, on_done, _stream) in zip(handles[:n], items):
             if h >= 0:
                 pending.add(h, what, t, on_done)
             elif st == _HVD_ERR_MEMBERSHIP and _following[0]:

@@ -85,14 +85,20 @@ def _restore_output():
         os.close(saved[1])
 
 
-def _set_threads():
-    if _S.local_size <= 1 or any(os.environ.get(v) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")):
-        return
+def cores_per_rank():
+    """The cores this rank can count on: its affinity (a launcher that binds
+    gives one core), at most the host's cores shared by its ranks."""
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    n = max(1, min(cores, (os.cpu_count() or 1) // _S.local_size))
+    return max(1, min(cores, (os.cpu_count() or 1) // max(1, _S.local_size)))
+
+
+def _set_threads():
+    if _S.local_size <= 1 or any(os.environ.get(v) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")):
+        return
+    n = cores_per_rank()
     if n < torch.get_num_threads():
         torch.set_num_threads(n)
         _debug("intra-op threads: %d (%d local ranks)" % (n, _S.local_size))

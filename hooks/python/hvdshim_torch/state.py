@@ -26,6 +26,7 @@ class _State:
         self.pending = _Pending()
         self.batch = _Batch()       # gradients not yet handed to the engine
         self.bucket = 0             # HVDSHIM_BUCKET: bytes batched before they are handed over (0: none)
+        self.overlap = True         # HVDSHIM_OVERLAP: host-memory gradients handed over during backward (else at its end)
         self.nhooked = 0            # parameters whose gradients are hooked
         self.round = None           # the end-of-backward round in flight: (vector, slots, pending)
         self.sparse = []            # (param, handles) gathered at the end of backward
