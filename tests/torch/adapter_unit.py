@@ -317,6 +317,20 @@ class Rules(unittest.TestCase):
             self.assertEqual(len(batches), len(names) if overlap else 1)
             self.assertEqual(_S.submitted, set())  # the step's reduction ended
 
+    def test_cores_per_rank_decides_overlap(self):
+        """HVDSHIM_OVERLAP auto: a rank bound to one core, or one of two
+        ranks unbound on two cores, has one core; on eight unbound cores each
+        of two ranks has four (and a binding to two of them, two)."""
+        saved = (output.os.sched_getaffinity, output.os.cpu_count, _S.local_size)
+        try:
+            for cpus, mask, local, want in ((2, {0}, 2, 1), (2, {0, 1}, 2, 1), (8, set(range(8)), 2, 4),
+                                            (8, {2, 3}, 2, 2), (4, set(range(4)), 1, 4)):
+                output.os.sched_getaffinity, output.os.cpu_count = (lambda _pid, m=mask: m), (lambda c=cpus: c)
+                _S.local_size = local
+                self.assertEqual(output.cores_per_rank(), want, (cpus, mask, local))
+        finally:
+            output.os.sched_getaffinity, output.os.cpu_count, _S.local_size = saved
+
     def test_loss_reads_as_mean_after_backward(self):
         """A scalar loss given to backward reads as the mean over ranks
         afterwards (the other rank's is 3.0 here); a scaled loss stands for
