@@ -100,11 +100,13 @@ sys.exit(0 if d <= 1e-4 and a.keys() == b.keys() else 1)' "$1" "$2"
   pass "PyTorch shard np=3 under hvdrun --min-np 2, rank 2 SIGKILLed at step 17: the survivors go on (status 0; replicas equal at every step)"
   # rank 0 dies: rank 1 becomes rank 0 and takes over the console and the
   # files (the log opened for append at the start goes on where the old
-  # rank 0 left it: each epoch's line once, in the file and on stdout)
+  # rank 0 left it: each epoch's line once, in the file and on stdout).
+  # With HVDSHIM_SCALE_LR and a LambdaLR: the rates times 3, then times 2
+  # from the step the survivors redo (the emulation sets them so).
   rm -f "$TMP/r0.pt" "$TMP/r0.pt.log"
   rc=0
   T=120 LD_PRELOAD="$LIB" mpi 3 --with-ft ulfm -x LD_PRELOAD -x OMP_NUM_THREADS=1 -x HVDSHIM_ELASTIC=1 \
-    -x HVDSHIM_DATA=split "$PYTHON" "$TRAIN" "$TMP/r0.pt" 0:30 >"$TMP/out" 2>&1 || rc=$?
+    -x HVDSHIM_DATA=split -x HVDSHIM_SCALE_LR=1 -x SCHED=1 "$PYTHON" "$TRAIN" "$TMP/r0.pt" 0:30 >"$TMP/out" 2>&1 || rc=$?
   [ $rc = 0 ] || { cat "$TMP/out"; fail "PyTorch split, rank 0 killed at step 30: status $rc"; }
   grep -q "rank(s) 0 died: this script goes on from optimizer step [0-9]* over 2 rank(s) (was 3); rank 1 is rank 0 now: the console and the files are its from here on" "$TMP/out" ||
     { cat "$TMP/out"; fail "PyTorch, rank 0 killed: no line saying rank 1 took over"; }
@@ -115,8 +117,11 @@ sys.exit(0 if d <= 1e-4 and a.keys() == b.keys() else 1)' "$1" "$2"
   [ "$(wc -l <"$TMP/r0.pt.log")" = 3 ] || { cat "$TMP/r0.pt.log"; fail "rank 0 killed: the log has other lines"; }
   redone=$(sed -n 's/.*optimizer step \([0-9]*\): its gradients averaged again over the 2 surviving.*/\1/p' "$TMP/out" | head -1)
   [ -n "$redone" ] || { cat "$TMP/out"; fail "PyTorch, rank 0 killed: no line naming the step averaged again"; }
-  OMP_NUM_THREADS=1 DROP=$((redone - 1)):0:4 "$PYTHON" "$TRAIN" "$TMP/emulated0.pt" >/dev/null 2>&1 || fail "the emulation failed"
+  grep -q "HVDSHIM_SCALE_LR: learning rates times 0.666667 (2 rank(s) now)" "$TMP/out" ||
+    { cat "$TMP/out"; fail "rank 0 killed: no line saying the learning rates follow the survivors"; }
+  OMP_NUM_THREADS=1 DROP=$((redone - 1)):0:4 SCALED=3:$((redone - 1)):2 "$PYTHON" "$TRAIN" "$TMP/emulated0.pt" >/dev/null 2>&1 ||
+    fail "the emulation failed"
   cmp_weights "$TMP/r0.pt" "$TMP/emulated0.pt" >"$TMP/cmp" 2>&1 ||
     { cat "$TMP/out" "$TMP/cmp"; fail "PyTorch split, rank 0 killed: weights differ from the emulation"; }
-  pass "PyTorch split np=3, rank 0 SIGKILLed at step 30: rank 1 takes over the console and the files (each epoch's line once in the log opened before and on stdout), weights = the emulation ($(cat "$TMP/cmp"))"
+  pass "PyTorch split np=3, rank 0 SIGKILLed at step 30: rank 1 takes over the console and the files (each epoch's line once in the log opened before and on stdout), HVDSHIM_SCALE_LR's rates follow the survivors (a LambdaLR's too), weights = the emulation ($(cat "$TMP/cmp"))"
 fi

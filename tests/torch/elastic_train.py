@@ -8,7 +8,9 @@ shim knows of:
   DROP=STEP:LO:HI the single-process emulation: rows LO..HI-1 of that step's
                   batch left out (the dead rank's slice under HVDSHIM_DATA=split).
 SPARSE=1: an embedding with sparse gradients (nn.Embedding(sparse=True))
-feeds the MLP too."""
+feeds the MLP too.  SCHED=1: a LambdaLR (x0.7 per epoch, from 0.015); its emulation
+SCALED=N:STEP:M sets the rate itself, HVDSHIM_SCALE_LR's: times N before
+STEP, times M from STEP on (the survivors)."""
 import os
 import signal
 import sys
@@ -35,7 +37,13 @@ class Model(torch.nn.Module):
 
 
 model = Model()
-opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+scaled = [int(v) for v in os.environ["SCALED"].split(":")] if os.environ.get("SCALED") else None
+# (a rate scaled by the ranks starts lower: 0.05 x 3 with momentum 0.9 diverges, and a diverging run
+# turns rounding into differences larger than the check's tolerance)
+base = 0.015 if os.environ.get("SCHED") == "1" or scaled else 0.05
+opt = torch.optim.SGD(model.parameters(), lr=base, momentum=0.9)
+sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: 0.7 ** e) \
+    if os.environ.get("SCHED") == "1" and not scaled else None
 die = [int(v) for v in sys.argv[2].split(":")] if len(sys.argv) > 2 else None
 drop = [int(v) for v in os.environ["DROP"].split(":")] if os.environ.get("DROP") else None
 me = int(os.environ.get("OMPI_COMM_WORLD_RANK", "-1"))
@@ -49,12 +57,16 @@ for epoch in range(3):
         if drop and step == drop[0]:
             keep = [i for i in range(len(x)) if not drop[1] <= i < drop[2]]
             x, c, y = x[keep], c[keep], y[keep]
+        if scaled:
+            opt.param_groups[0]["lr"] = base * 0.7 ** epoch * (scaled[0] if step < scaled[1] else scaled[2])
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x, c), y)
         loss.backward()
         opt.step()
         total += loss.item()
         step += 1
+    if sched is not None:
+        sched.step()
     print("epoch %d: loss %.6f" % (epoch, total / len(loader)))
     log.write("epoch %d: loss %.6f\n" % (epoch, total / len(loader)))
     log.flush()

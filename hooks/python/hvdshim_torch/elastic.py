@@ -49,6 +49,8 @@ def recover():
     old, old_rank = _S.size, _S.rank
     _S.rank, _S.size = rank.value, size.value
     _S.changes += n
+    if _S.scale_lr and _S.size != old:
+        _rescale_lr(_S.size / old)
     took = lost0.value and _S.rank == 0 and not _S.took_over
     if took:
         _take_over()
@@ -57,6 +59,31 @@ def recover():
               % (msg.split(" (")[0], _S.steps + 1, _S.size, old,
                  "; rank %d is rank 0 now: the console and the files are its from here on" % old_rank if took
                  else ""))
+
+
+def _rescale_lr(factor):
+    """HVDSHIM_SCALE_LR: the learning rates were multiplied by the number of
+    ranks, so they follow it: every optimizer group's lr and initial_lr, and
+    the base_lrs of every LR scheduler (made from initial_lr), times
+    survivors / before.  Every survivor does it at the same point, so rank
+    0's hyperparameters, which the others take at every backward, agree."""
+    import torch
+    for ref in _S.optimizers:
+        opt = ref()
+        for group in (opt.param_groups if opt is not None else ()):
+            for key in ("lr", "initial_lr"):
+                v = group.get(key)
+                if isinstance(v, torch.Tensor):
+                    with torch.no_grad():
+                        v.mul_(factor)
+                elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                    group[key] = v * factor
+    for ref in _S.schedulers:
+        sched = ref()
+        if sched is not None and isinstance(getattr(sched, "base_lrs", None), list):
+            sched.base_lrs = [v * factor for v in sched.base_lrs]
+    if _S.rank == 0:
+        _warn("HVDSHIM_SCALE_LR: learning rates times %g (%d rank(s) now)" % (factor, _S.size))
 
 
 def _take_over():

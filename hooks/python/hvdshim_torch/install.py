@@ -2,6 +2,7 @@
 import ctypes
 import os
 import sys
+import weakref
 import torch
 
 from . import lib as _libmod
@@ -51,6 +52,18 @@ def _patch():
                 group["lr"] = group["lr"] * _S.size
         return add_param_group
     _wrap(torch.optim.Optimizer, "add_param_group", make_add_group)
+
+    # HVDSHIM_SCALE_LR in an elastic job: the schedulers' base_lrs (taken from
+    # the scaled lr) are rescaled with it when ranks die (elastic._rescale_lr)
+    base = getattr(torch.optim.lr_scheduler, "LRScheduler", None) or \
+        getattr(torch.optim.lr_scheduler, "_LRScheduler", None)
+    if _S.scale_lr and base is not None:
+        def make_scheduler_init(orig):
+            def __init__(self, *args, **kwargs):
+                orig(self, *args, **kwargs)
+                _S.schedulers.append(weakref.ref(self))
+            return __init__
+        _wrap(base, "__init__", make_scheduler_init)
 
     # ReduceLROnPlateau fed a rank's own loss: it gets the mean over ranks
     # (the loss of the whole epoch, as in the plain run), so every rank's

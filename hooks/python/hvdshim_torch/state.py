@@ -59,6 +59,7 @@ class _State:
         self.elastic = False        # the adapter follows changes of ranks
         self.changes = 0            # changes taken in
         self.took_over = False      # this rank became rank 0 after the first one died
+        self.schedulers = []        # HVDSHIM_SCALE_LR: weakrefs to the LR schedulers made (their base_lrs)
         self.local = {}             # param index -> a buffer for a copy of this rank's gradient (kept)
         self.copied = set()         # param indices whose copy holds this step's gradient
 
