@@ -262,6 +262,7 @@ static uint64_t blocked_ns; /* time user threads spent waiting for completions *
 uint64_t hvd_handles_blocked_ns(void) { return __atomic_load_n(&blocked_ns, __ATOMIC_RELAXED); }
 
 static int waiters;             /* user threads in a wait now (under mu) */
+static uint64_t last_wait_end;  /* mono_ns when the last wait ended (atomic) */
 static int (*helper)(void *);   /* hvd_handles_set_helper (under mu) */
 static void *helper_arg;
 
@@ -270,7 +271,6 @@ void hvd_handles_set_helper(int (*help)(void *), void *arg) {
   helper = help, helper_arg = arg;
   pthread_mutex_unlock(&mu);
 }
-static uint64_t last_wait_end;  /* mono_ns when the last wait ended (atomic) */
 
 static uint64_t mono_ns(void) {
   struct timespec ts;

@@ -22,8 +22,10 @@ import ctypes
 import os
 import sys
 
+import torch
+
 from . import lib as _libmod
-from .lib import HvdShimError, _MembershipChanged, _following, _warn
+from .lib import HvdShimError, _MembershipChanged, _following, _is_number, _warn
 from .state import _S
 
 _RETRIES = 64  # changes survived inside one operation: each needs a death, so a bound never reached in practice
@@ -67,7 +69,6 @@ def _rescale_lr(factor):
     the base_lrs of every LR scheduler (made from initial_lr), times
     survivors / before.  Every survivor does it at the same point, so rank
     0's hyperparameters, which the others take at every backward, agree."""
-    import torch
     for ref in _S.optimizers:
         opt = ref()
         for group in (opt.param_groups if opt is not None else ()):
@@ -76,7 +77,7 @@ def _rescale_lr(factor):
                 if isinstance(v, torch.Tensor):
                     with torch.no_grad():
                         v.mul_(factor)
-                elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                elif _is_number(v):
                     group[key] = v * factor
     for ref in _S.schedulers:
         sched = ref()

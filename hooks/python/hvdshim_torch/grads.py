@@ -30,7 +30,7 @@ import torch
 from . import elastic as _elastic
 from . import lib as _libmod
 from . import rng as _rng
-from .lib import (_AVG, _MAX, _SUM, HvdShimError, _MembershipChanged, _wrap, _GRAD_DTYPES, _Pending,
+from .lib import (_AVG, _MAX, _SUM, HvdShimError, _is_number, _MembershipChanged, _wrap, _GRAD_DTYPES, _Pending,
                   _allgather_finish, _allgather_start, _allreduce, _debug)
 from .state import _S, _info_once
 
@@ -82,11 +82,7 @@ def _grad_ready(idx):
     if len(_S.submitted) == _S.nhooked and _S.round is None:  # the last one: the round goes with it
         _submit_round()
     elif _S.batch.bytes >= _S.bucket and _S.batch.items and (_S.overlap or _S.batch.items[-1][1].is_cuda):
-        _flush()  # (HVDSHIM_OVERLAP off: host-memory gradients wait for the end of backward, reduced in one batch)
-
-
-def _flush():
-    _S.batch.flush()
+        _S.batch.flush()  # (HVDSHIM_OVERLAP off: host-memory gradients wait for the end of backward, in one batch)
 
 
 def _submit_grad(prm):
@@ -405,10 +401,6 @@ def _note_scaled(outputs, scaled):
 def _note_optimizer(opt):
     if not any(ref() is opt for ref in _S.optimizers):
         _S.optimizers.append(weakref.ref(opt))
-
-
-def _is_number(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _hyper_slots():

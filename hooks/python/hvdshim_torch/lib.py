@@ -110,6 +110,11 @@ def _debug(msg):
     _log(3, msg)
 
 
+def _is_number(v):
+    """A plain int or float (a hyperparameter's value), not a bool flag."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def _setting(name):
     v = _lib.hvd_config_value(name.encode())
     return v.decode() if v is not None else None
