@@ -37,6 +37,12 @@ need_open_mpi() { # a test of an Open MPI-only behaviour (its launcher's wording
 # (Open MPI 5+ ignores the first form; mpi() passes --oversubscribe anyway).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
+# Open MPI 5 and 6 (trixie, sid) link UCX, whose memory hooks cost each
+# process that loads libmpi 0.4 s of CPU at start on this VM (ucm patching
+# libc with sched_yield spins: 9000 of them); the suites use no RDMA, so the
+# hooks only slow every launch (sid's torch suites: 15-25% of their time).
+# The user's value is kept.
+export UCX_MEM_EVENTS=${UCX_MEM_EVENTS-no}
 
 # mpi NP command...: bounded (T seconds, default 180) so no test can hang.
 # Hydra: -x NAME is dropped (Hydra passes the environment), -x NAME=VALUE
@@ -101,10 +107,18 @@ expect_ok_lines() {
 # stat FILE NAME: the first rank's value of a stats counter
 stat_of() { grep -m1 -o " $2=[0-9]*" "$1" | cut -d= -f2; }
 
+# have_torch: configure's PYTHON (or /usr/bin/python3) has torch installed.
+# It finds the package without importing it: an import is 1.5 s on Debian 12
+# and 3 s on sid, once per test (a torch that is there but broken fails the
+# test instead of skipping it).
+have_torch() {
+  PYTHON=${PYTHON:-/usr/bin/python3}
+  "$PYTHON" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("torch") is None)' 2>/dev/null
+}
+
 # PyTorch tests: the interpreter with torch (configure's PYTHON).
 need_torch() {
-  PYTHON=${PYTHON:-/usr/bin/python3}
-  "$PYTHON" -c 'import torch' 2>/dev/null ||
+  have_torch ||
     skip "PyTorch is not importable by $PYTHON (apt-get install python3-torch, or configure PYTHON=...)"
   TORCH_DIR="$top_srcdir/tests/torch"
   TRAIN="$TORCH_DIR/train.py"

@@ -57,16 +57,11 @@ pass "below HVDSHIM_ELASTIC_MIN_NP: the job ends with status $rc and one line pe
 # the same script on the same batches, but for the dead rank's slice of the
 # step whose gradients the survivors averaged again (named by rank 0's line).
 # Shard mode: status 0 with the replica guard on every step.
-PYTHON=${PYTHON:-/usr/bin/python3}
-if "$PYTHON" -c 'import torch' 2>/dev/null; then
+if have_torch; then
   TRAIN="$top_srcdir/tests/torch/elastic_train.py"
   OMP_NUM_THREADS=1 "$PYTHON" "$TRAIN" "$TMP/plain.pt" >/dev/null 2>&1 || fail "the plain run of elastic_train.py failed"
   cmp_weights() { # $1 $2: the same weights within 1e-4 (split.sh's; observed up to 2.4e-5 with sparse gradients; the wrong slice or step left out: 0.29 to 0.54)
-    "$PYTHON" -c 'import sys, torch
-a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
-d = max(float((a[k] - b[k]).abs().max()) for k in a)
-print("max difference %.3g" % d)
-sys.exit(0 if d <= 1e-4 and a.keys() == b.keys() else 1)' "$1" "$2"
+    "$PYTHON" "$top_srcdir/tests/torch/compare.py" "$1" "$2" 1e-4
   }
   runs=${ELASTIC_TORCH_RUNS:-2} # (ELASTIC_TORCH_RUNS=10 for the issue's ten)
   k=0

@@ -305,10 +305,14 @@ static int run_collectives(void) {
     else if (hs[1] != -1 || hs[2] != -1) FAIL("handles after the bad item are not -1");
     else if (hvd_wait_all(hs, 1, NULL) != HVD_OK || y != size) FAIL("the batch's good item: %g (%s)", y, hvd_last_error());
     /* a batch its caller waits for at once: no wake-up, the wait runs the
-     * cycle itself (the engine thread may take it first: counted over 20) */
+     * cycle itself (the engine thread may take it first: counted over 20,
+     * each after a pause that lets the engine thread finish its cycle and
+     * sleep: on a loaded machine, sid's CI, it was in a round at every one
+     * of 20 back-to-back waits on both ranks) */
     hvd_stats_t h0, h1;
     hvd_get_stats(&h0);
     for (int round = 0; round < 20; round++) {
+      nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
       float w[3] = {1.0f + rank, 2.0f, (float)round};
       hvd_allreduce_item now[1] = {{"batch.waited", w, 3, HVD_FLOAT32, HVD_SUM, -1, NULL}};
       hvd_handle_t wh;

@@ -39,8 +39,7 @@ HVDSHIM_METRICS="$TMP/n.jsonl" native 2 "$EX/mlp.hooks" "$BIN/train" --steps 30 
 pass "native example: one line per step"
 
 # PyTorch example: 1536 training samples, batch 64, 2 ranks -> 12 steps of 128
-PYTHON=${PYTHON:-/usr/bin/python3}
-"$PYTHON" -c 'import torch' 2>/dev/null || { echo "SKIP (part): PyTorch not importable by $PYTHON"; exit 0; }
+have_torch || { echo "SKIP (part): PyTorch not importable by $PYTHON"; exit 0; }
 export OMP_NUM_THREADS=1
 HVDSHIM_METRICS="$TMP/t.jsonl" shim 2 "$PYTHON" "$top_srcdir/examples/train.py" --epochs 1 --checkpoint "$TMP/ck.pt" \
   >"$TMP/t.log" 2>&1 || { cat "$TMP/t.log"; fail "torch example"; }

@@ -197,8 +197,7 @@ grep -qxF "hvdshim-ab: error: $msg" "$TMP/somemetric.log" && grep -qxF "**Error:
   { cat "$TMP/somemetric.log"; head -5 "$TMP/somemetric/report.md"; fail "no error for a target only the baseline prints"; }
 pass "a --target no run prints, or only some configurations do: 'hvdshim-ab: error: no metric ...' on the console and first in the report, status 1"
 
-PYTHON=${PYTHON:-/usr/bin/python3}
-"$PYTHON" -c 'import torch' 2>/dev/null || { echo "SKIP (part): PyTorch not importable by $PYTHON"; exit 0; }
+have_torch || { echo "SKIP (part): PyTorch not importable by $PYTHON"; exit 0; }
 ABT="$PYTHON $top_srcdir/tools/hvdshim-ab --hvdrun $top_builddir/launcher/hvdrun"
 samples() { "$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(" ".join("%s=%s" % (c["key"], c["samples"]) for c in r["analysis"]["configs"]))' "$1"; }
 

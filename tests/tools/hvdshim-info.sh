@@ -17,8 +17,7 @@ want "^  MPI       (Open MPI|MPICH|Intel).* \(/.*libmpi[^ ]*\.so[.0-9]*\)$"
 want "^  GPU       (usable|not usable): "
 want "^  NCCL      "
 want "^  libffi    .*libffi\.so"
-PYTHON=${PYTHON:-/usr/bin/python3}
-if "$PYTHON" -c 'import torch' 2>/dev/null; then
+if have_torch; then
   tv=$("$PYTHON" -c 'import re, torch; print(re.escape(torch.__version__))')
   want "^  Python    $PYTHON: Python [0-9.]+; torch $tv "
 fi

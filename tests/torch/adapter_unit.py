@@ -317,6 +317,27 @@ class Rules(unittest.TestCase):
             self.assertEqual(len(batches), len(names) if overlap else 1)
             self.assertEqual(_S.submitted, set())  # the step's reduction ended
 
+    @unittest.skipIf(not hasattr(torch, "compiler") or "torch._dynamo" in sys.modules,
+                     "torch < 2 (no torch.compile), or torch._dynamo already imported")
+    def test_hooks_marked_untraced_once_dynamo_is_imported(self):
+        """_untraced does not import torch._dynamo (1.5 s of a rank's start on
+        torch 2.14): its hook calls the function as it is until the script
+        imports torch._dynamo, then the function torch.compiler.disable made,
+        and a compiled function calling the hook runs it."""
+        calls = []
+        hook = lib._untraced(lambda x: calls.append(1) or x + 1)
+        self.assertNotIn("torch._dynamo", sys.modules)
+        self.assertEqual(hook(1), 2)
+        cell = lib._UNTRACED[-1][1]
+        plain = cell[0]
+        import torch._dynamo  # noqa: F401  what torch.compile does first
+        self.assertIsNot(cell[0], plain)
+        self.assertTrue(getattr(cell[0], "_torchdynamo_disable", False))
+        compiled = torch.compile(lambda t: hook(t) * 2, backend="eager")
+        self.assertEqual(compiled(torch.ones(2)).tolist(), [4.0, 4.0])
+        self.assertEqual(len(calls), 2)
+        self.assertFalse(any(isinstance(f, lib._DynamoWatcher) for f in sys.meta_path))  # one shot
+
     def test_cores_per_rank_decides_overlap(self):
         """HVDSHIM_OVERLAP auto: a rank bound to one core, or one of two
         ranks unbound on two cores, has one core; on eight unbound cores each

@@ -1,7 +1,9 @@
 """libhvdshim.so through ctypes: the library's functions, logging, settings,
 and the collectives the adapter uses (every byte moves in C)."""
 import ctypes
+import importlib.util
 import math
+import sys
 import torch
 
 
@@ -324,10 +326,52 @@ def _wrap(owner, name, make):
     return orig
 
 
-def _untraced(fn):
-    """torch.compile must not trace the adapter's hooks (dynamo fails on their
-    module bookkeeping): they run eagerly, outside the compiled graph."""
+def _dynamo_disabled(fn):
     disable = getattr(getattr(torch, "compiler", None), "disable", None)
     if disable is None:
         disable = getattr(getattr(torch, "_dynamo", None), "disable", None)
     return disable(fn) if disable is not None else fn
+
+
+_UNTRACED = []  # (fn, cell) of the hooks made before torch._dynamo was imported
+
+
+class _DynamoWatcher:
+    """Marks the hooks untraced once the script imports torch._dynamo
+    (torch.compile does, on its first call): a post-import hook on its loader."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch._dynamo":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        exec_module = loader.exec_module
+
+        def exec_then_mark(module):
+            exec_module(module)
+            for fn, cell in _UNTRACED:
+                cell[0] = _dynamo_disabled(fn)
+        loader.exec_module = exec_then_mark
+        return spec
+
+
+def _untraced(fn):
+    """torch.compile must not trace the adapter's hooks (dynamo fails on their
+    module bookkeeping): they run eagerly, outside the compiled graph.  Marking
+    them so imports torch._dynamo (and sympy: 1.5 s of every rank's start on
+    torch 2.14), so a script that never compiles never pays it: until it
+    imports torch._dynamo the hook calls fn through a cell that is then
+    pointed at the marked fn."""
+    if "torch._dynamo" in sys.modules:
+        return _dynamo_disabled(fn)
+    cell = [fn]
+
+    def untraced(*args, **kwargs):
+        return cell[0](*args, **kwargs)
+    if not _UNTRACED and not any(isinstance(f, _DynamoWatcher) for f in sys.meta_path):
+        sys.meta_path.insert(0, _DynamoWatcher())
+    _UNTRACED.append((fn, cell))
+    return untraced
