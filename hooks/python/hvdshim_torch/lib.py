@@ -365,6 +365,8 @@ def _untraced(fn):
     torch 2.14), so a script that never compiles never pays it: until it
     imports torch._dynamo the hook calls fn through a cell that is then
     pointed at the marked fn."""
+    if not hasattr(torch, "compile"):  # torch 1.x: nothing traces Python
+        return fn
     if "torch._dynamo" in sys.modules:
         return _dynamo_disabled(fn)
     cell = [fn]
