@@ -373,7 +373,7 @@ def _untraced(fn):
 
     def untraced(*args, **kwargs):
         return cell[0](*args, **kwargs)
-    if not _UNTRACED and not any(isinstance(f, _DynamoWatcher) for f in sys.meta_path):
+    if not _UNTRACED:  # the first: one watcher for them all
         sys.meta_path.insert(0, _DynamoWatcher())
     _UNTRACED.append((fn, cell))
     return untraced
