@@ -31,6 +31,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "grow.h"
 #include "libpath.h"
 
 #ifndef HVD_LIBDIR
@@ -59,6 +60,11 @@ static void usage(FILE *f) {
         "  --hostfile FILE    an Open MPI hostfile ('host slots=N' per line)\n"
         "  --oversubscribe    allow more ranks than slots\n"
         "  --min-np M         elastic: ranks that die no longer end the job while M are left (Open MPI 5+)\n"
+        "  --host-discovery-script S  elastic: S prints host:slots lines; when it lists more slots than ranks,\n"
+        "                     the job stops at an optimizer step and starts again over them (PyTorch)\n"
+        "  --max-np N         the most ranks the job grows to\n"
+        "  --elastic-timeout T  seconds to wait for the discovery script to list -np slots (600)\n"
+        "  --reset-limit K    restarts to grow, at most (0: no limit)\n"
         "  --verbose          print the command line before running it\n"
         "  --dry-run          print the command line and exit\n"
         "Environment: HVDRUN_MPIRUN, HVDRUN_SRUN, HVDRUN_LIB (what to run and preload); every HVDSHIM_* and\n"
@@ -259,8 +265,10 @@ static const char *srun_mpi(const char *srun) {
 /* ------------------------------------------------------------------ main */
 
 int main(int argc, char **argv) {
-  long np = 0, min_np = 0;
-  const char *hosts = NULL, *hostfile = NULL;
+  long np = 0, min_np = 0, max_np = 0, reset_limit = 0;
+  double grow_timeout = 600;
+  const char *hosts = NULL, *hostfile = NULL, *discovery = NULL;
+  int grow_flags = 0; /* a flag of growing was given */
   int oversub = 0, verbose = 0, dry = 0, i = 1;
   for (; i < argc; i++) {
     const char *a = argv[i];
@@ -293,12 +301,22 @@ int main(int argc, char **argv) {
       if (!v) die("--min-np needs the fewest ranks the job goes on with");
       min_np = parse_count("--min-np", v);
       if (a[8] != '=') i++;
-    } else if (!strcmp(a, "--max-np") || !strcmp(a, "--host-discovery-script") || !strncmp(a, "--max-np=", 9) ||
-               !strncmp(a, "--host-discovery-script=", 24) || !strcmp(a, "--elastic-timeout") ||
-               !strcmp(a, "--reset-limit") || !strcmp(a, "--blacklist-cooldown-range")) {
-      /* Horovod's flags for ranks that join, refused by name */
-      die("%s: ranks joining a running job (Horovod's --max-np, --host-discovery-script) are not available yet; "
-          "--min-np M alone makes the job survive ranks that die (Open MPI 5+, see the README's \"Elastic\")", a);
+    } else if (!strncmp(a, "--max-np", 8) || !strncmp(a, "--host-discovery-script", 23) ||
+               !strncmp(a, "--elastic-timeout", 17) || !strncmp(a, "--reset-limit", 13)) {
+      /* Horovod's flags for ranks that join (launcher/grow.c) */
+      const char *eq = strchr(a, '=');
+      const char *v = eq ? eq + 1 : val;
+      size_t nlen = eq ? (size_t)(eq - a) : strlen(a);
+      if (!v) die("%s needs a value", a);
+      if (!eq) i++;
+      if (nlen == 8 && !strncmp(a, "--max-np", 8)) max_np = parse_count("--max-np", v);
+      else if (nlen == 23 && !strncmp(a, "--host-discovery-script", 23)) discovery = v;
+      else if (nlen == 13 && !strncmp(a, "--reset-limit", 13)) reset_limit = parse_count("--reset-limit", v);
+      else if (nlen == 17 && !strncmp(a, "--elastic-timeout", 17)) grow_timeout = (double)parse_count("--elastic-timeout", v);
+      else die("unknown option '%s' (hvdrun --help lists them)", a);
+      grow_flags = 1;
+    } else if (!strcmp(a, "--blacklist-cooldown-range")) {
+      die("%s: hvdrun does not keep hosts out after failures (Horovod's blacklist); leave it out", a);
     } else {
       die("unknown option '%s' (hvdrun --help lists them; put '--' before a command that starts with '-')", a);
     }
@@ -307,6 +325,25 @@ int main(int argc, char **argv) {
   if (i >= argc) die("no command to run (hvdrun -np %ld python3 train.py)", np);
   if (hosts && hostfile) die("give -H or --hostfile, not both");
   if (min_np > np) die("--min-np %ld is more than -np %ld", min_np, np);
+  if (grow_flags && !discovery)
+    die("--max-np, --elastic-timeout and --reset-limit need --host-discovery-script (the hosts the job may grow onto)");
+  if (discovery) {
+    if (hosts || hostfile) die("--host-discovery-script lists the hosts: leave out -H and --hostfile");
+    if (max_np && max_np < np) die("--max-np %ld is less than -np %ld", max_np, np);
+    /* the options each run repeats, then the command */
+    char **args = calloc((size_t)(argc - i) + 8, sizeof *args);
+    int n = 0;
+    char mn[32];
+    if (!args) die("out of memory");
+    if (oversub) args[n++] = "--oversubscribe";
+    if (verbose) args[n++] = "--verbose";
+    if (min_np) snprintf(mn, sizeof mn, "%ld", min_np), args[n++] = "--min-np", args[n++] = mn;
+    if (dry) die("--dry-run with --host-discovery-script: the command depends on what the script lists; run "
+                 "hvdrun -np N -H HOSTS --dry-run instead");
+    args[n++] = "--";
+    for (int k = i; k < argc; k++) args[n++] = argv[k];
+    return hvd_grow_supervise(discovery, np, max_np, min_np, grow_timeout, reset_limit, args, n);
+  }
   if (min_np) { /* forwarded with the other settings below */
     char v[32];
     snprintf(v, sizeof v, "%ld", min_np);

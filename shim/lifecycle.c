@@ -165,7 +165,7 @@ __attribute__((constructor)) static void hvd_shim_ctor(void) {
   /* The training program's writes on ranks > 0 go to a private overlay;
    * wrappers (a shell around the program) write real files. */
   const char *hooks = hvd_cfg_str(HVD_CFG_HOOKS);
-  if (python || (hooks && *hooks)) hvd_overlay_arm(rank);
+  if (python || (hooks && *hooks)) hvd_overlay_arm(rank, python && hvd_cfg_int(HVD_CFG_ELASTIC_RESUME));
 }
 
 /* Exit of the rank process (on_exit, so the status is known).  Status 0

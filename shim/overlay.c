@@ -488,7 +488,7 @@ void hvd_overlay_off(void) {
   HVD_DEBUG("rank-private files off: the script distributes itself");
 }
 
-void hvd_overlay_promote(void) {
+static void promote(int at_end) {
   if (!on) return;
   REAL();
   const char *r = hvd_ovl_root();
@@ -507,11 +507,13 @@ void hvd_overlay_promote(void) {
     struct stat st;
     if (flags < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) continue;
     off_t pos = lseek(fd, 0, SEEK_CUR);
-    /* the same file where the first rank 0 wrote it: at the same position, or at its end when appending */
+    /* the same file where the first rank 0 wrote it: at the same position, or at its end when appending (at_end:
+     * at its end, where the job before the restart left it) */
     int nfd = real.openat(AT_FDCWD, target + rl, (flags & ~(O_CREAT | O_EXCL | O_TRUNC)) | O_CREAT, st.st_mode & 07777);
+    if (nfd >= 0 && at_end && !(flags & O_APPEND)) pos = lseek(nfd, 0, SEEK_END), flags |= O_APPEND;
     if (nfd < 0 || (!(flags & O_APPEND) && pos >= 0 && lseek(nfd, pos, SEEK_SET) < 0) || dup2(nfd, fd) < 0) {
-      HVD_WARN("taking over '%s' from the rank 0 that died: %s; this rank's writes to it are lost", target + rl,
-               strerror(errno));
+      HVD_WARN("taking over '%s' from the rank 0 %s: %s; this rank's writes to it are lost", target + rl,
+               at_end ? "before the restart" : "that died", strerror(errno));
       lost++;
     } else {
       moved++;
@@ -525,8 +527,11 @@ void hvd_overlay_promote(void) {
             moved, lost);
 }
 
-void hvd_overlay_arm(int rank) {
-  if (rank <= 0 || on) return;
+void hvd_overlay_promote(void) { promote(0); }
+void hvd_overlay_resume(void) { promote(1); }
+
+void hvd_overlay_arm(int rank, int resuming) {
+  if ((rank <= 0 && !resuming) || on) return;
   const char *v = hvd_cfg_str(HVD_CFG_SAVE_RANKS);
   if (v && !strcmp(v, "all")) return;
   REAL();

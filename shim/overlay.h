@@ -18,8 +18,11 @@
 #ifndef HVD_OVERLAY_H
 #define HVD_OVERLAY_H
 
-/* Turn the overlay on in this process (constructor of an armed rank > 0). */
-void hvd_overlay_arm(int rank);
+/* Turn the overlay on in this process (constructor of an armed rank > 0,
+ * or of every rank of a job restarted to grow, HVDSHIM_ELASTIC_RESUME: rank
+ * 0's writes too are private until the script is back where the job
+ * stopped, hvd_overlay_resume). */
+void hvd_overlay_arm(int rank, int resuming);
 /* Remove the overlay folder now (owner process only; idempotent).  Not
  * called on the fatal path: the watcher removes the folder when the rank's
  * process is gone. */
@@ -32,6 +35,11 @@ __attribute__((visibility("default"))) void hvd_overlay_off(void);
  * their real paths (at the same position, or at the end when appending)
  * under the same descriptors; then the overlay is dropped.  Exported. */
 __attribute__((visibility("default"))) void hvd_overlay_promote(void);
+/* The same for rank 0 of a restarted job once its script is back where the
+ * job stopped: each file it has open is reopened at its real path, at its
+ * end (where the job before the restart left it), never truncated; what it
+ * wrote before (the script brought back to that point) is dropped. */
+__attribute__((visibility("default"))) void hvd_overlay_resume(void);
 /* Where a write of `path` really goes, for code that writes with raw system
  * calls the overlay cannot see (safetensors' Rust tempfile-and-rename; the
  * Python bootstrap hands it this path instead): 1 and the overlay path in

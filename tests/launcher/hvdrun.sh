@@ -25,7 +25,18 @@ err "no command to run (hvdrun -np 2 python3 train.py)" -np 2
 err "unknown option '--fast'" -np 2 --fast x
 err "--min-np 4 is more than -np 3" -np 3 --min-np 4 x
 err "--min-np: 'x' is not a positive number" -np 3 --min-np=x x
-err "--host-discovery-script=d.sh: ranks joining a running job (Horovod's --max-np, --host-discovery-script) are not available yet" -np 2 --host-discovery-script=d.sh x
+err "--max-np, --elastic-timeout and --reset-limit need --host-discovery-script" -np 2 --max-np 4 x
+err "--host-discovery-script $TMP/none.sh: No such file or directory" -np 2 --host-discovery-script=$TMP/none.sh x
+printf '#!/bin/sh\necho localhost:2\n' >"$TMP/d.sh"
+err "--host-discovery-script $TMP/d.sh is not executable (chmod +x it)" -np 2 --host-discovery-script "$TMP/d.sh" x
+chmod +x "$TMP/d.sh"
+err "--host-discovery-script lists the hosts: leave out -H and --hostfile" -np 2 -H a:2 --host-discovery-script "$TMP/d.sh" x
+err "--max-np 1 is less than -np 2" -np 2 --max-np 1 --host-discovery-script "$TMP/d.sh" x
+err "--blacklist-cooldown-range: hvdrun does not keep hosts out after failures" -np 2 --blacklist-cooldown-range 1 x
+printf '#!/bin/sh\necho localhost:two\n' >"$TMP/bad.sh"
+chmod +x "$TMP/bad.sh"
+err "the host discovery script $TMP/bad.sh printed 'localhost:two': not host or host:slots" -np 2 --host-discovery-script "$TMP/bad.sh" x
+err "the host discovery script lists 2 slot(s), fewer than the 3 ranks to start, after 1 s (--elastic-timeout)" -np 3 --elastic-timeout 1 --host-discovery-script "$TMP/d.sh" x
 err "-np 5 needs 5 slots, but there are 4 in -H; add --oversubscribe" -np 5 -H a:2,b:2 x
 err "-H a:2,b:x (slots of host b): 'x' is not a positive number" -np 2 -H a:2,b:x x
 err "give -H or --hostfile, not both" -np 2 -H a --hostfile f x
@@ -40,7 +51,7 @@ cp "$HVDRUN" "$TMP/hvdrun-moved"
 "$TMP/hvdrun-moved" -np 1 x 2>"$TMP/err" && fail "a moved hvdrun found a library"
 grep -q "hvdrun: libhvdshim.so not found (looked in .*); build it (make) or set HVDRUN_LIB=" "$TMP/err" ||
   { cat "$TMP/err"; fail "missing library message"; }
-pass "15 wrong uses each refused with one line and status 2"
+pass "23 wrong uses each refused with one line and status 2"
 
 # The mpirun line: preload, forwarded settings, binding, root flag, hosts.
 HVDSHIM_CYCLE_TIME=2 HOROVOD_FUSION_THRESHOLD=1M OMP_NUM_THREADS=1 LD_PRELOAD=libm.so.6 \

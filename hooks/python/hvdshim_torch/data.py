@@ -226,10 +226,15 @@ class _ShardedBatches:
         # draws it (after the loader's worker seed: random state stays in step).
         if not self._sharding() or not _start():
             return iter(self._inner)
+        from .resize import _Primed, take_skip
         if self._by_index:
-            return self._lazy(self._by_index_batches)
-        it = iter(self._inner)  # made now, as the plain loader makes it (a sampler may draw here)
-        return self._lazy(lambda: self._dealt_batches(it))
+            skip = take_skip(self._inner.batch_size)
+            gen = self._lazy(lambda: self._by_index_batches(skip))
+        else:
+            skip = take_skip()
+            it = iter(self._inner)  # made now, as the plain loader makes it (a sampler may draw here)
+            gen = self._lazy(lambda: self._dealt_batches(it, skip))
+        return gen if skip is None else _Primed(gen)
 
     @staticmethod
     def _lazy(make):
@@ -284,14 +289,15 @@ class _ShardedBatches:
                 left = max(0, left - len(window))  # 0: past its len, sized as if it had none
 
 
-    def _by_index_batches(self):
+    def _by_index_batches(self, skip=None):
         inner = self._inner
         b = inner.batch_size
+        windows = self._order_windows() if not skip else _skip_items(self._order_windows(), skip)
         if self._mode == "shard":
-            yield from shard_stream(self._order_windows(), None, None, b, inner.drop_last)
+            yield from shard_stream(windows, None, None, b, inner.drop_last)
             return
         rest = []
-        for window in self._order_windows():
+        for window in windows:
             rest += window
             full = len(rest) - len(rest) % b
             for i in range(0, full, b):
@@ -340,13 +346,36 @@ class _ShardedBatches:
             if not more:
                 return
 
-    def _dealt_batches(self, it):
+    def _dealt_batches(self, it, skip=None):
+        batches = self._batch_windows(it)
+        if skip:  # a restarted job (resize.py): the batches the job had used
+            batches = itertools.islice(batches, skip, None)
         if self._mode == "shard":
-            yield from every_nth_stream(self._batch_windows(it))  # whole batches dealt out
+            yield from every_nth_stream(batches)  # whole batches dealt out
             return
-        for bt in self._batch_windows(it):
+        for bt in batches:
             if bt:
                 yield split_slice(bt, *_place())
+
+
+def _skip_items(windows, n):
+    """The windows of an order without its first n items."""
+    for w in windows:
+        if n >= len(w):
+            n -= len(w)
+            continue
+        yield w[n:]
+        n = 0
+
+
+def dealt_by_rank(loader):
+    """This rank gets whole batches of the loader's stream, one in _S.size
+    (shard), in an iteration made now (resize.py counts the stream used)."""
+    if not (_S.enabled and _training_now()):
+        return False
+    if isinstance(loader.batch_sampler, _ShardedBatches):
+        return _S.data_mode == "shard"
+    return _dealing(loader) is not None and not (_S.data_mode == "split" and loader.batch_size is not None)
 
 
 # ------------------------------------------------------------------ loaders without a batch sampler
@@ -447,9 +476,15 @@ def _dealt_iter(loader, orig):
     if _S.rank == 0:
         _debug("%s: dealt across %d ranks (%s)" % (what, _S.size, _S.data_mode))
     it = _agreed_iter(loader, orig)
+    from .resize import _Primed, take_skip
+    skip = take_skip()
+    if skip:  # a restarted job (resize.py): the batches the job had used
+        it = itertools.islice(it, skip, None)
     if _S.data_mode == "split" and loader.batch_size is not None:
-        return _split_stream(it, what)
-    return every_nth_stream(it)
+        it = _split_stream(it, what)
+    else:
+        it = every_nth_stream(it)
+    return it if skip is None else _Primed(it)
 
 
 def _dealt_len(loader, n):
@@ -463,6 +498,7 @@ def _prepare_loader(loader):
     from torch.utils.data import IterableDataset
     tag = _S.loaders
     _S.loaders += 1
+    object.__setattr__(loader, "_hvdshim_tag", tag)
     if not _S.enabled or _S.data_mode == "off" or _S.size == 1:
         return
     where = "made at %s" % _created_at()

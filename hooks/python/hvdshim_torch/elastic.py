@@ -87,12 +87,16 @@ def _rescale_lr(factor):
         _warn("HVDSHIM_SCALE_LR: learning rates times %g (%d rank(s) now)" % (factor, _S.size))
 
 
-def _take_over():
-    """This rank is rank 0 now (the first one died): its writes are real and
-    its stdout is the job's."""
+def _take_over(resumed=False):
+    """This rank is rank 0 now (the first one died; or resumed: a restarted
+    job's script is back where the job stopped, resize.py): its writes are
+    real and its stdout is the job's."""
     from .output import _PrefixedStream
     _S.took_over = True
-    _libmod._lib.hvd_overlay_promote()
+    if resumed:
+        _libmod._lib.hvd_overlay_resume()
+    else:
+        _libmod._lib.hvd_overlay_promote()
     saved = _S.stdout_saved
     if saved is not None and saved[0] == "fd":
         try:

@@ -28,6 +28,7 @@ import weakref
 import torch
 
 from . import elastic as _elastic
+from . import resize as _resize
 from . import lib as _libmod
 from . import rng as _rng
 from .lib import (_AVG, _MAX, _SUM, HvdShimError, _is_number, _MembershipChanged, _wrap, _GRAD_DTYPES, _Pending,
@@ -184,17 +185,18 @@ def _submit_round():
     zeros); rank 0's scalar hyperparameters, each as four 16-bit pieces of
     its float64 bits (the other ranks add zeros: exact), which every rank
     takes before its optimizer step; a 1 from rank 0 (0 when rank 0 has
-    finished: the others keep their own); and rank 0's proposal of k
-    (backward passes per step).  Every entry is an integer below 2**24, so
+    finished: the others keep their own); rank 0's proposal of k
+    (backward passes per step); and 1 from rank 0 when the job is to grow
+    (resize.py: hosts joined).  Every entry is an integer below 2**24, so
     float32 sums are exact in any order."""
     slots = _hyper_slots()
     n, m = len(_S.used), len(slots)
     vals = list(_S.used)  # one tensor made from one list: a few small torch operations cost more than the list
     if _S.rank == 0:
         vals += _hyper_pieces([v for _g, _k, _i, v in slots]) if m else ()
-        vals += (1, _propose_k())
+        vals += (1, _propose_k(), _resize.proposal())
     else:
-        vals += [0] * (4 * m + 2)
+        vals += [0] * (4 * m + 3)
     vec = torch.tensor(vals, dtype=torch.float32)
     flags = _Pending()
     _S.batch.add(b"hvdshim.round.%d.%d" % (n, m), vec, _SUM, flags, "agreeing on used parameters and hyperparameters")
@@ -245,10 +247,11 @@ def _reduce_round_once():
             if i not in _S.submitted:  # used elsewhere, or only in a backward that accumulated
                 _submit_grad(_S.params[i])
     _S.batch.flush(waited=True)
-    tail = vec[n:].tolist()  # rank 0's hyperparameters, whether it took part, its k
-    if tail[-2] > 0:  # rank 0 took part
+    tail = vec[n:].tolist()  # rank 0's hyperparameters, whether it took part, its k, whether to grow
+    if tail[-3] > 0:  # rank 0 took part
         _apply_hyper(slots, _hyper_values(tail[:4 * m]))
-        _adopt_k(int(tail[-1]))
+        _adopt_k(int(tail[-2]))
+        _resize.agreed(tail[-1])
     else:
         _adopt_k(1)
     _S.pending.wait()

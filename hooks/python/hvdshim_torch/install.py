@@ -15,6 +15,7 @@ from .grads import (_reduce_deferred, _HAS_POST_ACCUMULATE, _average_loss, _back
 from .rng import seed_torch_at_import as _seed_torch
 from .models import _count_batch, _forward_pre_hook
 from .data import _dealt_iter, _dealt_len, _prepare_loader, _warn_if_alone
+from . import resize as _resize
 
 
 def _patch():
@@ -28,12 +29,17 @@ def _patch():
     _wrap(DataLoader, "__init__", make_loader_init)
 
     def make_loader_iter(orig):
-        def __iter__(self):
+        def made(self):
             dealt = _dealt_iter(self, orig)
             if dealt is not None:
                 return dealt
             _warn_if_alone(self)
             return orig(self)
+
+        def __iter__(self):
+            if _resize._G.tracking:  # hosts may join (resize.py): the loaders' places are counted
+                return _resize.iterate(self, lambda: made(self))
+            return made(self)
         return __iter__
     _wrap(DataLoader, "__iter__", make_loader_iter)
 
@@ -57,13 +63,17 @@ def _patch():
     # the scaled lr) are rescaled with it when ranks die (elastic._rescale_lr)
     base = getattr(torch.optim.lr_scheduler, "LRScheduler", None) or \
         getattr(torch.optim.lr_scheduler, "_LRScheduler", None)
-    if _S.scale_lr and base is not None:
+    # Hosts joining (resize.py): every scheduler's state is saved
+    if (_S.scale_lr or _resize._G.tracking) and base is not None:
         def make_scheduler_init(orig):
             def __init__(self, *args, **kwargs):
                 orig(self, *args, **kwargs)
                 _S.schedulers.append(weakref.ref(self))
             return __init__
         _wrap(base, "__init__", make_scheduler_init)
+        plateau = getattr(torch.optim.lr_scheduler, "ReduceLROnPlateau", None)
+        if _resize._G.tracking and isinstance(plateau, type) and not issubclass(plateau, base):  # torch < 2.2
+            _wrap(plateau, "__init__", make_scheduler_init)
 
     # ReduceLROnPlateau fed a rank's own loss: it gets the mean over ranks
     # (the loss of the whole epoch, as in the plain run), so every rank's
@@ -111,6 +121,7 @@ def _patch():
         def scale(self, outputs, *args, **kwargs):
             result = orig(self, outputs, *args, **kwargs)
             _note_scaled(outputs, result)
+            _resize.note_scaler(self)
             return result
         scale.hvdshim_scale = True
         return scale
@@ -221,6 +232,7 @@ def install(rng_seed=None):
             _observe()
         return
     _S.enabled = True
+    _resize.configure()
     reason = _other_distribution()
     if reason:
         _stand_aside(reason)

@@ -79,6 +79,7 @@ def _load_library():
         "hvd_step_mark": (None, [ctypes.c_int64]),
         "hvd_overlay_off": (None, []),
         "hvd_overlay_promote": (None, []),
+        "hvd_overlay_resume": (None, []),
         "hvd_elastic_follow": (None, []),
         "hvd_elastic_ack": (ctypes.c_int, [ctypes.POINTER(ctypes.c_int)] * 3 + [ctypes.c_char_p, ctypes.c_size_t]),
     }

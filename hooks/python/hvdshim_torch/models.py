@@ -66,6 +66,10 @@ def _register_root(module):
                                "bfloat16 gradients (freeze it with requires_grad=False, or keep it out of the model)"
                                % (what, n, str(t.dtype).replace("torch.", "")))
     _verify_same_everywhere("m%d" % k, what, _signature(entries))
+    from .resize import model_state
+    saved = model_state(k)  # a restarted job: the state it saved (every rank has it)
+    if saved is not None:
+        module.load_state_dict(saved)
     pending = _Pending()
     copies = []
     with torch.no_grad():

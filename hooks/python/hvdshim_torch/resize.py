@@ -1,0 +1,435 @@
+"""Hosts joining (hvdrun --host-discovery-script, --max-np): the job grows by
+starting again over more ranks, and the script goes on where it was.
+
+MPI cannot take new ranks into this running job (Open MPI's MPI_Comm_spawn
+fails under ULFM), so (launcher/grow.c has hvdrun's side):
+  * rank 0 runs the discovery script every HVDSHIM_ELASTIC_INTERVAL seconds
+    (a thread); when it lists more slots than ranks, rank 0 proposes to grow
+    in the round that ends a step's backward, so every rank learns it at the
+    same optimizer step (grads._submit_round);
+  * at the next call to a loader after that step (its next batch, or its
+    next epoch: what the script does between, a scheduler's or a scaler's
+    step, a log line, an evaluation, has run), rank 0 saves the job's state
+    (snapshot.pt in HVDSHIM_ELASTIC_STATE: models, optimizers, LR schedulers,
+    GradScalers, random state, the adapter's counters, and every loader's
+    place), and every rank ends (status 0; the script's `finally` blocks
+    run and its open files are closed, as at any exit);
+  * hvdrun starts the job again (HVDSHIM_ELASTIC_RESUME=1) over the new
+    slots.  Every rank runs the script from its start with the saved state
+    (rank 0 reads it, the others get it by broadcast).  Until the script is
+    back at that call, every loader's iteration is empty (no batch is read)
+    and what the script prints or writes goes nowhere (rank 0's stdout is
+    silenced and its files private, as another rank's are); at that call
+    the loader's epoch is drawn again from the random state it was drawn
+    from, the part already trained on is skipped (the order's first
+    samples: shard = the old ranks' batches, split = the global batches),
+    the state is loaded, and rank 0's console and files are real again,
+    each file it has open going on at the end of what the job wrote before.
+The script's control flow must not depend on what an epoch with no batches
+computes (a loop that stops early on a loss it averaged over the epoch's
+batches may stop in the empty epochs): if the script ends before it is back,
+the job ends with one line saying so, and the state stays saved."""
+import atexit
+import os
+import subprocess
+import sys
+import threading
+import time
+import weakref
+
+import torch
+
+from . import lib as _libmod
+from .lib import HvdShimError, _Pending, _broadcast_bytes, _info, _setting, _warn
+from .state import _S
+
+
+class _Grow:
+    def __init__(self):
+        self.discovery = None   # rank 0: the script (HVDSHIM_ELASTIC_DISCOVERY), None: not growing
+        self.max_np = 0
+        self.interval = 1.0
+        self.state_dir = None
+        self.tracking = False   # loaders' places and the objects to save are recorded
+        self.wanted = 0         # rank 0: slots the script listed, more than the ranks
+        self.due = False        # every rank: stop at the next call to a loader
+        self.snap = None        # a restarted job: the saved state, until the script is back
+        self.iters = {}         # loader tag -> iterations started
+        self.places = {}        # loader tag -> (iteration, random state at its start)
+        self.scalers = []       # GradScalers (weak), in the order of their first scale()
+        self.primer = None      # the loader iterator made last that can skip ahead (_Primed)
+        self.skip = None        # global batches the loader iteration being made skips (take_skip)
+        self.skip_taken = False  # data.py took it (it deals this loader)
+        self.filters = None     # a restarted job: the warnings filters, all ignored until the script is back
+        self.left = {}          # model index -> its saved state, for a model registered after the resume
+        self.resumed = False
+
+
+_G = _Grow()
+
+
+def configure():
+    """At install: settings."""
+    _G.discovery = _setting("HVDSHIM_ELASTIC_DISCOVERY") or None
+    _G.max_np = int(_setting("HVDSHIM_ELASTIC_MAX_NP") or 0)
+    _G.interval = float(_setting("HVDSHIM_ELASTIC_INTERVAL") or 1)
+    _G.state_dir = _setting("HVDSHIM_ELASTIC_STATE") or None
+    resume = _setting("HVDSHIM_ELASTIC_RESUME") == "1"
+    if (_G.discovery or resume) and not _G.state_dir:
+        raise HvdShimError("hvdshim: HVDSHIM_ELASTIC_DISCOVERY and HVDSHIM_ELASTIC_RESUME need HVDSHIM_ELASTIC_STATE "
+                           "(a folder for the job's state; hvdrun --host-discovery-script sets all three)")
+    _G.tracking = bool(_G.discovery) or resume
+    _G.snap = {} if resume else None  # read at the engine's start (begin)
+    if resume:
+        atexit.register(_never_back)
+        import warnings
+        _G.filters = list(warnings.filters)
+        warnings.simplefilter("ignore")  # the script's warnings before it is back go nowhere, as its output
+
+
+def resuming():
+    return _G.snap is not None
+
+
+def silenced_until_resume():
+    """Rank 0 of a restarted job prints nothing until the script is back."""
+    return _G.snap is not None
+
+
+# ------------------------------------------------------------------ rank 0's discovery
+def _slots(out):
+    total = 0
+    for line in out.splitlines():
+        line = line.split("#")[0].strip()
+        if not line:
+            continue
+        host, _, n = line.rpartition(":") if ":" in line else (line, "", "1")
+        try:
+            total += max(0, int(n))
+        except ValueError:
+            raise ValueError("'%s' is not host or host:slots" % line)
+    return total
+
+
+def _poll():
+    said = False
+    while _G.discovery and not _G.wanted:
+        try:
+            out = subprocess.run([_G.discovery], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60,
+                                 check=True).stdout.decode("utf-8", "replace")
+            n = _slots(out)
+            if _G.max_np:
+                n = min(n, _G.max_np)
+            if n > _S.size:
+                _G.wanted = n
+                _info("the host discovery script lists %d slot(s) for %d rank(s): the job grows at the next "
+                      "optimizer step" % (n, _S.size))
+                return
+        except (OSError, subprocess.SubprocessError, ValueError) as e:
+            if not said:
+                said = True
+                _warn("host discovery script %s: %s (tried again every %g s)" % (_G.discovery, e, _G.interval))
+        time.sleep(_G.interval)
+
+
+def begin():
+    """At the engine's start (every rank together): a restarted job takes the
+    saved state; rank 0 of a job that may grow starts polling."""
+    if _G.snap is not None:
+        _G.snap = _read_state()
+    if _G.discovery and _S.rank == 0:
+        threading.Thread(target=_poll, name="hvdshim-discovery", daemon=True).start()
+
+
+def proposal():
+    """Rank 0's entry in the end-of-backward round: 1 to grow."""
+    return 1 if _G.wanted > _S.size else 0
+
+
+def agreed(flag):
+    """Every rank, once the round is reduced: rank 0's proposal."""
+    if flag > 0 and _G.discovery and not _G.due:
+        _G.due = True
+
+
+# ------------------------------------------------------------------ the state
+def _path():
+    return os.path.join(_G.state_dir, "snapshot.pt")
+
+
+def _live(refs):
+    return [r() for r in refs if r() is not None]
+
+
+def _state_dicts(objs):
+    out = []
+    for o in objs:
+        try:
+            out.append(o.state_dict())
+        except Exception:  # a scheduler holding a lambda it cannot save: it starts over from the script's
+            out.append(None)
+    return out
+
+
+def _save(target):
+    from .rng import _states
+    snap = {
+        "version": 1, "size": _S.size, "steps": _S.steps, "k": _S.k, "windows": list(_S.windows),
+        "models": [m.state_dict() for m in _live(_S.models)],
+        "optimizers": _state_dicts(_live(_S.optimizers)),
+        "schedulers": _state_dicts(_live(_S.schedulers)),
+        "scalers": _state_dicts(_live(_G.scalers)),
+        "rng": _states(cuda=True),
+        "iters": dict(_G.iters),
+        "target": target,
+    }
+    os.makedirs(_G.state_dir, exist_ok=True)
+    tmp = _path() + ".tmp"
+    with open(tmp, "wb") as f:
+        torch.save(snap, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, _path())
+
+
+def _broadcast_blob(name, blob, what):
+    """rank 0's bytes on every rank (None elsewhere)."""
+    n = torch.tensor([len(blob) if blob is not None else 0], dtype=torch.int64)
+    pending = _Pending()
+    _broadcast_bytes(name + b".n", n, pending, what)
+    pending.wait()
+    buf = torch.zeros(int(n[0]), dtype=torch.uint8)
+    if _S.rank == 0 and blob:
+        buf.copy_(torch.frombuffer(bytearray(blob), dtype=torch.uint8))
+    if int(n[0]):
+        _broadcast_bytes(name + b".%d" % int(n[0]), buf, pending, what)
+        pending.wait()
+    return buf.numpy().tobytes()
+
+
+def _read_state():
+    import io
+    blob = b""
+    if _S.rank == 0:
+        try:
+            with open(_path(), "rb") as f:
+                blob = f.read()
+        except OSError as e:
+            blob = b"!" + str(e).encode()
+    blob = _broadcast_blob(b"hvdshim.resume", blob, "sending the saved state of the job")
+    if blob[:1] == b"!" or not blob:
+        raise HvdShimError("hvdshim: HVDSHIM_ELASTIC_RESUME: cannot read the job's saved state %s on rank 0's host: %s "
+                           "(rank 0 must run on the host where the job stopped, or HVDSHIM_ELASTIC_STATE be a "
+                           "shared folder)" % (_path(), blob[1:].decode("utf-8", "replace") or "empty"))
+    try:
+        return torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
+    except TypeError:  # torch < 1.13's load has no weights_only
+        return torch.load(io.BytesIO(blob), map_location="cpu")
+
+
+def _never_back():
+    if _G.snap is not None and not _G.resumed and _S.enabled:
+        where = "DataLoader %d, its iteration %d, %d global batches in" % tuple(_G.snap["target"][:3]) \
+            if _G.snap else "its loaders never iterated"
+        _libmod._lib.hvd_abort_job(("the restarted job ended before its script was back where the job stopped (%s): "
+                                    "its loops went another way with the loaders empty; the state stays in %s"
+                                    % (where, _path())).encode())
+
+
+# ------------------------------------------------------------------ loaders
+class _Counted:
+    """A loader's iterator, counting the batches it gave; the job stops to
+    grow before the next one.  `base`: batches of the whole stream (the
+    global batches: every rank's, when the ranks are dealt whole batches)
+    skipped at its start; `per`: of them, per batch here."""
+
+    def __init__(self, inner, tag, base, per):
+        self._inner, self._tag, self._base, self._per, self.n = inner, tag, base, per, 0
+
+    def used(self):
+        return self._base + self.n * self._per
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if _G.due:
+            _stop(self._tag, self)
+        x = next(self._inner)
+        self.n += 1
+        return x
+
+    def __len__(self):
+        return len(self._inner)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+class _Primed:
+    """An iterator that can take its first item ahead of use (so a loader's
+    epoch is drawn, and the part already trained on skipped, while the
+    random state is the one the epoch was drawn from)."""
+
+    def __init__(self, inner):
+        self._inner, self._first = inner, []
+        _G.primer = self
+
+    def prime(self):
+        if not self._first:
+            self._first.append(next(self._inner, _Primed))
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        x = self._first.pop() if self._first else next(self._inner)
+        if x is _Primed:
+            raise StopIteration
+        return x
+
+
+def take_skip(batch=None):
+    """What the loader iteration being made (by data.py, which deals it)
+    skips: a restarted job's, at the call where the job stopped, the part of
+    the stream the job had used (in global batches; times `batch` when the
+    stream is of indices), else None."""
+    if _G.skip is None:
+        return None
+    _G.skip_taken = True  # (a DataLoader with workers asks twice: its first batch sampler iterator is dropped)
+    return _G.skip * (batch or 1)
+
+
+def iterate(loader, make):
+    """DataLoader.__iter__ while tracking: `make()` is the iteration as it
+    would be."""
+    tag = getattr(loader, "_hvdshim_tag", None)
+    if tag is None:
+        return make()
+    if _G.due:
+        _stop(tag, None)
+    n = _G.iters.get(tag, 0) + 1
+    _G.iters[tag] = n
+    from .data import dealt_by_rank
+    from .rng import _set_states, _states
+    base = 0
+    if _G.snap is not None and not _G.resumed:
+        from .lifecycle import _start
+        _start()  # (a restarted job's state is read there)
+        t_tag, t_iter, used, rng = _G.snap["target"]
+        if (tag, n) != (t_tag, t_iter):
+            return iter(())  # the script is not back yet: no batch
+        _set_states(rng)
+        _G.skip, _G.skip_taken, _G.primer, base = used, False, None, used
+        try:
+            it = make()
+        finally:
+            _G.skip = None
+        if not _G.skip_taken:  # a loader hvdshim does not deal: its batches are read and dropped
+            for _ in range(used):
+                if next(it, None) is None:
+                    break
+        elif _G.primer is not None:  # the last one made is the one the loader uses
+            _G.primer.prime()
+        _G.primer = None
+        _arrive()
+    else:
+        rng = _states(cuda=False)
+        it = make()
+    counted = _Counted(it, tag, base, _S.size if dealt_by_rank(loader) else 1)
+    _G.places[tag] = (n, rng)
+    return counted
+
+
+def _stop(tag, counted):
+    """Every rank, at the first call to a loader after the step that agreed to
+    grow: rank 0 saves the state, every rank ends (status 0, after joining)."""
+    from .rng import _states
+    _G.due = False
+    if counted is None:  # the next iteration of `tag`: its start is now
+        target = (tag, _G.iters.get(tag, 0) + 1, 0, _states(cuda=False))
+    else:
+        n, rng = _G.places[tag]
+        target = (tag, n, counted.used(), rng)
+    ok, err = 1, ""
+    if _S.rank == 0:
+        try:
+            _save(target)
+        except Exception as e:  # a full disk, an object that cannot be saved: the job goes on as it is
+            ok, err = 0, "%s: %s" % (type(e).__name__, e)
+    from .data import _broadcast_ints
+    ok = _broadcast_ints(b"hvdshim.grow", [ok], "agreeing to stop for the job to grow")[0]
+    if not ok:
+        _G.discovery = None
+        if _S.rank == 0:
+            _warn("could not save the job's state in %s (%s): the job goes on over %d rank(s) and grows no more"
+                  % (_G.state_dir, err, _S.size))
+        return
+    if _S.rank == 0:
+        _warn("hosts joined: the job stops after optimizer step %d, its state saved in %s, and starts again over "
+              "%d rank(s) (was %d)" % (_S.steps, _path(), _G.wanted, _S.size))
+    raise SystemExit(0)  # every rank ends 0 (joined); hvdrun sees the state saved anew
+
+
+# ------------------------------------------------------------------ back where the job stopped
+def _load_all(objs, states, what):
+    if len(objs) != len(states):
+        _warn("the restarted script has %d %s, the job that stopped had %d: the first %d take the saved state"
+              % (len(objs), what, len(states), min(len(objs), len(states))))
+    for o, st in zip(objs, states):
+        if st is not None:
+            o.load_state_dict(st)
+
+
+def model_state(k):
+    """A model registered after the script came back: its saved state, once."""
+    return _G.left.pop(k, None)
+
+
+def _arrive():
+    """The script is back at the call where the job stopped: the saved state
+    is loaded, and rank 0 writes for real again."""
+    from .rng import _set_states
+    import warnings
+    snap = _G.snap
+    _G.resumed = True
+    if _G.filters is not None:
+        warnings.filters[:] = _G.filters
+        getattr(warnings, "_filters_mutated", lambda: None)()
+    models = _live(_S.models)
+    for k, st in enumerate(snap["models"]):
+        if k < len(models):
+            models[k].load_state_dict(st)
+        else:
+            _G.left[k] = st
+    _load_all(_live(_S.optimizers), snap["optimizers"], "optimizer(s)")
+    _load_all(_live(_S.schedulers), snap["schedulers"], "LR scheduler(s)")
+    _load_all(_live(_G.scalers), snap["scalers"], "GradScaler(s)")
+    _S.steps, _S.k, _S.windows = snap["steps"], snap["k"], list(snap["windows"])
+    if _S.scale_lr and snap["size"] != _S.size:
+        from .elastic import _rescale_lr
+        _rescale_lr(_S.size / snap["size"])
+    _set_states(snap["rng"])
+    if _S.rank == 0:
+        from .elastic import _take_over
+        _flush_writers()  # what the script wrote before it was back goes nowhere (the private copies)
+        _take_over(resumed=True)
+        _warn("the job started again over %d rank(s) (was %d) and goes on from optimizer step %d"
+              % (_S.size, snap["size"], _S.steps + 1))
+
+
+def _flush_writers():
+    """Every Python file object open for writing flushes its buffer."""
+    import gc
+    import io
+    for o in gc.get_objects():
+        try:  # type(), not isinstance(): an object's __class__ may warn (torch.distributed.reduce_op)
+            if issubclass(type(o), io.IOBase) and not o.closed and o.writable():
+                o.flush()
+        except Exception:  # (a stream that cannot say or flush: left as it is)
+            pass
+
+
+def note_scaler(scaler):
+    if _G.tracking and not any(r() is scaler for r in _G.scalers):
+        _G.scalers.append(weakref.ref(scaler))

@@ -1,0 +1,75 @@
+#!/bin/sh
+# Hosts joining (hvdrun --host-discovery-script, --max-np): an unmodified
+# script (grow_train.py: SGD with momentum, a StepLR, a log opened for
+# writing at its start, a checkpoint and a stdout line per epoch) starts on
+# 2 ranks; the discovery script lists a third slot after a few calls; the
+# job stops at an optimizer step, saves its state, and hvdrun starts it
+# again over 3 ranks, which go on from that step.
+#   split: the weights equal the plain single-process run (tolerance 1e-5:
+#     every global batch is the plain run's, split 2 ways then 3), with and
+#     without loader workers; the log holds its header and one line per
+#     epoch once, the epochs after the join as in the plain run; stdout
+#     says each epoch once.
+#   shard: every sample read exactly once per epoch over both jobs (the
+#     rest of the stopped epoch dealt over 3), replicas checked every step.
+#   a restarted job whose script never comes back to where the job stopped
+#     ends non-zero with one line saying so.
+. "$(dirname "$0")/../lib.sh"
+need_mpirun
+need_torch
+S="$TORCH_DIR/grow_train.py"
+HVDRUN="$top_builddir/launcher/hvdrun"
+cat >"$TMP/disc.sh" <<EOD
+#!/bin/sh
+# localhost:2 for the first \${GROW_AFTER:-5} calls, then localhost:3
+n=\$(cat "$TMP/count" 2>/dev/null || echo 0); n=\$((n + 1)); echo \$n >"$TMP/count"
+[ \$n -le \${GROW_AFTER:-5} ] && echo localhost:2 || echo localhost:3
+EOD
+chmod +x "$TMP/disc.sh"
+seed=${GROW_SEED:-$(date +%s)}
+echo "join points: GROW_SEED=$seed"
+k=0
+grow() { # grow NAME [ENV...]: the script under hvdrun, 2 ranks growing to 3 after 3 to 10 polls
+  _n=$1
+  shift
+  rm -f "$TMP/count"
+  k=$((k + 1))
+  env HVDRUN_LIB="$LIB" HVDSHIM_ELASTIC_INTERVAL=0.2 GROW_AFTER=$(((seed / k + k) % 8 + 3)) "$@" timeout 240 "$HVDRUN" -np 2 --oversubscribe --max-np 3 \
+    --host-discovery-script "$TMP/disc.sh" "$PYTHON" "$S" "$TMP/$_n.pt" >"$TMP/$_n.out" 2>&1 ||
+    { cat "$TMP/$_n.out"; fail "$_n: the growing job failed"; }
+  grep -q "hvdrun: the job stopped to grow; starting it again over 3 rank(s) (was 2)" "$TMP/$_n.out" &&
+    grep -q "the job started again over 3 rank(s) (was 2) and goes on from optimizer step" "$TMP/$_n.out" ||
+    { cat "$TMP/$_n.out"; fail "$_n: the job did not grow"; }
+  step=$(sed -n 's/.*goes on from optimizer step \([0-9]*\).*/\1/p' "$TMP/$_n.out")
+}
+"$PYTHON" "$S" "$TMP/plain.pt" >"$TMP/plain.out" 2>&1 || { cat "$TMP/plain.out"; fail "plain run"; }
+for w in 0 2; do
+  mkdir -p "$TMP/state$w"
+  grow split$w HVDSHIM_DATA=split GROW_WORKERS=$w HVDSHIM_ELASTIC_STATE="$TMP/state$w"
+  same "$TMP/plain.pt" "$TMP/split$w.pt" 1e-5 >"$TMP/cmp" 2>&1 || { cat "$TMP/cmp" "$TMP/split$w.out"; fail "split (workers $w): the grown job's weights differ from the plain run"; }
+  [ "$(sed -n 1p "$TMP/split$w.pt.log")" = "epoch,loss,lr" ] && [ "$(wc -l <"$TMP/split$w.pt.log")" = 5 ] ||
+    { cat "$TMP/split$w.pt.log"; fail "split (workers $w): the log is not its header and one line per epoch"; }
+  # the epochs after the one the job stopped in, as in the plain run (that
+  # one's mean loss is the script's own sum over its batches since the restart)
+  e=$(grep -c "^epoch .* done" "$TMP/split$w.out")
+  [ "$e" = 4 ] && [ "$(grep -c "^epoch 0 done" "$TMP/split$w.out")" = 1 ] || { cat "$TMP/split$w.out"; fail "split (workers $w): stdout does not say each epoch once"; }
+  stopped=$(((step - 2) / 20)) # 20 steps per epoch; the job stopped after step $step - 1
+  tail -n $((3 - stopped)) "$TMP/plain.pt.log" >"$TMP/want"
+  tail -n $((3 - stopped)) "$TMP/split$w.pt.log" >"$TMP/got"
+  cmp -s "$TMP/want" "$TMP/got" || { diff "$TMP/want" "$TMP/got"; fail "split (workers $w): the log's epochs after the join differ from the plain run's"; }
+  pass "split, workers $w: 2 -> 3 ranks at optimizer step $step (the job restarted), weights equal the plain run ($(cat "$TMP/cmp")); log and stdout once per epoch"
+done
+
+mkdir -p "$TMP/seen"
+grow shard GROW_PAUSE=0.12 HVDSHIM_DATA=shard HVDSHIM_CHECK_STEPS=1 HVDSHIM_SAVE_RANKS=all GROW_SEEN="$TMP/seen"
+cat "$TMP"/seen/* | sort -n | uniq -c | awk '$1 != 4 { bad++ } END { exit !(NR == 240 && !bad) }' ||
+  { cat "$TMP"/seen/* | sort -n | uniq -c | awk '$1 != 4' | head; fail "shard: not every sample read exactly 4 times (once per epoch) over both jobs"; }
+pass "shard: 2 -> 3 ranks at optimizer step $step, every sample read once per epoch over both jobs, replicas agree at every step"
+
+# the state kept (HVDSHIM_ELASTIC_STATE given): a restart whose script runs no epoch never comes back
+rc=0
+GROW_EPOCHS=0 HVDSHIM_ELASTIC_RESUME=1 HVDSHIM_ELASTIC_STATE="$TMP/state0" T=60 shim 3 "$PYTHON" "$S" "$TMP/never.pt" >"$TMP/never.out" 2>&1 || rc=$?
+[ $rc != 0 ] && [ $rc != 124 ] || { cat "$TMP/never.out"; fail "a restart that never came back: status $rc"; }
+grep -q "the restarted job ended before its script was back where the job stopped (its loaders never iterated)" "$TMP/never.out" ||
+  { cat "$TMP/never.out"; fail "a restart that never came back: no line saying so"; }
+pass "a restarted job whose script never comes back ends with status $rc and a line saying so"
