@@ -93,6 +93,28 @@ if have_torch; then
     { cat "$TMP/out"; fail "PyTorch shard (hvdrun --min-np 2): no line saying the script goes on"; }
   "$PYTHON" -c 'import sys, torch; torch.load(sys.argv[1])' "$TMP/elastic.pt" || fail "PyTorch shard: the weights file is not whole"
   pass "PyTorch shard np=3 under hvdrun --min-np 2, rank 2 SIGKILLed at step 17: the survivors go on (status 0; replicas equal at every step)"
+  # A rank lost and its slot back (hvdrun --host-discovery-script, which
+  # always lists 3 slots): the 2 survivors go on, rank 0 finds a slot free,
+  # and the job starts again over 3 (tests/torch/grow.sh has the restart);
+  # split's batches are the plain run's whatever the ranks, so the weights
+  # equal the emulation without the dead rank's slice of the step redone.
+  printf '#!/bin/sh\necho localhost:3\n' >"$TMP/disc.sh"
+  chmod +x "$TMP/disc.sh"
+  rc=0
+  OMP_NUM_THREADS=1 PAUSE=0.05 HVDSHIM_DATA=split HVDSHIM_ELASTIC_INTERVAL=0.2 HVDRUN_LIB="$LIB" timeout 180 \
+    "$top_builddir/launcher/hvdrun" -np 3 --oversubscribe --min-np 2 --host-discovery-script "$TMP/disc.sh" \
+    "$PYTHON" "$TRAIN" "$TMP/back.pt" 1:15 >"$TMP/out" 2>&1 || rc=$?
+  [ $rc = 0 ] || { cat "$TMP/out"; fail "PyTorch split, rank 1 killed and its slot back: status $rc"; }
+  grep -q "hvdrun: the job stopped to grow; starting it again over 3 rank(s) (was 3)" "$TMP/out" &&
+    grep -q "the job started again over 3 rank(s) (was 2) and goes on from optimizer step" "$TMP/out" ||
+    { cat "$TMP/out"; fail "PyTorch split, rank 1 killed: the job did not grow back to 3 ranks"; }
+  redone=$(sed -n 's/.*optimizer step \([0-9]*\): its gradients averaged again over the 2 surviving.*/\1/p' "$TMP/out" | head -1)
+  [ -n "$redone" ] || { cat "$TMP/out"; fail "PyTorch, rank 1 killed and back: no line naming the step averaged again"; }
+  OMP_NUM_THREADS=1 DROP=$((redone - 1)):4:8 "$PYTHON" "$TRAIN" "$TMP/emulated1.pt" >/dev/null 2>&1 || fail "the emulation failed"
+  cmp_weights "$TMP/back.pt" "$TMP/emulated1.pt" >"$TMP/cmp" 2>&1 ||
+    { cat "$TMP/out" "$TMP/cmp"; fail "PyTorch split, rank 1 killed and its slot back: weights differ from the emulation"; }
+  back=$(sed -n 's/.*the job started again over 3 rank(s) (was 2) and goes on from optimizer step \([0-9]*\).*/\1/p' "$TMP/out")
+  pass "PyTorch split np=3 under hvdrun --min-np 2 --host-discovery-script, rank 1 SIGKILLed at step 15: 2 go on, and from step $back 3 again (the job restarted over the slot back); weights = the emulation without its slice of step $((redone - 1)) ($(cat "$TMP/cmp"))"
   # rank 0 dies: rank 1 becomes rank 0 and takes over the console and the
   # files (the log opened for append at the start goes on where the old
   # rank 0 left it: each epoch's line once, in the file and on stdout).

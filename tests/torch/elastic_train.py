@@ -4,16 +4,19 @@ line per epoch printed and appended to argv[1] + ".log" (opened at the
 start), weights saved at the end (argv[1]).  Two hooks for the test, nothing the
 shim knows of:
   argv[2] RANK:STEP  that rank (OMPI_COMM_WORLD_RANK) SIGKILLs itself when
-                  it has its batch of STEP (0-based);
+                  it has its batch of STEP (0-based), not in a job hvdrun
+                  started again to grow (HVDSHIM_ELASTIC_RESUME=1);
   DROP=STEP:LO:HI the single-process emulation: rows LO..HI-1 of that step's
                   batch left out (the dead rank's slice under HVDSHIM_DATA=split).
 SPARSE=1: an embedding with sparse gradients (nn.Embedding(sparse=True))
 feeds the MLP too.  SCHED=1: a LambdaLR (x0.7 per epoch, from 0.015); its emulation
 SCALED=N:STEP:M sets the rate itself, HVDSHIM_SCALE_LR's: times N before
-STEP, times M from STEP on (the survivors)."""
+STEP, times M from STEP on (the survivors).  PAUSE=S: a pause of S seconds
+per step."""
 import os
 import signal
 import sys
+import time
 
 import torch
 
@@ -44,7 +47,8 @@ base = 0.015 if os.environ.get("SCHED") == "1" or scaled else 0.05
 opt = torch.optim.SGD(model.parameters(), lr=base, momentum=0.9)
 sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: 0.7 ** e) \
     if os.environ.get("SCHED") == "1" and not scaled else None
-die = [int(v) for v in sys.argv[2].split(":")] if len(sys.argv) > 2 else None
+die = [int(v) for v in sys.argv[2].split(":")] if len(sys.argv) > 2 and os.environ.get("HVDSHIM_ELASTIC_RESUME") != "1" \
+    else None
 drop = [int(v) for v in os.environ["DROP"].split(":")] if os.environ.get("DROP") else None
 me = int(os.environ.get("OMPI_COMM_WORLD_RANK", "-1"))
 log = open(sys.argv[1] + ".log", "a")
@@ -65,6 +69,7 @@ for epoch in range(3):
         opt.step()
         total += loss.item()
         step += 1
+        time.sleep(float(os.environ.get("PAUSE", "0")))
     if sched is not None:
         sched.step()
     print("epoch %d: loss %.6f" % (epoch, total / len(loader)))

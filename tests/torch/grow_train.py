@@ -10,41 +10,51 @@ import time
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-torch.manual_seed(0)
-EPOCHS = int(os.environ.get("GROW_EPOCHS", "4"))
-BATCH = int(os.environ.get("GROW_BATCH", "12"))
-PAUSE = float(os.environ.get("GROW_PAUSE", "0.05"))
-g = torch.Generator().manual_seed(1)
-x = torch.randn(240, 8, generator=g)
-y = (x @ torch.randn(8, 1, generator=g)).tanh() + 0.1 * torch.randn(240, 1, generator=g)
-data = TensorDataset(x, y)
-if os.environ.get("GROW_SEEN"):  # every sample read, one line per process (HVDSHIM_SAVE_RANKS=all)
-    class Seen(TensorDataset):
-        def __getitem__(self, i):
-            with open(os.path.join(os.environ["GROW_SEEN"], str(os.getpid())), "a") as f:
-                f.write("%d\n" % i)
-            return super().__getitem__(i)
-    data = Seen(x, y)
-loader = DataLoader(data, batch_size=BATCH, shuffle=True, num_workers=int(os.environ.get("GROW_WORKERS", "0")))
-model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
-opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)
-log = open(sys.argv[1] + ".log", "w")
-log.write("epoch,loss,lr\n")
-for epoch in range(EPOCHS):
-    total, n = 0.0, 0
-    for xb, yb in loader:
-        opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(xb), yb)
-        loss.backward()
-        opt.step()
-        total += loss.item()
-        n += 1
-        time.sleep(PAUSE)
-    log.write("%d,%.6f,%g\n" % (epoch, total / max(n, 1), sched.get_last_lr()[0]))
-    log.flush()
-    sched.step()
-    torch.save(model.state_dict(), sys.argv[1] + ".ckpt")
-    print("epoch %d done" % epoch, flush=True)
-torch.save(model.state_dict(), sys.argv[1])
-log.close()
+
+class Seen(TensorDataset):
+    """GROW_SEEN: every sample read, one line per process (HVDSHIM_SAVE_RANKS=all)."""
+
+    def __getitem__(self, i):
+        with open(os.path.join(os.environ["GROW_SEEN"], str(os.getpid())), "a") as f:
+            f.write("%d\n" % i)
+        return super().__getitem__(i)
+
+
+def main():
+    torch.manual_seed(0)
+    epochs = int(os.environ.get("GROW_EPOCHS", "4"))
+    batch = int(os.environ.get("GROW_BATCH", "12"))
+    pause = float(os.environ.get("GROW_PAUSE", "0.05"))
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(240, 8, generator=g)
+    y = (x @ torch.randn(8, 1, generator=g)).tanh() + 0.1 * torch.randn(240, 1, generator=g)
+    data = TensorDataset(x, y)
+    if os.environ.get("GROW_SEEN"):
+        data = Seen(x, y)
+    loader = DataLoader(data, batch_size=batch, shuffle=True, num_workers=int(os.environ.get("GROW_WORKERS", "0")))
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)
+    log = open(sys.argv[1] + ".log", "w")
+    log.write("epoch,loss,lr\n")
+    for epoch in range(epochs):
+        total, n = 0.0, 0
+        for xb, yb in loader:
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(xb), yb)
+            loss.backward()
+            opt.step()
+            total += loss.item()
+            n += 1
+            time.sleep(pause)
+        log.write("%d,%.6f,%g\n" % (epoch, total / max(n, 1), sched.get_last_lr()[0]))
+        log.flush()
+        sched.step()
+        torch.save(model.state_dict(), sys.argv[1] + ".ckpt")
+        print("epoch %d done" % epoch, flush=True)
+    torch.save(model.state_dict(), sys.argv[1])
+    log.close()
+
+
+if __name__ == "__main__":  # (DataLoader workers may start by importing this file: forkserver, spawn)
+    main()
