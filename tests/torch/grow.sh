@@ -34,7 +34,7 @@ grow() { # grow NAME [ENV...]: the script under hvdrun, 2 ranks growing to 3 aft
   shift
   rm -f "$TMP/count"
   k=$((k + 1))
-  env HVDRUN_LIB="$LIB" HVDSHIM_ELASTIC_INTERVAL=0.2 GROW_AFTER=$(((seed / k + k) % 8 + 3)) "$@" timeout 240 "$HVDRUN" -np 2 --oversubscribe --max-np 3 \
+  env HVDRUN_LIB="$LIB" HVDRUN_MPIRUN="$MPIRUN" HVDSHIM_ELASTIC_INTERVAL=0.2 GROW_AFTER=$(((seed / k + k) % 8 + 3)) "$@" timeout 240 "$HVDRUN" -np 2 --oversubscribe --max-np 3 \
     --host-discovery-script "$TMP/disc.sh" "$PYTHON" "$S" "$TMP/$_n.pt" >"$TMP/$_n.out" 2>&1 ||
     { cat "$TMP/$_n.out"; fail "$_n: the growing job failed"; }
   grep -q "hvdrun: the job stopped to grow; starting it again over 3 rank(s) (was 2)" "$TMP/$_n.out" &&
