@@ -5,6 +5,8 @@
 # speed moves from run to run, pairs say more than two sets of medians.
 #   bench/run-paired.sh LIB_BEFORE [N]     (from the build directory; N pairs, default 8)
 # MODEL (tiny), BATCH (32), STEPS (2000): bench/torch_train.py's options.
+# AFTER_ENV="NAME=VALUE ...": settings for the "after" runs only (the same
+# library on both sides then compares a setting: LIB_BEFORE = .libs/libhvdshim.so).
 set -e
 build=${top_builddir:-$(pwd)}
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,9 +19,11 @@ i=0
 while [ $i -lt "${2:-8}" ]; do
   i=$((i + 1))
   for kind in after before; do
-    lib=$after
-    [ $kind = before ] && lib=$before
-    r=$(mpirun -np 2 -x LD_PRELOAD="$lib" -x OMP_NUM_THREADS "${PYTHON:-/usr/bin/python3}" "$src/bench/torch_train.py" \
+    lib=$after xs=
+    for v in ${AFTER_ENV:-}; do xs="$xs -x $v"; done
+    [ $kind = before ] && lib=$before xs=
+    # shellcheck disable=SC2086
+    r=$(mpirun -np 2 -x LD_PRELOAD="$lib" -x OMP_NUM_THREADS $xs "${PYTHON:-/usr/bin/python3}" "$src/bench/torch_train.py" \
       --model "${MODEL:-tiny}" --batch "${BATCH:-32}" --steps "${STEPS:-2000}" --switches </dev/null 2>&1)
     echo "$kind $(echo "$r" | sed -n 's/^samples\/s \([0-9.]*\).*/\1/p') $(echo "$r" | sed -n 's/^cpu ms\/step \([0-9.]*\).*/\1/p')" >>"$out"
     tail -1 "$out"

@@ -111,12 +111,26 @@ def _slots(out):
     return total
 
 
+def _plain_env():
+    """This environment without the shim preloaded: the discovery script runs
+    as a plain program (loading MPI in every run of it costs up to 0.4 s of
+    CPU where the MPI links UCX)."""
+    env = dict(os.environ)
+    pre = [p for p in env.get("LD_PRELOAD", "").replace(" ", ":").split(":") if p and "libhvdshim" not in p]
+    if pre:
+        env["LD_PRELOAD"] = ":".join(pre)
+    else:
+        env.pop("LD_PRELOAD", None)
+    return env
+
+
 def _poll():
     said = False
+    env = _plain_env()
     while _G.discovery and not _G.wanted:
         try:
             out = subprocess.run([_G.discovery], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60,
-                                 check=True).stdout.decode("utf-8", "replace")
+                                 check=True, env=env).stdout.decode("utf-8", "replace")
             n = _slots(out)
             if _G.max_np:
                 n = min(n, _G.max_np)
