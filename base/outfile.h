@@ -7,8 +7,10 @@
 
 #include <stddef.h>
 
-/* Opens `path` for writing and empties it.  Returns the fd, or -1 with a
- * message in err naming the path and the reason. */
-int hvd_open_output(const char *path, char *err, size_t errlen);
+/* Opens `path` for writing and empties it (keep: opens it for reading and
+ * writing as it is, made when missing: a file the job goes on writing after
+ * a restart or a new rank 0).  Returns the fd, or -1 with a message in err
+ * naming the path and the reason. */
+int hvd_open_output(const char *path, int keep, char *err, size_t errlen);
 
 #endif

@@ -48,6 +48,8 @@ void hvd_step_mark(int64_t samples) {
   hvd_metrics_step(n, samples, e->size, &s, &tn);
 }
 
+void hvd_step_count_set(uint64_t steps) { __atomic_store_n(&e->steps, steps, __ATOMIC_RELAXED); }
+
 void hvd_get_stats(hvd_stats_t *out) {
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   *out = e->stats;

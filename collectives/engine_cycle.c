@@ -418,7 +418,7 @@ static void cycle_timeline(hvd_engine *e, int op, char *path, int mark, hvd_hand
   hvd_status_t st = HVD_OK;
   if (e->rank == 0) {
     hvd_timeline_close();
-    if (op == 1 && hvd_timeline_open(path, why, sizeof why) != 0) st = HVD_ERR_INVALID;
+    if (op == 1 && hvd_timeline_open(path, 0, why, sizeof why) != 0) st = HVD_ERR_INVALID;
   }
   if (st == HVD_OK) e->mark_cycles = op == 1 && mark;
   free(path);

@@ -228,10 +228,13 @@ hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err
 
   const char *tl = hvd_cfg_str(HVD_CFG_TIMELINE);
   char why[512];
-  if (e->rank == 0 && tl[0] && hvd_timeline_open(tl, why, sizeof why) != 0) HVD_WARN("%s; timeline disabled", why);
+  /* a job started again to grow goes on in the files the job before wrote */
+  int cont = (int)hvd_cfg_int(HVD_CFG_ELASTIC_RESUME);
+  if (e->rank == 0 && tl[0] && hvd_timeline_open(tl, cont, why, sizeof why) != 0) HVD_WARN("%s; timeline disabled", why);
+  if (cont && hvd_timeline_enabled()) hvd_timeline_instant("RESTART", 0);
   const char *mp = hvd_cfg_str(HVD_CFG_METRICS);
   hvd_metrics_reset();
-  if (e->rank == 0 && mp[0] && hvd_metrics_open(mp, why, sizeof why) != 0) HVD_WARN("%s; metrics disabled", why);
+  if (e->rank == 0 && mp[0] && hvd_metrics_open(mp, cont, why, sizeof why) != 0) HVD_WARN("%s; metrics disabled", why);
   done = FILES;
   INJECT(8);
 

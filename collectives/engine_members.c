@@ -265,6 +265,12 @@ void hvd_eng_recover(hvd_engine *e) {
   }
   char err[512];
   if (hvd_eng_rebuild(e, rest, msg, err, sizeof err) != 0) HVD_FATAL("after %s: %s", msg, err);
+  if (lost0 && e->rank == 0) { /* the new rank 0 goes on in the first one's timeline and metrics */
+    const char *tl = hvd_cfg_str(HVD_CFG_TIMELINE), *mp = hvd_cfg_str(HVD_CFG_METRICS);
+    if (tl[0] && hvd_timeline_open(tl, 1, err, sizeof err) != 0) HVD_WARN("%s; timeline disabled", err);
+    if (hvd_timeline_enabled()) hvd_timeline_instant("MEMBERSHIP", hvd_eng_us(e, hvd_eng_now()));
+    if (mp[0] && hvd_metrics_open(mp, 1, err, sizeof err) != 0) HVD_WARN("%s; metrics disabled", err);
+  }
   if (results) hvd_handles_publish_held(HVD_OK, NULL);
   else hvd_handles_publish_held(HVD_ERR_MEMBERSHIP, msg);
   hvd_handles_hold(1);

@@ -276,6 +276,9 @@ HVD_EXPORT void hvd_get_stats(hvd_stats_t *stats);
  * hvd_init: a no-op, except with HVDSHIM_OBSERVE=1 (one plain process,
  * counted: the line says 1 rank and no reduction). */
 HVD_EXPORT void hvd_step_mark(int64_t samples);
+/* The steps counted so far (the next hvd_step_mark is steps + 1): a job
+ * started again to grow goes on with the steps of the job before. */
+HVD_EXPORT void hvd_step_count_set(uint64_t steps);
 
 HVD_EXPORT const char *hvd_dtype_name(hvd_dtype_t dtype);
 HVD_EXPORT size_t hvd_dtype_size(hvd_dtype_t dtype);

@@ -9,9 +9,11 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../base/config.h"
 #include "../base/log.h"
+#include "../base/outfile.h"
 #include "hvdshim.h"
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -32,12 +34,18 @@ void hvd_metrics_reset(void) {
   pthread_mutex_unlock(&mu);
 }
 
-int hvd_metrics_open(const char *path, char *err, size_t errlen) {
-  FILE *f = fopen(path, "w");
+int hvd_metrics_open(const char *path, int cont, char *err, size_t errlen) {
+  char why[512];
+  int fd = hvd_open_output(path, cont, why, sizeof why);
+  FILE *f = fd >= 0 ? fdopen(fd, cont ? "a" : "w") : NULL;
   if (!f) {
-    snprintf(err, errlen, "HVDSHIM_METRICS: cannot write '%s': %s", path, strerror(errno));
+    snprintf(err, errlen, "HVDSHIM_METRICS: %s", fd >= 0 ? strerror(errno) : why);
+    if (fd >= 0) close(fd);
     return -1;
   }
+  char last = '\n';
+  off_t size = lseek(fd, 0, SEEK_END);
+  if (cont && size > 0 && pread(fd, &last, 1, size - 1) == 1 && last != '\n') fputc('\n', f);
   pthread_mutex_lock(&mu);
   out = f;
   pthread_mutex_unlock(&mu);
@@ -86,7 +94,7 @@ static void observe_open(void) {
   const char *path = hvd_cfg_str(HVD_CFG_METRICS);
   char err[600];
   hvd_metrics_reset();
-  if (path[0] && hvd_metrics_open(path, err, sizeof err) != 0) HVD_WARN("%s; metrics disabled", err);
+  if (path[0] && hvd_metrics_open(path, 0, err, sizeof err) != 0) HVD_WARN("%s; metrics disabled", err);
 }
 
 void hvd_metrics_observe(int64_t samples) {

@@ -18,7 +18,10 @@ typedef struct {
   const char *autotune; /* "off", "tuning" or "fixed" */
 } hvd_tuning_now;
 
-int hvd_metrics_open(const char *path, char *err, size_t errlen);
+/* cont: go on at the end of the file a job before wrote (a restart to
+ * grow, a new rank 0 after the first died); a line it left unfinished is
+ * ended first. */
+int hvd_metrics_open(const char *path, int cont, char *err, size_t errlen);
 void hvd_metrics_close(void);
 void hvd_metrics_reset(void);
 /* The file is open (any thread; a hint: hvd_metrics_step checks again). */

@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -18,29 +19,67 @@ static int nevents;
 static hvd_buf pending;
 static hvd_strmap *lanes;
 static long next_lane = 1;
+static double ts_base; /* microseconds added to every time: the end of the file's events when going on in it */
 
 static const char trailer[] = "\n]\n";
 
 int hvd_timeline_enabled(void) { return fd >= 0; }
 
-int hvd_timeline_open(const char *path, char *err, size_t errlen) {
+/* The file a job before wrote: its closing bracket (found in its last
+ * 64 KiB) is where the new events go, after a comma; ts_base, its events'
+ * latest end.  0, or -1 where it holds no timeline (then it starts anew). */
+static int go_on(void) {
+  off_t size = lseek(fd, 0, SEEK_END);
+  if (size < 4) return -1;
+  size_t n = size > 65536 ? 65536 : (size_t)size;
+  char *t = malloc(n + 1);
+  if (!t) return -1;
+  off_t from = size - (off_t)n;
+  if (pread(fd, t, n, from) != (ssize_t)n) return free(t), -1;
+  t[n] = 0;
+  char *close_br = NULL;
+  for (size_t i = n; i-- > 0;)
+    if (t[i] == ']') {
+      close_br = t + i;
+      break;
+    }
+  if (!close_br) return free(t), -1;
+  char *end = close_br;
+  while (end > t && (end[-1] == '\n' || end[-1] == ' ')) end--;
+  trailer_pos = from + (end - t);
+  nevents = end > t && end[-1] == '}'; /* events before: the next one follows a comma */
+  ts_base = 0;
+  for (char *p = t; (p = strstr(p, "\"ts\":")) != NULL;) {
+    p += 5;
+    double ts = strtod(p, &p), dur = 0;
+    char *d = strstr(p, "\"dur\":");
+    if (d && d < strchr(p, '}')) dur = strtod(d + 6, NULL);
+    if (ts + dur > ts_base) ts_base = ts + dur;
+  }
+  free(t);
+  return 0;
+}
+
+int hvd_timeline_open(const char *path, int cont, char *err, size_t errlen) {
   char why[512];
-  fd = hvd_open_output(path, why, sizeof why);
+  fd = hvd_open_output(path, cont, why, sizeof why);
   if (fd < 0) {
     snprintf(err, errlen, "timeline: %s", why);
-    return -1;
-  }
-  static const char head[] = "[";
-  trailer_pos = (off_t)(sizeof head - 1);
-  if (pwrite(fd, "[\n]\n", 4, 0) != 4) {
-    snprintf(err, errlen, "cannot write timeline '%s': %m", path);
-    close(fd);
-    fd = -1;
     return -1;
   }
   lanes = hvd_strmap_new();
   nevents = 0;
   next_lane = 1;
+  ts_base = 0;
+  if (cont && go_on() == 0) return 0;
+  static const char head[] = "[";
+  trailer_pos = (off_t)(sizeof head - 1);
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, "[\n]\n", 4, 0) != 4) {
+    snprintf(err, errlen, "cannot write timeline '%s': %m", path);
+    close(fd);
+    fd = -1;
+    return -1;
+  }
   return 0;
 }
 
@@ -87,7 +126,7 @@ void hvd_timeline_span(const char *tensor, const char *phase, double start_us, d
   begin_event();
   hvd_buf_put(&pending, "{\"name\":", 8);
   put_json_string(&pending, phase);
-  int n = snprintf(tail, sizeof tail, ",\"ph\":\"X\",\"pid\":0,\"tid\":%ld,\"ts\":%.1f,\"dur\":%.1f}", lane, start_us,
+  int n = snprintf(tail, sizeof tail, ",\"ph\":\"X\",\"pid\":0,\"tid\":%ld,\"ts\":%.1f,\"dur\":%.1f}", lane, ts_base + start_us,
                    dur_us < 0 ? 0 : dur_us);
   hvd_buf_put(&pending, tail, (size_t)n);
 }
@@ -98,7 +137,7 @@ void hvd_timeline_instant(const char *name, double t_us) {
   begin_event();
   hvd_buf_put(&pending, "{\"name\":", 8);
   put_json_string(&pending, name);
-  int n = snprintf(tail, sizeof tail, ",\"ph\":\"i\",\"s\":\"t\",\"pid\":0,\"tid\":0,\"ts\":%.1f}", t_us);
+  int n = snprintf(tail, sizeof tail, ",\"ph\":\"i\",\"s\":\"t\",\"pid\":0,\"tid\":0,\"ts\":%.1f}", ts_base + t_us);
   hvd_buf_put(&pending, tail, (size_t)n);
 }
 

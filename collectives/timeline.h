@@ -7,7 +7,10 @@
 
 #include <stddef.h>
 
-int hvd_timeline_open(const char *path, char *err, size_t errlen);
+/* cont: go on in the file a job before wrote (a restart to grow, a new
+ * rank 0 after the first died): its events are kept, the new ones follow
+ * them, their times after its last. */
+int hvd_timeline_open(const char *path, int cont, char *err, size_t errlen);
 int hvd_timeline_enabled(void);
 /* A complete ("X") event on the tensor's lane; times in microseconds since
  * the engine started. */

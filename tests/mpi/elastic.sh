@@ -123,7 +123,8 @@ if have_torch; then
   rm -f "$TMP/r0.pt" "$TMP/r0.pt.log"
   rc=0
   T=120 LD_PRELOAD="$LIB" mpi 3 --with-ft ulfm -x LD_PRELOAD -x OMP_NUM_THREADS=1 -x HVDSHIM_ELASTIC=1 \
-    -x HVDSHIM_DATA=split -x HVDSHIM_SCALE_LR=1 -x SCHED=1 "$PYTHON" "$TRAIN" "$TMP/r0.pt" 0:30 >"$TMP/out" 2>&1 || rc=$?
+    -x HVDSHIM_DATA=split -x HVDSHIM_SCALE_LR=1 -x SCHED=1 -x HVDSHIM_METRICS="$TMP/m.jsonl" -x HVDSHIM_TIMELINE="$TMP/t.json" \
+    "$PYTHON" "$TRAIN" "$TMP/r0.pt" 0:30 >"$TMP/out" 2>&1 || rc=$?
   [ $rc = 0 ] || { cat "$TMP/out"; fail "PyTorch split, rank 0 killed at step 30: status $rc"; }
   grep -q "rank(s) 0 died: this script goes on from optimizer step [0-9]* over 2 rank(s) (was 3); rank 1 is rank 0 now: the console and the files are its from here on" "$TMP/out" ||
     { cat "$TMP/out"; fail "PyTorch, rank 0 killed: no line saying rank 1 took over"; }
@@ -132,6 +133,18 @@ if have_torch; then
     [ "$(grep -c "^epoch $e: loss" "$TMP/out")" = 1 ] || { cat "$TMP/out"; fail "rank 0 killed: epoch $e's line is not on stdout once"; }
   done
   [ "$(wc -l <"$TMP/r0.pt.log")" = 3 ] || { cat "$TMP/r0.pt.log"; fail "rank 0 killed: the log has other lines"; }
+  # the new rank 0 goes on in the first one's metrics and timeline
+  "$PYTHON" - "$TMP/m.jsonl" "$TMP/t.json" <<'PY' >"$TMP/files" 2>&1 || { cat "$TMP/files"; fail "rank 0 killed: the metrics or the timeline did not go on"; }
+import json, sys
+steps = [json.loads(line)["step"] for line in open(sys.argv[1])]
+assert steps == list(range(1, 61)), "metrics steps: %s" % steps
+ev = json.load(open(sys.argv[2]))
+names = [e.get("name") for e in ev]
+assert "MEMBERSHIP" in names, "no MEMBERSHIP marker"
+at = names.index("MEMBERSHIP")
+assert any(e.get("ph") == "X" for e in ev[:at]) and any(e.get("ph") == "X" for e in ev[at:]), "events on one side only"
+print("the metrics (steps 1..60 once) and the timeline (%d events) go on" % len(ev))
+PY
   redone=$(sed -n 's/.*optimizer step \([0-9]*\): its gradients averaged again over the 2 surviving.*/\1/p' "$TMP/out" | head -1)
   [ -n "$redone" ] || { cat "$TMP/out"; fail "PyTorch, rank 0 killed: no line naming the step averaged again"; }
   grep -q "HVDSHIM_SCALE_LR: learning rates times 0.666667 (2 rank(s) now)" "$TMP/out" ||
@@ -140,5 +153,5 @@ if have_torch; then
     fail "the emulation failed"
   cmp_weights "$TMP/r0.pt" "$TMP/emulated0.pt" >"$TMP/cmp" 2>&1 ||
     { cat "$TMP/out" "$TMP/cmp"; fail "PyTorch split, rank 0 killed: weights differ from the emulation"; }
-  pass "PyTorch split np=3, rank 0 SIGKILLed at step 30: rank 1 takes over the console and the files (each epoch's line once in the log opened before and on stdout), HVDSHIM_SCALE_LR's rates follow the survivors (a LambdaLR's too), weights = the emulation ($(cat "$TMP/cmp"))"
+  pass "PyTorch split np=3, rank 0 SIGKILLed at step 30: rank 1 takes over the console and the files (each epoch's line once in the log opened before and on stdout), HVDSHIM_SCALE_LR's rates follow the survivors (a LambdaLR's too), weights = the emulation ($(cat "$TMP/cmp")); $(cat "$TMP/files")"
 fi

@@ -45,7 +45,22 @@ grow() { # grow NAME [ENV...]: the script under hvdrun, 2 ranks growing to 3 aft
 "$PYTHON" "$S" "$TMP/plain.pt" >"$TMP/plain.out" 2>&1 || { cat "$TMP/plain.out"; fail "plain run"; }
 for w in 0 2; do
   mkdir -p "$TMP/state$w"
-  grow split$w HVDSHIM_DATA=split GROW_WORKERS=$w HVDSHIM_ELASTIC_STATE="$TMP/state$w"
+  grow split$w HVDSHIM_DATA=split GROW_WORKERS=$w HVDSHIM_ELASTIC_STATE="$TMP/state$w" HVDSHIM_METRICS="$TMP/m$w.jsonl" \
+    HVDSHIM_TIMELINE="$TMP/t$w.json"
+  # the metrics and the timeline go on where the job before left them
+  "$PYTHON" - "$TMP/m$w.jsonl" "$TMP/t$w.json" <<'PY' >"$TMP/files" 2>&1 || { cat "$TMP/files"; fail "split (workers $w): the metrics or the timeline did not go on after the restart"; }
+import json, sys
+steps = [json.loads(line)["step"] for line in open(sys.argv[1])]
+assert steps == list(range(1, 81)), "metrics steps: %s" % steps
+ev = json.load(open(sys.argv[2]))
+names = [e.get("name") for e in ev]
+assert names.count("RESTART") == 1, "no RESTART marker"
+at = names.index("RESTART")
+ts = [e["ts"] for e in ev if "ts" in e]
+assert any(e.get("ph") == "X" for e in ev[:at]) and any(e.get("ph") == "X" for e in ev[at:]), "events on one side only"
+assert ev[at]["ts"] >= max(e["ts"] + e.get("dur", 0) for e in ev[:at] if "ts" in e), "times go back"
+print("metrics: steps 1..80 once; timeline: %d events, the restart after the first job's" % len(ev))
+PY
   same "$TMP/plain.pt" "$TMP/split$w.pt" 1e-5 >"$TMP/cmp" 2>&1 || { cat "$TMP/cmp" "$TMP/split$w.out"; fail "split (workers $w): the grown job's weights differ from the plain run"; }
   [ "$(sed -n 1p "$TMP/split$w.pt.log")" = "epoch,loss,lr" ] && [ "$(wc -l <"$TMP/split$w.pt.log")" = 5 ] ||
     { cat "$TMP/split$w.pt.log"; fail "split (workers $w): the log is not its header and one line per epoch"; }
@@ -57,7 +72,7 @@ for w in 0 2; do
   tail -n $((3 - stopped)) "$TMP/plain.pt.log" >"$TMP/want"
   tail -n $((3 - stopped)) "$TMP/split$w.pt.log" >"$TMP/got"
   cmp -s "$TMP/want" "$TMP/got" || { diff "$TMP/want" "$TMP/got"; fail "split (workers $w): the log's epochs after the join differ from the plain run's"; }
-  pass "split, workers $w: 2 -> 3 ranks at optimizer step $step (the job restarted), weights equal the plain run ($(cat "$TMP/cmp")); log and stdout once per epoch"
+  pass "split, workers $w: 2 -> 3 ranks at optimizer step $step (the job restarted), weights equal the plain run ($(cat "$TMP/cmp")); log and stdout once per epoch; $(cat "$TMP/files")"
 done
 
 mkdir -p "$TMP/seen"

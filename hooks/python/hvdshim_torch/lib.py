@@ -77,6 +77,7 @@ def _load_library():
                                               ctypes.POINTER(ctypes.c_size_t)]),
         "hvd_free": (None, [ctypes.c_void_p]),
         "hvd_step_mark": (None, [ctypes.c_int64]),
+        "hvd_step_count_set": (None, [ctypes.c_uint64]),
         "hvd_overlay_off": (None, []),
         "hvd_overlay_promote": (None, []),
         "hvd_overlay_resume": (None, []),

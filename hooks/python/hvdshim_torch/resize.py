@@ -420,6 +420,7 @@ def _arrive():
     _load_all(_live(_S.schedulers), snap["schedulers"], "LR scheduler(s)")
     _load_all(_live(_G.scalers), snap["scalers"], "GradScaler(s)")
     _S.steps, _S.k, _S.windows = snap["steps"], snap["k"], list(snap["windows"])
+    _libmod._lib.hvd_step_count_set(_S.steps)  # HVDSHIM_METRICS goes on with the job's steps
     if _S.scale_lr and snap["size"] != _S.size:
         from .elastic import _rescale_lr
         _rescale_lr(_S.size / snap["size"])
