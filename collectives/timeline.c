@@ -56,6 +56,7 @@ static int go_on(void) {
     if (d && d < strchr(p, '}')) dur = strtod(d + 6, NULL);
     if (ts + dur > ts_base) ts_base = ts + dur;
   }
+  ts_base += 1; /* (after the last, whatever the rounding of the times printed) */
   free(t);
   return 0;
 }

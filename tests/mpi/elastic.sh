@@ -115,6 +115,31 @@ if have_torch; then
     { cat "$TMP/out" "$TMP/cmp"; fail "PyTorch split, rank 1 killed and its slot back: weights differ from the emulation"; }
   back=$(sed -n 's/.*the job started again over 3 rank(s) (was 2) and goes on from optimizer step \([0-9]*\).*/\1/p' "$TMP/out")
   pass "PyTorch split np=3 under hvdrun --min-np 2 --host-discovery-script, rank 1 SIGKILLed at step 15: 2 go on, and from step $back 3 again (the job restarted over the slot back); weights = the emulation without its slice of step $((redone - 1)) ($(cat "$TMP/cmp"))"
+  # A rank killed while the job is starting again to grow: 2 ranks grow to
+  # 3 in epoch 1 or 2; in the restarted job rank 2 dies before the script is
+  # back (at the end of its first, empty, epoch); the 2 left go on, grow
+  # again, and the job ends over 3.  No step was in flight: the weights are
+  # the plain run's.
+  cat >"$TMP/disc3.sh" <<EOD
+#!/bin/sh
+n=\$(cat "$TMP/count3" 2>/dev/null || echo 0); n=\$((n + 1)); echo \$n >"$TMP/count3"
+[ \$n -le 10 ] && echo localhost:2 || echo localhost:3
+EOD
+  chmod +x "$TMP/disc3.sh"
+  killed=/dev/shm/hvdshim-test-killed.$$ # (outside the rank-private files: rank 2 makes it)
+  rm -f "$killed"
+  rc=0
+  OMP_NUM_THREADS=1 PAUSE=0.05 KILL_ONCE=2:"$killed" HVDSHIM_DATA=split HVDSHIM_ELASTIC_INTERVAL=0.2 HVDRUN_LIB="$LIB" \
+    timeout 180 "$top_builddir/launcher/hvdrun" -np 2 --oversubscribe --min-np 2 --max-np 3 \
+    --host-discovery-script "$TMP/disc3.sh" "$PYTHON" "$TRAIN" "$TMP/rejoin.pt" >"$TMP/out" 2>&1 || rc=$?
+  [ $rc = 0 ] || { cat "$TMP/out"; fail "PyTorch split, rank 2 killed while the job started again: status $rc"; }
+  [ -f "$killed" ] && grep -q "rank(s) 2 died" "$TMP/out" || { rm -f "$killed"; cat "$TMP/out"; fail "rank 2 was not killed during the restart"; }
+  rm -f "$killed"
+  [ "$(grep -c "hvdrun: the job stopped to grow; starting it again over 3 rank(s)" "$TMP/out")" = 2 ] ||
+    { cat "$TMP/out"; fail "PyTorch split, rank 2 killed during the restart: the job did not grow twice"; }
+  cmp_weights "$TMP/rejoin.pt" "$TMP/plain.pt" >"$TMP/cmp" 2>&1 ||
+    { cat "$TMP/out" "$TMP/cmp"; fail "PyTorch split, rank 2 killed during the restart: weights differ from the plain run"; }
+  pass "PyTorch split, 2 -> 3 under hvdrun --min-np 2 --max-np 3, rank 2 SIGKILLed in the restarted job before its script was back: the 2 left go on and grow again (status 0), weights = the plain run ($(cat "$TMP/cmp"))"
   # rank 0 dies: rank 1 becomes rank 0 and takes over the console and the
   # files (the log opened for append at the start goes on where the old
   # rank 0 left it: each epoch's line once, in the file and on stdout).

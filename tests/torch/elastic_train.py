@@ -12,7 +12,9 @@ SPARSE=1: an embedding with sparse gradients (nn.Embedding(sparse=True))
 feeds the MLP too.  SCHED=1: a LambdaLR (x0.7 per epoch, from 0.015); its emulation
 SCALED=N:STEP:M sets the rate itself, HVDSHIM_SCALE_LR's: times N before
 STEP, times M from STEP on (the survivors).  PAUSE=S: a pause of S seconds
-per step."""
+per step.  KILL_ONCE=RANK:FILE: in a job hvdrun started again to grow, that
+rank SIGKILLs itself at the end of the first epoch (one the job had done:
+no batch in it) unless FILE exists, which it makes first."""
 import os
 import signal
 import sys
@@ -70,6 +72,11 @@ for epoch in range(3):
         total += loss.item()
         step += 1
         time.sleep(float(os.environ.get("PAUSE", "0")))
+    once = os.environ.get("KILL_ONCE", "").split(":", 1)
+    if epoch == 0 and len(once) == 2 and os.environ.get("HVDSHIM_ELASTIC_RESUME") == "1" and me == int(once[0]) \
+            and not os.path.exists(once[1]):
+        open(once[1], "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
     if sched is not None:
         sched.step()
     print("epoch %d: loss %.6f" % (epoch, total / len(loader)))

@@ -31,7 +31,9 @@ def main():
     data = TensorDataset(x, y)
     if os.environ.get("GROW_SEEN"):
         data = Seen(x, y)
-    loader = DataLoader(data, batch_size=batch, shuffle=True, num_workers=int(os.environ.get("GROW_WORKERS", "0")))
+    gen = torch.Generator().manual_seed(3) if os.environ.get("GROW_GENERATOR") == "1" else None  # the loader's own
+    loader = DataLoader(data, batch_size=batch, shuffle=True, num_workers=int(os.environ.get("GROW_WORKERS", "0")),
+                        generator=gen)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)

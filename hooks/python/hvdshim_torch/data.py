@@ -34,6 +34,7 @@ reads and trains on all of it, with a warning naming where it was made.
 import itertools
 import os
 import sys
+import weakref
 
 import torch
 
@@ -226,7 +227,6 @@ class _ShardedBatches:
         # draws it (after the loader's worker seed: random state stays in step).
         if not self._sharding() or not _start():
             return iter(self._inner)
-        from .resize import _Primed, take_skip
         if self._by_index:
             skip = take_skip(self._inner.batch_size)
             gen = self._lazy(lambda: self._by_index_batches(skip))
@@ -358,6 +358,40 @@ class _ShardedBatches:
                 yield split_slice(bt, *_place())
 
 
+class _Primed:
+    """An iterator that can take its first item ahead of use (so a loader's
+    epoch is drawn, and the part already trained on skipped, while the
+    random state is the one the epoch was drawn from: resize.py)."""
+
+    def __init__(self, inner):
+        self._inner, self._first = inner, []
+        _S.primer = self
+
+    def prime(self):
+        if not self._first:
+            self._first.append(next(self._inner, _Primed))
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        x = self._first.pop() if self._first else next(self._inner)
+        if x is _Primed:
+            raise StopIteration
+        return x
+
+
+def take_skip(batch=None):
+    """What the loader iteration being made skips: in a job started again to
+    grow, at the call where the job stopped, the part of the stream the job
+    had used (_S.skip, in global batches; times `batch` when the stream is
+    of indices), else None."""
+    if _S.skip is None:
+        return None
+    _S.skip_taken = True  # (a DataLoader with workers asks twice: its first batch sampler iterator is dropped)
+    return _S.skip * (batch or 1)
+
+
 def _skip_items(windows, n):
     """The windows of an order without its first n items."""
     for w in windows:
@@ -476,7 +510,6 @@ def _dealt_iter(loader, orig):
     if _S.rank == 0:
         _debug("%s: dealt across %d ranks (%s)" % (what, _S.size, _S.data_mode))
     it = _agreed_iter(loader, orig)
-    from .resize import _Primed, take_skip
     skip = take_skip()
     if skip:  # a restarted job (resize.py): the batches the job had used
         it = itertools.islice(it, skip, None)
@@ -499,6 +532,7 @@ def _prepare_loader(loader):
     tag = _S.loaders
     _S.loaders += 1
     object.__setattr__(loader, "_hvdshim_tag", tag)
+    _S.loader_refs[tag] = weakref.ref(loader)
     if not _S.enabled or _S.data_mode == "off" or _S.size == 1:
         return
     where = "made at %s" % _created_at()

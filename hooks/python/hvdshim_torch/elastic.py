@@ -57,8 +57,9 @@ def recover():
     if took:
         _take_over()
     if _S.rank == 0:
+        back = _S.resume_steps  # a restarted job whose script is not back yet: the step it comes back to
         _warn("%s: this script goes on from optimizer step %d over %d rank(s) (was %d)%s"
-              % (msg.split(" (")[0], _S.steps + 1, _S.size, old,
+              % (msg.split(" (")[0], (back or _S.steps) + 1, _S.size, old,
                  "; rank %d is rank 0 now: the console and the files are its from here on" % old_rank if took
                  else ""))
 

@@ -25,8 +25,8 @@ def _start():
     follow()
     from .rng import take_rank0_states
     take_rank0_states()
-    from .resize import begin
-    begin()
+    for fn in _S.on_start:  # (resize.begin)
+        fn()
     return True
 
 

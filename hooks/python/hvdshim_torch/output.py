@@ -51,8 +51,7 @@ def _redirect_output(worker_stdout):
             _S.stdout_saved = ("wrap", sys.stdout)
             sys.stdout = _PrefixedStream(sys.stdout, prefix)
         return
-    from .resize import silenced_until_resume
-    if _S.rank == 0 and not silenced_until_resume():  # (a restarted job: until the script is back)
+    if _S.rank == 0 and _S.resume_steps is None:  # (a restarted job, resize.py: silenced until the script is back)
         return
     try:
         if sys.stdout is not None:

@@ -57,9 +57,6 @@ class _Grow:
         self.iters = {}         # loader tag -> iterations started
         self.places = {}        # loader tag -> (iteration, random state at its start)
         self.scalers = []       # GradScalers (weak), in the order of their first scale()
-        self.primer = None      # the loader iterator made last that can skip ahead (_Primed)
-        self.skip = None        # global batches the loader iteration being made skips (take_skip)
-        self.skip_taken = False  # data.py took it (it deals this loader)
         self.filters = None     # a restarted job: the warnings filters, all ignored until the script is back
         self.left = {}          # model index -> its saved state, for a model registered after the resume
         self.resumed = False
@@ -80,6 +77,8 @@ def configure():
                            "(a folder for the job's state; hvdrun --host-discovery-script sets all three)")
     _G.tracking = bool(_G.discovery) or resume
     _G.snap = {} if resume else None  # read at the engine's start (begin)
+    _S.on_start.append(begin)
+    _S.resume_steps = 0 if resume else None  # (rank 0's stdout is silenced until the script is back: output.py)
     if resume:
         atexit.register(_never_back)
         import warnings
@@ -88,11 +87,6 @@ def configure():
 
 
 def resuming():
-    return _G.snap is not None
-
-
-def silenced_until_resume():
-    """Rank 0 of a restarted job prints nothing until the script is back."""
     return _G.snap is not None
 
 
@@ -151,6 +145,7 @@ def begin():
     saved state; rank 0 of a job that may grow starts polling."""
     if _G.snap is not None:
         _G.snap = _read_state()
+        _S.resume_steps = _G.snap["steps"]
     if _G.discovery and _S.rank == 0:
         threading.Thread(target=_poll, name="hvdshim-discovery", daemon=True).start()
 
@@ -194,6 +189,8 @@ def _save(target):
         "schedulers": _state_dicts(_live(_S.schedulers)),
         "scalers": _state_dicts(_live(_G.scalers)),
         "rng": _states(cuda=True),
+        "generators": {tag: [g.get_state() for g in _generators(ref())]
+                       for tag, ref in _S.loader_refs.items() if ref() is not None},
         "iters": dict(_G.iters),
         "target": target,
     }
@@ -251,6 +248,34 @@ def _never_back():
 
 
 # ------------------------------------------------------------------ loaders
+def _generators(loader):
+    """The torch.Generators a loader draws its order from: its own, its
+    sampler's, its batch sampler's and that one's sampler's."""
+    out, seen = [], set()
+    bs = getattr(loader, "batch_sampler", None)
+    inner = getattr(bs, "_inner", bs)
+    for obj in (loader, getattr(loader, "sampler", None), inner, getattr(inner, "sampler", None)):
+        g = getattr(obj, "generator", None)
+        if isinstance(g, torch.Generator) and id(g) not in seen:
+            seen.add(id(g))
+            out.append(g)
+    return out
+
+
+def _draw_state(loader):
+    """What a loader's epoch is drawn from: the CPU generators' states and
+    the loader's own generators'."""
+    from .rng import _states
+    return _states(cuda=False), [g.get_state() for g in _generators(loader)]
+
+
+def _set_draw_state(loader, st):
+    from .rng import _set_states
+    _set_states(st[0])
+    for g, s in zip(_generators(loader), st[1]):
+        g.set_state(s)
+
+
 class _Counted:
     """A loader's iterator, counting the batches it gave; the job stops to
     grow before the next one.  `base`: batches of the whole stream (the
@@ -280,40 +305,6 @@ class _Counted:
         return getattr(self._inner, name)
 
 
-class _Primed:
-    """An iterator that can take its first item ahead of use (so a loader's
-    epoch is drawn, and the part already trained on skipped, while the
-    random state is the one the epoch was drawn from)."""
-
-    def __init__(self, inner):
-        self._inner, self._first = inner, []
-        _G.primer = self
-
-    def prime(self):
-        if not self._first:
-            self._first.append(next(self._inner, _Primed))
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        x = self._first.pop() if self._first else next(self._inner)
-        if x is _Primed:
-            raise StopIteration
-        return x
-
-
-def take_skip(batch=None):
-    """What the loader iteration being made (by data.py, which deals it)
-    skips: a restarted job's, at the call where the job stopped, the part of
-    the stream the job had used (in global batches; times `batch` when the
-    stream is of indices), else None."""
-    if _G.skip is None:
-        return None
-    _G.skip_taken = True  # (a DataLoader with workers asks twice: its first batch sampler iterator is dropped)
-    return _G.skip * (batch or 1)
-
-
 def iterate(loader, make):
     """DataLoader.__iter__ while tracking: `make()` is the iteration as it
     would be."""
@@ -325,7 +316,6 @@ def iterate(loader, make):
     n = _G.iters.get(tag, 0) + 1
     _G.iters[tag] = n
     from .data import dealt_by_rank
-    from .rng import _set_states, _states
     base = 0
     if _G.snap is not None and not _G.resumed:
         from .lifecycle import _start
@@ -333,22 +323,22 @@ def iterate(loader, make):
         t_tag, t_iter, used, rng = _G.snap["target"]
         if (tag, n) != (t_tag, t_iter):
             return iter(())  # the script is not back yet: no batch
-        _set_states(rng)
-        _G.skip, _G.skip_taken, _G.primer, base = used, False, None, used
+        _set_draw_state(loader, rng)
+        _S.skip, _S.skip_taken, _S.primer, base = used, False, None, used
         try:
             it = make()
         finally:
-            _G.skip = None
-        if not _G.skip_taken:  # a loader hvdshim does not deal: its batches are read and dropped
+            _S.skip = None
+        if not _S.skip_taken:  # a loader hvdshim does not deal: its batches are read and dropped
             for _ in range(used):
                 if next(it, None) is None:
                     break
-        elif _G.primer is not None:  # the last one made is the one the loader uses
-            _G.primer.prime()
-        _G.primer = None
+        elif _S.primer is not None:  # the last one made is the one the loader uses
+            _S.primer.prime()
+        _S.primer = None
         _arrive()
     else:
-        rng = _states(cuda=False)
+        rng = _draw_state(loader)
         it = make()
     counted = _Counted(it, tag, base, _S.size if dealt_by_rank(loader) else 1)
     _G.places[tag] = (n, rng)
@@ -358,10 +348,9 @@ def iterate(loader, make):
 def _stop(tag, counted):
     """Every rank, at the first call to a loader after the step that agreed to
     grow: rank 0 saves the state, every rank ends (status 0, after joining)."""
-    from .rng import _states
     _G.due = False
     if counted is None:  # the next iteration of `tag`: its start is now
-        target = (tag, _G.iters.get(tag, 0) + 1, 0, _states(cuda=False))
+        target = (tag, _G.iters.get(tag, 0) + 1, 0, _draw_state(_S.loader_refs[tag]()))
     else:
         n, rng = _G.places[tag]
         target = (tag, n, counted.used(), rng)
@@ -407,6 +396,7 @@ def _arrive():
     import warnings
     snap = _G.snap
     _G.resumed = True
+    _S.resume_steps = None
     if _G.filters is not None:
         warnings.filters[:] = _G.filters
         getattr(warnings, "_filters_mutated", lambda: None)()
@@ -425,6 +415,11 @@ def _arrive():
         from .elastic import _rescale_lr
         _rescale_lr(_S.size / snap["size"])
     _set_states(snap["rng"])
+    for tag, states in snap["generators"].items():  # the loaders' own generators, but the one back here (drawn)
+        loader = _S.loader_refs.get(tag, lambda: None)()
+        if loader is not None and tag != snap["target"][0]:
+            for g, st in zip(_generators(loader), states):
+                g.set_state(st)
     if _S.rank == 0:
         from .elastic import _take_over
         _flush_writers()  # what the script wrote before it was back goes nowhere (the private copies)

@@ -62,6 +62,13 @@ class _State:
         self.schedulers = []        # HVDSHIM_SCALE_LR: weakrefs to the LR schedulers made (their base_lrs)
         self.local = {}             # param index -> a buffer for a copy of this rank's gradient (kept)
         self.copied = set()         # param indices whose copy holds this step's gradient
+        # hosts joining (resize.py): a job started again to grow
+        self.resume_steps = None    # its script is not back yet: the optimizer steps the job had done
+        self.skip = None            # global batches the loader iteration being made skips (data.take_skip)
+        self.skip_taken = False     # data.py took it (it deals this loader)
+        self.primer = None          # the loader iterator made last that can skip ahead (data._Primed)
+        self.on_start = []          # called when the engine has started (lifecycle._start)
+        self.loader_refs = {}       # loader tag -> the DataLoader (weak)
 
 
 _S = _State()
