@@ -69,9 +69,10 @@ if have_torch; then
     k=$((k + 1))
     dying=$(((seed / k + k) % 2 + 1)) at=$(((seed / (k * 5) + 3 * k) % 55 + 2))
     sparse=$((k % 2)) # every other run with an embedding's sparse gradients too
+    workers=$((2 - 2 * (k % 2))) # the others with 2 loader workers (the batches asked for ahead are dealt again)
     rc=0
     T=120 LD_PRELOAD="$LIB" mpi 3 --with-ft ulfm -x LD_PRELOAD -x OMP_NUM_THREADS=1 -x HVDSHIM_ELASTIC=1 \
-      -x HVDSHIM_DATA=split -x SPARSE=$sparse "$PYTHON" "$TRAIN" "$TMP/elastic.pt" $dying:$at >"$TMP/out" 2>&1 || rc=$?
+      -x HVDSHIM_DATA=split -x SPARSE=$sparse -x WORKERS=$workers "$PYTHON" "$TRAIN" "$TMP/elastic.pt" $dying:$at >"$TMP/out" 2>&1 || rc=$?
     [ $rc = 0 ] || { cat "$TMP/out"; fail "PyTorch split, rank $dying killed at step $at: status $rc"; }
     grep -q "rank(s) $dying died: this script goes on from optimizer step [0-9]* over 2 rank(s) (was 3)" "$TMP/out" ||
       { cat "$TMP/out"; fail "PyTorch, rank $dying killed at step $at: no line saying the script goes on"; }
@@ -82,7 +83,7 @@ if have_torch; then
       fail "the emulation of elastic_train.py failed"
     cmp_weights "$TMP/elastic.pt" "$TMP/emulated.pt" >"$TMP/cmp" 2>&1 ||
       { cat "$TMP/out" "$TMP/cmp"; fail "PyTorch split, rank $dying killed at step $at: weights differ from the emulation (step $s0 without rank $dying's slice)"; }
-    pass "PyTorch split np=3$([ $sparse = 1 ] && echo ", sparse gradients too"), rank $dying SIGKILLed at step $at: the 2 survivors go on (status 0), weights = the single-process emulation without its slice of step $s0 ($(cat "$TMP/cmp"))"
+    pass "PyTorch split np=3$([ $sparse = 1 ] && echo ", sparse gradients too")$([ $workers = 2 ] && echo ", 2 loader workers"), rank $dying SIGKILLed at step $at: the 2 survivors go on (status 0), weights = the single-process emulation without its slice of step $s0 ($(cat "$TMP/cmp"))"
   done
   # (through hvdrun --min-np: it adds --with-ft ulfm and the settings)
   rc=0

@@ -12,7 +12,7 @@ SPARSE=1: an embedding with sparse gradients (nn.Embedding(sparse=True))
 feeds the MLP too.  SCHED=1: a LambdaLR (x0.7 per epoch, from 0.015); its emulation
 SCALED=N:STEP:M sets the rate itself, HVDSHIM_SCALE_LR's: times N before
 STEP, times M from STEP on (the survivors).  PAUSE=S: a pause of S seconds
-per step.  KILL_ONCE=RANK:FILE: in a job hvdrun started again to grow, that
+per step.  WORKERS=N: loader worker processes (forked).  KILL_ONCE=RANK:FILE: in a job hvdrun started again to grow, that
 rank SIGKILLs itself at the end of the first epoch (one the job had done:
 no batch in it) unless FILE exists, which it makes first."""
 import os
@@ -27,8 +27,10 @@ torch.manual_seed(0)
 X = torch.randn(240, 6)
 Y = X @ torch.randn(6, 1) + 0.1 * torch.randn(240, 1)
 C = torch.randint(0, 20, (240,))
+workers = int(os.environ.get("WORKERS", "0"))
 loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, C, Y), batch_size=12, shuffle=True,
-                                     generator=torch.Generator().manual_seed(1))
+                                     generator=torch.Generator().manual_seed(1), num_workers=workers,
+                                     multiprocessing_context="fork" if workers else None)
 
 
 class Model(torch.nn.Module):

@@ -31,6 +31,7 @@ draws (noise, augmentation) differ from rank 0's: the samples dealt stay
 the same.  whole: every rank
 reads and trains on all of it, with a warning naming where it was made.
 """
+import collections
 import itertools
 import os
 import sys
@@ -229,7 +230,8 @@ class _ShardedBatches:
             return iter(self._inner)
         if self._by_index:
             skip = take_skip(self._inner.batch_size)
-            gen = self._lazy(lambda: self._by_index_batches(skip))
+            live = _Handout() if _S.elastic else None
+            gen = self._lazy(lambda: self._by_index_batches(skip, live))
         else:
             skip = take_skip()
             it = iter(self._inner)  # made now, as the plain loader makes it (a sampler may draw here)
@@ -289,20 +291,28 @@ class _ShardedBatches:
                 left = max(0, left - len(window))  # 0: past its len, sized as if it had none
 
 
-    def _by_index_batches(self, skip=None):
+    def _by_index_batches(self, skip=None, live=None):
         inner = self._inner
         b = inner.batch_size
         windows = self._order_windows() if not skip else _skip_items(self._order_windows(), skip)
+        items = _Pushback(itertools.chain.from_iterable(windows))
+        if live is not None:
+            live.items = items
         if self._mode == "shard":
-            yield from shard_stream(windows, None, None, b, inner.drop_last)
+            for run, n, r, full in _runs(items, b, None, None):  # (shard_stream's, a run noted as handed)
+                mine = run[r::n]
+                if full or (mine and not (inner.drop_last and len(mine) < b)):
+                    if live is not None:
+                        live.note(run)
+                    yield mine
             return
-        rest = []
-        for window in windows:
-            rest += window
-            full = len(rest) - len(rest) % b
-            for i in range(0, full, b):
-                yield split_slice(rest[i:i + b], *_place())  # the place when the batch is taken
-            rest = rest[full:]
+        while True:
+            rest = list(itertools.islice(items, b))
+            if len(rest) < b:
+                break
+            if live is not None:
+                live.note(rest)
+            yield split_slice(rest, *_place())  # the place when the batch is taken
         if rest and not inner.drop_last:
             if len(rest) % _S.size:
                 _warn_once("split-tail", "HVDSHIM_DATA=split: the last batch of an epoch has %d samples, not a "
@@ -356,6 +366,104 @@ class _ShardedBatches:
         for bt in batches:
             if bt:
                 yield split_slice(bt, *_place())
+
+
+class _Pushback:
+    """An iterator that takes items back to give them again first."""
+
+    def __init__(self, it):
+        self._it, self._front = iter(it), collections.deque()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._front.popleft() if self._front else next(self._it)
+
+    def push(self, items):
+        self._front.extendleft(reversed(items))
+
+
+class _Handout:
+    """HVDSHIM_ELASTIC: one sharded iteration of a loader whose workers are
+    asked for batches ahead (prefetch).  The global units of the batches
+    handed out (split: global batches; shard: runs of ranks x batch
+    indices) are noted, so that after a change of ranks those the workers
+    were asked for and the script has not had go back into the order, to be
+    dealt again over the survivors, and their results in the old split are
+    dropped (_Redealt).  No sample of the epoch is lost or seen twice."""
+
+    def __init__(self):
+        self.units = collections.deque(maxlen=4096)  # the last units handed, in order
+        self.handed = 0     # batches handed to the loader
+        self.drop = 0       # results of the loader to drop (asked for in the old split)
+        self.items = None   # the order's _Pushback
+        self.loader_iter = None  # the DataLoader's iterator (weak): its _num_yielded
+        _S.live_last = self
+
+    def note(self, unit):
+        self.units.append(unit)
+        self.handed += 1
+
+    def redeal(self):
+        it = self.loader_iter() if self.loader_iter is not None else None
+        given = getattr(it, "_num_yielded", None)
+        if given is None or self.items is None:
+            return
+        stale = self.handed - given - self.drop  # asked for in the old split, not given yet
+        if stale <= 0:
+            return
+        units = list(self.units)[-stale:]
+        self.items.push([i for u in units for i in u])
+        self.handed -= stale
+        for _ in range(stale):
+            self.units.pop()
+        self.drop += stale
+
+
+class _Redealt:
+    """A DataLoader's iterator (HVDSHIM_ELASTIC, workers): results asked
+    for before a change of ranks are dropped (_Handout)."""
+
+    def __init__(self, inner, live):
+        self._inner, self._live = inner, live
+        live.loader_iter = weakref.ref(inner)
+        _S.live.add(live)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        while self._live.drop > 0:
+            self._live.drop -= 1
+            next(self._inner)
+        return next(self._inner)
+
+    def __len__(self):
+        return len(self._inner)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def redealt(loader, it):
+    """DataLoader.__iter__'s iterator, in an elastic job whose loader has
+    workers and is dealt here by index: one that drops what a change of
+    ranks left in the old split."""
+    live, _S.live_last = _S.live_last, None
+    if live is None or not _S.elastic or not getattr(loader, "num_workers", 0) or not hasattr(it, "_num_yielded"):
+        return it
+    return _Redealt(it, live)
+
+
+def _redeal_all():
+    """A change of ranks (elastic.recover): every live iteration deals again
+    what its loader's workers had been asked for."""
+    for live in list(_S.live):
+        live.redeal()
+
+
+_S.on_change.append(_redeal_all)
 
 
 class _Primed:

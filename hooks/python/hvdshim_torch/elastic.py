@@ -51,6 +51,8 @@ def recover():
     old, old_rank = _S.size, _S.rank
     _S.rank, _S.size = rank.value, size.value
     _S.changes += n
+    for fn in _S.on_change:  # (data._redeal_all: what the loaders' workers were asked for in the old split)
+        fn()
     if _S.scale_lr and _S.size != old:
         _rescale_lr(_S.size / old)
     took = lost0.value and _S.rank == 0 and not _S.took_over

@@ -14,7 +14,7 @@ from .grads import (_reduce_deferred, _HAS_POST_ACCUMULATE, _average_loss, _back
                     _note_scaled, _wrap_step)
 from .rng import seed_torch_at_import as _seed_torch
 from .models import _count_batch, _forward_pre_hook
-from .data import _dealt_iter, _dealt_len, _prepare_loader, _warn_if_alone
+from .data import _dealt_iter, _dealt_len, _prepare_loader, _warn_if_alone, redealt
 from . import resize as _resize
 
 
@@ -34,7 +34,7 @@ def _patch():
             if dealt is not None:
                 return dealt
             _warn_if_alone(self)
-            return orig(self)
+            return redealt(self, orig(self))
 
         def __iter__(self):
             if _resize._G.tracking:  # hosts may join (resize.py): the loaders' places are counted

@@ -69,6 +69,10 @@ class _State:
         self.primer = None          # the loader iterator made last that can skip ahead (data._Primed)
         self.on_start = []          # called when the engine has started (lifecycle._start)
         self.loader_refs = {}       # loader tag -> the DataLoader (weak)
+        # HVDSHIM_ELASTIC: sharded iterations whose workers were asked ahead (data._Handout)
+        self.live = weakref.WeakSet()
+        self.live_last = None       # the one made last (its DataLoader iterator is linked next)
+        self.on_change = []         # called when this rank has taken a change of ranks in (elastic.recover)
 
 
 _S = _State()
