@@ -11,7 +11,7 @@ import torch
 
 sys.path.insert(0, sys.argv.pop(1))  # hooks/python
 import hvdshim_torch  # noqa: E402
-from hvdshim_torch import data, grads, lib, models, output, rng  # noqa: E402
+from hvdshim_torch import data, grads, lib, models, output, resize, rng  # noqa: E402
 from hvdshim_torch.state import _S  # noqa: E402
 
 
@@ -549,6 +549,108 @@ class Rules(unittest.TestCase):
         _S.roots.add(model)
         model.eval()  # every known model in eval: whole
         self.assertEqual(len(loader), 5)
+
+
+
+class Resizing(unittest.TestCase):
+    """Ranks that change under a loader (elastic) and jobs that grow (resize.py)."""
+
+    def tearDown(self):
+        _S.size, _S.rank, _S.data_mode = 2, 1, "shard"
+
+    def _asked_ahead(self, mode, n, batch, asked, had):
+        """A sharded iteration over range(n) in `mode` at 3 ranks (this one rank
+        1), `asked` batches handed to the loader, `had` of them given to the
+        script; then rank 0 dies (this one is rank 0 of 2): what the rest of the
+        iteration gives, and the results to drop."""
+        import itertools
+        import weakref
+        _S.size, _S.rank, _S.data_mode = 3, 1, mode
+        live = data._Handout()
+        live.items = items = data._Pushback(iter(range(n)))
+
+        def handout():  # _by_index_batches' two paths
+            if mode == "shard":
+                for run, m, r, full in data._runs(items, batch, None, None):
+                    live.note(run)
+                    yield run[r::m]
+                return
+            while True:
+                glob = list(itertools.islice(items, batch))
+                if len(glob) < batch:
+                    return
+                live.note(glob)
+                yield data.split_slice(glob, *data._place())
+
+        class LoaderIter:
+            _num_yielded = had
+        it = LoaderIter()
+        live.loader_iter = weakref.ref(it)
+        gen = handout()
+        first = [next(gen) for _ in range(asked)]
+        _S.size, _S.rank = 2, 0
+        live.redeal()
+        return first, list(gen), live.drop
+
+    def test_split_batches_asked_ahead_dealt_again(self):
+        first, rest, drop = self._asked_ahead("split", 36, 6, asked=4, had=1)
+        self.assertEqual(drop, 3)
+        self.assertEqual(first[0], [2, 3])  # global batch 0, rank 1 of 3
+        # global batches 1..5 again, over 2 ranks: none lost, none twice
+        self.assertEqual(rest, [list(range(6 * g, 6 * g + 3)) for g in range(1, 6)])
+
+    def test_shard_runs_asked_ahead_dealt_again(self):
+        first, rest, drop = self._asked_ahead("shard", 36, 2, asked=3, had=2)
+        self.assertEqual(drop, 1)
+        self.assertEqual(first[:2], [[1, 4], [7, 10]])  # runs 0 and 1 (6 indices each), rank 1 of 3
+        # from index 12 on, runs of 4 dealt over 2: rank 0 has every other
+        self.assertEqual(rest, [[i, i + 2] for i in range(12, 36, 4)])
+
+    def test_nothing_dealt_again_without_workers_ahead(self):
+        first, rest, drop = self._asked_ahead("split", 18, 6, asked=1, had=1)
+        self.assertEqual(drop, 0)
+        self.assertEqual(rest, [[6, 7, 8], [12, 13, 14]])
+
+    def test_redealt_iterator_drops_the_old_split(self):
+        live = data._Handout()
+        _S.live_last = None
+
+        class LoaderIter:
+            def __init__(self):
+                self.left = iter(["old a", "old b", "new a", "new b"])
+
+            def __next__(self):
+                return next(self.left)
+        it = LoaderIter()
+        r = data._Redealt(it, live)
+        live.drop = 2
+        self.assertEqual(list(iter(lambda: next(r, None), None)), ["new a", "new b"])
+
+    def test_discovery_output_slots(self):
+        self.assertEqual(resize._slots("a:2\nb\n# a comment\n\n  c:3  \n"), 6)
+        self.assertEqual(resize._slots(""), 0)
+        with self.assertRaises(ValueError):
+            resize._slots("a:two")
+
+    def test_loader_generators_found(self):
+        from torch.utils.data import DataLoader, RandomSampler
+        g1, g2 = torch.Generator(), torch.Generator()
+        loader = DataLoader(list(range(8)), batch_size=2, sampler=RandomSampler(range(8), generator=g2), generator=g1)
+        self.assertEqual([id(g) for g in resize._generators(loader)], [id(g1), id(g2)])
+        self.assertEqual(resize._generators(DataLoader(list(range(4)), batch_size=2)), [])
+
+    def test_plain_environment_drops_only_the_shim(self):
+        old = os.environ.get("LD_PRELOAD")
+        try:
+            os.environ["LD_PRELOAD"] = "/x/libfoo.so:/y/.libs/libhvdshim.so"
+            self.assertEqual(resize._plain_env()["LD_PRELOAD"], "/x/libfoo.so")
+            os.environ["LD_PRELOAD"] = "/y/libhvdshim.so"
+            self.assertNotIn("LD_PRELOAD", resize._plain_env())
+        finally:
+            if old is None:
+                os.environ.pop("LD_PRELOAD", None)
+            else:
+                os.environ["LD_PRELOAD"] = old
 
 
 if __name__ == "__main__":
