@@ -2,6 +2,8 @@
  *
  *   hvdrun -np N [-H host[:slots],...] [--hostfile FILE] [--oversubscribe]
  *          [--min-np M] [--verbose] [--dry-run] [--] command [args...]
+ *   hvdrun -np N --host-discovery-script S [--max-np M] [--elastic-timeout T]
+ *          [--reset-limit K] [...] [--] command [args...]
  *
  * Builds an mpirun command line (Open MPI 4 or 5+, or MPICH's Hydra mpiexec,
  * told apart by --version; or srun's, inside a SLURM allocation) that
@@ -16,6 +18,9 @@
  * HVDSHIM_ELASTIC_MIN_NP=M): ranks that die no longer end it while M are
  * left.  Needs Open MPI 5+ (ULFM: mpirun --with-ft ulfm); refused by name
  * under Open MPI 4, MPICH and srun.
+ *
+ * --host-discovery-script S (Horovod's flags for hosts joining): the job
+ * grows by restarting over the slots S lists (launcher/grow.c), on any MPI.
  *
  * Under SLURM, srun gets --mpi=pmix when the cluster's MpiDefault is none
  * (ranks started without a PMI plugin cannot find each other) and the user

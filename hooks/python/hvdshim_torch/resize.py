@@ -86,10 +86,6 @@ def configure():
         warnings.simplefilter("ignore")  # the script's warnings before it is back go nowhere, as its output
 
 
-def resuming():
-    return _G.snap is not None
-
-
 # ------------------------------------------------------------------ rank 0's discovery
 def _slots(out):
     total = 0
@@ -175,7 +171,7 @@ def _state_dicts(objs):
     for o in objs:
         try:
             out.append(o.state_dict())
-        except Exception:  # a scheduler holding a lambda it cannot save: it starts over from the script's
+        except Exception:  # (an object whose state cannot be read: it goes on from the script's own)
             out.append(None)
     return out
 
