@@ -47,7 +47,7 @@ GROW_GENERATOR=1 "$PYTHON" "$S" "$TMP/plaing.pt" >"$TMP/plain.out" 2>&1 || { cat
 for w in 0 2; do
   mkdir -p "$TMP/state$w"
   late=
-  [ $w = 0 ] && late=GROW_LATE=$((13 + seed % 4))
+  [ $w = 0 ] && late=GROW_LATE=$((11 + seed % 3))
   # (workers 0: the loader draws its order from a generator of its own, and
   # the job grows after epoch 0: the generator has drawn before)
   grow split$w HVDSHIM_DATA=split GROW_WORKERS=$w GROW_GENERATOR=$((1 - w / 2)) ${late:-} HVDSHIM_ELASTIC_STATE="$TMP/state$w" HVDSHIM_METRICS="$TMP/m$w.jsonl" \
