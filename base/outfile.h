@@ -1,4 +1,4 @@
-/* Files the shim writes (timeline; metrics and logs later) are opened only
+/* Files the shim writes (the timeline, the metrics) are opened only
  * through here: never through a symlink (O_NOFOLLOW), only a regular file
  * with a single link (a planted hard link or a FIFO/device is refused),
  * created with mode 0644 (less the umask), close-on-exec. */

@@ -25,7 +25,7 @@ HVDSHIM_METRICS="$TMP/f.jsonl" HVDSHIM_FUSION_THRESHOLD=1M HVDSHIM_CYCLE_TIME=2.
 # a path that cannot be written: one warning line naming it; the job runs
 HVDSHIM_METRICS="$TMP/no/such/dir/m.jsonl" shim 2 "$ENGINE_TEST" steps 3 2 10 >"$TMP/bad.log" 2>&1 ||
   { cat "$TMP/bad.log"; fail "a bad metrics path ended the job"; }
-n=$(grep -c "HVDSHIM_METRICS: cannot write '$TMP/no/such/dir/m.jsonl': No such file or directory; metrics disabled" "$TMP/bad.log")
+n=$(grep -c "HVDSHIM_METRICS: cannot open '$TMP/no/such/dir/m.jsonl': No such file or directory; metrics disabled" "$TMP/bad.log")
 [ "$n" = 1 ] || { cat "$TMP/bad.log"; fail "expected one warning about the metrics path, got $n"; }
 pass "unwritable path: one warning, job runs"
 
