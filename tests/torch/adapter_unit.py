@@ -555,6 +555,10 @@ class Rules(unittest.TestCase):
 class Resizing(unittest.TestCase):
     """Ranks that change under a loader (elastic) and jobs that grow (resize.py)."""
 
+    def setUp(self):
+        lib._lib = StubLib()
+        _S.enabled, _S.started, _S.roots = True, True, __import__("weakref").WeakSet()
+
     def tearDown(self):
         _S.size, _S.rank, _S.data_mode = 2, 1, "shard"
 
@@ -610,6 +614,45 @@ class Resizing(unittest.TestCase):
         first, rest, drop = self._asked_ahead("split", 18, 6, asked=1, had=1)
         self.assertEqual(drop, 0)
         self.assertEqual(rest, [[6, 7, 8], [12, 13, 14]])
+
+    def test_custom_batch_sampler_batches_dealt_again(self):
+        import weakref
+        from torch.utils.data import Sampler
+
+        class Pairs(Sampler):  # a custom batch sampler: batches of 2, 0..23
+            def __init__(self):
+                pass
+
+            def __iter__(self):
+                return iter([[i, i + 1] for i in range(0, 24, 2)])
+
+            def __len__(self):
+                return 12
+
+        for mode, want_first, want_rest in (
+                # shard: batches 1 and 4 (runs of 3); run 1 (batches 3 to 5) was asked ahead: from batch 3 on,
+                # runs of 2 (batches 3, 5, 7, 9, 11)
+                ("shard", [[2, 3], [8, 9]], [[6, 7], [10, 11], [14, 15], [18, 19], [22, 23]]),
+                # split: slices of batches 0 and 1; batch 1 was asked ahead: from batch 1 on, halves
+                ("split", [[1], [3]], [[2 * k] for k in range(1, 12)])):
+            _S.size, _S.rank, _S.data_mode, _S.elastic = 3, 1, mode, True
+            try:
+                sb = data._ShardedBatches(Pairs(), 0, mode, "here")
+                gen = iter(sb)
+                live = _S.live_last
+
+                class LoaderIter:
+                    _num_yielded = 1
+                it = LoaderIter()
+                live.loader_iter = weakref.ref(it)
+                first = [next(gen) for _ in range(2)]
+                _S.size, _S.rank = 2, 0
+                live.redeal()
+                self.assertEqual(live.drop, 1, mode)
+                self.assertEqual(first, want_first, mode)
+                self.assertEqual(list(gen), want_rest, mode)
+            finally:
+                _S.elastic, _S.live_last = False, None
 
     def test_redealt_iterator_drops_the_old_split(self):
         live = data._Handout()

@@ -228,14 +228,14 @@ class _ShardedBatches:
         # draws it (after the loader's worker seed: random state stays in step).
         if not self._sharding() or not _start():
             return iter(self._inner)
+        live = _Handout() if _S.elastic else None
         if self._by_index:
             skip = take_skip(self._inner.batch_size)
-            live = _Handout() if _S.elastic else None
             gen = self._lazy(lambda: self._by_index_batches(skip, live))
         else:
             skip = take_skip()
             it = iter(self._inner)  # made now, as the plain loader makes it (a sampler may draw here)
-            gen = self._lazy(lambda: self._dealt_batches(it, skip))
+            gen = self._lazy(lambda: self._dealt_batches(it, skip, live))
         return gen if skip is None else _Primed(gen)
 
     @staticmethod
@@ -356,15 +356,23 @@ class _ShardedBatches:
             if not more:
                 return
 
-    def _dealt_batches(self, it, skip=None):
+    def _dealt_batches(self, it, skip=None, live=None):
         batches = self._batch_windows(it)
         if skip:  # a restarted job (resize.py): the batches the job had used
             batches = itertools.islice(batches, skip, None)
-        if self._mode == "shard":
-            yield from every_nth_stream(batches)  # whole batches dealt out
+        batches = _Pushback(batches)
+        if live is not None:
+            live.items = batches
+        if self._mode == "shard":  # whole batches dealt out (every_nth_stream's, a run noted as handed)
+            for run, _n, r, _full in _runs(batches, 1, None, None):
+                if live is not None:
+                    live.note(run)
+                yield run[r]
             return
         for bt in batches:
             if bt:
+                if live is not None:
+                    live.note([bt])
                 yield split_slice(bt, *_place())
 
 
@@ -388,7 +396,7 @@ class _Handout:
     """HVDSHIM_ELASTIC: one sharded iteration of a loader whose workers are
     asked for batches ahead (prefetch).  The global units of the batches
     handed out (split: global batches; shard: runs of ranks x batch
-    indices) are noted, so that after a change of ranks those the workers
+    indices, or of ranks whole batches of a custom batch sampler) are noted, so that after a change of ranks those the workers
     were asked for and the script has not had go back into the order, to be
     dealt again over the survivors, and their results in the old split are
     dropped (_Redealt).  No sample of the epoch is lost or seen twice."""
