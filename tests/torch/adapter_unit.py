@@ -654,6 +654,30 @@ class Resizing(unittest.TestCase):
             finally:
                 _S.elastic, _S.live_last = False, None
 
+    def test_batches_put_back_after_the_epoch_was_handed_out(self):
+        import weakref
+        from torch.utils.data import BatchSampler, SequentialSampler
+        _S.size, _S.rank, _S.data_mode, _S.elastic = 3, 1, "split", True
+        try:
+            sb = data._ShardedBatches(BatchSampler(SequentialSampler(range(12)), 2, False), 0, "split", "here")
+            gen = iter(sb)
+            live = _S.live_last
+
+            class LoaderIter:
+                _num_yielded = 4
+            it = LoaderIter()
+            live.loader_iter = weakref.ref(it)
+            got = [next(gen) for _ in range(6)]  # the workers were asked for the whole epoch
+            self.assertEqual(got[0], [1])
+            with self.assertRaises(StopIteration):
+                next(gen)
+            _S.size, _S.rank = 2, 0  # a rank died; the script had 4 batches
+            live.redeal()
+            self.assertEqual(live.drop, 2)
+            self.assertEqual(list(gen), [[8], [10]])  # global batches 4 and 5, dealt over 2
+        finally:
+            _S.elastic, _S.live_last = False, None
+
     def test_redealt_iterator_drops_the_old_split(self):
         live = data._Handout()
         _S.live_last = None

@@ -236,6 +236,8 @@ class _ShardedBatches:
             skip = take_skip()
             it = iter(self._inner)  # made now, as the plain loader makes it (a sampler may draw here)
             gen = self._lazy(lambda: self._dealt_batches(it, skip, live))
+        if live is not None:
+            gen = _Resumable(gen, live)
         return gen if skip is None else _Primed(gen)
 
     @staticmethod
@@ -292,12 +294,16 @@ class _ShardedBatches:
 
 
     def _by_index_batches(self, skip=None, live=None):
-        inner = self._inner
-        b = inner.batch_size
         windows = self._order_windows() if not skip else _skip_items(self._order_windows(), skip)
         items = _Pushback(itertools.chain.from_iterable(windows))
         if live is not None:
-            live.items = items
+            live.items, live.again = items, lambda: self._deal_indices(items, live)
+        return self._deal_indices(items, live)
+
+    def _deal_indices(self, items, live):
+        """This rank's batches of the order's indices (a _Pushback)."""
+        inner = self._inner
+        b = inner.batch_size
         if self._mode == "shard":
             for run, n, r, full in _runs(items, b, None, None):  # (shard_stream's, a run noted as handed)
                 mine = run[r::n]
@@ -318,6 +324,8 @@ class _ShardedBatches:
                 _warn_once("split-tail", "HVDSHIM_DATA=split: the last batch of an epoch has %d samples, not a "
                            "multiple of %d ranks; that step averages per-rank means of unequal slices"
                            % (len(rest), _S.size))
+            if live is not None:
+                live.note(rest)
             yield split_slice(rest, *_place())
 
     def _batch_windows(self, it):
@@ -362,7 +370,11 @@ class _ShardedBatches:
             batches = itertools.islice(batches, skip, None)
         batches = _Pushback(batches)
         if live is not None:
-            live.items = batches
+            live.items, live.again = batches, lambda: self._deal_batches(batches, live)
+        return self._deal_batches(batches, live)
+
+    def _deal_batches(self, batches, live):
+        """This rank's batches of a custom batch sampler's (a _Pushback)."""
         if self._mode == "shard":  # whole batches dealt out (every_nth_stream's, a run noted as handed)
             for run, _n, r, _full in _runs(batches, 1, None, None):
                 if live is not None:
@@ -391,6 +403,9 @@ class _Pushback:
     def push(self, items):
         self._front.extendleft(reversed(items))
 
+    def pending(self):
+        return bool(self._front)
+
 
 class _Handout:
     """HVDSHIM_ELASTIC: one sharded iteration of a loader whose workers are
@@ -406,6 +421,7 @@ class _Handout:
         self.handed = 0     # batches handed to the loader
         self.drop = 0       # results of the loader to drop (asked for in the old split)
         self.items = None   # the order's _Pushback
+        self.again = None   # a new dealing of what is in items (once the first has ended: _Resumable)
         self.loader_iter = None  # the DataLoader's iterator (weak): its _num_yielded
         _S.live_last = self
 
@@ -427,6 +443,28 @@ class _Handout:
         for _ in range(stale):
             self.units.pop()
         self.drop += stale
+
+
+class _Resumable:
+    """A sharded iteration's batches (HVDSHIM_ELASTIC) that go on after they
+    ended when a change of ranks puts batches back (the workers may have
+    been asked for the epoch's last ones when a rank dies)."""
+
+    def __init__(self, gen, live):
+        self._gen, self._live = gen, live
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        while True:
+            try:
+                return next(self._gen)
+            except StopIteration:
+                live = self._live
+                if live.items is None or not live.items.pending() or live.again is None:
+                    raise
+                self._gen = live.again()
 
 
 class _Redealt:
