@@ -44,13 +44,15 @@ grow() { # grow NAME [ENV...]: the script under hvdrun, 2 ranks growing to 3 aft
 }
 "$PYTHON" "$S" "$TMP/plain.pt" >"$TMP/plain.out" 2>&1 || { cat "$TMP/plain.out"; fail "plain run"; }
 GROW_GENERATOR=1 "$PYTHON" "$S" "$TMP/plaing.pt" >"$TMP/plain.out" 2>&1 || { cat "$TMP/plain.out"; fail "plain run"; }
+# torch 2.3+ has a CPU GradScaler: the workers case runs with one (its scale is saved and restored)
+scaler=0
+"$PYTHON" -c 'import torch; torch.amp.GradScaler("cpu")' >/dev/null 2>&1 && scaler=1
+GROW_SCALER=$scaler "$PYTHON" "$S" "$TMP/plains.pt" >"$TMP/plains.out" 2>&1 || { cat "$TMP/plains.out"; fail "plain run"; }
 for w in 0 2; do
   mkdir -p "$TMP/state$w"
-  late=
-  [ $w = 0 ] && late=GROW_LATE=$((11 + seed % 3))
-  # (workers 0: the loader draws its order from a generator of its own, and
-  # the job grows after epoch 0: the generator has drawn before)
-  grow split$w HVDSHIM_DATA=split GROW_WORKERS=$w GROW_GENERATOR=$((1 - w / 2)) ${late:-} HVDSHIM_ELASTIC_STATE="$TMP/state$w" HVDSHIM_METRICS="$TMP/m$w.jsonl" \
+  late=GROW_LATE=$((11 + (seed + w) % 3)) # (after epoch 0: the loader's generator and the scaler have moved)
+  # (workers 0: the loader draws its order from a generator of its own)
+  grow split$w HVDSHIM_DATA=split GROW_WORKERS=$w GROW_GENERATOR=$((1 - w / 2)) GROW_SCALER=$((scaler * w / 2)) ${late:-} HVDSHIM_ELASTIC_STATE="$TMP/state$w" HVDSHIM_METRICS="$TMP/m$w.jsonl" \
     HVDSHIM_TIMELINE="$TMP/t$w.json"
   # the metrics and the timeline go on where the job before left them
   "$PYTHON" - "$TMP/m$w.jsonl" "$TMP/t$w.json" <<'PY' >"$TMP/files" 2>&1 || { cat "$TMP/files"; fail "split (workers $w): the metrics or the timeline did not go on after the restart"; }
@@ -66,8 +68,12 @@ assert any(e.get("ph") == "X" for e in ev[:at]) and any(e.get("ph") == "X" for e
 assert ev[at]["ts"] >= max(e["ts"] + e.get("dur", 0) for e in ev[:at] if "ts" in e), "times go back"
 print("metrics: steps 1..80 once; timeline: %d events, the restart after the first job's" % len(ev))
 PY
-  ref="$TMP/plain.pt"
+  ref="$TMP/plains.pt"
   [ $w = 0 ] && ref="$TMP/plaing.pt"
+  if [ $w = 2 ] && [ $scaler = 1 ]; then
+    [ "$(grep '^scale ' "$TMP/split$w.out")" = "$(grep '^scale ' "$TMP/plains.out")" ] ||
+      { grep '^scale ' "$TMP/split$w.out" "$TMP/plains.out"; fail "split (workers $w): the GradScaler's scale differs from the plain run's"; }
+  fi
   same "$ref" "$TMP/split$w.pt" 1e-5 >"$TMP/cmp" 2>&1 || { cat "$TMP/cmp" "$TMP/split$w.out"; fail "split (workers $w): the grown job's weights differ from the plain run"; }
   [ "$(sed -n 1p "$TMP/split$w.pt.log")" = "epoch,loss,lr" ] && [ "$(wc -l <"$TMP/split$w.pt.log")" = 5 ] ||
     { cat "$TMP/split$w.pt.log"; fail "split (workers $w): the log is not its header and one line per epoch"; }

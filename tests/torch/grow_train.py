@@ -2,7 +2,12 @@
 deterministic data, SGD with momentum and a StepLR, a log opened for
 writing at the start with one line per epoch, a checkpoint per epoch, a
 line on stdout per epoch, and a pause per step (GROW_PAUSE seconds) so a
-host can join while it trains.  Argument: the weights file to write."""
+host can join while it trains.  Argument: the weights file to write.
+GROW_EPOCHS, GROW_BATCH, GROW_WORKERS: the loop's epochs, the batch size,
+the loader's workers.  GROW_GENERATOR=1: the loader draws its order from a
+generator of its own.  GROW_SCALER=1: a CPU GradScaler (torch 2.3+) whose
+scale doubles every 3 steps, printed at the end.  GROW_SEEN=DIR: each
+process appends the index of every sample it reads to DIR/<its pid>."""
 import os
 import sys
 import time
@@ -37,6 +42,8 @@ def main():
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)
+    scaler = torch.amp.GradScaler("cpu", init_scale=256.0, growth_interval=3) \
+        if os.environ.get("GROW_SCALER") == "1" else None
     log = open(sys.argv[1] + ".log", "w")
     log.write("epoch,loss,lr\n")
     for epoch in range(epochs):
@@ -44,8 +51,13 @@ def main():
         for xb, yb in loader:
             opt.zero_grad()
             loss = torch.nn.functional.mse_loss(model(xb), yb)
-            loss.backward()
-            opt.step()
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+            else:
+                loss.backward()
+                opt.step()
             total += loss.item()
             n += 1
             time.sleep(pause)
@@ -55,6 +67,8 @@ def main():
         torch.save(model.state_dict(), sys.argv[1] + ".ckpt")
         print("epoch %d done" % epoch, flush=True)
     torch.save(model.state_dict(), sys.argv[1])
+    if scaler is not None:
+        print("scale %g" % scaler.get_scale(), flush=True)
     log.close()
 
 

@@ -125,6 +125,12 @@ def _patch():
             return result
         scale.hvdshim_scale = True
         return scale
+    def make_scaler_init(orig):
+        def __init__(self, *args, **kwargs):
+            orig(self, *args, **kwargs)
+            _resize.note_scaler(self)
+        __init__.hvdshim_noted = True
+        return __init__
     for amp_mod in ("torch.cuda.amp", "torch.amp", "torch.cpu.amp"):
         scaler = getattr(sys.modules.get(amp_mod) or _import_quiet(amp_mod), "GradScaler", None)
         if not isinstance(scaler, type):
@@ -133,6 +139,8 @@ def _patch():
             _wrap(scaler, "unscale_", make_needs_grads)
         if "scale" in vars(scaler) and not getattr(scaler.scale, "hvdshim_scale", False):
             _wrap(scaler, "scale", make_scale)
+        if _resize._G.tracking and "__init__" in vars(scaler) and not getattr(scaler.__init__, "hvdshim_noted", False):
+            _wrap(scaler, "__init__", make_scaler_init)  # (hosts joining: its state is saved and restored)
 
     # a loss given to backward reads as the mean over ranks afterwards
     # (Tensor.backward calls torch.autograd.backward)

@@ -56,7 +56,7 @@ class _Grow:
         self.snap = None        # a restarted job: the saved state, until the script is back
         self.iters = {}         # loader tag -> iterations started
         self.places = {}        # loader tag -> (iteration, random state at its start)
-        self.scalers = []       # GradScalers (weak), in the order of their first scale()
+        self.scalers = []       # GradScalers (weak), in the order they were made
         self.filters = None     # a restarted job: the warnings filters, all ignored until the script is back
         self.left = {}          # model index -> its saved state, for a model registered after the resume
         self.resumed = False
@@ -376,7 +376,7 @@ def _load_all(objs, states, what):
         _warn("the restarted script has %d %s, the job that stopped had %d: the first %d take the saved state"
               % (len(objs), what, len(states), min(len(objs), len(states))))
     for o, st in zip(objs, states):
-        if st is not None:
+        if st:  # (a disabled GradScaler's is empty, and its load refuses that)
             o.load_state_dict(st)
 
 
