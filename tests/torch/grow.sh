@@ -42,12 +42,12 @@ grow() { # grow NAME [ENV...]: the script under hvdrun, 2 ranks growing to 3 aft
     { cat "$TMP/$_n.out"; fail "$_n: the job did not grow"; }
   step=$(sed -n 's/.*goes on from optimizer step \([0-9]*\).*/\1/p' "$TMP/$_n.out")
 }
-"$PYTHON" "$S" "$TMP/plain.pt" >"$TMP/plain.out" 2>&1 || { cat "$TMP/plain.out"; fail "plain run"; }
-GROW_GENERATOR=1 "$PYTHON" "$S" "$TMP/plaing.pt" >"$TMP/plain.out" 2>&1 || { cat "$TMP/plain.out"; fail "plain run"; }
+# the plain runs (no pause: the same steps)
+GROW_PAUSE=0 GROW_GENERATOR=1 "$PYTHON" "$S" "$TMP/plaing.pt" >"$TMP/plain.out" 2>&1 || { cat "$TMP/plain.out"; fail "plain run"; }
 # torch 2.3+ has a CPU GradScaler: the workers case runs with one (its scale is saved and restored)
 scaler=0
 "$PYTHON" -c 'import torch; torch.amp.GradScaler("cpu")' >/dev/null 2>&1 && scaler=1
-GROW_SCALER=$scaler "$PYTHON" "$S" "$TMP/plains.pt" >"$TMP/plains.out" 2>&1 || { cat "$TMP/plains.out"; fail "plain run"; }
+GROW_PAUSE=0 GROW_SCALER=$scaler "$PYTHON" "$S" "$TMP/plains.pt" >"$TMP/plains.out" 2>&1 || { cat "$TMP/plains.out"; fail "plain run"; }
 for w in 0 2; do
   mkdir -p "$TMP/state$w"
   late=GROW_LATE=$((11 + (seed + w) % 3)) # (after epoch 0: the loader's generator and the scaler have moved)
