@@ -85,6 +85,22 @@ if have_torch; then
       { cat "$TMP/out" "$TMP/cmp"; fail "PyTorch split, rank $dying killed at step $at: weights differ from the emulation (step $s0 without rank $dying's slice)"; }
     pass "PyTorch split np=3$([ $sparse = 1 ] && echo ", sparse gradients too")$([ $workers = 2 ] && echo ", 2 loader workers"), rank $dying SIGKILLed at step $at: the 2 survivors go on (status 0), weights = the single-process emulation without its slice of step $s0 ($(cat "$TMP/cmp"))"
   done
+  # Two ranks at once (as a host's ranks would die together; the two-namespace
+  # multi-host setup cannot run in these chroots): np=4 -> 2, ranks 2 and 3
+  # SIGKILLed at the same step; the weights equal the emulation without both
+  # their slices (rows 6 to 11 of the 12) of the step redone.
+  rc=0
+  T=120 LD_PRELOAD="$LIB" mpi 4 --with-ft ulfm -x LD_PRELOAD -x OMP_NUM_THREADS=1 -x HVDSHIM_ELASTIC=1 \
+    -x HVDSHIM_DATA=split "$PYTHON" "$TRAIN" "$TMP/two.pt" 2,3:23 >"$TMP/out" 2>&1 || rc=$?
+  [ $rc = 0 ] || { cat "$TMP/out"; fail "PyTorch split np=4, ranks 2 and 3 killed at step 23: status $rc"; }
+  grep -q "this script goes on from optimizer step [0-9]* over 2 rank(s) (was [34])" "$TMP/out" ||
+    { cat "$TMP/out"; fail "PyTorch split np=4, ranks 2 and 3 killed: no line saying the script goes on over 2"; }
+  redone=$(sed -n 's/.*optimizer step \([0-9]*\): its gradients averaged again over the 2 surviving.*/\1/p' "$TMP/out" | head -1)
+  [ -n "$redone" ] || { cat "$TMP/out"; fail "PyTorch np=4, ranks 2 and 3 killed: no line naming the step averaged again over 2"; }
+  OMP_NUM_THREADS=1 DROP=$((redone - 1)):6:12 "$PYTHON" "$TRAIN" "$TMP/emulated2.pt" >/dev/null 2>&1 || fail "the emulation failed"
+  cmp_weights "$TMP/two.pt" "$TMP/emulated2.pt" >"$TMP/cmp" 2>&1 ||
+    { cat "$TMP/out" "$TMP/cmp"; fail "PyTorch split np=4, ranks 2 and 3 killed: weights differ from the emulation"; }
+  pass "PyTorch split np=4, ranks 2 and 3 SIGKILLed at step 23: the 2 survivors go on (status 0), weights = the emulation without both slices of step $((redone - 1)) ($(cat "$TMP/cmp"))"
   # (through hvdrun --min-np: it adds --with-ft ulfm and the settings)
   rc=0
   OMP_NUM_THREADS=1 HVDSHIM_CHECK_STEPS=1 HVDRUN_LIB="$LIB" timeout 120 "$top_builddir/launcher/hvdrun" -np 3 \

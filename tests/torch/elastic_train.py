@@ -3,7 +3,7 @@ with SGD and momentum over a shuffled DataLoader, 3 epochs of 20 steps, a
 line per epoch printed and appended to argv[1] + ".log" (opened at the
 start), weights saved at the end (argv[1]).  Two hooks for the test, nothing the
 shim knows of:
-  argv[2] RANK:STEP  that rank (OMPI_COMM_WORLD_RANK) SIGKILLs itself when
+  argv[2] RANK[,RANK...]:STEP  that rank (OMPI_COMM_WORLD_RANK) SIGKILLs itself when
                   it has its batch of STEP (0-based), not in a job hvdrun
                   started again to grow (HVDSHIM_ELASTIC_RESUME=1);
   DROP=STEP:LO:HI the single-process emulation: rows LO..HI-1 of that step's
@@ -51,8 +51,9 @@ base = 0.015 if os.environ.get("SCHED") == "1" or scaled else 0.05
 opt = torch.optim.SGD(model.parameters(), lr=base, momentum=0.9)
 sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: 0.7 ** e) \
     if os.environ.get("SCHED") == "1" and not scaled else None
-die = [int(v) for v in sys.argv[2].split(":")] if len(sys.argv) > 2 and os.environ.get("HVDSHIM_ELASTIC_RESUME") != "1" \
-    else None
+die = sys.argv[2].split(":") if len(sys.argv) > 2 and os.environ.get("HVDSHIM_ELASTIC_RESUME") != "1" else None
+if die:
+    die = [[int(v) for v in die[0].split(",")], int(die[1])]
 drop = [int(v) for v in os.environ["DROP"].split(":")] if os.environ.get("DROP") else None
 me = int(os.environ.get("OMPI_COMM_WORLD_RANK", "-1"))
 log = open(sys.argv[1] + ".log", "a")
@@ -60,7 +61,7 @@ step = 0
 for epoch in range(3):
     total = 0.0
     for x, c, y in loader:
-        if die and me == die[0] and step == die[1]:
+        if die and me in die[0] and step == die[1]:
             os.kill(os.getpid(), signal.SIGKILL)
         if drop and step == drop[0]:
             keep = [i for i in range(len(x)) if not drop[1] <= i < drop[2]]
