@@ -63,6 +63,17 @@ if have_torch; then
   cmp_weights() { # $1 $2: the same weights within 1e-4 (split.sh's; observed up to 2.4e-5 with sparse gradients; the wrong slice or step left out: 0.29 to 0.54)
     "$PYTHON" "$top_srcdir/tests/torch/compare.py" "$1" "$2" 1e-4
   }
+  redone_step() { # WHAT: $redone, the step rank 0's line in $TMP/out says the 2 survivors averaged again
+    redone=$(sed -n 's/.*optimizer step \([0-9]*\): its gradients averaged again over the 2 surviving.*/\1/p' "$TMP/out" | head -1)
+    [ -n "$redone" ] || { cat "$TMP/out"; fail "$1: no line naming the step averaged again"; }
+  }
+  same_as_emulation() { # WEIGHTS WHAT NAME=VALUE...: the single-process run with those settings (DROP=...) gives WEIGHTS ($TMP/cmp says how close)
+    _w=$1 _what=$2
+    shift 2
+    env OMP_NUM_THREADS=1 "$@" "$PYTHON" "$TRAIN" "$TMP/emulated.pt" >/dev/null 2>&1 || fail "$_what: the emulation failed"
+    cmp_weights "$_w" "$TMP/emulated.pt" >"$TMP/cmp" 2>&1 ||
+      { cat "$TMP/out" "$TMP/cmp"; fail "$_what: weights differ from the emulation ($*)"; }
+  }
   runs=${ELASTIC_TORCH_RUNS:-2} # (ELASTIC_TORCH_RUNS=10 for the issue's ten)
   k=0
   while [ $k -lt "$runs" ]; do
@@ -76,13 +87,10 @@ if have_torch; then
     [ $rc = 0 ] || { cat "$TMP/out"; fail "PyTorch split, rank $dying killed at step $at: status $rc"; }
     grep -q "rank(s) $dying died: this script goes on from optimizer step [0-9]* over 2 rank(s) (was 3)" "$TMP/out" ||
       { cat "$TMP/out"; fail "PyTorch, rank $dying killed at step $at: no line saying the script goes on"; }
-    redone=$(sed -n 's/.*optimizer step \([0-9]*\): its gradients averaged again over the 2 surviving.*/\1/p' "$TMP/out" | head -1)
-    [ -n "$redone" ] || { cat "$TMP/out"; fail "PyTorch, rank $dying killed at step $at: no line naming the step averaged again"; }
+    redone_step "PyTorch, rank $dying killed at step $at"
     s0=$((redone - 1))
-    OMP_NUM_THREADS=1 SPARSE=$sparse DROP=$s0:$((dying * 4)):$((dying * 4 + 4)) "$PYTHON" "$TRAIN" "$TMP/emulated.pt" >/dev/null 2>&1 ||
-      fail "the emulation of elastic_train.py failed"
-    cmp_weights "$TMP/elastic.pt" "$TMP/emulated.pt" >"$TMP/cmp" 2>&1 ||
-      { cat "$TMP/out" "$TMP/cmp"; fail "PyTorch split, rank $dying killed at step $at: weights differ from the emulation (step $s0 without rank $dying's slice)"; }
+    same_as_emulation "$TMP/elastic.pt" "PyTorch split, rank $dying killed at step $at" SPARSE=$sparse \
+      DROP=$s0:$((dying * 4)):$((dying * 4 + 4))
     pass "PyTorch split np=3$([ $sparse = 1 ] && echo ", sparse gradients too")$([ $workers = 2 ] && echo ", 2 loader workers"), rank $dying SIGKILLed at step $at: the 2 survivors go on (status 0), weights = the single-process emulation without its slice of step $s0 ($(cat "$TMP/cmp"))"
   done
   # Two ranks at once (as a host's ranks would die together; the two-namespace
@@ -95,11 +103,8 @@ if have_torch; then
   [ $rc = 0 ] || { cat "$TMP/out"; fail "PyTorch split np=4, ranks 2 and 3 killed at step 23: status $rc"; }
   grep -q "this script goes on from optimizer step [0-9]* over 2 rank(s) (was [34])" "$TMP/out" ||
     { cat "$TMP/out"; fail "PyTorch split np=4, ranks 2 and 3 killed: no line saying the script goes on over 2"; }
-  redone=$(sed -n 's/.*optimizer step \([0-9]*\): its gradients averaged again over the 2 surviving.*/\1/p' "$TMP/out" | head -1)
-  [ -n "$redone" ] || { cat "$TMP/out"; fail "PyTorch np=4, ranks 2 and 3 killed: no line naming the step averaged again over 2"; }
-  OMP_NUM_THREADS=1 DROP=$((redone - 1)):6:12 "$PYTHON" "$TRAIN" "$TMP/emulated2.pt" >/dev/null 2>&1 || fail "the emulation failed"
-  cmp_weights "$TMP/two.pt" "$TMP/emulated2.pt" >"$TMP/cmp" 2>&1 ||
-    { cat "$TMP/out" "$TMP/cmp"; fail "PyTorch split np=4, ranks 2 and 3 killed: weights differ from the emulation"; }
+  redone_step "PyTorch np=4, ranks 2 and 3 killed"
+  same_as_emulation "$TMP/two.pt" "PyTorch split np=4, ranks 2 and 3 killed" DROP=$((redone - 1)):6:12
   pass "PyTorch split np=4, ranks 2 and 3 SIGKILLed at step 23: the 2 survivors go on (status 0), weights = the emulation without both slices of step $((redone - 1)) ($(cat "$TMP/cmp"))"
   # (through hvdrun --min-np: it adds --with-ft ulfm and the settings)
   rc=0
@@ -125,11 +130,8 @@ if have_torch; then
   grep -q "hvdrun: the job stopped to grow; starting it again over 3 rank(s) (was 3)" "$TMP/out" &&
     grep -q "the job started again over 3 rank(s) (was 2) and goes on from optimizer step" "$TMP/out" ||
     { cat "$TMP/out"; fail "PyTorch split, rank 1 killed: the job did not grow back to 3 ranks"; }
-  redone=$(sed -n 's/.*optimizer step \([0-9]*\): its gradients averaged again over the 2 surviving.*/\1/p' "$TMP/out" | head -1)
-  [ -n "$redone" ] || { cat "$TMP/out"; fail "PyTorch, rank 1 killed and back: no line naming the step averaged again"; }
-  OMP_NUM_THREADS=1 DROP=$((redone - 1)):4:8 "$PYTHON" "$TRAIN" "$TMP/emulated1.pt" >/dev/null 2>&1 || fail "the emulation failed"
-  cmp_weights "$TMP/back.pt" "$TMP/emulated1.pt" >"$TMP/cmp" 2>&1 ||
-    { cat "$TMP/out" "$TMP/cmp"; fail "PyTorch split, rank 1 killed and its slot back: weights differ from the emulation"; }
+  redone_step "PyTorch, rank 1 killed and back"
+  same_as_emulation "$TMP/back.pt" "PyTorch split, rank 1 killed and its slot back" DROP=$((redone - 1)):4:8
   back=$(sed -n 's/.*the job started again over 3 rank(s) (was 2) and goes on from optimizer step \([0-9]*\).*/\1/p' "$TMP/out")
   pass "PyTorch split np=3 under hvdrun --min-np 2 --host-discovery-script, rank 1 SIGKILLed at step 15: 2 go on, and from step $back 3 again (the job restarted over the slot back); weights = the emulation without its slice of step $((redone - 1)) ($(cat "$TMP/cmp"))"
   # A rank killed while the job is starting again to grow: 2 ranks grow to
@@ -187,13 +189,9 @@ at = names.index("MEMBERSHIP")
 assert any(e.get("ph") == "X" for e in ev[:at]) and any(e.get("ph") == "X" for e in ev[at:]), "events on one side only"
 print("the metrics (steps 1..60 once) and the timeline (%d events) go on" % len(ev))
 PY
-  redone=$(sed -n 's/.*optimizer step \([0-9]*\): its gradients averaged again over the 2 surviving.*/\1/p' "$TMP/out" | head -1)
-  [ -n "$redone" ] || { cat "$TMP/out"; fail "PyTorch, rank 0 killed: no line naming the step averaged again"; }
+  redone_step "PyTorch, rank 0 killed"
   grep -q "HVDSHIM_SCALE_LR: learning rates times 0.666667 (2 rank(s) now)" "$TMP/out" ||
     { cat "$TMP/out"; fail "rank 0 killed: no line saying the learning rates follow the survivors"; }
-  OMP_NUM_THREADS=1 DROP=$((redone - 1)):0:4 SCALED=3:$((redone - 1)):2 "$PYTHON" "$TRAIN" "$TMP/emulated0.pt" >/dev/null 2>&1 ||
-    fail "the emulation failed"
-  cmp_weights "$TMP/r0.pt" "$TMP/emulated0.pt" >"$TMP/cmp" 2>&1 ||
-    { cat "$TMP/out" "$TMP/cmp"; fail "PyTorch split, rank 0 killed: weights differ from the emulation"; }
+  same_as_emulation "$TMP/r0.pt" "PyTorch split, rank 0 killed" DROP=$((redone - 1)):0:4 SCALED=3:$((redone - 1)):2
   pass "PyTorch split np=3, rank 0 SIGKILLed at step 30: rank 1 takes over the console and the files (each epoch's line once in the log opened before and on stdout), HVDSHIM_SCALE_LR's rates follow the survivors (a LambdaLR's too), weights = the emulation ($(cat "$TMP/cmp")); $(cat "$TMP/files")"
 fi

@@ -615,8 +615,24 @@ class Resizing(unittest.TestCase):
         self.assertEqual(drop, 0)
         self.assertEqual(rest, [[6, 7, 8], [12, 13, 14]])
 
-    def test_custom_batch_sampler_batches_dealt_again(self):
+    @staticmethod
+    def _iteration(sampler, mode, given):
+        """An elastic job's sharded iteration of `sampler` at 3 ranks (this
+        one rank 1), its loader having given the script `given` batches:
+        the batches, the iteration's _Handout, and the stand-in loader
+        iterator (kept alive: the _Handout holds it weakly)."""
         import weakref
+        _S.size, _S.rank, _S.data_mode, _S.elastic = 3, 1, mode, True
+        gen = iter(data._ShardedBatches(sampler, 0, mode, "here"))
+        live = _S.live_last
+
+        class LoaderIter:
+            _num_yielded = given
+        it = LoaderIter()
+        live.loader_iter = weakref.ref(it)
+        return gen, live, it
+
+    def test_custom_batch_sampler_batches_dealt_again(self):
         from torch.utils.data import Sampler
 
         class Pairs(Sampler):  # a custom batch sampler: batches of 2, 0..23
@@ -635,16 +651,8 @@ class Resizing(unittest.TestCase):
                 ("shard", [[2, 3], [8, 9]], [[6, 7], [10, 11], [14, 15], [18, 19], [22, 23]]),
                 # split: slices of batches 0 and 1; batch 1 was asked ahead: from batch 1 on, halves
                 ("split", [[1], [3]], [[2 * k] for k in range(1, 12)])):
-            _S.size, _S.rank, _S.data_mode, _S.elastic = 3, 1, mode, True
             try:
-                sb = data._ShardedBatches(Pairs(), 0, mode, "here")
-                gen = iter(sb)
-                live = _S.live_last
-
-                class LoaderIter:
-                    _num_yielded = 1
-                it = LoaderIter()
-                live.loader_iter = weakref.ref(it)
+                gen, live, _it = self._iteration(Pairs(), mode, 1)
                 first = [next(gen) for _ in range(2)]
                 _S.size, _S.rank = 2, 0
                 live.redeal()
@@ -655,18 +663,9 @@ class Resizing(unittest.TestCase):
                 _S.elastic, _S.live_last = False, None
 
     def test_batches_put_back_after_the_epoch_was_handed_out(self):
-        import weakref
         from torch.utils.data import BatchSampler, SequentialSampler
-        _S.size, _S.rank, _S.data_mode, _S.elastic = 3, 1, "split", True
         try:
-            sb = data._ShardedBatches(BatchSampler(SequentialSampler(range(12)), 2, False), 0, "split", "here")
-            gen = iter(sb)
-            live = _S.live_last
-
-            class LoaderIter:
-                _num_yielded = 4
-            it = LoaderIter()
-            live.loader_iter = weakref.ref(it)
+            gen, live, _it = self._iteration(BatchSampler(SequentialSampler(range(12)), 2, False), "split", 4)
             got = [next(gen) for _ in range(6)]  # the workers were asked for the whole epoch
             self.assertEqual(got[0], [1])
             with self.assertRaises(StopIteration):

@@ -295,13 +295,14 @@ class _ShardedBatches:
 
     def _by_index_batches(self, skip=None, live=None):
         windows = self._order_windows() if not skip else _skip_items(self._order_windows(), skip)
-        items = _Pushback(itertools.chain.from_iterable(windows))
-        if live is not None:
+        items = itertools.chain.from_iterable(windows)
+        if live is not None:  # (elastic: what was asked for ahead may be put back; a Python call per index)
+            items = _Pushback(items)
             live.items, live.again = items, lambda: self._deal_indices(items, live)
         return self._deal_indices(items, live)
 
     def _deal_indices(self, items, live):
-        """This rank's batches of the order's indices (a _Pushback)."""
+        """This rank's batches of the order's indices (an iterator)."""
         inner = self._inner
         b = inner.batch_size
         if self._mode == "shard":
@@ -368,13 +369,13 @@ class _ShardedBatches:
         batches = self._batch_windows(it)
         if skip:  # a restarted job (resize.py): the batches the job had used
             batches = itertools.islice(batches, skip, None)
-        batches = _Pushback(batches)
         if live is not None:
+            batches = _Pushback(batches)
             live.items, live.again = batches, lambda: self._deal_batches(batches, live)
         return self._deal_batches(batches, live)
 
     def _deal_batches(self, batches, live):
-        """This rank's batches of a custom batch sampler's (a _Pushback)."""
+        """This rank's batches of a custom batch sampler's (an iterator)."""
         if self._mode == "shard":  # whole batches dealt out (every_nth_stream's, a run noted as handed)
             for run, _n, r, _full in _runs(batches, 1, None, None):
                 if live is not None:

@@ -121,7 +121,6 @@ def _patch():
         def scale(self, outputs, *args, **kwargs):
             result = orig(self, outputs, *args, **kwargs)
             _note_scaled(outputs, result)
-            _resize.note_scaler(self)
             return result
         scale.hvdshim_scale = True
         return scale

@@ -437,5 +437,6 @@ def _flush_writers():
 
 
 def note_scaler(scaler):
+    """A GradScaler made (a subclass's __init__ and its base's both call this)."""
     if _G.tracking and not any(r() is scaler for r in _G.scalers):
         _G.scalers.append(weakref.ref(scaler))
