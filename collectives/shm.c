@@ -33,17 +33,29 @@ static struct {
   char *map;
   char *tmp; /* the small path's private sum */
   uint32_t seq;  /* pieces run */
-  unsigned spin; /* pause loops before yielding: 0 unless this process may use two CPUs per rank of the
-                    * host (its training thread computes while its engine thread waits: backward
-                    * overlaps the reduction).  Bound to one core by the launcher, oversubscribed, or
-                    * unbound with fewer cores than that, a spinning engine thread would take a core
-                    * from its own training thread or a peer's */
+  /* How a wait spins before it sleeps (wait_all):
+   * always: this process may use two CPUs per rank of the host (its
+   *   training thread computes while its engine thread waits: backward
+   *   overlaps the reduction);
+   * idle_cores: the host's ranks together may use a CPU each (not
+   *   oversubscribed), so a rank whose user thread waits for this
+   *   operation (hvd_shm_spin_hint) has a core with nothing else to run:
+   *   spinning on it costs no one anything, while sleeping costs a wake-up
+   *   of the core (on a virtual machine, tens to hundreds of us: longer
+   *   than the whole reduction of a small model).  Neither (oversubscribed,
+   *   or bound to fewer cores than ranks): a spinning thread would take a
+   *   core from a peer, or the engine thread from its own training thread. */
+  int always, idle_cores;
   char why[320];
   /* HVDSHIM_ELASTIC: the waits check the host's peers are alive (their
    * pids), so a death fails the operation instead of hanging it */
   int watch, dead; /* dead: the local rank found dead (-1: none) */
   int *pids;
-} S = {0, MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, 0, 0, "off", 0, -1, NULL};
+} S = {0, MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, "off", 0, -1, NULL};
+
+/* Set by the engine before each cycle: a user thread waits for it. */
+static int spin_hint;
+void hvd_shm_spin_hint(int waited_for) { __atomic_store_n(&spin_hint, waited_for, __ATOMIC_RELAXED); }
 
 static double now_us(void) {
   struct timespec ts;
@@ -81,21 +93,38 @@ static int peers_gone(void) {
 /* How often an elastic wait looks for dead peers (us). */
 #define WATCH_US 20000.0
 
-/* Until every peer's flag `which` has reached s: spin S.spin pauses, then
- * sleep: on the peer's futex word (control rounds, whose peers may be
- * computing for milliseconds; re-checked every 100 ms, the watchdog judges
- * a dead peer), or yield and nap 20 us (the data path, whose peers are
- * executing the same piece).  Elastic (S.watch): every WATCH_US of waiting
- * the peers' processes are checked; -1 when one has died, else 0. */
+/* Spin budgets (us): a process with two CPUs per rank (its engine thread
+ * waits while its training thread computes), and a wait a user thread is
+ * blocked on with a core of its own (a peer late by its step's jitter). */
+#define SPIN_ALWAYS_US 50.0
+#define SPIN_WAITED_US 1000.0
+
+/* Until every peer's flag `which` has reached s: spin (S.always, or
+ * S.idle_cores while a user thread waits: spin_hint), checking the clock
+ * every 64 pauses and yielding every 16 us (a thread of this process that
+ * shares the core runs); then sleep: on the peer's futex word (control
+ * rounds, whose peers may be computing for milliseconds; re-checked every
+ * 100 ms, the watchdog judges a dead peer), or yield and nap 20 us (the
+ * data path, whose peers are executing the same piece).  Elastic
+ * (S.watch): every WATCH_US of waiting the peers' processes are checked;
+ * -1 when one has died, else 0. */
 static int wait_all(int which, uint32_t s, int on_futex) {
-  double next_look = 0;
+  double next_look = 0, budget = S.always ? SPIN_ALWAYS_US : 0, spin_end = 0, next_yield = 0;
+  if (S.idle_cores && __atomic_load_n(&spin_hint, __ATOMIC_RELAXED)) budget = SPIN_WAITED_US;
   for (int k = 0; k < S.n; k++) {
     if (k == S.me) continue;
     uint32_t *f = flag(k, which), seen;
     for (unsigned i = 0; (int32_t)((seen = __atomic_load_n(f, __ATOMIC_ACQUIRE)) - s) < 0; i++) {
-      if (i < S.spin) {
+      if (budget > 0) {
         cpu_relax();
-        continue;
+        if (i % 64) continue;
+        double t = now_us();
+        if (spin_end == 0) spin_end = t + budget, next_yield = t + 16.0;
+        if (t < spin_end) {
+          if (t >= next_yield) sched_yield(), next_yield = t + 16.0;
+          continue;
+        }
+        budget = 0, i = 0; /* spun out: sleep from here on, for every peer */
       }
       if (S.watch) {
         double t = now_us();
@@ -106,7 +135,7 @@ static int wait_all(int which, uint32_t s, int on_futex) {
       if (on_futex) {
         struct timespec limit = {0, S.watch ? (long)(WATCH_US * 1000) : 100000000};
         futex(f, FUTEX_WAIT, seen, &limit);
-      } else if (i < S.spin + 200) {
+      } else if (i < 200) {
         sched_yield();
       } else {
         struct timespec ts = {0, 20000};
@@ -181,6 +210,20 @@ static int cpus_available(void) {
   return n > 0 ? (int)n : 1;
 }
 
+/* S.idle_cores: the CPUs the host's ranks may use (the union of their
+ * affinities) are at least as many as the ranks.  An MPI error code. */
+static int host_cores(int *enough) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    for (long c = 0; c < n && c < CPU_SETSIZE; c++) CPU_SET((int)c, &set);
+  }
+  int rc = MPI_Allreduce(MPI_IN_PLACE, &set, (int)sizeof set, MPI_BYTE, MPI_BOR, S.node);
+  *enough = rc == MPI_SUCCESS && CPU_COUNT(&set) >= S.n;
+  return rc;
+}
+
 int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, int watch, size_t buffer_bytes, int hosts_override,
                   size_t control_words, char *err, size_t errlen) {
   S.seq = 0;
@@ -236,7 +279,8 @@ int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, int watch, size_t
   S.cseq = 0;
   S.region = HDR + 2 * S.cbytes + 2 * S.half;
   S.maplen = S.region * (size_t)S.n;
-  S.spin = cpus_available() >= 2 * S.n ? 2000 : 0;
+  S.always = cpus_available() >= 2 * S.n;
+  HVD_CHECK_MPI_GOTO(host_cores(&S.idle_cores), "MPI_Allreduce (the host's CPUs)", fail);
   char name[96] = "", why[200] = "";
   int ok = 1;
   if (S.me == 0 && !(ok = create_segment(name, sizeof name, why, sizeof why) == 0)) name[0] = 0;

@@ -21,7 +21,8 @@
  * reduce-scatter, one MPI allreduce per slice across hosts, a local
  * allgather.  A buffer is written again two pieces later, when every peer
  * has raised `arrive` for the piece in between, so it has read the old one.
- * Waits spin (not when bound to one core), then yield, then nap; a dead
+ * Waits spin (with two CPUs per rank; with one, only while a user thread
+ * waits for the cycle), then yield, then nap; a dead
  * peer is caught by the liveness watchdog (the engine is marked busy while
  * it executes), or in an elastic job (watch) by the waits themselves: they
  * check the host's peers' processes every 20 ms, and an operation whose
@@ -61,6 +62,11 @@ int hvd_shm_allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype
  * done: use MPI) when the job spans hosts or shared memory is off, 1 when
  * done, -1 when a peer died (watch). */
 int hvd_shm_control(uint64_t *v);
+/* The engine, before each cycle: whether a user thread waits for it (it runs
+ * the cycle itself, or is blocked in hvd_wait).  Where the host's ranks
+ * have a CPU each, the cycle's waits then spin up to a millisecond before
+ * they sleep: the rank's core has nothing else to run. */
+void hvd_shm_spin_hint(int waited_for);
 /* The death a wait found, in words. */
 const char *hvd_shm_death(void);
 /* Unmaps the segment; frees the communicators when mpi_up.  Local: no peer
