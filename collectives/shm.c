@@ -303,7 +303,8 @@ int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, int watch, size_t
     return 0;
   }
   S.active = 1;
-  snprintf(S.why, sizeof S.why, "%d rank(s) per host x %d host(s), %zu-byte pieces", S.n, S.hosts, S.half);
+  snprintf(S.why, sizeof S.why, "%d rank(s) per host x %d host(s), %zu-byte pieces; waits %s", S.n, S.hosts, S.half,
+           S.always ? "spin" : S.idle_cores ? "spin while a caller waits" : "sleep (more ranks than CPUs)");
   return 0;
 fail:
   release(1);

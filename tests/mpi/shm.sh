@@ -8,7 +8,8 @@
 #     hosts; a local reduce-scatter, MPI per slice across, a local
 #     allgather): 2 hosts x 2 ranks, 3 x 2; a joined rank through it;
 #  3. the start line says what is used, and why not (one rank per host,
-#     hosts that cannot be split evenly, HVDSHIM_SHM=off);
+#     hosts that cannot be split evenly, HVDSHIM_SHM=off); and how waits
+#     wait: never spinning with more ranks on the host than CPUs;
 #  4. a rank killed while its peers wait in the shared segment: the job ends
 #     within 30 s naming it, with a non-zero status;
 #  5. a /dev/shm too small for the segment: every rank on MPI, one warning;
@@ -33,13 +34,17 @@ for np in 2 3 4; do
     run_random $np HVDSHIM_SHM_BUFFER=$buf
     case $used in "shared memory $np rank(s) per host x 1 host(s), "*) ;;
       *) cat "$TMP/out"; fail "np=$np: the shared-memory path was not used: $used" ;; esac
+    case $used in *"waits sleep (more ranks than CPUs)") spins=no ;; *"; waits spin"*) spins=yes ;;
+      *) cat "$TMP/out"; fail "np=$np: the start line does not say how waits wait: $used" ;; esac
+    [ "$spins" = "$([ "$(nproc)" -ge $np ] && echo yes || echo no)" ] ||
+      fail "np=$np on $(nproc) CPUs: $used"
   done
-  pass "np=$np: every dtype and op through shared memory (40000- and 524288-byte pieces: HVDSHIM_SHM_BUFFER=40010 rounds down to 64-byte units), ranks identical"
+  pass "np=$np: every dtype and op through shared memory (40000- and 524288-byte pieces: HVDSHIM_SHM_BUFFER=40010 rounds down to 64-byte units), ranks identical; waits spin: $spins ($(nproc) CPUs)"
 done
 run_random 4 HVDSHIM_TEST_SHM_HOSTS=2 HVDSHIM_SHM_BUFFER=40010
-[ "$used" = "shared memory 2 rank(s) per host x 2 host(s), 40000-byte pieces" ] || { cat "$TMP/out"; fail "2x2: $used"; }
+[ "${used%%;*}" = "shared memory 2 rank(s) per host x 2 host(s), 40000-byte pieces" ] || { cat "$TMP/out"; fail "2x2: $used"; }
 run_random 6 HVDSHIM_TEST_SHM_HOSTS=3
-[ "$used" = "shared memory 2 rank(s) per host x 3 host(s), 524288-byte pieces" ] || { cat "$TMP/out"; fail "3x2: $used"; }
+[ "${used%%;*}" = "shared memory 2 rank(s) per host x 3 host(s), 524288-byte pieces" ] || { cat "$TMP/out"; fail "3x2: $used"; }
 pass "across hosts (2 x 2 and 3 x 2 ranks): every dtype and op, ranks identical"
 mpi 4 -x HVDSHIM_TEST_SHM_HOSTS=2 "$ENGINE_TEST" join 2 >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "join across hosts"; }
 expect_ok_lines "$TMP/out" 4
