@@ -13,7 +13,11 @@ For each model (cnn, mlp), alternating runs of:
   before2     shim2 on another build (--lib-before): a change's before and after
   limit2 the physical limit: 2 independent plain processes started together,
               one pinned to each core (taskset), their samples/s summed
-              (limit3, limit4: more processes, round robin over the cores)
+              (limit3, limit4: more processes, round robin over the cores).
+              Also printed: the lockstep bound, 2 x the slower process's
+              samples/s: a synchronous job (every step waits for every rank)
+              runs at its slowest core's pace, whatever its communication
+              costs, and a virtual machine's cores can differ in speed
   KIND@NAME=VALUE  KIND with HVDSHIM_NAME=VALUE (several joined by +), e.g.
               shim2@BUCKET=0: two settings compared in the same run
 Throughput is global samples/s (ranks x per-rank samples/s, same per-rank
@@ -56,14 +60,15 @@ def limit(n, cmd, e):
     cores = sorted(os.sched_getaffinity(0))
     procs = [subprocess.Popen(["taskset", "-c", str(cores[i % len(cores)])] + cmd, env=e, stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(n)]
-    total = 0.0
+    rates = []
     for p in procs:
         out, err = p.communicate(timeout=600)
         m = re.search(r"samples/s ([\d.]+)", out)
         if p.returncode or not m:
             sys.exit("limit%d failed (exit %d):\n%s%s" % (n, p.returncode, out, err))
-        total += float(m.group(1))
-    return total
+        rates.append(float(m.group(1)))
+    lockstep[n].append(n * min(rates))
+    return sum(rates)
 
 
 def run(kind, model):
@@ -102,6 +107,7 @@ print("hvdshim PyTorch benchmark: %d repeats x %d timed steps, batch %d per rank
       "optimizer step, OMP_NUM_THREADS=1" % (args.repeats, args.steps, args.batch, args.accumulate))
 for model in args.models.split(","):
     results = {k: [] for k in args.kinds.split(",")}
+    lockstep = {n: [] for n in range(1, 65)}  # limitN's lockstep bounds
     for i in range(args.repeats):
         order = list(results) if i % 2 == 0 else list(reversed(results))
         for kind in order:
@@ -122,9 +128,14 @@ for model in args.models.split(","):
         if "shim%d" % n in med and "before%d" % n in med:
             print("%s ratio shim np=%d / before np=%d: %.3f" % (model, n, n, med["shim%d" % n] / med["before%d" % n]))
         lim = med.get("limit%d" % n)
+        bound = statistics.median(lockstep[n]) if lockstep[n] else None
+        if lim:
+            print("%s lockstep bound at np=%d (%d x the slower plain process, median): %.0f = %.3f of the limit"
+                  % (model, n, n, bound, bound / lim))
         for k in ("shim%d" % n, "before%d" % n, "ddp%d" % n):
             if lim and k in med:
-                print("%s ratio %s / the limit (%d plain processes, one per core): %.3f%s" % (
-                    model, k, n, med[k] / lim, " (target >= 0.85)" if k == "shim%d" % n else ""))
+                print("%s ratio %s / the limit (%d plain processes, one per core): %.3f%s; / the lockstep bound: %.3f"
+                      % (model, k, n, med[k] / lim, " (target >= 0.85)" if k == "shim%d" % n else "",
+                         med[k] / bound))
     if "shim1" in med and "plain" in med:
         print("%s ratio shim np=1 / plain:    %.3f (target >= 0.99)" % (model, med["shim1"] / med["plain"]))
