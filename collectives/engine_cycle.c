@@ -473,7 +473,6 @@ static int cycle(hvd_engine *e) {
   e->tl_op = 0, e->tl_path = NULL, e->tl_handle = HVD_NO_HANDLE;
   pthread_mutex_unlock(&e->qmu);
   if (tl_op) cycle_timeline(e, tl_op, tl_path, tl_mark, tl_handle);
-  hvd_shm_spin_hint(!pthread_equal(pthread_self(), e->thread) || hvd_handles_waiting(0));
   e->cycle_admitted = e->cycle_agreed = 0;
   for (hvd_req *n; q; q = n) {
     n = q->next;

@@ -261,7 +261,7 @@ static uint64_t blocked_ns; /* time user threads spent waiting for completions *
 
 uint64_t hvd_handles_blocked_ns(void) { return __atomic_load_n(&blocked_ns, __ATOMIC_RELAXED); }
 
-static int waiters;             /* user threads in a wait now (under mu) */
+static int waiters;             /* user threads in a wait now (changed under mu; read atomically) */
 static uint64_t last_wait_end;  /* mono_ns when the last wait ended (atomic) */
 static int (*helper)(void *);   /* hvd_handles_set_helper (under mu) */
 static void *helper_arg;
@@ -295,7 +295,7 @@ static hvd_status_t wait_impl(hvd_handle_t h, double timeout_s, void **out, size
     return HVD_ERR_INVALID;
   }
   uint64_t blocked_from = s->state != SLOT_DONE ? mono_ns() : 0;
-  if (blocked_from) waiters++;
+  if (blocked_from) __atomic_add_fetch(&waiters, 1, __ATOMIC_RELAXED);
   while (s->state != SLOT_DONE) {
     if (timeout_s < 0 && helper) { /* run the engine's next cycle here when no one else is */
       int (*help)(void *) = helper;
@@ -310,7 +310,7 @@ static hvd_status_t wait_impl(hvd_handle_t h, double timeout_s, void **out, size
     int rc = timeout_s >= 0 ? pthread_cond_timedwait(&cv, &mu, &deadline) : pthread_cond_wait(&cv, &mu);
     s = lookup(h); /* the table may have moved */
     if (rc == ETIMEDOUT && s->state != SLOT_DONE) {
-      waiters--;
+      __atomic_sub_fetch(&waiters, 1, __ATOMIC_RELAXED);
       __atomic_store_n(&last_wait_end, mono_ns(), __ATOMIC_RELAXED);
       pthread_mutex_unlock(&mu);
       __atomic_fetch_add(&blocked_ns, mono_ns() - blocked_from, __ATOMIC_RELAXED);
@@ -320,7 +320,7 @@ static hvd_status_t wait_impl(hvd_handle_t h, double timeout_s, void **out, size
   }
   if (blocked_from) {
     uint64_t t = mono_ns();
-    waiters--;
+    __atomic_sub_fetch(&waiters, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&last_wait_end, t, __ATOMIC_RELAXED);
     __atomic_fetch_add(&blocked_ns, t - blocked_from, __ATOMIC_RELAXED);
   }
@@ -344,6 +344,8 @@ static hvd_status_t wait_impl(hvd_handle_t h, double timeout_s, void **out, size
   hvd_gpu_consume(ev, stream); /* a GPU result: ordered before later work on the submitting stream */
   return st;
 }
+
+int hvd_handles_waiters(void) { return __atomic_load_n(&waiters, __ATOMIC_RELAXED); }
 
 int hvd_handles_waiting(double recent_s) {
   pthread_mutex_lock(&mu);

@@ -39,6 +39,8 @@ uint64_t hvd_handles_blocked_ns(void);
 /* A user thread waits for a completion now, or one stopped waiting less than
  * recent_s ago (a wait that ends and begins again is still waiting). */
 int hvd_handles_waiting(double recent_s);
+/* User threads blocked in a wait now (no lock: for a wait loop to poll). */
+int hvd_handles_waiters(void);
 void hvd_handles_reset(void); /* after fork: the child gets an empty table */
 /* A thread waiting without a timeout calls help(arg) while its handle is
  * not done: 1 when it ran a cycle of the engine (it looks again), 0 when it

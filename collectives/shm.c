@@ -18,6 +18,7 @@
 
 #include "../base/log.h"
 #include "dtype.h"
+#include "handles.h"
 #include "liveness.h"
 
 #define HDR 192 /* three flag words, a cache line each */
@@ -38,8 +39,9 @@ static struct {
    *   training thread computes while its engine thread waits: backward
    *   overlaps the reduction);
    * idle_cores: the host's ranks together may use a CPU each (not
-   *   oversubscribed), so a rank whose user thread waits for this
-   *   operation (hvd_shm_spin_hint) has a core with nothing else to run:
+   *   oversubscribed), so a rank whose user thread waits for the engine
+   *   (blocked in hvd_wait, or running the cycle itself) has a core with
+   *   nothing else to run:
    *   spinning on it costs no one anything, while sleeping costs a wake-up
    *   of the core (on a virtual machine, tens to hundreds of us: longer
    *   than the whole reduction of a small model).  Neither (oversubscribed,
@@ -53,9 +55,6 @@ static struct {
   int *pids;
 } S = {0, MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, "off", 0, -1, NULL};
 
-/* Set by the engine before each cycle: a user thread waits for it. */
-static int spin_hint;
-void hvd_shm_spin_hint(int waited_for) { __atomic_store_n(&spin_hint, waited_for, __ATOMIC_RELAXED); }
 
 static double now_us(void) {
   struct timespec ts;
@@ -94,28 +93,37 @@ static int peers_gone(void) {
 #define WATCH_US 20000.0
 
 /* Spin budgets (us): a process with two CPUs per rank (its engine thread
- * waits while its training thread computes), and a wait a user thread is
- * blocked on with a core of its own (a peer late by its step's jitter). */
+ * waits while its training thread computes), and a wait while a user thread
+ * of this process is blocked on the engine (its core has nothing else to
+ * run: a peer late by its step's jitter). */
 #define SPIN_ALWAYS_US 50.0
 #define SPIN_WAITED_US 1000.0
 
+static double spin_budget(void) {
+  if (S.idle_cores && hvd_handles_waiters() > 0) return SPIN_WAITED_US;
+  return S.always ? SPIN_ALWAYS_US : 0;
+}
+
 /* Until every peer's flag `which` has reached s: spin (S.always, or
- * S.idle_cores while a user thread waits: spin_hint), checking the clock
- * every 64 pauses and yielding every 16 us (a thread of this process that
- * shares the core runs); then sleep: on the peer's futex word (control
- * rounds, whose peers may be computing for milliseconds; re-checked every
- * 100 ms, the watchdog judges a dead peer), or yield and nap 20 us (the
- * data path, whose peers are executing the same piece).  Elastic
- * (S.watch): every WATCH_US of waiting the peers' processes are checked;
- * -1 when one has died, else 0. */
+ * S.idle_cores while a user thread waits: looked at again before every
+ * sleep, so a wait the engine thread began alone starts spinning once the
+ * training thread blocks), checking the clock every 64 pauses and yielding
+ * every 16 us (a thread of this process that shares the core runs); once
+ * the budget is spent, sleep: on the peer's futex word (control rounds,
+ * whose peers may be computing for milliseconds; re-checked every 100 ms,
+ * the watchdog judges a dead peer), or yield and nap 20 us (the data path,
+ * whose peers are executing the same piece).  Elastic (S.watch): every
+ * WATCH_US of waiting the peers' processes are checked; -1 when one has
+ * died, else 0. */
 static int wait_all(int which, uint32_t s, int on_futex) {
-  double next_look = 0, budget = S.always ? SPIN_ALWAYS_US : 0, spin_end = 0, next_yield = 0;
-  if (S.idle_cores && __atomic_load_n(&spin_hint, __ATOMIC_RELAXED)) budget = SPIN_WAITED_US;
+  double next_look = 0, budget = 0, spin_end = 0, next_yield = 0;
+  int spun_out = 0;
   for (int k = 0; k < S.n; k++) {
     if (k == S.me) continue;
     uint32_t *f = flag(k, which), seen;
     for (unsigned i = 0; (int32_t)((seen = __atomic_load_n(f, __ATOMIC_ACQUIRE)) - s) < 0; i++) {
-      if (budget > 0) {
+      if (!spun_out && spin_end == 0) budget = spin_budget();
+      if (!spun_out && budget > 0) {
         cpu_relax();
         if (i % 64) continue;
         double t = now_us();
@@ -124,7 +132,7 @@ static int wait_all(int which, uint32_t s, int on_futex) {
           if (t >= next_yield) sched_yield(), next_yield = t + 16.0;
           continue;
         }
-        budget = 0, i = 0; /* spun out: sleep from here on, for every peer */
+        spun_out = 1, i = 0; /* spun out: sleep from here on, for every peer */
       }
       if (S.watch) {
         double t = now_us();

@@ -62,11 +62,6 @@ int hvd_shm_allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype
  * done: use MPI) when the job spans hosts or shared memory is off, 1 when
  * done, -1 when a peer died (watch). */
 int hvd_shm_control(uint64_t *v);
-/* The engine, before each cycle: whether a user thread waits for it (it runs
- * the cycle itself, or is blocked in hvd_wait).  Where the host's ranks
- * have a CPU each, the cycle's waits then spin up to a millisecond before
- * they sleep: the rank's core has nothing else to run. */
-void hvd_shm_spin_hint(int waited_for);
 /* The death a wait found, in words. */
 const char *hvd_shm_death(void);
 /* Unmaps the segment; frees the communicators when mpi_up.  Local: no peer
