@@ -348,10 +348,7 @@ static hvd_status_t wait_impl(hvd_handle_t h, double timeout_s, void **out, size
 int hvd_handles_waiters(void) { return __atomic_load_n(&waiters, __ATOMIC_RELAXED); }
 
 int hvd_handles_waiting(double recent_s) {
-  pthread_mutex_lock(&mu);
-  int n = waiters;
-  pthread_mutex_unlock(&mu);
-  return n > 0 || (double)(mono_ns() - __atomic_load_n(&last_wait_end, __ATOMIC_RELAXED)) * 1e-9 < recent_s;
+  return hvd_handles_waiters() > 0 || (double)(mono_ns() - __atomic_load_n(&last_wait_end, __ATOMIC_RELAXED)) * 1e-9 < recent_s;
 }
 
 hvd_status_t hvd_wait(hvd_handle_t h, double timeout_s) { return wait_impl(h, timeout_s, NULL, NULL, "hvd_wait"); }

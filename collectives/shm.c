@@ -55,7 +55,6 @@ static struct {
   int *pids;
 } S = {0, MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, "off", 0, -1, NULL};
 
-
 static double now_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -211,24 +210,23 @@ static int map_segment(const char *name, char *why, size_t whylen) {
   return 0;
 }
 
-static int cpus_available(void) {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+/* The CPUs this process may run on (all online ones when unknown). */
+static void own_cpus(cpu_set_t *set) {
+  CPU_ZERO(set);
+  if (sched_getaffinity(0, sizeof *set, set) == 0) return;
   long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (int)n : 1;
+  for (long c = 0; c < (n > 0 ? n : 1) && c < CPU_SETSIZE; c++) CPU_SET((int)c, set);
 }
 
-/* S.idle_cores: the CPUs the host's ranks may use (the union of their
+/* S.always: this process may use two CPUs per rank of the host.
+ * S.idle_cores: the CPUs the host's ranks may use (the union of their
  * affinities) are at least as many as the ranks.  An MPI error code. */
-static int host_cores(int *enough) {
+static int spin_modes(void) {
   cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    for (long c = 0; c < n && c < CPU_SETSIZE; c++) CPU_SET((int)c, &set);
-  }
+  own_cpus(&set);
+  S.always = CPU_COUNT(&set) >= 2 * S.n;
   int rc = MPI_Allreduce(MPI_IN_PLACE, &set, (int)sizeof set, MPI_BYTE, MPI_BOR, S.node);
-  *enough = rc == MPI_SUCCESS && CPU_COUNT(&set) >= S.n;
+  S.idle_cores = rc == MPI_SUCCESS && CPU_COUNT(&set) >= S.n;
   return rc;
 }
 
@@ -287,8 +285,7 @@ int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, int watch, size_t
   S.cseq = 0;
   S.region = HDR + 2 * S.cbytes + 2 * S.half;
   S.maplen = S.region * (size_t)S.n;
-  S.always = cpus_available() >= 2 * S.n;
-  HVD_CHECK_MPI_GOTO(host_cores(&S.idle_cores), "MPI_Allreduce (the host's CPUs)", fail);
+  HVD_CHECK_MPI_GOTO(spin_modes(), "MPI_Allreduce (the host's CPUs)", fail);
   char name[96] = "", why[200] = "";
   int ok = 1;
   if (S.me == 0 && !(ok = create_segment(name, sizeof name, why, sizeof why) == 0)) name[0] = 0;
