@@ -5,7 +5,9 @@ start), weights saved at the end (argv[1]).  Two hooks for the test, nothing the
 shim knows of:
   argv[2] RANK[,RANK...]:STEP  that rank (OMPI_COMM_WORLD_RANK) SIGKILLs itself when
                   it has its batch of STEP (0-based), not in a job hvdrun
-                  started again to grow (HVDSHIM_ELASTIC_RESUME=1);
+                  started again to grow (HVDSHIM_ELASTIC_RESUME=1); with
+                  argv[3] FILE, it makes FILE and waits instead (the test
+                  then kills its host: tests/launcher/multihost.sh);
   DROP=STEP:LO:HI the single-process emulation: rows LO..HI-1 of that step's
                   batch left out (the dead rank's slice under HVDSHIM_DATA=split).
 SPARSE=1: an embedding with sparse gradients (nn.Embedding(sparse=True))
@@ -62,6 +64,9 @@ for epoch in range(3):
     total = 0.0
     for x, c, y in loader:
         if die and me in die[0] and step == die[1]:
+            if len(sys.argv) > 3:  # the test kills this rank's whole host
+                open(sys.argv[3], "w").close()
+                time.sleep(600)
             os.kill(os.getpid(), signal.SIGKILL)
         if drop and step == drop[0]:
             keep = [i for i in range(len(x)) if not drop[1] <= i < drop[2]]
