@@ -62,6 +62,10 @@ typedef struct hvd_backend {
   int (*check_async)(char *err, size_t errlen);
   /* At the engine's end, every rank at the same point (NULL: nothing). */
   void (*stop)(void);
+  /* The ranks changed (elastic: some died): what was made over the old
+   * ones is dropped without waiting for them (a member may be dead), and
+   * the next operation makes it over the new ones (NULL: nothing made). */
+  void (*reset)(void);
 } hvd_backend;
 
 /* The device backends' names, shared by their real and refusing versions. */

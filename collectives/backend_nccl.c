@@ -19,7 +19,7 @@
 
 #define NCCL_FUNCS(X)                                                                           \
   X(ncclGetVersion) X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclAllReduce) X(ncclBroadcast)   \
-  X(ncclGetErrorString) X(ncclCommGetAsyncError) X(ncclCommDestroy)
+  X(ncclGetErrorString) X(ncclCommGetAsyncError) X(ncclCommDestroy) X(ncclCommAbort)
 #define DECLARE(f) static __typeof__(f) *p_##f;
 NCCL_FUNCS(DECLARE)
 
@@ -132,6 +132,18 @@ static void stop(void) {
   N.comm = NULL;
 }
 
+/* After a death (HVDSHIM_ELASTIC): ncclCommAbort, not ncclCommDestroy,
+ * which would wait for the dead; it also ends this communicator's kernels
+ * still on the stream, waiting for a peer that is gone.  The next NCCL
+ * operation makes a communicator over the survivors (setup: a new unique id
+ * from the new rank 0 over the shrunk MPI communicator). */
+static void reset(void) {
+  if (!N.comm) return;
+  ncclResult_t r = p_ncclCommAbort ? p_ncclCommAbort(N.comm) : p_ncclCommDestroy ? p_ncclCommDestroy(N.comm) : ncclSuccess;
+  if (r != ncclSuccess) HVD_WARN("dropping the NCCL communicator of the ranks before the change: %s", nccl_msg(r));
+  N.comm = NULL;
+}
+
 const hvd_backend hvd_backend_nccl = {
     HVD_BACKEND_NCCL_NAMES,
     .allreduce = allreduce,
@@ -139,4 +151,5 @@ const hvd_backend hvd_backend_nccl = {
     .divides = divides,
     .check_async = check_async,
     .stop = stop,
+    .reset = reset,
 };

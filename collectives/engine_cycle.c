@@ -564,7 +564,10 @@ static int cycle(hvd_engine *e) {
   e->cycle_agreed = agreed;
   hvd_eng_execute(e);
   char gerr[512];
-  if (e->dev_bk && e->dev_bk->check_async && e->dev_bk->check_async(gerr, sizeof gerr) != 0) HVD_FATAL("%s", gerr);
+  /* (elastic: a peer's death can show here first; the recovery finds it, or
+   * ends the job when no rank has died) */
+  if (e->dev_bk && e->dev_bk->check_async && e->dev_bk->check_async(gerr, sizeof gerr) != 0)
+    HVD_ENG_COLLECTIVE_FAILED("%s", gerr);
   hvd_liveness_busy(0);
   if (e->rank == 0) hvd_coord_stall_check(&e->coord, hvd_eng_now());
   /* every rank stuck, and what is in flight waits for them: nothing can

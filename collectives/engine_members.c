@@ -138,6 +138,7 @@ int hvd_eng_rebuild(hvd_engine *e, MPI_Comm comm, const char *why, char *err, si
   MPI_Comm_free(&e->comm);
   hvd_eng_members_take(e, comm);
   if (hvd_eng_members_open(e, err, errlen) != 0) return -1;
+  hvd_gpu_members_changed(e->dev_bk, e->rank, e->size); /* NCCL: a communicator over the survivors */
   e->rounds_ok = e->released = 0;
   if (hvd_timeline_enabled()) hvd_timeline_instant("MEMBERSHIP", hvd_eng_us(e, hvd_eng_now()));
   HVD_INFO("the job goes on over %d rank(s) (was %d; this rank was %d, is %d): %s", e->size, old_size, old_rank,

@@ -79,6 +79,10 @@ void hvd_gpu_engine_stop(const hvd_backend *b);
 /* Set up from the engine start: rank, size and compression (0 none, 1
  * fp16, 2 bf16). */
 void hvd_gpu_configure(int rank, int size, int compression);
+/* After the engine's ranks changed (elastic): the device backend b drops
+ * what it made over the old ranks (NCCL: its communicator, aborted), and
+ * this rank is `rank` of `size` from the next operation on. */
+void hvd_gpu_members_changed(const hvd_backend *b, int rank, int size);
 /* "CUDA runtime 13.0 (path), NCCL 2.28.3 (path), kernels: yes" or why not. */
 void hvd_gpu_describe(char *out, size_t n);
 

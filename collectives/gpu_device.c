@@ -18,6 +18,12 @@ void hvd_gpu_configure(int rank, int size, int compression) {
   hvd_gpu.compression = compression;
 }
 
+void hvd_gpu_members_changed(const hvd_backend *b, int rank, int size) {
+  if (b && b->reset) b->reset();
+  hvd_gpu.rank = rank;
+  hvd_gpu.size = size;
+}
+
 int hvd_gpu_engine_setup(char *err, size_t errlen) {
   if (hvd_gpu.engine_ready) return 0;
   if (hvd_gpu_ready(err, errlen) != 0) return -1;

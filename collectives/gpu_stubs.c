@@ -54,6 +54,7 @@ const hvd_backend *hvd_gpu_pick(MPI_Comm comm, char *err, size_t errlen) {
   return NULL;
 }
 void hvd_gpu_configure(int rank, int size, int compression) { (void)rank, (void)size, (void)compression; }
+void hvd_gpu_members_changed(const hvd_backend *b, int rank, int size) { (void)b, (void)rank, (void)size; }
 void hvd_gpu_describe(char *out, size_t n) { snprintf(out, n, "%s", no_cuda); }
 
 static int refuse_allreduce(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dt, hvd_op_t op, const hvd_bk_ctx *c,
