@@ -21,6 +21,7 @@
  * Prints "engine_test: ... OK" and exits 0, or names what was wrong and
  * exits 1.  The last line of every rank carries its stats for the scripts. */
 #include <dirent.h>
+#include <dlfcn.h>
 #include <math.h>
 #include <mpi.h>
 #include <pthread.h>
@@ -518,13 +519,84 @@ static void check_renumbered(int first, int first_size, int gone, const char *ta
   rank = hvd_rank();
 }
 
+/* Device memory for the GPU modes, from the CUDA runtime on the library
+ * path (tests/gpu/fake-nccl.sh: the stand-in whose device memory is host
+ * memory): 0, or -1 with a FAIL. */
+static int (*dev_malloc)(void **p, size_t n);
+static int (*dev_memcpy)(void *dst, const void *src, size_t n, int kind);
+static int gpu_runtime(void) {
+  void *h = dlopen("libcudart.so.13", RTLD_NOW | RTLD_GLOBAL);
+  if (h) {
+    dev_malloc = (int (*)(void **, size_t))dlsym(h, "cudaMalloc");
+    dev_memcpy = (int (*)(void *, const void *, size_t, int))dlsym(h, "cudaMemcpy");
+  }
+  if (!dev_malloc || !dev_memcpy) {
+    FAIL("no CUDA runtime (libcudart.so.13) with cudaMalloc and cudaMemcpy: %s", h ? "symbols missing" : dlerror());
+    return -1;
+  }
+  return 0;
+}
+
+/* An allreduce of `count` copies of *v (dtype float32) on device memory
+ * when dev is not NULL (dev holds count floats), else of *v itself; *v is
+ * the first element of the result. */
+static hvd_status_t allreduce_one(const char *name, float *v, float *dev, size_t count) {
+  hvd_handle_t h;
+  hvd_status_t st;
+  if (!dev) {
+    st = hvd_allreduce_async(name, v, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h);
+    return st == HVD_OK ? hvd_wait(h, 60) : st;
+  }
+  float *host = malloc(count * sizeof *host);
+  for (size_t i = 0; i < count; i++) host[i] = *v;
+  dev_memcpy(dev, host, count * sizeof *host, 1);
+  st = hvd_allreduce_gpu_async(name, dev, count, HVD_FLOAT32, HVD_SUM, 0, NULL, NULL, NULL, &h);
+  if (st == HVD_OK) st = hvd_wait(h, 60);
+  if (st == HVD_OK) {
+    dev_memcpy(host, dev, count * sizeof *host, 2);
+    *v = host[0];
+    for (size_t i = 1; i < count; i++)
+      if (host[i] != host[0]) FAIL("%s: element %zu is %g, element 0 %g", name, i, host[i], host[0]);
+  }
+  free(host);
+  return st;
+}
+
+/* `n` allreduces of device memory (1000 floats, then 3 M: pieces of the
+ * stand-in NCCL's slots), each the sum over the ranks. */
+static void run_gpu_sums(int n) {
+  float *dev = NULL;
+  size_t big = 3u << 20;
+  if (gpu_runtime() != 0 || dev_malloc((void **)&dev, big * sizeof *dev) != 0) {
+    FAIL("no device memory");
+    return;
+  }
+  float want = (float)size * (float)(size + 1) / 2;
+  for (int i = 0; i < n; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "gpu.sums.%d", i);
+    float v = (float)(rank + 1);
+    hvd_status_t st = allreduce_one(name, &v, dev, i == n - 1 ? big : 1000);
+    if (st != HVD_OK || v != want) {
+      FAIL("%s: %s (sum %g, expected %g)", name, st != HVD_OK ? hvd_last_error() : "wrong sum", v, want);
+      return;
+    }
+  }
+  printf("engine_test[%d]: %d allreduces of device memory right\n", rank, n);
+}
+
 /* HVDSHIM_ELASTIC=1: rank `dying` kills itself (SIGKILL) after `at`
  * allreduces; the others go on until `after` allreduces have completed over
  * the survivors.  Every sum is the sum over the ranks alive when it
  * completed; an allreduce in flight at the death fails naming it and is
  * submitted again; the survivors end renumbered in order, and an allgather
- * of their first ranks says so. */
-static void run_survive(int dying, int at, int after) {
+ * of their first ranks says so.  gpu: on device memory (1000 floats). */
+static void run_survive(int dying, int at, int after, int gpu) {
+  float *dev = NULL;
+  if (gpu && (gpu_runtime() != 0 || dev_malloc((void **)&dev, 1000 * sizeof *dev) != 0)) {
+    FAIL("no device memory");
+    return;
+  }
   int first = rank, first_size = size;
   float all = 0, rest = 0;
   for (int r = 0; r < first_size; r++) all += (float)(r + 1), rest += r == dying ? 0.0f : (float)(r + 1);
@@ -537,9 +609,7 @@ static void run_survive(int dying, int at, int after) {
     char name[64];
     snprintf(name, sizeof name, "survive.%d", i);
     float v = (float)(first + 1);
-    hvd_handle_t h;
-    hvd_status_t st = hvd_allreduce_async(name, &v, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h);
-    if (st == HVD_OK) st = hvd_wait(h, 60);
+    hvd_status_t st = allreduce_one(name, &v, dev, 1000);
     if (st != HVD_OK) {
       if (!shrunk && st == HVD_ERR_MEMBERSHIP && strstr(hvd_last_error(), "died")) { /* in flight at the death */
         retried++;
@@ -1094,9 +1164,7 @@ static void run_leave(int leaving, int after) {
     char name[64];
     snprintf(name, sizeof name, "leave.%d", i);
     float v = (float)(first + 1);
-    hvd_handle_t h;
-    hvd_status_t st = hvd_allreduce_async(name, &v, 1, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h);
-    if (st == HVD_OK) st = hvd_wait(h, 60);
+    hvd_status_t st = allreduce_one(name, &v, NULL, 1);
     if (st != HVD_OK) {
       const char *why = hvd_last_error();
       if (first == leaving && strstr(why, "this rank has left the job")) {
@@ -1183,8 +1251,10 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "stall-abort")) run_stall_abort();
   else if (!strcmp(mode, "join")) run_join(argc > 2 ? atoi(argv[2]) : size - 1);
   else if (!strcmp(mode, "hvd-join")) run_hvd_join();
-  else if (!strcmp(mode, "survive"))
-    run_survive(argc > 2 ? atoi(argv[2]) : size - 1, argc > 3 ? atoi(argv[3]) : 10, argc > 4 ? atoi(argv[4]) : 20);
+  else if (!strcmp(mode, "gpu-sums")) run_gpu_sums(argc > 2 ? atoi(argv[2]) : 10);
+  else if (!strcmp(mode, "survive") || !strcmp(mode, "gpu-survive"))
+    run_survive(argc > 2 ? atoi(argv[2]) : size - 1, argc > 3 ? atoi(argv[3]) : 10, argc > 4 ? atoi(argv[4]) : 20,
+                mode[0] == 'g');
   else if (!strcmp(mode, "leave")) run_leave(argc > 2 ? atoi(argv[2]) : size - 1, argc > 3 ? atoi(argv[3]) : 20);
   else if (!strcmp(mode, "join-vs-exit")) run_join_vs_exit();
   else if (!strcmp(mode, "process-sets")) run_process_sets();
