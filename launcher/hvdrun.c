@@ -408,6 +408,12 @@ int main(int argc, char **argv) {
     if (min_np && (kind == LAUNCH_HYDRA || atoi(ver) < 5))
       die("--min-np: an elastic job needs an MPI that survives a peer's death (ULFM: Open MPI 5 or later, as on Debian "
           "trixie and sid); this mpirun is %s %s", kind == LAUNCH_HYDRA ? "Hydra (MPICH)" : "Open MPI", ver);
+    /* (tried on trixie's 5.0.7: PRRTE 3.0 "cannot recover" from a lost
+     * daemon, terminates the job and exits 0; sid's Open MPI 6 goes on) */
+    if (min_np && atoi(ver) == 5 && ((hosts && strchr(hosts, ',')) || (filehosts && strchr(filehosts, ','))))
+      fprintf(stderr, "hvdrun: warning: --min-np across hosts under Open MPI %s: a rank that dies is survived, but a "
+              "host lost (its Open MPI daemon) ends the whole job, and mpirun then exits 0; Open MPI 6 survives it\n",
+              ver);
     if (kind == LAUNCH_HYDRA) {
       /* Hydra: runs as root, places more ranks than cores, passes the whole
        * environment; LD_PRELOAD for the ranks only (-genv), hosts as a -hosts

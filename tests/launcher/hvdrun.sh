@@ -98,10 +98,19 @@ HVDRUN_MPIRUN="$TMP/ompi5" "$HVDRUN" --dry-run -np 2 --min-np 1 ./t >"$TMP/le" |
 for want in "--with-ft ulfm" "-x HVDSHIM_ELASTIC " "-x HVDSHIM_ELASTIC_MIN_NP " " ./t"; do
   grep -qF -- "$want" "$TMP/le" || { cat "$TMP/le"; fail "elastic line lacks '$want'"; }
 done
+# across hosts under Open MPI 5.0 (whose launcher ends the job when it
+# loses a host's daemon): one warning line; none under 6, none on one host
+HVDRUN_MPIRUN="$TMP/ompi5" "$HVDRUN" --dry-run -np 2 --min-np 1 -H a:1,b:1 ./t >"$TMP/le" 2>"$TMP/le.err" || fail "Open MPI 5 elastic dry run across hosts"
+grep -q "^hvdrun: warning: --min-np across hosts under Open MPI 5.0.7: a rank that dies is survived, but a host lost" "$TMP/le.err" ||
+  { cat "$TMP/le.err"; fail "no warning about a host lost under Open MPI 5.0"; }
+fake_launcher ompi6 "mpirun (Open MPI) 6.0.0rc2"
+HVDRUN_MPIRUN="$TMP/ompi6" "$HVDRUN" --dry-run -np 2 --min-np 1 -H a:1,b:1 ./t >"$TMP/le" 2>"$TMP/le.err" || fail "Open MPI 6 elastic dry run across hosts"
+HVDRUN_MPIRUN="$TMP/ompi5" "$HVDRUN" --dry-run -np 2 --min-np 1 -H a:2 ./t >"$TMP/le" 2>>"$TMP/le.err" || fail "Open MPI 5 elastic dry run on one host"
+[ ! -s "$TMP/le.err" ] || { cat "$TMP/le.err"; fail "a warning under Open MPI 6 or on one host"; }
 RUN="env HVDRUN_MPIRUN=$TMP/hydra $HVDRUN" err "--min-np: an elastic job needs an MPI that survives a peer's death (ULFM: Open MPI 5 or later" -np 2 --min-np 1 ./t
 fake_launcher ompi4 "mpirun (Open MPI) 4.1.4"
 RUN="env HVDRUN_MPIRUN=$TMP/ompi4 $HVDRUN" err "--min-np: an elastic job needs an MPI that survives a peer's death (ULFM: Open MPI 5 or later, as on Debian trixie and sid); this mpirun is Open MPI 4.1.4" -np 2 --min-np 1 ./t
-pass "--min-np: mpirun --with-ft ulfm with HVDSHIM_ELASTIC and its minimum under Open MPI 5; refused with one line under Open MPI 4 and MPICH"
+pass "--min-np: mpirun --with-ft ulfm with HVDSHIM_ELASTIC and its minimum under Open MPI 5 (across hosts under 5.0: a warning that a lost host ends the job); refused with one line under Open MPI 4 and MPICH"
 
 # Under SLURM: srun with the preload exported to the tasks.
 printf '#!/bin/sh\necho srun "$@"\n' >"$TMP/srun" && chmod +x "$TMP/srun"
