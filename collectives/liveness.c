@@ -37,6 +37,7 @@ static int64_t busy_since_ns;  /* 0 = not waiting on peers */
 static int64_t last_tick_ns;   /* last completed step while busy */
 static int ticked_once;        /* a collective completed: every peer was up */
 static int64_t defer_until_ns; /* a lower live rank of this host ends the job first (judge) */
+static int lower_live;         /* how many: this rank waits that many seconds */
 
 static int64_t mono_ns(void) {
   struct timespec ts;
@@ -111,20 +112,19 @@ static void judge(void) {
    * caller while the other exits).  The lowest live rank of the host aborts
    * the job now; the k-th one, if its launcher has not killed it k seconds
    * later, leaves with status 1 without a second MPI_Abort. */
-  if (dead[0] && !defer_until_ns) {
-    int k = 0;
-    for (int r = 0; r < my_rank; r++)
-      if (is_local(r) && hvd_process_state(peers[r].pid) != 'D') k++;
-    defer_until_ns = now + (int64_t)k * 1000000000;
-    if (!k)
-      HVD_FATAL("lost rank %s: the process is gone (killed or crashed) and this rank has waited %.0f s for it in a "
-                "collective; ending the job", dead, stuck);
-  }
-  if (dead[0] && now < defer_until_ns) return;
   if (dead[0]) {
+    if (!defer_until_ns) {
+      lower_live = 0;
+      for (int r = 0; r < my_rank; r++)
+        if (is_local(r) && hvd_process_state(peers[r].pid) != 'D') lower_live++;
+      defer_until_ns = now + (int64_t)lower_live * 1000000000;
+    }
+    if (now < defer_until_ns) return;
+#define LOST "lost rank %s: the process is gone (killed or crashed) and this rank has waited %.0f s for it in a collective; "
+    if (!lower_live) HVD_FATAL(LOST "ending the job", dead, stuck);
     hvd_fatal_started = 1;
-    HVD_ERROR("lost rank %s: the process is gone (killed or crashed) and this rank has waited %.0f s for it in a "
-              "collective; ending this rank (a lower rank of this host ends the job)", dead, stuck);
+    HVD_ERROR(LOST "ending this rank (a lower rank of this host ends the job)", dead, stuck);
+#undef LOST
     syscall(SYS_exit_group, 1); /* not _exit: the shim interposes it */
   }
   int started = __atomic_load_n(&ticked_once, __ATOMIC_RELAXED);
