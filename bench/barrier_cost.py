@@ -2,13 +2,13 @@
 they wait: the floor under any synchronous data-parallel step on this
 machine, and why hvdshim's waits spin while the training thread waits.
 
-    python3 bench/barrier_cost.py [--repeats 4] [--steps 3000] [--python /usr/bin/python3]
+    python3 bench/barrier_cost.py [--repeats 4] [--steps 3000] [--model tiny|mlp] [--python /usr/bin/python3]
 
 Runs, alternately, `mpirun -np 2` of this script as a worker in three
 modes: none (no barrier: the anchor), spin (each step, both ranks meet at a
 flag in shared memory, polling it) and nap (the same, sleeping 20 us
-between polls).  Each worker trains the tiny model (784-88-10, batch 32,
-OMP_NUM_THREADS=1) and rank 0 reports its mean step; the driver prints the
+between polls).  Each worker trains the tiny model (784-88-10, batch 32;
+--model mlp: the torch bench's 784-1024-1024-10, batch 64; OMP_NUM_THREADS=1) and rank 0 reports its mean step; the driver prints the
 medians and each mode's cost per step against none in the same run."""
 import argparse
 import mmap
@@ -23,6 +23,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--repeats", type=int, default=4)
 ap.add_argument("--steps", type=int, default=3000)
 ap.add_argument("--python", default=os.environ.get("PYTHON", "/usr/bin/python3"), help="the workers' interpreter (torch)")
+ap.add_argument("--model", choices=["tiny", "mlp"], default="tiny")
 ap.add_argument("--worker", choices=["none", "spin", "nap"], help=argparse.SUPPRESS)
 ap.add_argument("--flag-file", help=argparse.SUPPRESS)
 args = ap.parse_args()
@@ -38,7 +39,8 @@ if args.worker is None:  # the driver
                 with open(flag, "wb") as f:
                     f.write(b"\0" * 4096)
                 out = subprocess.run(["mpirun", "-np", "2", "-x", "OMP_NUM_THREADS", args.python, __file__,
-                                      "--worker", mode, "--flag-file", flag, "--steps", str(args.steps)],
+                                      "--worker", mode, "--flag-file", flag, "--steps", str(args.steps),
+                                      "--model", args.model],
                                      env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
                 line = [l for l in out.stdout.splitlines() if l.startswith("us/step ")]
                 if out.returncode or not line:
@@ -74,9 +76,13 @@ def barrier(k):
 
 torch.manual_seed(0)
 X, Y = torch.randn(4096, 784), torch.randint(0, 10, (4096,))
-model = torch.nn.Sequential(torch.nn.Linear(784, 88), torch.nn.ReLU(), torch.nn.Linear(88, 10))
+if args.model == "mlp":
+    model = torch.nn.Sequential(torch.nn.Linear(784, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
+                                torch.nn.Linear(1024, 10))
+else:
+    model = torch.nn.Sequential(torch.nn.Linear(784, 88), torch.nn.ReLU(), torch.nn.Linear(88, 10))
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-loader = DataLoader(TensorDataset(X, Y), batch_size=32, shuffle=True, drop_last=True)
+loader = DataLoader(TensorDataset(X, Y), batch_size=64 if args.model == "mlp" else 32, shuffle=True, drop_last=True)
 step, start = 0, None
 if args.worker != "none":
     barrier(1)

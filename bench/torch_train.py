@@ -1,10 +1,13 @@
 """Benchmark workload: an ordinary single-process training loop (a small CNN,
 an MLP, a tiny MLP or a small transformer encoder on synthetic data) that reports its own throughput.  With --ddp it
 is the same model converted to DistributedDataParallel (gloo) by hand, as a
-user would without hvdshim.
+user would without hvdshim; with --horovod, converted to Horovod by hand
+(hvd.init, a DistributedSampler, DistributedOptimizer, rank 0's weights
+broadcast), run on real Horovod or on hvdshim's served package.
 
     python3 bench/torch_train.py --model cnn            # plain / under hvdshim
     mpirun -np 2 python3 bench/torch_train.py --model cnn --ddp STORE
+    PYTHONPATH=HOROVOD mpirun -np 2 -x PYTHONPATH python3 bench/torch_train.py --model cnn --horovod
 
 Prints "samples/s <local>": samples this process trained per second over the
 timed steps (after --warmup steps).  --accumulate K: K backward passes (a
@@ -33,10 +36,16 @@ ap.add_argument("--ddp", metavar="STORE_FILE", help="distribute with DDP (gloo),
 ap.add_argument("--switches", action="store_true",
                 help="also print each thread's context switches per timed step (rank 0): counts are stable where "
                      "timings on a shared machine are not")
+ap.add_argument("--horovod", action="store_true", help="distribute with Horovod (horovod.torch), converted by hand")
 args = ap.parse_args()
 
 rank, size = 0, 1
-if args.ddp:
+if args.horovod:
+    import horovod.torch as hvd
+    from torch.utils.data.distributed import DistributedSampler
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+elif args.ddp:
     import torch.distributed as dist
     from torch.utils.data.distributed import DistributedSampler
     rank, size = int(os.environ["OMPI_COMM_WORLD_RANK"]), int(os.environ["OMPI_COMM_WORLD_SIZE"])
@@ -75,12 +84,17 @@ else:
     X, Y = torch.randn(n, 784), torch.randint(0, 10, (n,))
     model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
 data = TensorDataset(X, Y)
-if args.ddp:
-    loader = DataLoader(data, batch_size=args.batch, sampler=DistributedSampler(data), drop_last=True)
-    model = nn.parallel.DistributedDataParallel(model)
+if args.ddp or args.horovod:
+    loader = DataLoader(data, batch_size=args.batch, sampler=DistributedSampler(data, size, rank), drop_last=True)
 else:
     loader = DataLoader(data, batch_size=args.batch, shuffle=True, drop_last=True)
+if args.ddp:
+    model = nn.parallel.DistributedDataParallel(model)
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+if args.horovod:
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
+                                   backward_passes_per_step=args.accumulate)
 
 
 
@@ -102,7 +116,7 @@ def thread_switches():
 
 step, epoch, start = 0, 0, None
 while step < args.warmup + args.steps:
-    if args.ddp:
+    if args.ddp or args.horovod:
         loader.sampler.set_epoch(epoch)
     for x, y in loader:
         if step == args.warmup:
@@ -128,6 +142,8 @@ if rank == 0:
         v0, i0 = switches0.get(name, (0, 0))
         print("switches/step %-24s voluntary %7.2f  involuntary %7.2f" % (name, (vol - v0) / args.steps,
                                                                           (invol - i0) / args.steps), flush=True)
+if args.horovod:
+    hvd.allreduce(torch.zeros(1), name="bench.end")  # every rank finished before any leaves
 if args.ddp:
     dist.barrier()
     os._exit(0)  # torch 1.13 + gloo can deadlock at interpreter exit
