@@ -34,6 +34,11 @@ static struct {
   char *map;
   char *tmp; /* the small path's private sum */
   uint32_t seq;  /* pieces run */
+  /* the last piece: its buffer, and whether the next may use it again
+   * (a large piece of the same length: see next_buffer) */
+  int last_b;
+  size_t last_len, last_es; /* bytes, element size */
+  int last_large;
   /* How a wait spins before it sleeps (wait_all):
    * always: this process may use two CPUs per rank of the host (its
    *   training thread computes while its engine thread waits: backward
@@ -53,7 +58,7 @@ static struct {
    * pids), so a death fails the operation instead of hanging it */
   int watch, dead; /* dead: the local rank found dead (-1: none) */
   int *pids;
-} S = {0, MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, 0, 0, 0, "off", 0, -1, NULL};
+} S = {0, MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, 0, 1, 0, 0, 0, 0, 0, "off", 0, -1, NULL};
 
 static double now_us(void) {
   struct timespec ts;
@@ -233,6 +238,7 @@ static int spin_modes(void) {
 int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, int watch, size_t buffer_bytes, int hosts_override,
                   size_t control_words, char *err, size_t errlen) {
   S.seq = 0;
+  S.last_b = 1, S.last_len = S.last_es = 0, S.last_large = 0;
   S.active = 0;
   if (!mode || size < 2) return snprintf(S.why, sizeof S.why, "off"), 0;
   int rc;
@@ -316,6 +322,24 @@ fail:
   return -1;
 }
 
+/* The buffer of the next piece (the same on every rank: it depends only on
+ * the pieces' lengths).  Buffers take turns, so a rank writes its buffer
+ * again only once every peer has raised `arrive` for the piece in between
+ * (it has read the old contents).  A large piece after a large piece of the
+ * same length and element size (so the same slices) takes the same buffer instead: of this rank's buffer a peer
+ * reads its own slice (before raising `reduced`, which this rank waited for
+ * in that piece) and this rank's result slice (before raising `arrive` for
+ * the next piece, which this rank waits for before it writes its slice
+ * again); with the same slices, packing the others touches neither while a
+ * peer may still read it.  One buffer instead of two for a model reduced
+ * in one piece per step: half the memory the step's reduction runs through,
+ * so more of the model stays in cache between steps. */
+static int next_buffer(size_t len, size_t es, int large) {
+  int b = large && S.last_large && len == S.last_len && es == S.last_es ? S.last_b : !S.last_b;
+  S.last_b = b, S.last_len = len, S.last_es = es, S.last_large = large;
+  return b;
+}
+
 /* Element index where slice j of a piece of `elems` elements begins: equal
  * slices, each starting on a 64-byte boundary. */
 static size_t slice_lo(size_t elems, size_t es, int j) {
@@ -355,10 +379,10 @@ int hvd_shm_allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype
   for (size_t off = 0; off < total;) {
     size_t len = total - off < S.half ? total - off : S.half;
     uint32_t s = ++S.seq;
-    int b = (int)(s & 1);
-    char *mine = buffer(S.me, b);
     size_t elems = len / es;
     int small = len <= HVD_SHM_SMALL;
+    int b = next_buffer(len, es, !small);
+    char *mine = buffer(S.me, b);
     /* every slice but this rank's own goes into the segment now; its own is
      * read from the tensors while it is reduced (reduce_own) */
     size_t lo = small ? len : slice_lo(elems, es, S.me) * es, hi = small ? len : slice_lo(elems, es, S.me + 1) * es;

@@ -3,8 +3,10 @@
  * At the start every host's ranks map one segment (POSIX shared memory,
  * unlinked as soon as all have mapped it, so nothing is left in /dev/shm
  * after a crash).  Each rank owns a region: two flag words and two buffers
- * of HVDSHIM_SHM_BUFFER bytes, used in turn by consecutive pieces (and a
- * control area: see hvd_shm_control).  A piece
+ * of HVDSHIM_SHM_BUFFER bytes, used in turn by consecutive pieces (a large
+ * piece after one of the same length and element size takes the same
+ * buffer: see next_buffer in shm.c), and a control area (see
+ * hvd_shm_control).  A piece
  * of an allreduce group:
  *   1. every rank packs its piece (large pieces: all but its own slice)
  *      into its own buffer and raises `arrive`;
@@ -19,8 +21,9 @@
  * Across hosts (the same number of ranks on each), the slice is allreduced
  * with MPI among the ranks of equal local rank before `reduced`: a local
  * reduce-scatter, one MPI allreduce per slice across hosts, a local
- * allgather.  A buffer is written again two pieces later, when every peer
- * has raised `arrive` for the piece in between, so it has read the old one.
+ * allgather.  A buffer taken in turn is written again two pieces later,
+ * when every peer has raised `arrive` for the piece in between, so it has
+ * read the old one.
  * Waits spin (with two CPUs per rank; with one, only while a user thread
  * waits for the cycle), then yield, then nap; a dead
  * peer is caught by the liveness watchdog (the engine is marked busy while
