@@ -144,6 +144,8 @@ def _submit_sparse(prm, p, g):
 def _finish_sparse():
     """Every gather first, then the gradients: when ranks die a gather fails
     with every p.grad still this rank's own (_start_over gathers again)."""
+    if not _S.sparse:
+        return
     done = []
     for k, (prm, p, idx, vals, hi, hv, shape) in enumerate(_S.sparse):
         what = "gathering the sparse gradient of '%s'" % prm.name
@@ -240,14 +242,18 @@ def _reduce_round_once():
     if _S.round is None:
         _submit_round()
     vec, slots, flags = _S.round
-    flags.wait()
     n, m = len(_S.used), len(slots)
+    if len(_S.submitted) == n and not _S.batch.items:  # nothing to add after the round: one wait for all
+        flags.wait_with(_S.pending)
+    else:
+        flags.wait()
+    got = vec.tolist()  # (one read: a slice of a tensor costs more than the list's)
     if len(_S.submitted) < n:  # (every parameter submitted here: nothing to look for)
-        for i in (vec[:n] > 0).nonzero().flatten().tolist():
-            if i not in _S.submitted:  # used elsewhere, or only in a backward that accumulated
+        for i, used in enumerate(got[:n]):
+            if used > 0 and i not in _S.submitted:  # used elsewhere, or only in a backward that accumulated
                 _submit_grad(_S.params[i])
     _S.batch.flush(waited=True)
-    tail = vec[n:].tolist()  # rank 0's hyperparameters, whether it took part, its k, whether to grow
+    tail = got[n:]  # rank 0's hyperparameters, whether it took part, its k, whether to grow
     if tail[-3] > 0:  # rank 0 took part
         _apply_hyper(slots, _hyper_values(tail[:4 * m]))
         _adopt_k(int(tail[-2]))
@@ -421,7 +427,7 @@ def _hyper_slots():
                 v = g[k]
                 if k == "params" or v is None:
                     continue
-                if _is_number(v):
+                if type(v) is float or _is_number(v):  # (a float: most of them, looked at first)
                     out.append((g, k, None, v))
                 elif isinstance(v, tuple) and v and all(_is_number(x) for x in v):
                     out.extend((g, k, i, x) for i, x in enumerate(v))
@@ -466,7 +472,7 @@ def _check_replicas():
         p = prm.ref()
         if p is not None:
             names.append(prm.name)
-            tensors.append(p.detach().double().sum().cpu())
+            tensors.append(p.detach().sum(dtype=torch.float64).cpu())  # (summed in float64, with no float64 copy)
     if not tensors:
         return
     sums = torch.nan_to_num(torch.stack(tensors), nan=1.0e308, posinf=1.5e308, neginf=-1.5e308)

@@ -185,6 +185,13 @@ class _Pending:
             if on_done is not None:
                 on_done()
 
+    def wait_with(self, other):
+        """Wait for this and `other` in one call (`other` is left empty)."""
+        self.items += other.items
+        self.refused = self.refused or other.refused
+        other.items, other.refused = [], None
+        self.wait()
+
     def drain(self):
         """Forget what is here (every operation of it has ended: a change of
         ranks failed or completed it), releasing the handles."""

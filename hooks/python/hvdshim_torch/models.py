@@ -155,10 +155,11 @@ def _first_keyword_tensor():
 
 
 def _forward_pre_hook(module, inputs):
-    _count_samples(module, inputs)
-    if module in _S.known:
-        if _S.frozen and module in _S.roots:  # parameters unfrozen since the last forward
-            _hook_unfrozen()
+    if module in _S.known:  # (every forward of every module comes here: the known ones first, cheaply)
+        if module in _S.roots:
+            _count_batch(module, inputs)
+            if _S.frozen:  # parameters unfrozen since the last forward
+                _hook_unfrozen()
         return None
     if not _S.enabled or module in _S.paramless:
         return None
