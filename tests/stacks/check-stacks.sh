@@ -32,6 +32,7 @@
 #                                    (default BUILDDIR/stacks-cache; about 2 GB each)
 #              HVDSHIM_STACKS        the stacks to run (default "trixie trixie-mpich sid")
 #              HVDSHIM_STACKS_TIME   seconds one stack's suites may take (default 2400)
+#              CUDA_HOME             the CUDA toolkit whose headers sid builds with (default /usr/local/cuda)
 set -u
 prepare=0
 [ "${1:-}" = --prepare ] && { prepare=1; shift; }
@@ -41,6 +42,7 @@ cache=${HVDSHIM_STACKS_CACHE:-$build/stacks-cache}
 stacks=${HVDSHIM_STACKS:-trixie trixie-mpich sid}
 limit=${HVDSHIM_STACKS_TIME:-2400}
 tool="$src/tools/stack-chroot.sh"
+cuda_src=${CUDA_HOME:-/usr/local/cuda}  # its headers: sid's build has the GPU path
 PKGS="build-essential autoconf automake libtool pkg-config libffi-dev python3 python3-numpy python3-torch
 libpython3-dev libopenblas0-pthread procps binutils iproute2 openmpi-bin libopenmpi-dev
 python3-pytest python3-mock python3-cloudpickle python3-packaging"
@@ -129,7 +131,16 @@ for name in $stacks; do
     timeout -k 10 "$limit" chroot "$root" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
       HOME=/root LANG=C.UTF-8 TMPDIR=/tmp CI="${CI:-}" /bin/sh -c "cd $dir && $1"
   }
-  if ! run "./autogen.sh && ./configure PYTHON=/usr/bin/python3 --with-mpi=$mpicc && make -j$(nproc)" \
+  # sid builds the GPU path too (the CUDA and NCCL headers copied in: the
+  # libraries are looked up at run time), so that tests/gpu/fake-nccl.sh
+  # runs its ULFM part (a rank dying among NCCL allreduces) on Open MPI 6;
+  # Debian 12's build has it already, without ULFM
+  cuda=
+  rm -rf "$root/root/cuda"
+  if [ "$suite" = sid ] && [ -f "$cuda_src/include/cuda_runtime_api.h" ] && [ -f "$cuda_src/include/nccl.h" ]; then
+    mkdir -p "$root/root/cuda" && cp -rL "$cuda_src/include" "$root/root/cuda/" && cuda="--with-cuda=/root/cuda"
+  fi
+  if ! run "./autogen.sh && ./configure PYTHON=/usr/bin/python3 --with-mpi=$mpicc $cuda NVCC=no && make -j$(nproc)" \
     >"$cache/$name.build.log" 2>&1; then
     show 30 "$cache/$name.build.log"
     say "$name ($versions) FAILED: the build failed (log: $cache/$name.build.log)"
