@@ -26,6 +26,7 @@ class StubLib:
         self.round_peer = None
         self.loss_peer = None
         self.batches = []
+        self.waits = []  # each hvd_wait_all's count of handles
 
     def hvd_allreduce_async(self, name, ptr, n, dtype, op, cb, arg, handle):
         self.calls.append(("allreduce", name, n, op))
@@ -62,6 +63,7 @@ class StubLib:
         return 0
 
     def hvd_wait_all(self, handles, n, failed):
+        self.waits.append(n)
         return 0
 
     def hvd_last_error(self):
@@ -316,6 +318,35 @@ class Rules(unittest.TestCase):
             self.assertEqual([f for _b, f in batches], [0] * (len(batches) - 1) + [lib._CALLER_WAITS])
             self.assertEqual(len(batches), len(names) if overlap else 1)
             self.assertEqual(_S.submitted, set())  # the step's reduction ended
+
+    def test_round_and_gradients_waited_for_in_one_call(self):
+        """Every gradient handed over with the round (HVDSHIM_OVERLAP off):
+        the end of backward waits for them and the round in one
+        hvd_wait_all; a refusal held by either set still raises."""
+        model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+        named = list(model.named_parameters())
+        _S.params = [grads._Param(i, "m0.%s" % n, p, False) for i, (n, p) in enumerate(named)]
+        _S.used, _S.nhooked = bytearray(len(named)), 0
+        _S.submitted, _S.round, _S.sparse, _S.optimizers = set(), None, [], []
+        _S.in_backward, _S.skip_bw, _S.k, _S.bw_window, _S.deferred = False, False, 1, 0, False
+        _S.batch, _S.pending, _S.bucket, _S.overlap, _S.elastic = lib._Batch(), lib._Pending(), 0, False, False
+        for prm in _S.params:
+            prm.hook()
+        self.stub.waits = []
+        model(torch.ones(2, 3)).sum().backward()
+        for prm in _S.params:
+            prm.handle.remove()
+        self.assertEqual(self.stub.waits, [len(named) + 1])
+        for refused_in in (0, 1):
+            a, b = lib._Pending(), lib._Pending()
+            (a, b)[refused_in].refused = "averaging something"
+            lib._following[0] = True
+            try:
+                with self.assertRaises(lib._MembershipChanged):
+                    a.wait_with(b)
+            finally:
+                lib._following[0] = False
+            self.assertEqual((b.items, b.refused, a.items, a.refused), ([], None, [], None))
 
     @unittest.skipIf(not hasattr(torch, "compiler") or "torch._dynamo" in sys.modules,
                      "torch < 2 (no torch.compile), or torch._dynamo already imported")

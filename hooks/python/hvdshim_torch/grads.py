@@ -23,6 +23,7 @@ engine's cycle itself (hvd_eng_help).  Where a rank has a single core
 engine thread would only take the core backward needs, and two thread
 switches per gradient cost more than the overlap gains."""
 import ctypes
+import functools
 import struct
 import weakref
 import torch
@@ -55,17 +56,18 @@ class _Param:
     def hook(self):
         p = self.ref()
         idx = self.index
+        ready = functools.partial(_grad_ready, idx)  # (called from C: no Python frame of its own)
         if _HAS_POST_ACCUMULATE:  # torch >= 2.1
-            self.handle = p.register_post_accumulate_grad_hook(lambda _p: _grad_ready(idx))
+            self.handle = p.register_post_accumulate_grad_hook(ready)
         else:  # torch 1.x: a post-hook on the AccumulateGrad node (kept alive here)
             with torch.enable_grad():
                 self.acc = p.expand_as(p).grad_fn.next_functions[0][0]
-            self.handle = self.acc.register_hook(lambda *_: _grad_ready(idx))
+            self.handle = self.acc.register_hook(ready)
         self.hooked = True
         _S.nhooked += 1
 
 
-def _grad_ready(idx):
+def _grad_ready(idx, *_hook_args):
     if not _S.in_backward:
         _S.in_backward = True
         # not inside a step (an LBFGS closure's backward reduces: the step needs it now)
@@ -354,7 +356,7 @@ def _averageable(t):
     """A computed scalar of its own: not a leaf (a parameter), not a view
     (writing it would change the tensor it views)."""
     return isinstance(t, torch.Tensor) and t.numel() == 1 and t.is_floating_point() and t.grad_fn is not None \
-        and not t._is_view() and t.device.type in ("cpu", "cuda")
+        and not t._is_view() and (t.is_cpu or t.is_cuda)
 
 
 def _backward_averaging(orig, tensors, grad_tensors, retain_graph, create_graph, args, kwargs):
@@ -532,7 +534,7 @@ def _mark_step():
 def _wrap_step(cls):
     def make_step(orig):
         def step(self, closure=None, *args, **kwargs):
-            if _S.in_step == 0:
+            if _S.deferred and _S.in_step == 0:  # (every step comes here: the usual case costs one look)
                 _reduce_deferred("the optimizer step")
             _S.in_step += 1
             try:
@@ -547,9 +549,11 @@ def _wrap_step(cls):
                 if _S.in_step == 0:
                     _mark_step()
             if _S.in_step == 0 and _S.enabled and _S.started:
-                _end_window()
+                if _S.bw_window:
+                    _end_window()
                 _S.steps += 1
-                _check_replicas()
+                if _S.check_steps and _S.steps % _S.check_steps == 0:
+                    _check_replicas()
             return result
         return step
     _wrap(cls, "step", make_step)
