@@ -29,3 +29,11 @@ check 2 sparse                        # nn.Embedding(sparse=True)
 check 2 frozen                        # first layer frozen in epoch 0, unfrozen in epoch 1
 check 2 noncontig                     # a parameter (and its gradient) not contiguous
 check 3 full --batch 48 --samples 240 # a batch of 48 split in 3
+# models made after the first steps (a deep copy in epoch 1, a new head in
+# epoch 2) are distributed at their first forward; between those, with no
+# module left unseen, the shim's global forward pre-hook is off
+check 2 late --epochs 3
+for e in 0 1 2; do
+  grep -q "^epoch $e loss .* forward-hooks 0$" "$TMP/shim.log" || { cat "$TMP/shim.log"; fail "late: the forward pre-hook still on after epoch $e"; }
+done
+pass "late: the forward pre-hook off at the end of every epoch"

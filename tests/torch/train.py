@@ -6,6 +6,7 @@ with options that switch on the features the hvdshim tests exercise.
 Prints one "epoch E loss L" line per epoch and saves the final state_dict(s)
 to --out.  The tests run it plain and under the shim and compare."""
 import argparse
+import copy
 import os
 import sys
 
@@ -39,7 +40,7 @@ def main():
     ap.add_argument("--out", required=True, help="checkpoint path; %%p is replaced by the process id")
     ap.add_argument("--case", default="full",
                     choices=["full", "no-optimizer", "lbfgs", "accumulate", "gan", "unused", "sparse", "frozen",
-                             "seen", "iterable", "noncontig"])
+                             "seen", "iterable", "noncontig", "late"])
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--samples", type=int, default=256)
     ap.add_argument("--batch", type=int, default=32)
@@ -107,7 +108,31 @@ def main():
                 yield b
 
     models = {}
-    if args.case == "gan":
+    if args.case == "late":  # modules made after the first steps: a deep copy (Module.__setstate__), a new head
+        model = mlp()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        head = None
+        for epoch in range(args.epochs):
+            if epoch == 1:  # go on with a copy of the model and a new optimizer
+                model = copy.deepcopy(model)
+                opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            if epoch == 2:  # a head on top of it, set by hand (no random draw)
+                head = nn.Linear(1, 1)
+                with torch.no_grad():
+                    head.weight.fill_(0.5)
+                    head.bias.fill_(0.1)
+                opt.add_param_group({"params": list(head.parameters())})
+            for x, y in batches():
+                opt.zero_grad()
+                out = model(x)
+                loss = bce(head(out) if head is not None else out, y)
+                loss.backward()
+                opt.step()
+            # global forward pre-hooks now (hvdshim takes its own off once every module made has been seen)
+            print("epoch", epoch, "loss", float(loss), "forward-hooks",
+                  len(torch.nn.modules.module._global_forward_pre_hooks))
+        models = {"model": model} if head is None else {"model": model, "head": head}
+    elif args.case == "gan":
         G = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 10))
         D = nn.Sequential(nn.Linear(10, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
         optG = torch.optim.Adam(G.parameters(), lr=1e-3, betas=(0.5, 0.999))

@@ -13,7 +13,7 @@ from .lifecycle import _check_stand_aside, _other_distribution, _stand_aside
 from .grads import (_reduce_deferred, _HAS_POST_ACCUMULATE, _average_loss, _backward_averaging, _note_optimizer,
                     _note_scaled, _wrap_step)
 from .rng import seed_torch_at_import as _seed_torch
-from .models import _count_batch, _forward_pre_hook
+from .models import _count_batch, _forward_pre_hook, hook_forwards, module_made
 from .data import _dealt_iter, _dealt_len, _prepare_loader, _warn_if_alone, redealt
 from . import resize as _resize
 
@@ -158,7 +158,25 @@ def _patch():
             return init_process_group
         _wrap(dist, "init_process_group", make_init_pg)
 
-    _S.hook_handles.append(torch.nn.modules.module.register_module_forward_pre_hook(_untraced(_forward_pre_hook)))
+    # modules made from now on reach the forward pre-hook at their first
+    # forward (it goes back on for them when it was taken off)
+    made = _untraced(module_made)
+
+    def make_module_init(orig):
+        def __init__(self, *args, **kwargs):
+            orig(self, *args, **kwargs)
+            made(self)
+        return __init__
+    _wrap(torch.nn.Module, "__init__", make_module_init)
+
+    def make_module_setstate(orig):
+        def __setstate__(self, state):
+            orig(self, state)
+            made(self)
+        return __setstate__
+    _wrap(torch.nn.Module, "__setstate__", make_module_setstate)
+    _S.count_samples = bool(_setting("HVDSHIM_METRICS"))
+    hook_forwards(_untraced(_forward_pre_hook))
 
 
 def _wrap_optimizers():

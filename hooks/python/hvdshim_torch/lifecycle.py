@@ -65,6 +65,7 @@ def _stand_aside(reason, undistributed=False):
     for h in _S.hook_handles:
         h.remove()
     _S.hook_handles = []
+    _S.fwd_hook = _S.fwd_hook_fn = None  # (and it does not come back for a module made later)
     _restore_output()
     if not undistributed:
         _libmod._lib.hvd_overlay_off()  # the script's ranks choose their own files (and may meet through one)

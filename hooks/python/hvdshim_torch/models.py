@@ -155,14 +155,17 @@ def _first_keyword_tensor():
 
 
 def _forward_pre_hook(module, inputs):
-    if module in _S.known:  # (every forward of every module comes here: the known ones first, cheaply)
+    if module in _S.known:  # (every forward of every module comes here while it is on: the known ones first)
         if module in _S.roots:
             _count_batch(module, inputs)
             if _S.frozen:  # parameters unfrozen since the last forward
                 _hook_unfrozen()
+            if _S.recheck:
+                _unhook_if_done()
         return None
     if not _S.enabled or module in _S.paramless:
         return None
+    _S.recheck = True
     if next(module.parameters(), None) is None and next(module.buffers(), None) is None:
         _S.paramless.add(module)
         return None
@@ -175,6 +178,39 @@ def _forward_pre_hook(module, inputs):
     _register_root(module)
     _count_samples(module, inputs)
     return None
+
+
+def hook_forwards(hook):
+    """Install the global forward pre-hook (every module call comes to it)."""
+    _S.fwd_hook_fn = hook
+    _S.fwd_hook = torch.nn.modules.module.register_module_forward_pre_hook(hook)
+    _S.hook_handles.append(_S.fwd_hook)
+
+
+def module_made(module):
+    """A module was made (Module.__init__; __setstate__ for copies and
+    unpickled ones): its first forward must reach the hook, which goes back
+    on if it was off."""
+    _S.fresh.add(module)
+    if _S.fwd_hook is None and _S.enabled and _S.fwd_hook_fn is not None:
+        hook_forwards(_S.fwd_hook_fn)
+
+
+def _unhook_if_done():
+    """Take the global forward pre-hook off once every module made so far has
+    been seen (registered with a root, or parameterless), no parameter is
+    frozen and no samples are counted: a module call with a global hook
+    takes torch's slow path (the tiny model's 4 calls a step: 15-20 us)."""
+    _S.recheck = False
+    if _S.fwd_hook is None or _S.frozen or _S.count_samples:
+        return
+    for m in list(_S.fresh):
+        if m in _S.known or m in _S.paramless:
+            _S.fresh.discard(m)
+    if not _S.fresh:
+        _S.fwd_hook.remove()
+        _S.hook_handles = [h for h in _S.hook_handles if h is not _S.fwd_hook]
+        _S.fwd_hook = None
 
 
 def _in_functorch_transform():

@@ -18,6 +18,15 @@ class _State:
         self.known = weakref.WeakSet()      # every module of a registered root
         self.roots = weakref.WeakSet()      # the registered roots
         self.paramless = weakref.WeakSet()  # roots without parameters or buffers
+        # The global forward pre-hook (models.py): on while a module made so far
+        # may still have its first forward ahead, a parameter is frozen or
+        # samples are counted; off otherwise (every module call then takes
+        # torch's fast path), and on again when a module is made
+        self.fwd_hook = None        # its handle while it is on
+        self.fwd_hook_fn = None     # the hook
+        self.fresh = weakref.WeakSet()  # modules made and not yet seen known or parameterless
+        self.recheck = False        # a module was registered or found parameterless: look at fresh again
+        self.count_samples = False  # HVDSHIM_METRICS: every root forward counts its batch
         self.by_param = weakref.WeakKeyDictionary()  # parameter -> _Param
         self.params = []            # _Param, index = position in the used-bitmap
         self.frozen = []            # _Param not yet hooked (requires_grad False)
