@@ -73,6 +73,24 @@ class StubLib:
         self.calls.append(("log", level, msg.decode()))
 
 
+def _one_backward(overlap):
+    """A two-layer model's parameters hooked as the adapter hooks them, one
+    backward through them, the hooks taken off: its named parameters."""
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    named = list(model.named_parameters())
+    _S.params = [grads._Param(i, "m0.%s" % n, p, False) for i, (n, p) in enumerate(named)]
+    _S.used, _S.nhooked = bytearray(len(named)), 0
+    _S.submitted, _S.round, _S.sparse, _S.optimizers = set(), None, [], []
+    _S.in_backward, _S.skip_bw, _S.k, _S.bw_window, _S.deferred = False, False, 1, 0, False
+    _S.batch, _S.pending, _S.bucket, _S.overlap, _S.elastic = lib._Batch(), lib._Pending(), 0, overlap, False
+    for prm in _S.params:
+        prm.hook()
+    model(torch.ones(2, 3)).sum().backward()
+    for prm in _S.params:
+        prm.handle.remove()
+    return named
+
+
 class Constants(unittest.TestCase):
     """The adapter's copies of hvdshim.h's enum values are the header's."""
 
@@ -295,21 +313,8 @@ class Rules(unittest.TestCase):
         of backward waits for is flagged so (the engine thread is not woken),
         no other is; the gradients arrive averaged either way."""
         for overlap in (True, False):
-            model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
-            named = list(model.named_parameters())
-            _S.params = [grads._Param(i, "m0.%s" % n, p, False) for i, (n, p) in enumerate(named)]
-            _S.used, _S.nhooked = bytearray(len(named)), 0
-            _S.submitted, _S.round, _S.sparse, _S.optimizers = set(), None, [], []
-            _S.in_backward, _S.skip_bw, _S.k, _S.bw_window, _S.deferred = False, False, 1, 0, False
-            _S.batch, _S.pending, _S.bucket, _S.overlap, _S.elastic = lib._Batch(), lib._Pending(), 0, overlap, False
-            handles = []
-            for prm in _S.params:
-                prm.hook()
-                handles.append(prm.handle)
             self.stub.batches = []
-            model(torch.ones(2, 3)).sum().backward()
-            for h in handles:
-                h.remove()
+            named = _one_backward(overlap)
             names = [b"m0.%s" % n.encode() for n, _p in named]
             batches = self.stub.batches
             self.assertEqual(sorted(n for b, _f in batches for n in b if not n.startswith(b"hvdshim.round")),
@@ -323,19 +328,8 @@ class Rules(unittest.TestCase):
         """Every gradient handed over with the round (HVDSHIM_OVERLAP off):
         the end of backward waits for them and the round in one
         hvd_wait_all; a refusal held by either set still raises."""
-        model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
-        named = list(model.named_parameters())
-        _S.params = [grads._Param(i, "m0.%s" % n, p, False) for i, (n, p) in enumerate(named)]
-        _S.used, _S.nhooked = bytearray(len(named)), 0
-        _S.submitted, _S.round, _S.sparse, _S.optimizers = set(), None, [], []
-        _S.in_backward, _S.skip_bw, _S.k, _S.bw_window, _S.deferred = False, False, 1, 0, False
-        _S.batch, _S.pending, _S.bucket, _S.overlap, _S.elastic = lib._Batch(), lib._Pending(), 0, False, False
-        for prm in _S.params:
-            prm.hook()
         self.stub.waits = []
-        model(torch.ones(2, 3)).sum().backward()
-        for prm in _S.params:
-            prm.handle.remove()
+        named = _one_backward(overlap=False)
         self.assertEqual(self.stub.waits, [len(named) + 1])
         for refused_in in (0, 1):
             a, b = lib._Pending(), lib._Pending()
