@@ -129,7 +129,7 @@ def _broadcast_ints(name, values, what):
         _broadcast_bytes(name, t, pending, what)
         pending.wait()
     retrying(broadcast)
-    return buf.tolist() if len(buf) else []
+    return buf.tolist()
 
 
 def _int64s(seq):

@@ -429,7 +429,7 @@ def _hyper_slots():
                 v = g[k]
                 if k == "params" or v is None:
                     continue
-                if type(v) is float or _is_number(v):  # (a float: most of them, looked at first)
+                if _is_number(v):
                     out.append((g, k, None, v))
                 elif isinstance(v, tuple) and v and all(_is_number(x) for x in v):
                     out.extend((g, k, i, x) for i, x in enumerate(v))
@@ -534,7 +534,7 @@ def _mark_step():
 def _wrap_step(cls):
     def make_step(orig):
         def step(self, closure=None, *args, **kwargs):
-            if _S.deferred and _S.in_step == 0:  # (every step comes here: the usual case costs one look)
+            if _S.in_step == 0:
                 _reduce_deferred("the optimizer step")
             _S.in_step += 1
             try:
@@ -549,11 +549,9 @@ def _wrap_step(cls):
                 if _S.in_step == 0:
                     _mark_step()
             if _S.in_step == 0 and _S.enabled and _S.started:
-                if _S.bw_window:
-                    _end_window()
+                _end_window()
                 _S.steps += 1
-                if _S.check_steps and _S.steps % _S.check_steps == 0:
-                    _check_replicas()
+                _check_replicas()
             return result
         return step
     _wrap(cls, "step", make_step)

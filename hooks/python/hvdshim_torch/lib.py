@@ -116,7 +116,7 @@ def _debug(msg):
 
 def _is_number(v):
     """A plain int or float (a hyperparameter's value), not a bool flag."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    return type(v) is float or (isinstance(v, (int, float)) and not isinstance(v, bool))  # (floats: most, first)
 
 
 def _setting(name):
