@@ -365,6 +365,7 @@ int main(int argc, char **argv) {
   argv_t cmd = {0};
   const char *slurm = getenv("SLURM_JOB_ID");
   const char *srun_env = getenv("HVDRUN_SRUN");
+  char *exe = NULL; /* what execv runs, where argv[0] is not its path */
   char *srun = slurm && *slurm && !hosts && !hostfile ? (srun_env && *srun_env ? strdup(srun_env) : find_in_path("srun"))
                                                       : NULL;
   const char *pre = getenv("LD_PRELOAD");
@@ -403,8 +404,12 @@ int main(int argc, char **argv) {
           slots, where, hosts || hostfile ? "" : ", or hosts with -H");
     char ver[128];
     enum launcher kind = launcher_kind(mpirun, ver, sizeof ver);
-    push(&cmd, mpirun);
-    free(mpirun);
+    /* Found on PATH: run it as a shell would, named "mpirun".  Open MPI
+     * takes an absolute argv[0] as --prefix and puts that folder's bin first
+     * on the ranks' PATH, so `python3` there would be /usr/bin/python3 rather
+     * than the caller's (a virtual environment's, pyenv's). */
+    exe = mpirun;
+    push(&cmd, m && *m ? mpirun : "mpirun");
     if (min_np && (kind == LAUNCH_HYDRA || atoi(ver) < 5))
       die("--min-np: an elastic job needs an MPI that survives a peer's death (ULFM: Open MPI 5 or later, as on Debian "
           "trixie and sid); this mpirun is %s %s", kind == LAUNCH_HYDRA ? "Hydra (MPICH)" : "Open MPI", ver);
@@ -467,6 +472,6 @@ command:
     print_argv(stderr, &cmd);
   }
   fflush(NULL);
-  execv(cmd.v[0], cmd.v);
-  die("cannot run %s: %s", cmd.v[0], strerror(errno));
+  execv(exe ? exe : cmd.v[0], cmd.v);
+  die("cannot run %s: %s", exe ? exe : cmd.v[0], strerror(errno));
 }

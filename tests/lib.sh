@@ -113,6 +113,10 @@ stat_of() { grep -m1 -o " $2=[0-9]*" "$1" | cut -d= -f2; }
 # test instead of skipping it).
 have_torch() {
   PYTHON=${PYTHON:-/usr/bin/python3}
+  # by its path: Open MPI run by an absolute path (as $MPIRUN is) puts its
+  # bin folder first on the ranks' PATH, where a bare name may find another
+  # interpreter (seen on a lent GPU machine: /usr/bin/python3 without torch)
+  case $PYTHON in */*) ;; *) PYTHON=$(command -v "$PYTHON" || echo "$PYTHON") ;; esac
   "$PYTHON" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("torch") is None)' 2>/dev/null
 }
 

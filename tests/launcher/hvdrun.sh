@@ -119,6 +119,19 @@ grep -qF "$TMP/srun --ntasks=3 --overcommit --export=ALL,LD_PRELOAD=$top_builddi
   { cat "$TMP/sline"; fail "srun line"; }
 pass "inside a SLURM allocation it runs srun"
 
+# A program named without a path is the one the caller's shell would run (a
+# virtual environment's python3 first on PATH), not the one beside mpirun:
+# hvdrun runs the mpirun it found on PATH as "mpirun" (Open MPI takes an
+# absolute path as --prefix and puts its bin folder first on the ranks' PATH).
+mkdir "$TMP/venv"
+printf '#!/bin/sh\necho "the caller'"'"'s python3 ran"\n' >"$TMP/venv/python3"
+chmod +x "$TMP/venv/python3"
+PATH="$TMP/venv:$(dirname "$MPIRUN"):$PATH" timeout -k 5 60 "$HVDRUN" -np 1 python3 </dev/null >"$TMP/venv.log" 2>&1 ||
+  { cat "$TMP/venv.log"; fail "hvdrun -np 1 python3 (a python3 first on PATH)"; }
+grep -q "the caller's python3 ran" "$TMP/venv.log" || { cat "$TMP/venv.log"; fail "the ranks ran another python3 than the caller's"; }
+PATH="$(dirname "$MPIRUN"):$PATH" "$HVDRUN" --dry-run -np 1 x | grep -q "^mpirun " || fail "dry run: mpirun from PATH not named as typed"
+pass "a program named without a path is the caller's (python3 first on PATH runs in the ranks)"
+
 # A real run: the native example through hvdrun at np=2 (verbose: the line
 # is printed), against the plain trainer with a 2x batch.
 . "$top_srcdir/tests/native/native-lib.sh"
