@@ -140,6 +140,33 @@ def nccl():
     print("nccl: engine step split: submit %.3f ms (%.2f us a tensor; a bare ctypes call %.2f us), wait %.3f ms"
           % (1e3 * split["submit"] / split["steps"], 1e6 * split["submit"] / split["steps"] / len(ts), 1e6 * per_call,
              1e3 * split["wait"] / split["steps"]))
+    # the CUDA runtime calls a submission makes on the caller's thread, each
+    # through ctypes (subtract the bare call): what the per-tensor cost is made of
+    rt = None
+    for cand in [p for p in open("/proc/self/maps").read().split() if "libcudart.so" in p] + ["libcudart.so"]:
+        try:
+            rt = ctypes.CDLL(cand)
+            break
+        except OSError:
+            pass
+    if rt is not None:
+        ev = ctypes.c_void_p()
+        rt.cudaEventCreateWithFlags(ctypes.byref(ev), 2)  # cudaEventDisableTiming
+        cap, dev = ctypes.c_int(), ctypes.c_int()
+        st = ctypes.c_void_p(stream)
+        calls = (("cudaStreamIsCapturing", lambda: rt.cudaStreamIsCapturing(st, ctypes.byref(cap))),
+                 ("cudaGetDevice", lambda: rt.cudaGetDevice(ctypes.byref(dev))),
+                 ("cudaEventRecord", lambda: rt.cudaEventRecord(ev, st)),
+                 ("cudaStreamWaitEvent", lambda: rt.cudaStreamWaitEvent(st, ev, 0)))
+        out = []
+        for nm, call in calls:
+            call()
+            t0 = time.perf_counter()
+            for _ in range(2000):
+                call()
+            out.append("%s %.2f us" % (nm, 1e6 * (time.perf_counter() - t0) / 2000))
+        torch.cuda.synchronize()
+        print("nccl: caller-side CUDA calls through ctypes, per call: " + ", ".join(out))
 
 
 def script_main(amp=False):

@@ -221,8 +221,22 @@ static hvd_status_t submit_ex(const char *name, hvd_sig *sig, void *buf, const v
   else e->qhead = r;
   e->qtail = r;
   e->qbytes += bytes;
-  if (was_empty && batching) batch_wake = 1;
-  else if (was_empty) pthread_cond_signal(&e->qcv); /* an idle engine starts a cycle now */
+  /* An idle engine starts a cycle now; a batch wakes it after its last item.
+   * A GPU tensor submitted alone (the Horovod API's allreduce_async) waits
+   * for others to join it for up to a cycle (hvd_eng_main): the host
+   * submits a backward's gradients faster than the device makes them, and
+   * a cycle per tensor would fuse nothing and take the context lock from the
+   * submitting thread for each. */
+  if (was_empty || e->gathering) {
+    if (batching) {
+      batch_wake = 1;
+    } else if (device >= 0) {
+      if (was_empty) __atomic_store_n(&e->gathering, 1, __ATOMIC_RELAXED), e->gather_t = r->t_submit;
+    } else {
+      __atomic_store_n(&e->gathering, 0, __ATOMIC_RELAXED);
+      pthread_cond_signal(&e->qcv);
+    }
+  }
   if (handle) *handle = r->handle;
   __atomic_store(&e->last_submit, &r->t_submit, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&e->qmu);
@@ -350,6 +364,7 @@ hvd_status_t hvd_allreduce_batch_async_ex(const hvd_allreduce_item *items, size_
   if (batch_wake && (flags & HVD_BATCH_CALLER_WAITS) && hvd_eng_helpable(e)) batch_wake = 0;
   if (batch_wake) {
     pthread_mutex_lock(&e->qmu);
+    __atomic_store_n(&e->gathering, 0, __ATOMIC_RELAXED);
     pthread_cond_signal(&e->qcv);
     pthread_mutex_unlock(&e->qmu);
   }

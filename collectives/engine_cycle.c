@@ -458,9 +458,7 @@ static int cycle(hvd_engine *e) {
   if (e->leave_rank >= 0 && e->stats.cycles == e->leave_cycle && !test_leave(e)) return 0;
   double now = hvd_eng_now();
   pthread_mutex_lock(&e->qmu);
-  hvd_req *q = e->qhead;
-  e->qhead = e->qtail = NULL;
-  e->qbytes = 0;
+  hvd_req *q = hvd_eng_take_queue_locked(e);
   int stopping = e->stop_requested;
   double stop_time = e->stop_time;
   if (e->join_asked != HVD_NO_HANDLE) { /* hvd_join: this rank joins once its own work has completed */
@@ -606,6 +604,14 @@ int hvd_eng_helpable(hvd_engine *e) { return !e->elastic && !__atomic_load_n(&e-
  * once the engine is stopping (its last cycles are the engine thread's). */
 int hvd_eng_help(void *engine) {
   hvd_engine *e = engine;
+  if (__atomic_load_n(&e->gathering, __ATOMIC_RELAXED)) { /* a result is wanted: no more gathering */
+    pthread_mutex_lock(&e->qmu);
+    if (e->gathering) {
+      __atomic_store_n(&e->gathering, 0, __ATOMIC_RELAXED);
+      pthread_cond_signal(&e->qcv);
+    }
+    pthread_mutex_unlock(&e->qmu);
+  }
   if (!hvd_eng_helpable(e) || pthread_equal(pthread_self(), e->thread)) return 0;
   if (pthread_mutex_trylock(&e->drive) != 0) return 0;
   int ran = 0;
@@ -659,8 +665,10 @@ void *hvd_eng_main(void *engine) {
       e->pend_nap = 0;
     }
     pthread_mutex_lock(&e->qmu);
-    while (!(e->stop_requested && !e->stopped_self) && !e->qhead && e->join_asked == HVD_NO_HANDLE && !e->tl_op) { /* a stop or join request needs a cycle */
+    while (!(e->stop_requested && !e->stopped_self) && (!e->qhead || e->gathering) && e->join_asked == HVD_NO_HANDLE &&
+           !e->tl_op) { /* a stop or join request needs a cycle */
       double t = hvd_eng_now();
+      if (e->qhead && e->gather_t + e->cycle_s < deadline) deadline = e->gather_t + e->cycle_s; /* gathered long enough */
       if (t >= deadline) break;
       struct timespec ts;
       clock_gettime(CLOCK_REALTIME, &ts);

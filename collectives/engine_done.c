@@ -116,6 +116,7 @@ hvd_req *hvd_eng_take_queue_locked(hvd_engine *e) {
   hvd_req *q = e->qhead;
   e->qhead = e->qtail = NULL;
   e->qbytes = 0;
+  __atomic_store_n(&e->gathering, 0, __ATOMIC_RELAXED);
   return q;
 }
 

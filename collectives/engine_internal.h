@@ -121,6 +121,13 @@ struct hvd_engine {
   pthread_cond_t qcv;
   hvd_req *qhead, *qtail;
   size_t qbytes;
+  /* the queue holds only GPU tensors submitted one at a time, since
+   * `gather_t`: the engine thread lets more join for up to a cycle before
+   * it takes them (one fused group, where each would be its own), unless a
+   * thread waits for a result first (hvd_eng_help) or other work comes.
+   * Written under qmu, read atomically by hvd_eng_help. */
+  int gathering;
+  double gather_t;
   int accepting, stop_requested;
   double stop_time;
   hvd_handle_t join_asked; /* hvd_join's handle, until the engine takes it (HVD_NO_HANDLE: none) */

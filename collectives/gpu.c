@@ -56,10 +56,33 @@ static double now_us(void) {
   return (double)ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
 }
 
+/* The engine's stream waits for the group's producers: once per recording
+ * that no other in the group covers.  A batch's tensors share one; tensors
+ * submitted one at a time by one thread from one stream each have their own,
+ * and the latest of them covers the earlier ones (a stream runs in order,
+ * and a thread records in program order), so only that one is waited for.
+ * Walked from the end: the (thread, stream) pairs whose latest recording is
+ * already waited for (a few; past that, every recording is waited for). */
 static int wait_ready(const hvd_gpu_item *it, size_t n, char *err, size_t errlen) {
-  for (size_t k = 0; k < n; k++)
-    if (it[k].ready && (k == 0 || it[k].ready != it[k - 1].ready)) /* a batch shares one */
-      HVD_CHECK_CUDA(p_cudaStreamWaitEvent(hvd_gpu.stream, it[k].ready->ev, 0), "cudaStreamWaitEvent (engine after producer)");
+  enum { KEYS = 8 };
+  const hvd_gpu_event *seen[KEYS];
+  int nseen = 0;
+  for (size_t k = n; k-- > 0;) {
+    const hvd_gpu_event *r = it[k].ready;
+    if (!r) continue;
+    int covered = 0;
+    for (int j = 0; j < nseen && !covered; j++)
+      covered = seen[j] == r || (seen[j]->by == r->by && seen[j]->stream == r->stream && seen[j]->seq >= r->seq);
+    if (covered) continue;
+    HVD_CHECK_CUDA(p_cudaStreamWaitEvent(hvd_gpu.stream, r->ev, 0), "cudaStreamWaitEvent (engine after producer)");
+    int j = 0;
+    while (j < nseen && !(seen[j]->by == r->by && seen[j]->stream == r->stream)) j++;
+    if (j < nseen) {
+      if (r->seq > seen[j]->seq) seen[j] = r;
+    } else if (nseen < KEYS) {
+      seen[nseen++] = r;
+    }
+  }
   return 0;
 }
 

@@ -69,6 +69,12 @@ void hvd_gpu_consume(hvd_gpu_event *ev, void *stream) {
   hvd_gpu_event_put(ev);
 }
 
+/* A ready recording's place: `me`'s address names the recording thread;
+ * `recordings` counts them all (a thread made later at the same address
+ * records after the first ended, so the count still orders them). */
+static __thread char me;
+static unsigned long recordings;
+
 int hvd_gpu_mark_ready(int device, void *stream, hvd_gpu_event *share, hvd_gpu_event **ev, char *err, size_t errlen) {
   *ev = NULL;
   if (share) { /* the previous tensor of a batch, same device and stream: its recording covers this one */
@@ -93,6 +99,8 @@ int hvd_gpu_mark_ready(int device, void *stream, hvd_gpu_event *share, hvd_gpu_e
   cudaError_t rc = hvd_gpu_event_new(ev);
   if (rc == cudaSuccess) rc = p_cudaEventRecord((*ev)->ev, (cudaStream_t)stream);
   if (cur != device && cur >= 0) p_cudaSetDevice(cur);
+  if (rc == cudaSuccess)
+    (*ev)->by = &me, (*ev)->stream = stream, (*ev)->seq = __atomic_add_fetch(&recordings, 1, __ATOMIC_RELAXED);
   if (rc != cudaSuccess) {
     hvd_gpu_event_put(*ev);
     *ev = NULL;

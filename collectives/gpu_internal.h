@@ -71,6 +71,12 @@ struct hvd_gpu_event {
   int refs;
   unsigned long gen;   /* bumped each time the event is taken from the pool (one record per taking) */
   hvd_gpu_event *next; /* free list */
+  /* a ready event's recording: the submitting thread (the address of a
+   * thread-local), the stream, and its number among all recordings: a later
+   * recording by the same thread on the same stream covers it */
+  const void *by;
+  void *stream;
+  unsigned long seq;
 };
 /* An event from the pool (or a new one, on the caller's current device),
  * holding one reference. */

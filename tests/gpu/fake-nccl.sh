@@ -5,7 +5,9 @@
 #  1. np=3: HVDSHIM_GPU_OPERATIONS=auto picks NCCL (every rank "has a GPU of
 #     its own"), one communicator per rank, allreduces of device memory
 #     (1000 floats, then 3 M in pieces) are the sums over the ranks;
-#  2. HVDSHIM_ELASTIC=1 (ULFM: Open MPI 5+): rank 1, then rank 0, SIGKILLs
+#  2. 100 device allreduces submitted one at a time are gathered into few
+#     fused groups, with one stream wait per producing stream a group;
+#  3. HVDSHIM_ELASTIC=1 (ULFM: Open MPI 5+): rank 1, then rank 0, SIGKILLs
 #     itself in a run of device allreduces; the survivors abort the NCCL
 #     communicator of three, make one of two (the new rank 0's unique id)
 #     and go on, every sum the survivors' (a communicator kept over the dead
@@ -34,6 +36,29 @@ expect_ok_lines "$TMP/out" 3
 grep -q "GPU operations: NCCL (HVDSHIM_GPU_OPERATIONS=auto" "$TMP/out" || { cat "$TMP/out"; fail "NCCL was not picked"; }
 [ "$(grep -c "NCCL 22800 communicator ready" "$TMP/out")" = 3 ] || { cat "$TMP/out"; fail "not one NCCL communicator per rank"; }
 pass "np=3: NCCL picked, one communicator per rank, 10 allreduces of device memory right (1000 floats; 3 M in pieces)"
+
+# GPU tensors submitted one at a time (the Horovod API's allreduce_async)
+# are gathered for up to a cycle into one fused group, and the engine's
+# stream waits once for a thread's stream, not once per tensor: at most 10
+# groups for 100 tensors, at most 2 stream waits a group (the engine's on the
+# producer, the caller's on the result).  Before: np=1 made 100 groups and
+# np=3 one group with 101 waits.
+said=""
+for np in 1 3; do
+  mpi $np -x LD_LIBRARY_PATH "$ENGINE_TEST" gpu-gather 100 >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "np=$np: gathered device allreduces"; }
+  expect_ok_lines "$TMP/out" $np
+  sed -n 's/.*gather 100 tensors: \([0-9]*\) groups, \([0-9]*\) stream waits/\1 \2/p' "$TMP/out" | {
+    n=0
+    while read -r groups waits; do
+      n=$((n + 1))
+      [ "$groups" -le 10 ] && [ "$waits" -le $((2 * groups)) ] ||
+        { cat "$TMP/out"; fail "np=$np: $groups groups and $waits stream waits for 100 tensors submitted one at a time"; }
+    done
+    [ "$n" = "$np" ] || { cat "$TMP/out"; fail "np=$np: $n ranks said how they gathered"; }
+  } || exit 1
+  said="$said np=$np: $(grep -m1 -o '[0-9]* groups, [0-9]* stream waits' "$TMP/out");"
+done
+pass "100 device allreduces submitted one at a time: gathered into few groups, one stream wait per producer stream a group ($said)"
 
 if ! nm -D "$top_builddir/.libs/libhvdshim.so" 2>/dev/null | grep -q " U MPIX_Comm_shrink"; then
   echo "a death under HVDSHIM_ELASTIC=1: not run (this MPI has no ULFM)"

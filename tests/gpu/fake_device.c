@@ -105,7 +105,11 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *
   *st = cudaStreamCaptureStatusNone;
   return cudaSuccess;
 }
-cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) { return (void)s, (void)e, (void)flags, cudaSuccess; }
+int fake_stream_waits; /* cudaStreamWaitEvent calls, for tests/mpi/engine_test gpu-gather */
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
+  __atomic_add_fetch(&fake_stream_waits, 1, __ATOMIC_RELAXED);
+  return (void)s, (void)e, (void)flags, cudaSuccess;
+}
 
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return *e = (cudaEvent_t)malloc(1), cudaSuccess; }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) { return (void)flags, cudaEventCreate(e); }

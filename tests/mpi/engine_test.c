@@ -585,6 +585,60 @@ static void run_gpu_sums(int n) {
   printf("engine_test[%d]: %d allreduces of device memory right\n", rank, n);
 }
 
+/* `n` device allreduces submitted one at a time with no wait between them
+ * (as the Horovod API's allreduce_async from gradient hooks), then waited
+ * for together: every sum right; prints how many groups they made and how
+ * many cudaStreamWaitEvent calls the stand-in runtime saw (bounded by
+ * tests/gpu/fake-nccl.sh). */
+static void run_gpu_gather(int n) {
+  const size_t each = 1000;
+  float *dev = NULL;
+  if (gpu_runtime() != 0 || dev_malloc((void **)&dev, (size_t)n * each * sizeof *dev) != 0) {
+    FAIL("no device memory");
+    return;
+  }
+  const int *waits = dlsym(RTLD_DEFAULT, "fake_stream_waits");
+  float *host = malloc((size_t)n * each * sizeof *host);
+  hvd_handle_t *h = calloc((size_t)n, sizeof *h);
+  if (!host || !h) {
+    FAIL("out of memory");
+    return;
+  }
+  for (size_t k = 0; k < (size_t)n * each; k++) host[k] = (float)(rank + 1 + (int)(k / each));
+  dev_memcpy(dev, host, (size_t)n * each * sizeof *host, 1);
+  hvd_stats_t before, after;
+  hvd_get_stats(&before);
+  int w0 = waits ? __atomic_load_n(waits, __ATOMIC_RELAXED) : 0;
+  for (int i = 0; i < n; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "gpu.gather.%d", i);
+    if (hvd_allreduce_gpu_async(name, dev + (size_t)i * each, each, HVD_FLOAT32, HVD_SUM, 0, NULL, NULL, NULL, &h[i]) !=
+        HVD_OK) {
+      FAIL("%s: %s", name, hvd_last_error());
+      return;
+    }
+  }
+  size_t bad = 0;
+  if (hvd_wait_all(h, (size_t)n, &bad) != HVD_OK) {
+    FAIL("gpu.gather.%zu: %s", bad, hvd_last_error());
+    return;
+  }
+  hvd_get_stats(&after);
+  int w = waits ? __atomic_load_n(waits, __ATOMIC_RELAXED) - w0 : -1;
+  dev_memcpy(host, dev, (size_t)n * each * sizeof *host, 2);
+  for (size_t k = 0; k < (size_t)n * each; k++) {
+    float want = (float)size * (float)(size + 1) / 2 + (float)size * (float)(k / each);
+    if (host[k] != want) {
+      FAIL("gpu.gather.%zu: element %zu is %g, expected %g", k / each, k % each, host[k], want);
+      break;
+    }
+  }
+  printf("engine_test[%d]: gather %d tensors: %llu groups, %d stream waits\n", rank, n,
+         (unsigned long long)(after.groups - before.groups), w);
+  free(host);
+  free(h);
+}
+
 /* HVDSHIM_ELASTIC=1: rank `dying` kills itself (SIGKILL) after `at`
  * allreduces; the others go on until `after` allreduces have completed over
  * the survivors.  Every sum is the sum over the ranks alive when it
@@ -1252,6 +1306,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "join")) run_join(argc > 2 ? atoi(argv[2]) : size - 1);
   else if (!strcmp(mode, "hvd-join")) run_hvd_join();
   else if (!strcmp(mode, "gpu-sums")) run_gpu_sums(argc > 2 ? atoi(argv[2]) : 10);
+  else if (!strcmp(mode, "gpu-gather")) run_gpu_gather(argc > 2 ? atoi(argv[2]) : 100);
   else if (!strcmp(mode, "survive") || !strcmp(mode, "gpu-survive"))
     run_survive(argc > 2 ? atoi(argv[2]) : size - 1, argc > 3 ? atoi(argv[3]) : 10, argc > 4 ? atoi(argv[4]) : 20,
                 mode[0] == 'g');
