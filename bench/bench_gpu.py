@@ -25,6 +25,17 @@ def lib():
     return L
 
 
+def loaded(part, fallback):
+    """The library of this process whose path holds `part` (the one the
+    engine found), else `fallback` by name; None if neither loads."""
+    for cand in [p for p in open("/proc/self/maps").read().split() if part in p] + [fallback]:
+        try:
+            return ctypes.CDLL(cand)
+        except OSError:
+            pass
+    return None
+
+
 def tensors():
     torch.manual_seed(0)
     sizes = [4096, 65536, 262144, 1 << 20, 4 << 20] * 32  # 160 tensors, ~170 MB of float32
@@ -90,13 +101,7 @@ def nccl():
         L.hvd_wait_all(handles, len(ts), ctypes.byref(first))
 
     # ncclAllReduce directly, through the same libnccl the engine found
-    nl = None
-    for cand in [p for p in open("/proc/self/maps").read().split() if "libnccl.so" in p] + ["libnccl.so.2"]:
-        try:
-            nl = ctypes.CDLL(cand)
-            break
-        except OSError:
-            pass
+    nl = loaded("libnccl.so", "libnccl.so.2")
 
     class UniqueId(ctypes.Structure):  # ncclUniqueId, passed by value
         _fields_ = [("internal", ctypes.c_char * 128)]
@@ -142,13 +147,7 @@ def nccl():
              1e3 * split["wait"] / split["steps"]))
     # the CUDA runtime calls a submission makes on the caller's thread, each
     # through ctypes (subtract the bare call): what the per-tensor cost is made of
-    rt = None
-    for cand in [p for p in open("/proc/self/maps").read().split() if "libcudart.so" in p] + ["libcudart.so"]:
-        try:
-            rt = ctypes.CDLL(cand)
-            break
-        except OSError:
-            pass
+    rt = loaded("libcudart.so", "libcudart.so")
     if rt is not None:
         ev = ctypes.c_void_p()
         rt.cudaEventCreateWithFlags(ctypes.byref(ev), 2)  # cudaEventDisableTiming
