@@ -9,10 +9,9 @@
 #   tests/gpu/suite.sh [DIR] [N]      (DIR default: a new temporary folder; N: 3)
 #
 # Needs what the tests need: mpirun, a PyTorch with CUDA as $PYTHON (default
-# python3), nvcc for native-cuda.sh.  A machine without MPI can take Debian
-# 12's Open MPI unpacked: `apt-get download openmpi-bin libopenmpi3
-# openmpi-common` and their libraries here, `dpkg -x` each there into one
-# folder, copy it over / without replacing files (`cp -an`), `ldconfig`.
+# python3), nvcc for native-cuda.sh.  A machine without MPI or build tools
+# (a lent GPU machine) takes a bundle made here: tests/gpu/bundle.sh (Debian
+# 12's Open MPI and this build tree; `bundle.sh run` there).
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-$(mktemp -d)}
 n=${2:-3}
