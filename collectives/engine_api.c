@@ -231,7 +231,10 @@ static hvd_status_t submit_ex(const char *name, hvd_sig *sig, void *buf, const v
     if (batching) {
       batch_wake = 1;
     } else if (device >= 0) {
-      if (was_empty) __atomic_store_n(&e->gathering, 1, __ATOMIC_RELAXED), e->gather_t = r->t_submit;
+      if (was_empty) { /* once: a sleeping engine's deadline becomes the gathering's end */
+        __atomic_store_n(&e->gathering, 1, __ATOMIC_RELAXED), e->gather_t = r->t_submit;
+        pthread_cond_signal(&e->qcv);
+      }
     } else {
       __atomic_store_n(&e->gathering, 0, __ATOMIC_RELAXED);
       pthread_cond_signal(&e->qcv);

@@ -639,6 +639,52 @@ static void run_gpu_gather(int n) {
   free(h);
 }
 
+/* `n` times: one device allreduce submitted alone, then polled with
+ * hvd_test (no thread waits, so nothing ends its gathering early): prints
+ * the median time to completion, which a gathering ended by the cycle keeps
+ * near HVDSHIM_CYCLE_TIME and an engine left asleep until its idle tick
+ * (100 ms) does not (bounded by tests/gpu/fake-nccl.sh). */
+static void run_gpu_poll(int n) {
+  float *dev = NULL;
+  if (gpu_runtime() != 0 || dev_malloc((void **)&dev, 1000 * sizeof *dev) != 0) {
+    FAIL("no device memory");
+    return;
+  }
+  double *ms = calloc((size_t)n, sizeof *ms);
+  if (!ms) return;
+  for (int i = 0; i < n; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "gpu.poll.%d", i);
+    usleep(3000); /* the engine idle again */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    hvd_handle_t h;
+    if (hvd_allreduce_gpu_async(name, dev, 1000, HVD_FLOAT32, HVD_SUM, 0, NULL, NULL, NULL, &h) != HVD_OK) {
+      FAIL("%s: %s", name, hvd_last_error());
+      return;
+    }
+    int done = 0;
+    while (!done) {
+      if (hvd_test(h, &done) != HVD_OK) {
+        FAIL("%s: %s", name, hvd_last_error());
+        return;
+      }
+      if (!done) usleep(50);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    ms[i] = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
+    if (hvd_wait(h, 10) != HVD_OK) FAIL("%s: %s", name, hvd_last_error());
+  }
+  for (int i = 1; i < n; i++) /* insertion sort: the median */
+    for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
+      double t = ms[j];
+      ms[j] = ms[j - 1], ms[j - 1] = t;
+    }
+  printf("engine_test[%d]: poll %d alone-submitted device allreduces: median %.2f ms to completion\n", rank, n,
+         ms[n / 2]);
+  free(ms);
+}
+
 /* HVDSHIM_ELASTIC=1: rank `dying` kills itself (SIGKILL) after `at`
  * allreduces; the others go on until `after` allreduces have completed over
  * the survivors.  Every sum is the sum over the ranks alive when it
@@ -1307,6 +1353,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "hvd-join")) run_hvd_join();
   else if (!strcmp(mode, "gpu-sums")) run_gpu_sums(argc > 2 ? atoi(argv[2]) : 10);
   else if (!strcmp(mode, "gpu-gather")) run_gpu_gather(argc > 2 ? atoi(argv[2]) : 100);
+  else if (!strcmp(mode, "gpu-poll")) run_gpu_poll(argc > 2 ? atoi(argv[2]) : 20);
   else if (!strcmp(mode, "survive") || !strcmp(mode, "gpu-survive"))
     run_survive(argc > 2 ? atoi(argv[2]) : size - 1, argc > 3 ? atoi(argv[3]) : 10, argc > 4 ? atoi(argv[4]) : 20,
                 mode[0] == 'g');
