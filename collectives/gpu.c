@@ -70,18 +70,12 @@ static int wait_ready(const hvd_gpu_item *it, size_t n, char *err, size_t errlen
   for (size_t k = n; k-- > 0;) {
     const hvd_gpu_event *r = it[k].ready;
     if (!r) continue;
-    int covered = 0;
-    for (int j = 0; j < nseen && !covered; j++)
-      covered = seen[j] == r || (seen[j]->by == r->by && seen[j]->stream == r->stream && seen[j]->seq >= r->seq);
-    if (covered) continue;
-    HVD_CHECK_CUDA(p_cudaStreamWaitEvent(hvd_gpu.stream, r->ev, 0), "cudaStreamWaitEvent (engine after producer)");
     int j = 0;
     while (j < nseen && !(seen[j]->by == r->by && seen[j]->stream == r->stream)) j++;
-    if (j < nseen) {
-      if (r->seq > seen[j]->seq) seen[j] = r;
-    } else if (nseen < KEYS) {
-      seen[nseen++] = r;
-    }
+    if (j < nseen && seen[j]->seq >= r->seq) continue; /* this recording (shared) or a later one is waited for */
+    HVD_CHECK_CUDA(p_cudaStreamWaitEvent(hvd_gpu.stream, r->ev, 0), "cudaStreamWaitEvent (engine after producer)");
+    if (j < nseen) seen[j] = r;
+    else if (nseen < KEYS) seen[nseen++] = r;
   }
   return 0;
 }

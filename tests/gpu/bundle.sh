@@ -14,10 +14,8 @@
 #           H100 with 16 cores)
 #   bench   bench/run-gpu-bench.sh (make bench-gpu), skipped once
 #           $BENCH_BY seconds (default 330) have passed
-# The interpreter is $PYTHON, else the python3 on PATH, by its path: an
-# mpirun called by its absolute path puts its own bin first on the ranks'
-# PATH, where a bare `python3` can be another one (seen: a virtual
-# environment's python3 lost that way).
+# The interpreter is $PYTHON, else python3 (the tests take it by its path:
+# tests/lib.sh).
 set -u
 verb=${1:?usage: bundle.sh make DIR | run DIR OUT [suite] [bench]}
 dir=${2:?bundle folder}
@@ -46,7 +44,7 @@ run)
   tree=$(cat "$dir/tree.path")
   mkdir -p "$tree" && tar xf "$dir/tree.tar" -C "$tree" || exit 1
   cd "$tree" || exit 1
-  PYTHON=${PYTHON:-$(command -v python3)}
+  PYTHON=${PYTHON:-python3}
   export PYTHON OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   "$PYTHON" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'

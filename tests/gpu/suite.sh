@@ -17,7 +17,6 @@ out=${1:-$(mktemp -d)}
 n=${2:-3}
 mkdir -p "$out"
 : "${PYTHON:=python3}"
-case $PYTHON in */*) ;; *) PYTHON=$(command -v "$PYTHON" || echo "$PYTHON") ;; esac # see tests/lib.sh
 export PYTHON
 start=$(date +%s)
 i=0
