@@ -221,22 +221,19 @@ static hvd_status_t submit_ex(const char *name, hvd_sig *sig, void *buf, const v
   else e->qhead = r;
   e->qtail = r;
   e->qbytes += bytes;
-  /* An idle engine starts a cycle now; a batch wakes it after its last item.
-   * A GPU tensor submitted alone (the Horovod API's allreduce_async) waits
-   * for others to join it for up to a cycle (hvd_eng_main): the host
-   * submits a backward's gradients faster than the device makes them, and
-   * a cycle per tensor would fuse nothing and take the context lock from the
-   * submitting thread for each. */
+  /* A batch wakes the engine after its last item.  A tensor submitted
+   * alone (the Horovod API's allreduce_async, a native hook) waits for
+   * others to join it for up to a cycle, as in Horovod (hvd_eng_main), and
+   * no longer once any thread waits for a result (hvd_eng_help): a backward
+   * submitted one gradient at a time fuses instead of running a cycle per
+   * tensor, and on a GPU the engine does not take the context lock from the
+   * submitting thread for each.  The first one signals the engine once, so
+   * an engine asleep to its idle tick sleeps only to the gathering's end. */
   if (was_empty || e->gathering) {
     if (batching) {
       batch_wake = 1;
-    } else if (device >= 0) {
-      if (was_empty) { /* once: a sleeping engine's deadline becomes the gathering's end */
-        __atomic_store_n(&e->gathering, 1, __ATOMIC_RELAXED), e->gather_t = r->t_submit;
-        pthread_cond_signal(&e->qcv);
-      }
-    } else {
-      __atomic_store_n(&e->gathering, 0, __ATOMIC_RELAXED);
+    } else if (was_empty) {
+      __atomic_store_n(&e->gathering, 1, __ATOMIC_RELAXED), e->gather_t = r->t_submit;
       pthread_cond_signal(&e->qcv);
     }
   }

@@ -602,7 +602,7 @@ int hvd_eng_helpable(hvd_engine *e) { return !e->elastic && !__atomic_load_n(&e-
  * recovery jumps back into the engine thread's cycle) nor once a GPU
  * operation was submitted (the device's state is the engine thread's); not
  * once the engine is stopping (its last cycles are the engine thread's). */
-int hvd_eng_help(void *engine) {
+int hvd_eng_help(void *engine, hvd_handle_t waited) {
   hvd_engine *e = engine;
   if (__atomic_load_n(&e->gathering, __ATOMIC_RELAXED)) { /* a result is wanted: no more gathering */
     pthread_mutex_lock(&e->qmu);
@@ -614,6 +614,14 @@ int hvd_eng_help(void *engine) {
   }
   if (!hvd_eng_helpable(e) || pthread_equal(pthread_self(), e->thread)) return 0;
   if (pthread_mutex_trylock(&e->drive) != 0) return 0;
+  /* Completions happen under `drive`: the engine thread may have completed
+   * the waited handle since the caller looked.  A cycle now would only wait
+   * in the control round for peers that are done with it and idle (up to
+   * their idle tick, 100 ms). */
+  if (hvd_handles_done(waited)) {
+    pthread_mutex_unlock(&e->drive);
+    return 1;
+  }
   int ran = 0;
   pthread_mutex_lock(&e->qmu);
   int live = e->accepting && !e->stop_requested;

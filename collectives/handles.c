@@ -242,6 +242,14 @@ void hvd_handles_publish_held(hvd_status_t st, const char *msg) {
   free(hs);
 }
 
+int hvd_handles_done(hvd_handle_t h) {
+  pthread_mutex_lock(&mu);
+  slot *s = lookup(h);
+  int done = !s || s->state == SLOT_DONE;
+  pthread_mutex_unlock(&mu);
+  return done;
+}
+
 hvd_status_t hvd_test(hvd_handle_t h, int *done) {
   pthread_mutex_lock(&mu);
   slot *s = lookup(h);
@@ -263,10 +271,10 @@ uint64_t hvd_handles_blocked_ns(void) { return __atomic_load_n(&blocked_ns, __AT
 
 static int waiters;             /* user threads in a wait now (changed under mu; read atomically) */
 static uint64_t last_wait_end;  /* mono_ns when the last wait ended (atomic) */
-static int (*helper)(void *);   /* hvd_handles_set_helper (under mu) */
+static int (*helper)(void *, hvd_handle_t); /* hvd_handles_set_helper (under mu) */
 static void *helper_arg;
 
-void hvd_handles_set_helper(int (*help)(void *), void *arg) {
+void hvd_handles_set_helper(int (*help)(void *, hvd_handle_t), void *arg) {
   pthread_mutex_lock(&mu);
   helper = help, helper_arg = arg;
   pthread_mutex_unlock(&mu);
@@ -298,10 +306,10 @@ static hvd_status_t wait_impl(hvd_handle_t h, double timeout_s, void **out, size
   if (blocked_from) __atomic_add_fetch(&waiters, 1, __ATOMIC_RELAXED);
   while (s->state != SLOT_DONE) {
     if (timeout_s < 0 && helper) { /* run the engine's next cycle here when no one else is */
-      int (*help)(void *) = helper;
+      int (*help)(void *, hvd_handle_t) = helper;
       void *arg = helper_arg;
       pthread_mutex_unlock(&mu);
-      int ran = help(arg);
+      int ran = help(arg, h);
       pthread_mutex_lock(&mu);
       s = lookup(h); /* the table may have moved */
       if (ran) continue;

@@ -42,9 +42,12 @@ int hvd_handles_waiting(double recent_s);
 /* User threads blocked in a wait now (no lock: for a wait loop to poll). */
 int hvd_handles_waiters(void);
 void hvd_handles_reset(void); /* after fork: the child gets an empty table */
-/* A thread waiting without a timeout calls help(arg) while its handle is
- * not done: 1 when it ran a cycle of the engine (it looks again), 0 when it
- * cannot now (it sleeps until a completion).  NULL: none. */
-void hvd_handles_set_helper(int (*help)(void *), void *arg);
+/* A thread waiting without a timeout calls help(arg, h) while its handle h
+ * is not done: 1 when it ran a cycle of the engine or found h done (it
+ * looks again), 0 when it cannot now (it sleeps until a completion).
+ * NULL: none. */
+void hvd_handles_set_helper(int (*help)(void *, hvd_handle_t), void *arg);
+/* 1 when h has completed (or is not a handle): nothing to wait for. */
+int hvd_handles_done(hvd_handle_t h);
 
 #endif

@@ -685,6 +685,75 @@ static void run_gpu_poll(int n) {
   free(ms);
 }
 
+/* Host allreduces, `n` times each:
+ * 1. one submitted alone (as the Horovod API's allreduce_async does) and
+ *    tested at once: it gathers for up to a cycle as in Horovod, so the
+ *    first hvd_test finds it still running ("done at once" stays well below
+ *    n; Horovod's own test_horovod_reducescatter_async_fused asserts it is
+ *    not always done), and then polled to completion (the median time, kept
+ *    near HVDSHIM_CYCLE_TIME by the gathering's end, not the idle tick);
+ * 2. 10 times, one submitted and waited for by rank 0 first, by the others
+ *    2 ms later, then every rank idle for 150 ms: the waits that took
+ *    longer than half the idle tick (50 ms) are counted: a waiting thread
+ *    that ran a cycle after its engine thread had completed its handle sat
+ *    in that cycle's control round until the idle peers' tick (100 ms). */
+static void run_host_poll(int n) {
+  float v[256];
+  double *ms = calloc((size_t)n, sizeof *ms);
+  if (!ms) return;
+  int at_once = 0, slow = 0;
+  for (int i = 0; i < n; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "host.poll.%d", i);
+    for (int k = 0; k < 256; k++) v[k] = (float)(rank + 1);
+    usleep(3000); /* the engine idle again */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    hvd_handle_t h;
+    if (hvd_allreduce_async(name, v, 256, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h) != HVD_OK) {
+      FAIL("%s: %s", name, hvd_last_error());
+      return;
+    }
+    int done = 0;
+    for (int tries = 0; !done; tries++) {
+      if (hvd_test(h, &done) != HVD_OK) {
+        FAIL("%s: %s", name, hvd_last_error());
+        return;
+      }
+      if (done && tries == 0) at_once++;
+      if (!done) usleep(50);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    ms[i] = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
+    if (hvd_wait(h, 10) != HVD_OK) FAIL("%s: %s", name, hvd_last_error());
+    if (v[0] != (float)size * (float)(size + 1) / 2) FAIL("%s: sum %g, expected %g", name, v[0], (float)size * (float)(size + 1) / 2);
+  }
+  for (int i = 0; i < 10; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "host.wait.%d", i);
+    if (rank > 0) usleep(2000); /* rank 0 waits first, in a cycle of its own */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    hvd_handle_t h;
+    if (hvd_allreduce_async(name, v, 256, HVD_FLOAT32, HVD_SUM, NULL, NULL, &h) != HVD_OK ||
+        usleep(100) != 0 || hvd_wait(h, -1) != HVD_OK) { /* (a Python caller's time between the two) */
+      FAIL("%s: %s", name, hvd_last_error());
+      return;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    slow += (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6 > 50;
+    usleep(150000); /* every engine idle, asleep to its tick */
+  }
+  for (int i = 1; i < n; i++) /* insertion sort: the median */
+    for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
+      double t = ms[j];
+      ms[j] = ms[j - 1], ms[j - 1] = t;
+    }
+  printf("engine_test[%d]: host poll %d: done at once %d, median %.2f ms to completion; waits over 50 ms: %d\n", rank,
+         n, at_once, ms[n / 2], slow);
+  free(ms);
+}
+
 /* HVDSHIM_ELASTIC=1: rank `dying` kills itself (SIGKILL) after `at`
  * allreduces; the others go on until `after` allreduces have completed over
  * the survivors.  Every sum is the sum over the ranks alive when it
@@ -1354,6 +1423,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "gpu-sums")) run_gpu_sums(argc > 2 ? atoi(argv[2]) : 10);
   else if (!strcmp(mode, "gpu-gather")) run_gpu_gather(argc > 2 ? atoi(argv[2]) : 100);
   else if (!strcmp(mode, "gpu-poll")) run_gpu_poll(argc > 2 ? atoi(argv[2]) : 20);
+  else if (!strcmp(mode, "host-poll")) run_host_poll(argc > 2 ? atoi(argv[2]) : 50);
   else if (!strcmp(mode, "survive") || !strcmp(mode, "gpu-survive"))
     run_survive(argc > 2 ? atoi(argv[2]) : size - 1, argc > 3 ? atoi(argv[3]) : 10, argc > 4 ? atoi(argv[4]) : 20,
                 mode[0] == 'g');
