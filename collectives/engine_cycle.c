@@ -602,41 +602,44 @@ int hvd_eng_helpable(hvd_engine *e) { return !e->elastic && !__atomic_load_n(&e-
  * recovery jumps back into the engine thread's cycle) nor once a GPU
  * operation was submitted (the device's state is the engine thread's); not
  * once the engine is stopping (its last cycles are the engine thread's). */
-int hvd_eng_help(void *engine, hvd_handle_t waited) {
+int hvd_eng_help(void *engine, hvd_handle_t waited, int drive) {
   hvd_engine *e = engine;
+  int driving = drive && hvd_eng_helpable(e) && !pthread_equal(pthread_self(), e->thread) &&
+                pthread_mutex_trylock(&e->drive) == 0;
   if (__atomic_load_n(&e->gathering, __ATOMIC_RELAXED)) { /* a result is wanted: no more gathering */
     pthread_mutex_lock(&e->qmu);
     if (e->gathering) {
       __atomic_store_n(&e->gathering, 0, __ATOMIC_RELAXED);
-      pthread_cond_signal(&e->qcv);
+      /* the engine thread runs the cycle, unless this thread does: woken
+       * for nothing, it would wait for `drive` and then run a control
+       * round of its own that the idle peers answer late */
+      if (!driving) pthread_cond_signal(&e->qcv);
     }
     pthread_mutex_unlock(&e->qmu);
   }
-  if (!hvd_eng_helpable(e) || pthread_equal(pthread_self(), e->thread)) return 0;
-  if (pthread_mutex_trylock(&e->drive) != 0) return 0;
+  if (!driving) return 0;
   /* Completions happen under `drive`: the engine thread may have completed
    * the waited handle since the caller looked.  A cycle now would only wait
    * in the control round for peers that are done with it and idle (up to
-   * their idle tick, 100 ms). */
-  if (hvd_handles_done(waited)) {
-    pthread_mutex_unlock(&e->drive);
-    return 1;
-  }
-  int ran = 0;
+   * their idle tick, 100 ms); what is queued goes to the engine thread. */
+  int done = hvd_handles_done(waited);
   pthread_mutex_lock(&e->qmu);
-  int live = e->accepting && !e->stop_requested;
+  int live = e->accepting && !e->stop_requested && !e->finished;
+  done = done || !live;
+  if (done && e->qhead) pthread_cond_signal(&e->qcv);
   pthread_mutex_unlock(&e->qmu);
-  if (live && !e->finished) {
-    ran = 1;
-    e->stats.cycles_helped++;
-    if (!drive_cycle(e)) { /* the engine thread sees it and ends */
-      pthread_mutex_lock(&e->qmu);
-      pthread_cond_signal(&e->qcv);
-      pthread_mutex_unlock(&e->qmu);
-    }
+  if (done) {
+    pthread_mutex_unlock(&e->drive);
+    return live; /* (1: the caller looks again and finds it done) */
+  }
+  e->stats.cycles_helped++;
+  if (!drive_cycle(e)) { /* the engine thread sees it and ends */
+    pthread_mutex_lock(&e->qmu);
+    pthread_cond_signal(&e->qcv);
+    pthread_mutex_unlock(&e->qmu);
   }
   pthread_mutex_unlock(&e->drive);
-  return ran;
+  return 1;
 }
 
 void *hvd_eng_main(void *engine) {
@@ -675,12 +678,14 @@ void *hvd_eng_main(void *engine) {
     pthread_mutex_lock(&e->qmu);
     while (!(e->stop_requested && !e->stopped_self) && (!e->qhead || e->gathering) && e->join_asked == HVD_NO_HANDLE &&
            !e->tl_op) { /* a stop or join request needs a cycle */
-      double t = hvd_eng_now();
-      if (e->qhead && e->gather_t + e->cycle_s < deadline) deadline = e->gather_t + e->cycle_s; /* gathered long enough */
-      if (t >= deadline) break;
+      double t = hvd_eng_now(), until = deadline;
+      /* gathered long enough (while it lasts: a queue a waiting thread took
+       * leaves no cycle to run at the gathering's end) */
+      if (e->qhead && e->gathering && e->gather_t + e->cycle_s < until) until = e->gather_t + e->cycle_s;
+      if (t >= until) break;
       struct timespec ts;
       clock_gettime(CLOCK_REALTIME, &ts);
-      double abs_t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + (deadline - t);
+      double abs_t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + (until - t);
       ts.tv_sec = (time_t)abs_t;
       ts.tv_nsec = (long)((abs_t - (double)ts.tv_sec) * 1e9);
       pthread_cond_timedwait(&e->qcv, &e->qmu, &ts);

@@ -315,7 +315,7 @@ void hvd_eng_forked_child(hvd_engine *e);
 
 /* ---- engine_cycle.c ---- */
 void *hvd_eng_main(void *engine); /* the engine thread */
-int hvd_eng_help(void *engine, hvd_handle_t waited); /* a waiting user thread runs a cycle (1) or cannot now (0) */
+int hvd_eng_help(void *engine, hvd_handle_t waited, int drive); /* a waiting user thread runs a cycle (1) or cannot now (0) */
 int hvd_eng_helpable(hvd_engine *e); /* user threads may run cycles (hvd_eng_help) in this job */
 
 #endif

@@ -250,6 +250,25 @@ int hvd_handles_done(hvd_handle_t h) {
   return done;
 }
 
+/* Wait for h; with `out`, also take an allgather's result before the handle
+ * is released. */
+static uint64_t blocked_ns; /* time user threads spent waiting for completions */
+
+uint64_t hvd_handles_blocked_ns(void) { return __atomic_load_n(&blocked_ns, __ATOMIC_RELAXED); }
+
+static int waiters;             /* user threads in a wait now (changed under mu; read atomically) */
+static uint64_t last_wait_end;  /* mono_ns when the last wait ended (atomic) */
+static int (*helper)(void *, hvd_handle_t, int); /* hvd_handles_set_helper (under mu) */
+static void *helper_arg;
+
+void hvd_handles_set_helper(int (*help)(void *, hvd_handle_t, int), void *arg) {
+  pthread_mutex_lock(&mu);
+  helper = help, helper_arg = arg;
+  pthread_mutex_unlock(&mu);
+}
+
+/* A handle tested and not done: its result is wanted, so the engine stops
+ * gathering (hvd_eng_help with drive 0; a poller runs no cycle itself). */
 hvd_status_t hvd_test(hvd_handle_t h, int *done) {
   pthread_mutex_lock(&mu);
   slot *s = lookup(h);
@@ -259,25 +278,11 @@ hvd_status_t hvd_test(hvd_handle_t h, int *done) {
     return HVD_ERR_INVALID;
   }
   *done = s->state == SLOT_DONE;
+  int (*help)(void *, hvd_handle_t, int) = *done ? NULL : helper;
+  void *arg = helper_arg;
   pthread_mutex_unlock(&mu);
+  if (help) help(arg, h, 0);
   return HVD_OK;
-}
-
-/* Wait for h; with `out`, also take an allgather's result before the handle
- * is released. */
-static uint64_t blocked_ns; /* time user threads spent waiting for completions */
-
-uint64_t hvd_handles_blocked_ns(void) { return __atomic_load_n(&blocked_ns, __ATOMIC_RELAXED); }
-
-static int waiters;             /* user threads in a wait now (changed under mu; read atomically) */
-static uint64_t last_wait_end;  /* mono_ns when the last wait ended (atomic) */
-static int (*helper)(void *, hvd_handle_t); /* hvd_handles_set_helper (under mu) */
-static void *helper_arg;
-
-void hvd_handles_set_helper(int (*help)(void *, hvd_handle_t), void *arg) {
-  pthread_mutex_lock(&mu);
-  helper = help, helper_arg = arg;
-  pthread_mutex_unlock(&mu);
 }
 
 static uint64_t mono_ns(void) {
@@ -304,12 +309,20 @@ static hvd_status_t wait_impl(hvd_handle_t h, double timeout_s, void **out, size
   }
   uint64_t blocked_from = s->state != SLOT_DONE ? mono_ns() : 0;
   if (blocked_from) __atomic_add_fetch(&waiters, 1, __ATOMIC_RELAXED);
+  if (blocked_from && timeout_s >= 0 && helper) { /* this thread runs no cycle: the engine stops gathering */
+    int (*help)(void *, hvd_handle_t, int) = helper;
+    void *arg = helper_arg;
+    pthread_mutex_unlock(&mu);
+    help(arg, h, 0);
+    pthread_mutex_lock(&mu);
+    s = lookup(h); /* the table may have moved */
+  }
   while (s->state != SLOT_DONE) {
     if (timeout_s < 0 && helper) { /* run the engine's next cycle here when no one else is */
-      int (*help)(void *, hvd_handle_t) = helper;
+      int (*help)(void *, hvd_handle_t, int) = helper;
       void *arg = helper_arg;
       pthread_mutex_unlock(&mu);
-      int ran = help(arg, h);
+      int ran = help(arg, h, 1);
       pthread_mutex_lock(&mu);
       s = lookup(h); /* the table may have moved */
       if (ran) continue;

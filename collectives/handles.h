@@ -42,11 +42,13 @@ int hvd_handles_waiting(double recent_s);
 /* User threads blocked in a wait now (no lock: for a wait loop to poll). */
 int hvd_handles_waiters(void);
 void hvd_handles_reset(void); /* after fork: the child gets an empty table */
-/* A thread waiting without a timeout calls help(arg, h) while its handle h
- * is not done: 1 when it ran a cycle of the engine or found h done (it
+/* A thread waiting without a timeout calls help(arg, h, 1) while its handle
+ * h is not done: 1 when it ran a cycle of the engine or found h done (it
  * looks again), 0 when it cannot now (it sleeps until a completion).
+ * hvd_test of a handle not done, and a wait with a timeout, call
+ * help(arg, h, 0): a result is wanted, but this thread runs no cycle.
  * NULL: none. */
-void hvd_handles_set_helper(int (*help)(void *, hvd_handle_t), void *arg);
+void hvd_handles_set_helper(int (*help)(void *, hvd_handle_t, int), void *arg);
 /* 1 when h has completed (or is not a handle): nothing to wait for. */
 int hvd_handles_done(hvd_handle_t h);
 

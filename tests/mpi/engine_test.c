@@ -640,10 +640,10 @@ static void run_gpu_gather(int n) {
 }
 
 /* `n` times: one device allreduce submitted alone, then polled with
- * hvd_test (no thread waits, so nothing ends its gathering early): prints
- * the median time to completion, which a gathering ended by the cycle keeps
- * near HVDSHIM_CYCLE_TIME and an engine left asleep until its idle tick
- * (100 ms) does not (bounded by tests/gpu/fake-nccl.sh). */
+ * hvd_test (no thread waits): prints the median time to completion, which
+ * a poll that ends the gathering and wakes the engine keeps short and an
+ * engine left asleep until its idle tick (100 ms) does not (bounded by
+ * tests/gpu/fake-nccl.sh). */
 static void run_gpu_poll(int n) {
   float *dev = NULL;
   if (gpu_runtime() != 0 || dev_malloc((void **)&dev, 1000 * sizeof *dev) != 0) {
@@ -685,13 +685,14 @@ static void run_gpu_poll(int n) {
   free(ms);
 }
 
-/* Host allreduces, `n` times each:
- * 1. one submitted alone (as the Horovod API's allreduce_async does) and
- *    tested at once: it gathers for up to a cycle as in Horovod, so the
- *    first hvd_test finds it still running ("done at once" stays well below
- *    n; Horovod's own test_horovod_reducescatter_async_fused asserts it is
- *    not always done), and then polled to completion (the median time, kept
- *    near HVDSHIM_CYCLE_TIME by the gathering's end, not the idle tick);
+/* Host allreduces:
+ * 1. `n` times, one submitted alone (as the Horovod API's allreduce_async
+ *    does) and tested at once: it gathers as in Horovod and nothing wakes
+ *    the engine until a thread asks for a result, so the first hvd_test
+ *    finds it still running ("done at once" stays well below n; Horovod's
+ *    own test_horovod_reducescatter_async_fused asserts it is not always
+ *    done); that poll ends the gathering, and the median time to completion
+ *    stays short, not the engine's idle tick (100 ms);
  * 2. 10 times, one submitted and waited for by rank 0 first, by the others
  *    2 ms later, then every rank idle for 150 ms: the waits that took
  *    longer than half the idle tick (50 ms) are counted: a waiting thread
