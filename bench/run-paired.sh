@@ -24,7 +24,8 @@ while [ $i -lt "${2:-8}" ]; do
     [ $kind = before ] && lib=$before xs=
     # shellcheck disable=SC2086
     r=$(mpirun -np 2 -x LD_PRELOAD="$lib" -x OMP_NUM_THREADS $xs "${PYTHON:-/usr/bin/python3}" "$src/bench/torch_train.py" \
-      --model "${MODEL:-tiny}" --batch "${BATCH:-32}" --steps "${STEPS:-2000}" --switches </dev/null 2>&1)
+      --model "${MODEL:-tiny}" --batch "${BATCH:-32}" --steps "${STEPS:-2000}" --switches </dev/null 2>&1) ||
+      { echo "$r" | tail -n 20; echo "run-paired.sh: the $kind run failed (library $lib${xs:+, settings$xs})" >&2; exit 1; }
     echo "$kind $(echo "$r" | sed -n 's/^samples\/s \([0-9.]*\).*/\1/p') $(echo "$r" | sed -n 's/^cpu ms\/step \([0-9.]*\).*/\1/p')" >>"$out"
     tail -1 "$out"
   done

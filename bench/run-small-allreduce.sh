@@ -18,7 +18,8 @@ while [ $i -lt "${2:-4}" ]; do
     lib=$after
     [ $kind = before ] && lib=$before
     r=$(mpirun -np 2 -x LD_PRELOAD="$lib" -x HVDSHIM_HOROVOD=on -x OMP_NUM_THREADS \
-      "${PYTHON:-/usr/bin/python3}" "$src/bench/small_allreduce.py" </dev/null 2>&1)
+      "${PYTHON:-/usr/bin/python3}" "$src/bench/small_allreduce.py" </dev/null 2>&1) ||
+      { echo "$r" | tail -n 20; echo "run-small-allreduce.sh: the $kind run failed (library $lib)" >&2; exit 1; }
     us=$(echo "$r" | sed -n 's/^us\/call \([0-9.]*\).*/\1/p')
     [ -n "$us" ] || { echo "$r"; exit 1; }
     echo "$kind $us" | tee -a "$out"
