@@ -267,6 +267,18 @@ void hvd_handles_set_helper(int (*help)(void *, hvd_handle_t, int), void *arg) {
   pthread_mutex_unlock(&mu);
 }
 
+/* With mu held: help(arg, h, drive) with mu released meanwhile (0 when
+ * there is no helper).  The caller looks its slot up again after. */
+static int help_unlocked(hvd_handle_t h, int drive) {
+  int (*help)(void *, hvd_handle_t, int) = helper;
+  void *arg = helper_arg;
+  if (!help) return 0;
+  pthread_mutex_unlock(&mu);
+  int ran = help(arg, h, drive);
+  pthread_mutex_lock(&mu);
+  return ran;
+}
+
 /* A handle tested and not done: its result is wanted, so the engine stops
  * gathering (hvd_eng_help with drive 0; a poller runs no cycle itself). */
 hvd_status_t hvd_test(hvd_handle_t h, int *done) {
@@ -278,10 +290,8 @@ hvd_status_t hvd_test(hvd_handle_t h, int *done) {
     return HVD_ERR_INVALID;
   }
   *done = s->state == SLOT_DONE;
-  int (*help)(void *, hvd_handle_t, int) = *done ? NULL : helper;
-  void *arg = helper_arg;
+  if (!*done) help_unlocked(h, 0);
   pthread_mutex_unlock(&mu);
-  if (help) help(arg, h, 0);
   return HVD_OK;
 }
 
@@ -309,21 +319,13 @@ static hvd_status_t wait_impl(hvd_handle_t h, double timeout_s, void **out, size
   }
   uint64_t blocked_from = s->state != SLOT_DONE ? mono_ns() : 0;
   if (blocked_from) __atomic_add_fetch(&waiters, 1, __ATOMIC_RELAXED);
-  if (blocked_from && timeout_s >= 0 && helper) { /* this thread runs no cycle: the engine stops gathering */
-    int (*help)(void *, hvd_handle_t, int) = helper;
-    void *arg = helper_arg;
-    pthread_mutex_unlock(&mu);
-    help(arg, h, 0);
-    pthread_mutex_lock(&mu);
+  if (blocked_from && timeout_s >= 0) { /* this thread runs no cycle: the engine stops gathering */
+    help_unlocked(h, 0);
     s = lookup(h); /* the table may have moved */
   }
   while (s->state != SLOT_DONE) {
     if (timeout_s < 0 && helper) { /* run the engine's next cycle here when no one else is */
-      int (*help)(void *, hvd_handle_t, int) = helper;
-      void *arg = helper_arg;
-      pthread_mutex_unlock(&mu);
-      int ran = help(arg, h, 1);
-      pthread_mutex_lock(&mu);
+      int ran = help_unlocked(h, 1);
       s = lookup(h); /* the table may have moved */
       if (ran) continue;
       if (s->state == SLOT_DONE) break;
