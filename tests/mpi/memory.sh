@@ -1,5 +1,6 @@
 #!/bin/sh
-# Steady state: 10,000 steps of 20 tensors (>= 10,000 engine cycles) at np=2;
+# Steady state: 10,000 steps of 20 tensors after 1,000 of warm-up, at np=2
+# (each step waits for its tensors, so >= 10,000 engine cycles);
 # RSS after the steps may not exceed RSS after warm-up by more than 1 MiB.
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
