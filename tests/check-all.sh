@@ -41,7 +41,12 @@ for name in check check-faults; do
   done
   tally_automake "check-all-$name.log"
   if [ $rc -ne 0 ]; then
-    for l in $(grep -a -l -E '^(FAIL|ERROR)' $(find tests -name '*.log') 2>/dev/null); do echo "---- $l"; show 40 "$l"; done
+    # each failed log: its FAIL lines first (a launcher's abort text can fill the tail), then its tail
+    for l in $(grep -a -l -E '^(FAIL|ERROR)' $(find tests -name '*.log') 2>/dev/null); do
+      echo "---- $l"
+      grep -a -E '(^|[]:] )FAIL' "$l" | head -5 | sed 's/\x0/^@/g; s/^/FAIL line: /'
+      show 40 "$l"
+    done
     [ $f -eq 0 ] && f=1 # make itself failed
   fi
   part $name

@@ -188,7 +188,10 @@ for name in $stacks; do
     [ $rc = 124 ] && echo "  $name: the suites ran past ${limit} s (HVDSHIM_STACKS_TIME)"
     for l in $(sed -n 's/^\(FAIL\|ERROR\): \(.*\)$/\2/p' "$cache/$name.check.log"); do
       echo "---- $name: ${l%.sh}.log"
-      # indented under the stack's name, so that check-all's summary keeps them
+      # indented under the stack's name, so that check-all's summary keeps
+      # them: the log's FAIL lines first (a launcher's abort text can fill
+      # the tail), then its tail
+      grep -a -E '(^|[]:] )FAIL' "$root$dir/${l%.sh}.log" 2>/dev/null | head -5 | sed 's/\x0/^@/g; s/^/  '"$name"': FAIL line: /'
       show 30 "$root$dir/${l%.sh}.log" | sed "s/^/  $name: | /"
     done
     [ $f -eq 0 ] && f=1 # make itself failed
