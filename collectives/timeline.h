@@ -1,7 +1,9 @@
 /* Chrome-trace timeline (open in Perfetto or chrome://tracing), written by
- * rank 0's engine thread only.  Events are buffered and written once per
- * cycle with a single pwrite() that also rewrites the closing bracket, so the
- * file is valid JSON after every flush, even if the process dies. */
+ * rank 0's engine (whichever thread runs its cycle).  Events are buffered
+ * and written once per cycle with a single pwrite() into spaces written
+ * ahead of a closing bracket, no event across a page boundary, so the file
+ * is valid JSON after every flush and also when the process dies in one
+ * (timeline.c says how). */
 #ifndef HVD_TIMELINE_H
 #define HVD_TIMELINE_H
 

@@ -1,7 +1,8 @@
 #!/bin/sh
 # HVDSHIM_TIMELINE: rank 0 writes a Chrome trace with the per-tensor phases;
 # the file is valid JSON after a normal run and after the ranks are killed
-# with SIGKILL in the middle of a run.
+# with SIGKILL in the middle of a run, also where the kill stops a write
+# between two pages (no event crosses a page boundary).
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
 PY=$(command -v python3 || true)
@@ -36,6 +37,25 @@ for p in $(pgrep -f "engine_test memory 10000000" || true); do
 done
 wait $job || true
 [ -s "$TMP/crash.json" ] || fail "no timeline written before the kill"
-"$PY" -c 'import json,sys; ev=json.load(open(sys.argv[1])); assert len(ev) > 10, len(ev); print("after SIGKILL: %d events, valid JSON" % len(ev))' "$TMP/crash.json" ||
-  fail "timeline is not valid JSON after SIGKILL"
-pass "timeline phases, valid after SIGKILL (symlinks: security.sh)"
+# valid JSON; and valid whatever page the kill had stopped a write at: the
+# kernel stops a write cut short by a fatal signal between pages, so no event
+# may cross a page boundary (what follows a cut is the spaces and the "]"
+# written ahead)
+"$PY" - "$TMP/crash.json" <<'PYEOF' || fail "timeline is not valid JSON after SIGKILL, or an event crosses a page boundary"
+import json, sys
+raw = open(sys.argv[1], "rb").read()
+ev = json.loads(raw)
+assert len(ev) > 10, len(ev)
+end = raw.rstrip().rstrip(b"]").rstrip()  # the events
+bad = 0
+for c in range(4096, len(end), 4096):
+    before, after = raw[max(0, c - 4096):c].rstrip(), raw[c:c + 4096].lstrip()
+    if not (before.endswith((b"}", b"[")) and after.startswith((b",", b"]"))):
+        bad += 1
+        if bad == 1:
+            print("an event crosses offset %d: ...%r | %r..." % (c, before[-40:], after[:40]))
+assert bad == 0, "%d of %d page boundaries inside an event" % (bad, len(end) // 4096)
+print("after SIGKILL: %d events, valid JSON, %.1f MB, no event across any of its %d page boundaries"
+      % (len(ev), len(raw) / 1e6, len(end) // 4096))
+PYEOF
+pass "timeline phases, valid after SIGKILL, cut at any page (symlinks: security.sh)"
