@@ -36,6 +36,7 @@ static hvd_buf pending; /* events for ev_end on, with their page padding */
 static hvd_buf one;     /* the event being made */
 static hvd_strmap *lanes;
 static long next_lane = 1;
+static char spaces[65536]; /* (filled at open) */
 static double ts_base; /* microseconds added to every time: the end of the file's events when going on in it */
 
 int hvd_timeline_enabled(void) { return fd >= 0; }
@@ -99,6 +100,7 @@ int hvd_timeline_open(const char *path, int cont, char *err, size_t errlen) {
     snprintf(err, errlen, "timeline: %s", why);
     return -1;
   }
+  memset(spaces, ' ', sizeof spaces);
   lanes = hvd_strmap_new();
   nevents = 0;
   next_lane = 1;
@@ -115,12 +117,9 @@ int hvd_timeline_open(const char *path, int cont, char *err, size_t errlen) {
   return 0;
 }
 
-static char spaces[65536];
-
 /* Spaces from the "]" on to a new "]" at least `need` bytes from the start
  * (see the file's layout above).  0, or -1 where a write failed. */
 static int grow(off_t need) {
-  if (!spaces[0]) memset(spaces, ' ', sizeof spaces);
   off_t region = close_pos < TL_REGION_MIN ? TL_REGION_MIN : close_pos > TL_REGION_MAX ? TL_REGION_MAX : close_pos;
   off_t to = need + region; /* the new "]" */
   for (off_t at = close_pos + 1; at < to;) { /* trailing spaces after the "]": still valid */
@@ -158,10 +157,7 @@ static void put_json_string(hvd_buf *b, const char *s) {
 static void end_event(void) {
   off_t at = ev_end + (off_t)pending.len;
   size_t room = TL_PAGE - (size_t)(at % TL_PAGE);
-  if (one.len <= TL_PAGE && one.len > room) {
-    if (!spaces[0]) memset(spaces, ' ', sizeof spaces);
-    hvd_buf_put(&pending, spaces, room);
-  }
+  if (one.len <= TL_PAGE && one.len > room) hvd_buf_put(&pending, spaces, room);
   hvd_buf_put(&pending, one.p, one.len);
   hvd_buf_reset(&one);
 }
@@ -219,7 +215,15 @@ void hvd_timeline_flush(void) {
     return;
   }
   ssize_t w = pwrite(fd, pending.p, pending.len, ev_end);
-  if (w == (ssize_t)pending.len) ev_end = need;
+  if (w == (ssize_t)pending.len) {
+    ev_end = need;
+  } else if (w > 0) { /* (a disk full) these events are lost: spaces over what got written, a cut event too */
+    for (off_t at = ev_end, left = w; left > 0;) {
+      ssize_t b = pwrite(fd, spaces, left > (off_t)sizeof spaces ? sizeof spaces : (size_t)left, at);
+      if (b <= 0) break;
+      at += b, left -= b;
+    }
+  }
   hvd_buf_reset(&pending);
 }
 
