@@ -1,6 +1,7 @@
 /* Timeline writer.  See timeline.h.  Owner: rank 0's engine cycle (one
- * thread at a time: the engine's `drive`); no locking.  Lanes: tid 0 is the engine, each tensor gets its own tid, named
- * by a thread_name metadata event the first time it appears. */
+ * thread at a time: the engine's `drive`); no locking.  Lanes: tid 0 is
+ * the engine, each tensor gets its own tid, named by a thread_name
+ * metadata event the first time it appears. */
 #include "timeline.h"
 
 #include <fcntl.h>
@@ -117,17 +118,22 @@ int hvd_timeline_open(const char *path, int cont, char *err, size_t errlen) {
   return 0;
 }
 
+/* Spaces over [at, to).  0, or -1 where a write failed. */
+static int put_spaces(off_t at, off_t to) {
+  while (at < to) {
+    ssize_t w = pwrite(fd, spaces, to - at > (off_t)sizeof spaces ? sizeof spaces : (size_t)(to - at), at);
+    if (w <= 0) return -1;
+    at += w;
+  }
+  return 0;
+}
+
 /* Spaces from the "]" on to a new "]" at least `need` bytes from the start
  * (see the file's layout above).  0, or -1 where a write failed. */
 static int grow(off_t need) {
   off_t region = close_pos < TL_REGION_MIN ? TL_REGION_MIN : close_pos > TL_REGION_MAX ? TL_REGION_MAX : close_pos;
   off_t to = need + region; /* the new "]" */
-  for (off_t at = close_pos + 1; at < to;) { /* trailing spaces after the "]": still valid */
-    size_t n = to - at > (off_t)sizeof spaces ? sizeof spaces : (size_t)(to - at);
-    ssize_t w = pwrite(fd, spaces, n, at);
-    if (w <= 0) return -1;
-    at += w;
-  }
+  if (put_spaces(close_pos + 1, to) != 0) return -1; /* trailing spaces after the "]": still valid */
   if (pwrite(fd, "]", 1, to) != 1) return -1;
   if (pwrite(fd, " ", 1, close_pos) != 1) return -1;
   close_pos = to;
@@ -218,11 +224,7 @@ void hvd_timeline_flush(void) {
   if (w == (ssize_t)pending.len) {
     ev_end = need;
   } else if (w > 0) { /* (a disk full) these events are lost: spaces over what got written, a cut event too */
-    for (off_t at = ev_end, left = w; left > 0;) {
-      ssize_t b = pwrite(fd, spaces, left > (off_t)sizeof spaces ? sizeof spaces : (size_t)left, at);
-      if (b <= 0) break;
-      at += b, left -= b;
-    }
+    (void)put_spaces(ev_end, ev_end + w);
   }
   hvd_buf_reset(&pending);
 }
