@@ -16,7 +16,14 @@ HVDSHIM_DATA=split shim 4 "$PYTHON" "$TRAIN" --batch 30 --out "$TMP/a.pt" >"$TMP
   { cat "$TMP/out"; fail "batch 30 at np=4 was accepted in split mode"; }
 grep -q "HVDSHIM_DATA=split needs the DataLoader batch size (30) to be divisible by the number of ranks (4)" "$TMP/out" ||
   { cat "$TMP/out"; fail "no clear split-mode error"; }
-pass "split mode: indivisible batch size named"
+# an hvdshim error the script does not catch: its message and the script's
+# line on each rank, no traceback through torch and the adapter
+[ "$(grep -c "^\[rank [0-3]\]   (raised at .*train.py:[0-9]*, in main; HVDSHIM_LOG_LEVEL=debug prints the traceback)$" "$TMP/out")" = 4 ] &&
+  ! grep -q "Traceback" "$TMP/out" || { cat "$TMP/out"; fail "expected two lines per rank, no traceback"; }
+HVDSHIM_LOG_LEVEL=debug HVDSHIM_DATA=split shim 2 "$PYTHON" "$TRAIN" --batch 31 --out "$TMP/a.pt" >"$TMP/out" 2>&1 &&
+  { cat "$TMP/out"; fail "batch 31 at np=2 was accepted in split mode"; }
+[ "$(grep -c "Traceback" "$TMP/out")" = 2 ] || { cat "$TMP/out"; fail "HVDSHIM_LOG_LEVEL=debug: expected the traceback"; }
+pass "split mode: indivisible batch size named, with the script's line (the traceback at debug)"
 # an iterable dataset kept whole (HVDSHIM_DATA_ITERABLE=whole): one warning
 # per rank, the run completes (dealt by default: tests/torch/iterable.sh)
 HVDSHIM_DATA_ITERABLE=whole shim 2 "$PYTHON" "$TRAIN" --case iterable --out "$TMP/a.pt" >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "iterable run failed"; }

@@ -14,7 +14,8 @@ through ctypes.
   data       DataLoaders sharded by use (HVDSHIM_DATA)
   elastic    ranks dying (HVDSHIM_ELASTIC): the survivors go on
   rng        random state: rank 0's at start (HVDSHIM_RNG)
-  output     stdout/stderr of ranks, intra-op threads
+  output     stdout/stderr of ranks, intra-op threads, an uncaught
+             hvdshim error in two lines
   install    patching torch; the entry point
 
 See docs/ARCHITECTURE.md ("PyTorch adapter") for the reasoning.

@@ -8,7 +8,7 @@ import torch
 from . import lib as _libmod
 from .lib import _debug, _info, _load_library, _setting, _untraced, _wrap
 from .state import _S, _warn_once
-from .output import _redirect_output, _set_threads, cores_per_rank
+from .output import _redirect_output, _set_threads, _short_errors, cores_per_rank
 from .lifecycle import _check_stand_aside, _other_distribution, _stand_aside
 from .grads import (_reduce_deferred, _HAS_POST_ACCUMULATE, _average_loss, _backward_averaging, _note_optimizer,
                     _note_scaled, _wrap_step)
@@ -264,6 +264,7 @@ def install(rng_seed=None):
         return
     _seed_torch(_S.rng_mode, rng_seed)
     _redirect_output(_setting("HVDSHIM_WORKER_STDOUT") == "1")
+    _short_errors()
     _set_threads()
     _patch()
     sys.meta_path.insert(0, _HorovodWatcher())

@@ -1,10 +1,12 @@
-"""Side effects on output: stdout of ranks > 0, prefixed stderr, intra-op
+"""Side effects on output: stdout of ranks > 0, prefixed stderr, an uncaught
+hvdshim error in two lines, intra-op
 threads per rank."""
 import os
 import sys
+import traceback
 import torch
 
-from .lib import _debug, _warn
+from .lib import HvdShimError, _debug, _setting, _warn
 from .state import _S
 
 
@@ -83,6 +85,33 @@ def _restore_output():
             pass
         os.dup2(saved[1], 1)
         os.close(saved[1])
+
+
+def _short_errors():
+    """An hvdshim error the script does not catch ends its rank with two
+    lines: the message and the script's line that led to it, not a
+    traceback through torch and the adapter on every rank
+    (HVDSHIM_LOG_LEVEL=debug keeps Python's traceback).  Other exceptions,
+    and a hook the script installs itself, are left alone."""
+    previous = sys.excepthook
+    inside = (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(torch.__file__)))
+
+    def hook(kind, value, tb):
+        if not isinstance(value, HvdShimError) or _setting("HVDSHIM_LOG_LEVEL") == "debug":
+            return previous(kind, value, tb)
+        where = ""
+        for frame, line in traceback.walk_tb(tb):  # the innermost frame of the script's own code
+            name = os.path.abspath(frame.f_code.co_filename)
+            if not name.startswith(inside) and not name.startswith("<"):
+                where = "%s:%d, in %s" % (frame.f_code.co_filename, line, frame.f_code.co_name)
+        msg = str(value) if str(value).startswith("hvdshim") else "hvdshim: %s" % value
+        try:
+            sys.stderr.write("%s\n  (raised at %s; HVDSHIM_LOG_LEVEL=debug prints the traceback)\n"
+                             % (msg, where or "hvdshim's own code"))
+            sys.stderr.flush()
+        except Exception:
+            previous(kind, value, tb)
+    sys.excepthook = hook
 
 
 def cores_per_rank():
