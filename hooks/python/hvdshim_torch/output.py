@@ -1,6 +1,5 @@
 """Side effects on output: stdout of ranks > 0, prefixed stderr, an uncaught
-hvdshim error in two lines, intra-op
-threads per rank."""
+hvdshim error in two lines, intra-op threads per rank."""
 import os
 import sys
 import traceback
