@@ -10,14 +10,19 @@ shim 2 "$PYTHON" "$TRAIN" --stderr-line --out "$TMP/ck-%p.pt" >out 2>err || { ca
 [ "$(grep -c '^epoch' out)" = 2 ] || { cat out; fail "expected 2 epoch lines (rank 0 only) on stdout"; }
 grep -q '^\[rank 1\] a line on stderr' err && grep -q '^\[rank 0\] a line on stderr' err ||
   { cat err; fail "stderr lines not kept with a rank prefix"; }
+# a line redrawn in place (a progress bar): rank 0's keeps the prefix after
+# each carriage return, the other ranks' is dropped
+[ "$(tr '\r' '\n' <err | grep -c '^\[rank 0\] progress [12]/2$')" = 2 ] && ! grep -q '^\[rank 0\] *$' err &&
+  ! grep -q 'rank 1.*progress' err || { cat -A err; fail "progress bar: expected rank 0's alone, prefixed after each return"; }
 [ "$(ls ck-*.pt | wc -l)" = 1 ] || { ls; fail "expected one checkpoint (rank 0)"; }
-pass "stdout and checkpoint from rank 0 only, stderr prefixed"
+pass "stdout and checkpoint from rank 0 only, stderr prefixed, a progress bar from rank 0 only"
 rm -f ck-*.pt
-HVDSHIM_WORKER_STDOUT=1 HVDSHIM_SAVE_RANKS=all shim 2 "$PYTHON" "$TRAIN" --out "$TMP/ck-%p.pt" >out 2>&1 ||
+HVDSHIM_WORKER_STDOUT=1 HVDSHIM_SAVE_RANKS=all shim 2 "$PYTHON" "$TRAIN" --stderr-line --out "$TMP/ck-%p.pt" >out 2>&1 ||
   { cat out; fail "np=2 run with WORKER_STDOUT/SAVE_RANKS failed"; }
-grep -q "^\[rank 1\] epoch 1" out && grep -q "^\[rank 0\] epoch 1" out && [ "$(ls ck-*.pt | wc -l)" = 2 ] ||
+grep -q "^\[rank 1\] epoch 1" out && grep -q "^\[rank 0\] epoch 1" out && [ "$(ls ck-*.pt | wc -l)" = 2 ] &&
+  [ "$(tr '\r' '\n' <out | grep -c '^\[rank 1\] progress [12]/2$')" = 2 ] ||
   { cat out; ls; fail "HVDSHIM_WORKER_STDOUT=1 / HVDSHIM_SAVE_RANKS=all not honoured"; }
-pass "HVDSHIM_WORKER_STDOUT=1 keeps every rank's stdout, prefixed; HVDSHIM_SAVE_RANKS=all saves on both"
+pass "HVDSHIM_WORKER_STDOUT=1 keeps every rank's stdout and progress bars, prefixed; HVDSHIM_SAVE_RANKS=all saves on both"
 # threads: cores / local ranks unless the user chose
 cores=$("$PYTHON" -c 'import torch; print(torch.get_num_threads())')
 want=$(( $(nproc --all) / 2 )); [ "$want" -ge 1 ] || want=1; [ "$want" -le "$cores" ] || want=$cores

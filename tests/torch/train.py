@@ -67,6 +67,10 @@ def main():
         print("threads", torch.get_num_threads(), flush=True)
     if args.stderr_line:
         print("a line on stderr", file=sys.stderr)
+        for i in (1, 2):  # a progress bar's way: the line redrawn after a carriage return
+            sys.stderr.write("\rprogress %d/2" % i)
+            sys.stderr.flush()
+        sys.stderr.write("\n")
 
     class Branchy(nn.Module):
         """Takes branch a or b depending on the batch: some parameters get no

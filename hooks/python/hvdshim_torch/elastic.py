@@ -113,6 +113,7 @@ def _take_over(resumed=False):
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, _PrefixedStream):
             stream._prefix = "[rank 0] "
+            stream.redraws = True
 
 
 def retrying(fn, *args):

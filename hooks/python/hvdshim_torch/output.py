@@ -11,20 +11,43 @@ from .state import _S
 
 class _PrefixedStream:
     """Text stream wrapper: every line starts with a prefix and reaches the
-    file in one write (so lines of different ranks interleave whole)."""
+    file in one write (so lines of different ranks interleave whole).  A
+    line redrawn in place (carriage returns: a progress bar, tqdm's) has the
+    prefix after each return.  Where `redraws` is False (ranks other than
+    0) such a line is dropped whole: N ranks' bars fighting over one
+    terminal line are noise, and rank 0's shows the same progress."""
 
-    def __init__(self, stream, prefix):
+    def __init__(self, stream, prefix, redraws=True):
         self._stream = stream
         self._prefix = prefix
+        self.redraws = redraws
         self._partial = ""
+        self._mid = False  # part of the current line is out (a flush), the cursor past its start
+        self._dropping = False  # the current line is a redraw, dropped
+
+    def _line(self, text, ends):
+        """What to write for `text`, a piece of one line (`ends`: the line ends after it)."""
+        if not self.redraws and (self._dropping or "\r" in text):
+            out = "\n" if self._mid and not self._dropping else ""  # (what went out of it before: ended)
+            self._dropping, self._mid = not ends, False
+            return out
+        parts = text.split("\r")
+        out = "\r".join(self._prefix + part if part and (i or not self._mid) else part for i, part in enumerate(parts))
+        if ends:
+            self._mid = False
+            return out + "\n"
+        if text:
+            self._mid = not text.endswith("\r")
+        return out
 
     def write(self, text):
         if not text:
             return 0
         lines = (self._partial + text).split("\n")
         self._partial = lines.pop()
-        if lines:
-            self._stream.write("".join(self._prefix + line + "\n" for line in lines))
+        out = "".join([self._line(line, True) for line in lines])
+        if out:
+            self._stream.write(out)
             self._stream.flush()
         return len(text)
 
@@ -34,8 +57,9 @@ class _PrefixedStream:
 
     def flush(self):
         if self._partial:
-            self._stream.write(self._prefix + self._partial)
-            self._partial = ""
+            out, self._partial = self._line(self._partial, False), ""
+            if out:
+                self._stream.write(out)
         self._stream.flush()
 
     def __getattr__(self, name):
@@ -46,7 +70,7 @@ def _redirect_output(worker_stdout):
     prefix = "[rank %d] " % _S.rank
     if sys.stderr is not None:
         _S.stderr_orig = sys.stderr
-        sys.stderr = _PrefixedStream(sys.stderr, prefix)
+        sys.stderr = _PrefixedStream(sys.stderr, prefix, redraws=_S.rank == 0 or worker_stdout)
     if worker_stdout:  # every rank's stdout, each line prefixed
         if sys.stdout is not None:
             _S.stdout_saved = ("wrap", sys.stdout)
