@@ -16,6 +16,39 @@ grep -q '^\[rank 1\] a line on stderr' err && grep -q '^\[rank 0\] a line on std
   ! grep -q 'rank 1.*progress' err || { cat -A err; fail "progress bar: expected rank 0's alone, prefixed after each return"; }
 [ "$(ls ck-*.pt | wc -l)" = 1 ] || { ls; fail "expected one checkpoint (rank 0)"; }
 pass "stdout and checkpoint from rank 0 only, stderr prefixed, a progress bar from rank 0 only"
+# logging to the console, configured before `import torch` and after: rank
+# 0's records prefixed, the other ranks' below WARNING dropped; a file
+# handler's left alone
+cat >logs.py <<'EOF_PY'
+import logging
+import sys
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+import torch
+logging.getLogger("file").addHandler(logging.FileHandler(sys.argv[1]))
+logging.getLogger("file").propagate = False
+late = logging.getLogger("late")
+late.addHandler(logging.StreamHandler())
+late.propagate = False
+m = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for step in range(3):
+    opt.zero_grad()
+    loss = m(torch.randn(8, 4)).pow(2).mean()
+    loss.backward()
+    opt.step()
+    logging.info("step %d loss %.4f", step, loss.item())
+logging.getLogger("file").info("to the file")
+late.info("late info")
+late.warning("late warning")
+EOF_PY
+shim 2 "$PYTHON" logs.py "$TMP/log-%p.txt" >out 2>err || { cat out err; fail "logging run failed"; }
+[ "$(grep -c '^\[rank 0\] INFO step [0-2] loss' err)" = 3 ] && [ "$(grep -c '^\[rank 0\] late info$' err)" = 1 ] &&
+  [ "$(grep -c 'late warning$' err)" = 2 ] && [ "$(grep -c 'INFO\|late info' err)" = 4 ] &&
+  [ "$(grep -c '^\[rank 1\] late warning$' err)" = 1 ] || { cat err; fail "logging: expected rank 0's records, rank 1's warnings"; }
+grep -q "^to the file$" "$TMP/log-"*.txt || { cat "$TMP/log-"*.txt; fail "logging: the file handler lost a record"; }
+HVDSHIM_WORKER_STDOUT=1 shim 2 "$PYTHON" logs.py "$TMP/log-%p.txt" >out 2>err || { cat out err; fail "logging run failed"; }
+[ "$(grep -c '^\[rank 1\] INFO step [0-2] loss' err)" = 3 ] || { cat err; fail "HVDSHIM_WORKER_STDOUT=1: expected rank 1's records"; }
+pass "console logging (configured before and after import torch): rank 0's records prefixed, the others' warnings only (all with HVDSHIM_WORKER_STDOUT=1)"
 rm -f ck-*.pt
 HVDSHIM_WORKER_STDOUT=1 HVDSHIM_SAVE_RANKS=all shim 2 "$PYTHON" "$TRAIN" --stderr-line --out "$TMP/ck-%p.pt" >out 2>&1 ||
   { cat out; fail "np=2 run with WORKER_STDOUT/SAVE_RANKS failed"; }

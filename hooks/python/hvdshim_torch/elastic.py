@@ -114,6 +114,7 @@ def _take_over(resumed=False):
         if isinstance(stream, _PrefixedStream):
             stream._prefix = "[rank 0] "
             stream.redraws = True
+    _S.quiet_console = False
 
 
 def retrying(fn, *args):

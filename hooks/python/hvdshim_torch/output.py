@@ -1,5 +1,6 @@
 """Side effects on output: stdout of ranks > 0, prefixed stderr, an uncaught
 hvdshim error in two lines, intra-op threads per rank."""
+import logging
 import os
 import sys
 import traceback
@@ -66,11 +67,34 @@ class _PrefixedStream:
         return getattr(self._stream, name)
 
 
+_emit = logging.StreamHandler.emit
+
+
+def _console_emit(handler, record):
+    """logging.StreamHandler.emit under the shim: a console handler made
+    before the adapter (logging configured before `import torch`) writes
+    through the prefixed stderr too; on ranks other than 0, its records
+    below WARNING are dropped (every rank logs the same progress: the
+    loss it reads is averaged), as their stdout is.  File handlers are left
+    alone."""
+    stream, err = handler.stream, sys.stderr
+    if isinstance(err, _PrefixedStream) and stream is err._stream:
+        handler.stream = stream = err
+    elif isinstance(stream, _PrefixedStream) and stream is not err:  # (the adapter stood aside since)
+        handler.stream = stream = stream._stream
+    if _S.quiet_console and record.levelno < logging.WARNING and \
+            (stream is err or stream is sys.stdout or stream is sys.__stderr__ or stream is sys.__stdout__):
+        return None
+    return _emit(handler, record)
+
+
 def _redirect_output(worker_stdout):
     prefix = "[rank %d] " % _S.rank
     if sys.stderr is not None:
         _S.stderr_orig = sys.stderr
         sys.stderr = _PrefixedStream(sys.stderr, prefix, redraws=_S.rank == 0 or worker_stdout)
+    _S.quiet_console = _S.rank != 0 and not worker_stdout
+    logging.StreamHandler.emit = _console_emit
     if worker_stdout:  # every rank's stdout, each line prefixed
         if sys.stdout is not None:
             _S.stdout_saved = ("wrap", sys.stdout)
@@ -91,6 +115,7 @@ def _redirect_output(worker_stdout):
 
 
 def _restore_output():
+    _S.quiet_console = False
     if _S.stderr_orig is not None:
         sys.stderr.flush()
         sys.stderr = _S.stderr_orig

@@ -45,6 +45,7 @@ class _State:
         self.warned = set()
         self.stdout_saved = None
         self.stderr_orig = None
+        self.quiet_console = False  # console logging below WARNING dropped (ranks other than 0)
         self.samples = 0            # training samples seen by the roots since the last optimizer step
         self.in_step = 0            # optimizer.step depth (a subclass may call its parent's step)
         self.rng_mode = "per-rank"  # HVDSHIM_RNG
