@@ -78,10 +78,13 @@ def _console_emit(handler, record):
     loss it reads is averaged), as their stdout is.  File handlers are left
     alone."""
     stream, err = handler.stream, sys.stderr
-    if isinstance(err, _PrefixedStream) and stream is err._stream:
-        handler.stream = stream = err
-    elif isinstance(stream, _PrefixedStream) and stream is not err:  # (the adapter stood aside since)
-        handler.stream = stream = stream._stream
+    moved = err if isinstance(err, _PrefixedStream) and stream is err._stream else \
+        stream._stream if isinstance(stream, _PrefixedStream) and stream is not err else None  # (stood aside since)
+    if moved is not None:
+        try:
+            handler.stream = stream = moved
+        except AttributeError:  # (a handler whose stream cannot be set: left as it is)
+            pass
     if _S.quiet_console and record.levelno < logging.WARNING and \
             (stream is err or stream is sys.stdout or stream is sys.__stderr__ or stream is sys.__stdout__):
         return None
