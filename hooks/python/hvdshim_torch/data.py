@@ -40,7 +40,7 @@ import weakref
 
 import torch
 
-from .lib import HvdShimError, _Pending, _broadcast_bytes, _debug
+from .lib import _MAX, HvdShimError, _Pending, _allreduce, _broadcast_bytes, _debug, _warn
 from .state import _S, _warn_once
 from .lifecycle import _start
 
@@ -744,3 +744,65 @@ def _warn_if_alone(loader):
         tag, where, reason = alone
         _warn_once(("alone", tag), "DataLoader %d (%s) is iterated in training but not sharded: %s; every rank "
                    "reads all of it (HVDSHIM_DATA=off silences this)" % (tag, where, reason))
+
+
+# ------------------------------------------------------------------ the same batches on every rank
+_BEFORE_TRAINING = 64  # root forwards before the first reducing backward after which nothing is compared
+
+
+def _note_batch(x):
+    """A root's training forward between the first and the third reducing
+    backward pass: its batch (the first input) counts in this rank's
+    fingerprint.  A script that makes no training forward for
+    _BEFORE_TRAINING root calls (inference) is not followed further."""
+    fp = _S.same_batches
+    try:
+        with torch.no_grad():
+            d = x.detach().to(torch.float64)
+            fp[0] += float(d.sum())
+            fp[1] += float((d * d).sum())
+        fp[2] += 1
+    except Exception:  # (a batch that cannot be summed: nothing is said)
+        fp[3] = 0
+
+
+def note_root_call():
+    """A root's forward (training or not) before any reducing backward."""
+    if _S.reductions == 0:
+        _S.root_calls += 1
+        if _S.root_calls > _BEFORE_TRAINING:
+            _S.same_batches = None
+            _S.recheck = True
+
+
+def check_same_batches():
+    """After the third reducing backward pass, where no DataLoader was
+    iterated in training: one float64 MAX over [fp, -fp] of every rank's
+    fingerprint of the batches of passes 2 and 3 (after the first, random
+    streams are per rank).  The same everywhere: every rank trained on the
+    same batches (a script that cuts its data itself, X[i:i+bs]; random
+    batches drawn under HVDSHIM_RNG=same), so N ranks compute what one
+    does, no faster: named once, by rank 0.  (The decision to compare is
+    the same on every rank: the count of reducing passes and whether a
+    loader was iterated in training are; a rank that gave up its
+    fingerprint still takes part.)"""
+    fp, _S.same_batches, _S.compare_batches = _S.same_batches, None, False
+    _S.recheck = True  # (the global forward pre-hook may come off now)
+    if _S.loader_trained or not _S.enabled:
+        return
+    mine = torch.tensor(fp if fp is not None else [0.0, 0.0, 0, 0], dtype=torch.float64)  # (given up: nothing said)
+    vec = torch.cat([mine, -mine])
+
+    def compare():
+        vec.copy_(torch.cat([mine, -mine]))
+        pending = _Pending()
+        _allreduce(b"hvdshim.same-batches", vec, _MAX, pending, "comparing the ranks' first training batches")
+        pending.wait()
+    from . import elastic as _elastic  # (elastic imports nothing of data)
+    _elastic.retrying(compare)
+    hi, lo = vec[:4].tolist(), (-vec[4:]).tolist()
+    if hi == lo and lo[2] >= 1 and lo[3] == 1 and _S.rank == 0:
+        _warn("every rank trained on the same batches in its first steps, and no DataLoader was iterated in "
+              "training: the %d ranks compute what one process does, no faster.  hvdshim shards DataLoaders; "
+              "batches a script cuts from its data itself (x[i:i + batch]) are the same on every rank (README, "
+              "'Data')" % _S.size)

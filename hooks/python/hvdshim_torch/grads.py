@@ -28,6 +28,7 @@ import struct
 import weakref
 import torch
 
+from . import data as _data
 from . import elastic as _elastic
 from . import resize as _resize
 from . import lib as _libmod
@@ -232,6 +233,9 @@ def _reduce_round():
                 if attempt == _elastic._RETRIES:
                     raise
                 _start_over()
+        _S.reductions += 1
+        if _S.reductions == 3 and _S.compare_batches:
+            _data.check_same_batches()
     finally:
         _S.submitted.clear()
         _S.used[:] = bytes(len(_S.used))

@@ -14,7 +14,7 @@ from .grads import (_reduce_deferred, _HAS_POST_ACCUMULATE, _average_loss, _back
                     _note_scaled, _wrap_step)
 from .rng import seed_torch_at_import as _seed_torch
 from .models import _count_batch, _forward_pre_hook, hook_forwards, module_made
-from .data import _dealt_iter, _dealt_len, _prepare_loader, _warn_if_alone, redealt
+from .data import _dealt_iter, _dealt_len, _prepare_loader, _training_now, _warn_if_alone, redealt
 from . import resize as _resize
 
 
@@ -37,6 +37,8 @@ def _patch():
             return redealt(self, orig(self))
 
         def __iter__(self):
+            if not _S.loader_trained and _S.enabled and _training_now():
+                _S.loader_trained = True
             if _resize._G.tracking:  # hosts may join (resize.py): the loaders' places are counted
                 return _resize.iterate(self, lambda: made(self))
             return made(self)
@@ -263,6 +265,9 @@ def install(rng_seed=None):
         _stand_aside(reason)
         return
     _seed_torch(_S.rng_mode, rng_seed)
+    if _S.data_mode != "off":
+        _S.same_batches = [0.0, 0.0, 0, 1]  # sum, sum of squares, batches, 1 while every one could be read
+        _S.compare_batches = True
     _redirect_output(_setting("HVDSHIM_WORKER_STDOUT") == "1")
     _short_errors()
     _set_threads()

@@ -8,6 +8,7 @@ import torch
 from .lib import HvdShimError, _GRAD_DTYPES, _Pending, _allgather_finish, _allgather_start, _broadcast_bytes, _info
 from .state import _S
 from .lifecycle import _check_stand_aside, _start
+from .data import _note_batch, note_root_call
 from .grads import _Param
 
 
@@ -123,6 +124,8 @@ def _count_samples(module, inputs):
     """A training forward of a model: its batch counts toward the step's samples."""
     if module in _S.roots:
         _count_batch(module, inputs)
+        if _S.same_batches is not None:
+            note_root_call()
 
 
 def _count_batch(module, inputs):
@@ -132,6 +135,8 @@ def _count_batch(module, inputs):
         x = inputs[0] if inputs else _first_keyword_tensor()
         if isinstance(x, torch.Tensor) and x.dim() > 0:
             _S.samples += x.shape[0]
+            if _S.same_batches is not None and 1 <= _S.reductions < 3:
+                _note_batch(x)
 
 
 def _first_keyword_tensor():
@@ -158,6 +163,8 @@ def _forward_pre_hook(module, inputs):
     if module in _S.known:  # (every forward of every module comes here while it is on: the known ones first)
         if module in _S.roots:
             _count_batch(module, inputs)
+            if _S.same_batches is not None:
+                note_root_call()
             if _S.frozen:  # parameters unfrozen since the last forward
                 _hook_unfrozen()
             if _S.recheck:
@@ -199,10 +206,11 @@ def module_made(module):
 def _unhook_if_done():
     """Take the global forward pre-hook off once every module made so far has
     been seen (registered with a root, or parameterless), no parameter is
-    frozen and no samples are counted: a module call with a global hook
+    frozen, no samples are counted and the first training batches are
+    compared (data.check_same_batches): a module call with a global hook
     takes torch's slow path (the tiny model's 4 calls a step: 15-20 us)."""
     _S.recheck = False
-    if _S.fwd_hook is None or _S.frozen or _S.count_samples:
+    if _S.fwd_hook is None or _S.frozen or _S.count_samples or _S.same_batches is not None:
         return
     for m in list(_S.fresh):
         if m in _S.known or m in _S.paramless:

@@ -53,6 +53,14 @@ class _State:
         self.rng_diverged = False   # per-rank streams from the first backward on
         self.optimizers = []        # weak references, in creation order (hyperparameters follow rank 0)
         self.steps = 0              # optimizer steps taken (replica guard)
+        self.reductions = 0         # reducing backward passes (an agreed count: every rank takes part in each)
+        self.loader_trained = False  # a DataLoader was iterated in training
+        # the training batches of reducing backward passes 2 and 3, summed
+        # (data.py: every rank training on the same batches is named once);
+        # None once compared, where nothing is compared, or given up (inference)
+        self.same_batches = None
+        self.compare_batches = False  # the comparison is ahead (the same on every rank)
+        self.root_calls = 0         # root forwards before the first reducing backward (while the above is followed)
         self.check_steps = 0        # HVDSHIM_CHECK_STEPS
         # gradient accumulation (HVDSHIM_ACCUMULATE): k backward passes per optimizer step
         self.accumulate = True      # auto: learn k and reduce once per step
