@@ -38,3 +38,7 @@ for e in 0 1 2; do
   grep -q "^epoch $e loss .* forward-hooks 0$" "$TMP/shim.log" || { cat "$TMP/shim.log"; fail "late: the forward pre-hook still on after epoch $e"; }
 done
 pass "late: the forward pre-hook off at the end of every epoch"
+# parameters that change after the first steps: converted (torch 1.x makes
+# new AccumulateGrad nodes), replaced; and a layer two models share
+check 2 convert --epochs 3            # model.double() after an epoch, then a parameter replaced
+check 2 shared                        # two models sharing a layer

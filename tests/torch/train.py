@@ -40,7 +40,7 @@ def main():
     ap.add_argument("--out", required=True, help="checkpoint path; %%p is replaced by the process id")
     ap.add_argument("--case", default="full",
                     choices=["full", "no-optimizer", "lbfgs", "accumulate", "gan", "unused", "sparse", "frozen",
-                             "seen", "iterable", "noncontig", "late"])
+                             "seen", "iterable", "noncontig", "late", "convert", "shared"])
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--samples", type=int, default=256)
     ap.add_argument("--batch", type=int, default=32)
@@ -136,6 +136,37 @@ def main():
             print("epoch", epoch, "loss", float(loss), "forward-hooks",
                   len(torch.nn.modules.module._global_forward_pre_hooks))
         models = {"model": model} if head is None else {"model": model, "head": head}
+    elif args.case == "convert":  # a model converted, then a parameter replaced, after the first steps
+        model = mlp()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        dtype = torch.float32
+        for epoch in range(args.epochs):
+            if epoch == 1:  # float64 from now on (torch 1.x: new AccumulateGrad nodes)
+                model.double()
+                dtype = torch.float64
+            if epoch == 2:  # a new output weight, drawn at random (rank 0's on every rank)
+                model[2].weight = nn.Parameter(torch.randn(1, args.hidden, dtype=dtype) * 0.1)
+                opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            for x, y in batches():
+                opt.zero_grad()
+                loss = bce(model(x.to(dtype)), y.to(dtype))
+                loss.backward()
+                opt.step()
+            print("epoch", epoch, "loss", float(loss))
+        models = {"model": model}
+    elif args.case == "shared":  # two models sharing their first layer, each called as a model
+        first = nn.Linear(10, args.hidden)
+        A = nn.Sequential(first, nn.ReLU(), nn.Linear(args.hidden, 1))
+        B = nn.Sequential(first, nn.Tanh(), nn.Linear(args.hidden, 1))
+        opt = torch.optim.SGD(list(A.parameters()) + list(B[2].parameters()), lr=0.1)
+        models = {"A": A, "B": B}
+        for epoch in range(args.epochs):
+            for x, y in batches():
+                opt.zero_grad()
+                loss = bce(A(x), y) + bce(B(x), y)
+                loss.backward()
+                opt.step()
+            print("epoch", epoch, "loss", float(loss))
     elif args.case == "gan":
         G = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 10))
         D = nn.Sequential(nn.Linear(10, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))

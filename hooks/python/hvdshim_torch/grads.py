@@ -42,7 +42,7 @@ _HAS_POST_ACCUMULATE = hasattr(torch.Tensor, "register_post_accumulate_grad_hook
 
 
 class _Param:
-    __slots__ = ("index", "name", "bname", "what", "ref", "hooked", "acc", "handle", "sparse", "__weakref__")
+    __slots__ = ("index", "name", "bname", "what", "ref", "hooked", "acc", "handle", "sparse", "kind", "__weakref__")
 
     def __init__(self, index, name, p, sparse):
         self.index = index
@@ -52,6 +52,7 @@ class _Param:
         self.ref = weakref.ref(p)
         self.hooked = False
         self.acc = None
+        self.kind = None  # torch 1.x: (dtype, device) when hooked
         self.sparse = sparse  # gradient is a sparse COO tensor (embedding with sparse=True)
 
     def hook(self):
@@ -61,11 +62,29 @@ class _Param:
         if _HAS_POST_ACCUMULATE:  # torch >= 2.1
             self.handle = p.register_post_accumulate_grad_hook(ready)
         else:  # torch 1.x: a post-hook on the AccumulateGrad node (kept alive here)
-            with torch.enable_grad():
-                self.acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            self.acc = _accumulator(p)
             self.handle = self.acc.register_hook(ready)
+            self.kind = (p.dtype, p.device)
         self.hooked = True
         _S.nhooked += 1
+
+    def unhook(self):
+        if self.hooked:
+            self.handle.remove()
+            self.hooked, self.acc, self.handle = False, None, None
+            _S.nhooked -= 1
+
+    def moved(self):
+        """torch 1.x: the parameter was converted to another dtype or device
+        (Module.to, .double(), .cuda()): autograd made it a new
+        AccumulateGrad node, and the hooked one is no longer reached."""
+        p = self.ref() if self.hooked and self.acc is not None else None
+        return p is not None and (p.dtype, p.device) != self.kind and _accumulator(p) is not self.acc
+
+
+def _accumulator(p):
+    with torch.enable_grad():
+        return p.expand_as(p).grad_fn.next_functions[0][0]
 
 
 def _grad_ready(idx, *_hook_args):

@@ -13,7 +13,7 @@ from .lifecycle import _check_stand_aside, _other_distribution, _stand_aside
 from .grads import (_reduce_deferred, _HAS_POST_ACCUMULATE, _average_loss, _backward_averaging, _note_optimizer,
                     _note_scaled, _wrap_step)
 from .rng import seed_torch_at_import as _seed_torch
-from .models import _count_batch, _forward_pre_hook, hook_forwards, module_made
+from .models import _count_batch, _forward_pre_hook, converted, hook_forwards, module_made, note_new_params
 from .data import _dealt_iter, _dealt_len, _prepare_loader, _training_now, _warn_if_alone, redealt
 from . import resize as _resize
 
@@ -177,6 +177,28 @@ def _patch():
             made(self)
         return __setstate__
     _wrap(torch.nn.Module, "__setstate__", make_module_setstate)
+
+    # the gradient hooks follow the parameters of a registered model through
+    # conversions (to, cuda, double...) and replacements (module.w = Parameter)
+    def make_apply(orig):
+        def _apply(self, *args, **kwargs):
+            _S.applying += 1
+            try:
+                return orig(self, *args, **kwargs)
+            finally:
+                _S.applying -= 1
+                if _S.applying == 0 and _S.enabled and _S.params:
+                    converted()
+        return _apply
+    _wrap(torch.nn.Module, "_apply", make_apply)
+
+    def make_register_parameter(orig):
+        def register_parameter(self, name, param):
+            orig(self, name, param)
+            if param is not None and _S.params and self in _S.known and param not in _S.by_param:
+                note_new_params()
+        return register_parameter
+    _wrap(torch.nn.Module, "register_parameter", make_register_parameter)
     _S.count_samples = bool(_setting("HVDSHIM_METRICS"))
     hook_forwards(_untraced(_forward_pre_hook))
 

@@ -87,6 +87,15 @@ def _register_root(module):
     _S.models.append(weakref.ref(module))
     _S.roots.add(module)
     _S.known.update(module.modules())
+    _follow_params(module, k)
+    if _S.rank == 0:
+        _info("%s: %d parameters and buffers broadcast from rank 0, %d gradients hooked"
+              % (what, len(entries), sum(1 for p in _S.params if p.hooked)))
+
+
+def _follow_params(module, k):
+    """Every parameter of root k not followed yet gets its place in the used
+    bitmap and its gradient hook (or waits, frozen)."""
     sparse = set()
     for m in module.modules():
         if getattr(m, "sparse", False) is True and isinstance(getattr(m, "weight", None), torch.nn.Parameter):
@@ -102,9 +111,68 @@ def _register_root(module):
             prm.hook()
         else:
             _S.frozen.append(prm)
-    if _S.rank == 0:
-        _info("%s: %d parameters and buffers broadcast from rank 0, %d gradients hooked"
-              % (what, len(entries), sum(1 for p in _S.params if p.hooked)))
+
+
+def converted():
+    """Module._apply ended (to(), cuda(), double(), ...; at the outermost
+    call): torch 1.x gives a parameter converted to another dtype or device
+    a new AccumulateGrad node, so its hook goes there; a conversion that
+    makes new Parameter objects
+    (torch.__future__.set_overwrite_module_params_on_conversion) leaves
+    parameters to adopt."""
+    for prm in _S.params:
+        if prm.moved():
+            prm.unhook()
+            prm.hook()
+    note_new_params()
+
+
+def note_new_params():
+    """A parameter may have joined a registered root (a conversion, or
+    `module.weight = nn.Parameter(...)` on one of its modules): it is
+    adopted at the next forward of a root (adopt_new), which the global
+    forward pre-hook must see."""
+    for ref in _S.models:
+        root = ref()
+        if root is not None and any(p not in _S.by_param for p in root.parameters()):
+            _S.adopt = True
+            if _S.fwd_hook is None and _S.fwd_hook_fn is not None:
+                hook_forwards(_S.fwd_hook_fn)
+            return
+
+
+def adopt_new():
+    """At a root's forward: parameters that joined registered roots since
+    their registration (every rank runs the same code, so they join on every
+    rank before the same forward) take rank 0's values, as a root's do at
+    its first forward, and are followed from now on; those they replaced
+    (freed) are no longer waited for."""
+    _S.adopt, _S.recheck = False, True  # (the global forward pre-hook may come off again)
+    for prm in _S.params:
+        if prm.hooked and prm.ref() is None:
+            prm.unhook()
+    for k, ref in enumerate(_S.models):
+        root = ref()
+        if root is None:
+            continue
+        new = [("p", n, p) for n, p in root.named_parameters() if p not in _S.by_param]
+        if not new:
+            continue
+        what = "model %d (%s): parameters set after its first forward" % (k, type(root).__name__)
+        _verify_same_everywhere("m%d.new%d" % (k, len(_S.params)), what, _signature(new))
+        pending, copies = _Pending(), []
+        with torch.no_grad():
+            for _kind, n, t in new:
+                buf = t if t.is_contiguous() else t.contiguous()
+                if buf is not t:
+                    copies.append((buf, t))
+                _broadcast_bytes(("m%d.new.%s" % (k, n)).encode(), buf, pending, "broadcasting %s" % n)
+            pending.wait()
+            for buf, t in copies:
+                t.copy_(buf)
+        _follow_params(root, k)
+        if _S.rank == 0:
+            _info("%s: %s broadcast from rank 0 and followed" % (what, ", ".join(n for _k, n, _p in new)))
 
 
 def _hook_unfrozen():
@@ -162,6 +230,8 @@ def _first_keyword_tensor():
 def _forward_pre_hook(module, inputs):
     if module in _S.known:  # (every forward of every module comes here while it is on: the known ones first)
         if module in _S.roots:
+            if _S.adopt:
+                adopt_new()
             _count_batch(module, inputs)
             if _S.same_batches is not None:
                 note_root_call()
@@ -210,7 +280,7 @@ def _unhook_if_done():
     compared (data.check_same_batches): a module call with a global hook
     takes torch's slow path (the tiny model's 4 calls a step: 15-20 us)."""
     _S.recheck = False
-    if _S.fwd_hook is None or _S.frozen or _S.count_samples or _S.same_batches is not None:
+    if _S.fwd_hook is None or _S.frozen or _S.count_samples or _S.same_batches is not None or _S.adopt:
         return
     for m in list(_S.fresh):
         if m in _S.known or m in _S.paramless:

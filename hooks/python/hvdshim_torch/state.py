@@ -4,6 +4,39 @@ import weakref
 from .lib import _Batch, _Pending, _info, _warn
 
 
+class _ParamMap:
+    """Parameter -> value by identity, not keeping the parameter alive.  (A
+    WeakKeyDictionary finds a key by ==, which compares tensors element by
+    element: looking up a parameter it holds raised "Boolean value of
+    Tensor with more than one value is ambiguous".)"""
+
+    def __init__(self):
+        self._d = {}
+
+    def __setitem__(self, p, value):
+        key, d = id(p), self._d
+
+        def gone(_ref):
+            e = d.get(key)
+            if e is not None and e[0]() is None:  # (not a newer parameter at the same address)
+                del d[key]
+        d[key] = (weakref.ref(p, gone), value)
+
+    def get(self, p, default=None):
+        e = self._d.get(id(p))
+        return e[1] if e is not None and e[0]() is p else default
+
+    def __contains__(self, p):
+        e = self._d.get(id(p))
+        return e is not None and e[0]() is p
+
+    def __getitem__(self, p):
+        e = self._d.get(id(p))
+        if e is None or e[0]() is not p:
+            raise KeyError(p)
+        return e[1]
+
+
 class _State:
     def __init__(self):
         self.rank = self.size = self.local_rank = self.local_size = 0
@@ -27,7 +60,7 @@ class _State:
         self.fresh = weakref.WeakSet()  # modules made and not yet seen known or parameterless
         self.recheck = False        # a module was registered or found parameterless: look at fresh again
         self.count_samples = False  # HVDSHIM_METRICS: every root forward counts its batch
-        self.by_param = weakref.WeakKeyDictionary()  # parameter -> _Param
+        self.by_param = _ParamMap()  # parameter -> _Param
         self.params = []            # _Param, index = position in the used-bitmap
         self.frozen = []            # _Param not yet hooked (requires_grad False)
         self.in_backward = False
@@ -60,6 +93,8 @@ class _State:
         # None once compared, where nothing is compared, or given up (inference)
         self.same_batches = None
         self.compare_batches = False  # the comparison is ahead (the same on every rank)
+        self.adopt = False          # a registered root has parameters not yet followed (models.adopt_new)
+        self.applying = 0           # Module._apply depth (conversions: the hooks follow at the outermost)
         self.root_calls = 0         # root forwards before the first reducing backward (while the above is followed)
         self.check_steps = 0        # HVDSHIM_CHECK_STEPS
         # gradient accumulation (HVDSHIM_ACCUMULATE): k backward passes per optimizer step
