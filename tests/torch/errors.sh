@@ -17,12 +17,16 @@ HVDSHIM_DATA=split shim 4 "$PYTHON" "$TRAIN" --batch 30 --out "$TMP/a.pt" >"$TMP
 grep -q "HVDSHIM_DATA=split needs the DataLoader batch size (30) to be divisible by the number of ranks (4)" "$TMP/out" ||
   { cat "$TMP/out"; fail "no clear split-mode error"; }
 # an hvdshim error the script does not catch: its message and the script's
-# line on each rank, no traceback through torch and the adapter
-[ "$(grep -c "^\[rank [0-3]\]   (raised at .*train.py:[0-9]*, in main; HVDSHIM_LOG_LEVEL=debug prints the traceback)$" "$TMP/out")" = 4 ] &&
+# line (one write: both or neither), no traceback through torch and the
+# adapter.  (The launcher may end the other ranks before they print: each
+# rank that printed is counted.)
+said=$(grep -c "^\[rank [0-3]\] hvdshim: HVDSHIM_DATA=split needs the DataLoader batch size (30)" "$TMP/out")
+[ "$said" -ge 1 ] && [ "$(grep -c "^\[rank [0-3]\]   (raised at .*train.py:[0-9]*, in main; HVDSHIM_LOG_LEVEL=debug prints the traceback)$" "$TMP/out")" = "$said" ] &&
   ! grep -q "Traceback" "$TMP/out" || { cat "$TMP/out"; fail "expected two lines per rank, no traceback"; }
 HVDSHIM_LOG_LEVEL=debug HVDSHIM_DATA=split shim 2 "$PYTHON" "$TRAIN" --batch 31 --out "$TMP/a.pt" >"$TMP/out" 2>&1 &&
   { cat "$TMP/out"; fail "batch 31 at np=2 was accepted in split mode"; }
-[ "$(grep -c "Traceback" "$TMP/out")" = 2 ] || { cat "$TMP/out"; fail "HVDSHIM_LOG_LEVEL=debug: expected the traceback"; }
+grep -q "^\[rank [01]\] Traceback" "$TMP/out" && ! grep -q "(raised at" "$TMP/out" ||
+  { cat "$TMP/out"; fail "HVDSHIM_LOG_LEVEL=debug: expected the traceback"; }
 pass "split mode: indivisible batch size named, with the script's line (the traceback at debug)"
 # an iterable dataset kept whole (HVDSHIM_DATA_ITERABLE=whole): one warning
 # per rank, the run completes (dealt by default: tests/torch/iterable.sh)
