@@ -20,7 +20,6 @@ check() { # check NP CASE [args...]  (the plain run once per case and arguments)
 }
 # momentum, weight decay, StepLR and clip_grad_norm_, 2 epochs
 check 2 full
-check 4 full
 check 2 full --epochs 3 --workers 2   # forked DataLoader workers
 check 2 no-optimizer                  # manual p.data.add_(p.grad, alpha=-lr)
 check 2 lbfgs                         # closure, several backwards per step
@@ -29,7 +28,7 @@ check 2 gan                           # two models, two optimizers
 check 2 sparse                        # nn.Embedding(sparse=True)
 check 2 frozen                        # first layer frozen in epoch 0, unfrozen in epoch 1
 check 2 noncontig                     # a parameter (and its gradient) not contiguous
-check 3 full --batch 48 --samples 240 # a batch of 48 split in 3
+check 3 full --batch 48 --samples 240 # a batch of 48 split in 3 (N=4, oversubscribed: elastic.sh's split cases)
 # models made after the first steps (a deep copy in epoch 1, a new head in
 # epoch 2) are distributed at their first forward; between those, with no
 # module left unseen, the shim's global forward pre-hook is off
