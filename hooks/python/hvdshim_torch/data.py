@@ -40,7 +40,7 @@ import weakref
 
 import torch
 
-from .lib import _MAX, HvdShimError, _Pending, _allreduce, _broadcast_bytes, _debug, _warn
+from .lib import HvdShimError, _Pending, _broadcast_bytes, _debug, _warn
 from .state import _S, _warn_once
 from .lifecycle import _start
 
@@ -791,16 +791,8 @@ def check_same_batches():
     if _S.loader_trained or not _S.enabled:
         return
     mine = torch.tensor(fp if fp is not None else [0.0, 0.0, 0, 0], dtype=torch.float64)  # (given up: nothing said)
-    vec = torch.cat([mine, -mine])
-
-    def compare():
-        vec.copy_(torch.cat([mine, -mine]))
-        pending = _Pending()
-        _allreduce(b"hvdshim.same-batches", vec, _MAX, pending, "comparing the ranks' first training batches")
-        pending.wait()
-    from . import elastic as _elastic  # (elastic imports nothing of data)
-    _elastic.retrying(compare)
-    hi, lo = vec[:4].tolist(), (-vec[4:]).tolist()
+    from .elastic import extremes  # (elastic imports nothing of data)
+    hi, lo = (v.tolist() for v in extremes(b"hvdshim.same-batches", mine, "comparing the ranks' first training batches"))
     if hi == lo and lo[2] >= 1 and lo[3] == 1 and _S.rank == 0:
         _warn("every rank trained on the same batches in its first steps, and no DataLoader was iterated in "
               "training: the %d ranks compute what one process does, no faster.  hvdshim shards DataLoaders; "

@@ -25,7 +25,7 @@ import sys
 import torch
 
 from . import lib as _libmod
-from .lib import HvdShimError, _MembershipChanged, _following, _is_number, _warn
+from .lib import _MAX, HvdShimError, _MembershipChanged, _Pending, _allreduce, _following, _is_number, _warn
 from .state import _S
 
 _RETRIES = 64  # changes survived inside one operation: each needs a death, so a bound never reached in practice
@@ -132,3 +132,19 @@ def redone(step):
     if _S.rank == 0:
         _warn("optimizer step %d: its gradients averaged again over the %d surviving rank(s), from their own "
               "(the dead ranks' part of this step's batch is lost)" % (step, _S.size))
+
+
+def extremes(name, values, what):
+    """The largest and the smallest of each float64 of `values` (1-D) over
+    the ranks: one MAX over [values, -values] (submitted again after a
+    change of ranks).  Where they are equal, every rank has the same."""
+    vec = torch.cat([values, -values])
+
+    def once():
+        vec.copy_(torch.cat([values, -values]))
+        pending = _Pending()
+        _allreduce(name, vec, _MAX, pending, what)
+        pending.wait()
+    retrying(once)
+    n = values.numel()
+    return vec[:n], -vec[n:]

@@ -33,7 +33,7 @@ from . import elastic as _elastic
 from . import resize as _resize
 from . import lib as _libmod
 from . import rng as _rng
-from .lib import (_AVG, _MAX, _SUM, HvdShimError, _is_number, _MembershipChanged, _wrap, _GRAD_DTYPES, _Pending,
+from .lib import (_AVG, _SUM, HvdShimError, _is_number, _MembershipChanged, _wrap, _GRAD_DTYPES, _Pending,
                   _allgather_finish, _allgather_start, _allreduce, _debug)
 from .state import _S, _info_once
 
@@ -501,15 +501,7 @@ def _check_replicas():
     if not tensors:
         return
     sums = torch.nan_to_num(torch.stack(tensors), nan=1.0e308, posinf=1.5e308, neginf=-1.5e308)
-    vec = torch.cat([sums, -sums])
-
-    def compare():
-        vec.copy_(torch.cat([sums, -sums]))
-        pending = _Pending()
-        _allreduce(b"hvdshim.guard.%d" % len(names), vec, _MAX, pending, "comparing parameter checksums across ranks")
-        pending.wait()
-    _elastic.retrying(compare)
-    hi, lo = vec[:len(names)], -vec[len(names):]
+    hi, lo = _elastic.extremes(b"hvdshim.guard.%d" % len(names), sums, "comparing parameter checksums across ranks")
     bad = (hi != lo).nonzero().flatten().tolist()
     if bad:
         i = bad[0]

@@ -192,13 +192,14 @@ def _count_samples(module, inputs):
     """A training forward of a model: its batch counts toward the step's samples."""
     if module in _S.roots:
         _count_batch(module, inputs)
-        if _S.same_batches is not None:
-            note_root_call()
 
 
 def _count_batch(module, inputs):
-    """A forward in training mode with gradients enabled adds its batch (the
-    first input's first dimension) to the step's samples."""
+    """A root's forward.  In training mode with gradients enabled it adds
+    its batch (the first input's first dimension) to the step's samples, and
+    the batch counts in the first steps' fingerprint (data.py)."""
+    if _S.same_batches is not None:
+        note_root_call()
     if module.training and torch.is_grad_enabled():
         x = inputs[0] if inputs else _first_keyword_tensor()
         if isinstance(x, torch.Tensor) and x.dim() > 0:
@@ -233,8 +234,6 @@ def _forward_pre_hook(module, inputs):
             if _S.adopt:
                 adopt_new()
             _count_batch(module, inputs)
-            if _S.same_batches is not None:
-                note_root_call()
             if _S.frozen:  # parameters unfrozen since the last forward
                 _hook_unfrozen()
             if _S.recheck:

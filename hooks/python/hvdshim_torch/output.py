@@ -78,8 +78,11 @@ def _console_emit(handler, record):
     loss it reads is averaged), as their stdout is.  File handlers are left
     alone."""
     stream, err = handler.stream, sys.stderr
-    moved = err if isinstance(err, _PrefixedStream) and stream is err._stream else \
-        stream._stream if isinstance(stream, _PrefixedStream) and stream is not err else None  # (stood aside since)
+    moved = None
+    if isinstance(err, _PrefixedStream) and stream is err._stream:
+        moved = err
+    elif isinstance(stream, _PrefixedStream) and stream is not err:  # (the adapter stood aside since)
+        moved = stream._stream
     if moved is not None:
         try:
             handler.stream = stream = moved
