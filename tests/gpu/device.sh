@@ -71,6 +71,9 @@ HVDSHIM_GPU_OPERATIONS=auto run_case "np=2 on one GPU, the default (auto: MPI st
 HVDSHIM_GPU_OPERATIONS=MPI LOSSES=losses run_case "np=2, AMP with GradScaler, unmodified (and the loss read after scaler.scale(loss).backward() is the emulation's mean)" 2 1e-6 --amp
 HVDSHIM_GPU_OPERATIONS=MPI run_case "np=2, CPU and GPU parameters in one model" 2 1e-6 --mixed
 HVDSHIM_GPU_OPERATIONS=MPI HVDSHIM_FUSION_THRESHOLD=0 run_case "np=2, no fusion (one tensor at a time)" 2 1e-6
+# parameters converted after the shim first saw them: built and called on
+# the CPU, then model.cuda() (the hooks and rank 0's values follow them)
+HVDSHIM_GPU_OPERATIONS=MPI run_case "np=2, model.cuda() after a first forward on the CPU, split mode: same weights as the emulated split" 2 1e-6 --late-cuda
 # compression: within 1e-2 of the plain run (relative, per parameter sum,
 # after 16 steps; measured on an H100: fp16 5.5e-4, bf16 1.7e-3), and not
 # equal to it (at least 1e-6 apart, where the uncompressed run is within
@@ -94,6 +97,11 @@ for phase in MPI_ALLREDUCE_STAGED MPI_BCAST_STAGED; do
   grep -q "\"$phase\"" "$TMP/tl.json" || { head -c 2000 "$TMP/tl.json"; fail "the timeline has no $phase phase"; }
 done
 pass "timeline of a staged run: MPI_ALLREDUCE_STAGED and MPI_BCAST_STAGED phases"
+# batches a script cuts itself from GPU tensors: every rank trains on the same
+# ones, and rank 0 says so once (the check sums GPU inputs)
+HVDSHIM_DATA=shard HVDSHIM_GPU_OPERATIONS=MPI shim 2 "$PYTHON" "$G" --sliced >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "sliced GPU batches: the run failed"; }
+[ "$(grep -c "every rank trained on the same batches" "$TMP/out")" = 1 ] || { cat "$TMP/out"; fail "sliced GPU batches: not one same-batches warning"; }
+pass "batches cut by the script from GPU tensors, shard mode: one same-batches warning"
 # NCCL refuses ranks that share a GPU; the shim says so before NCCL does
 [ "$("$PYTHON" -c 'import torch; print(torch.cuda.device_count())')" = 1 ] || exit 0
 HVDSHIM_GPU_OPERATIONS=NCCL shim 2 "$PYTHON" "$G" --epochs 1 >"$TMP/out" 2>&1 && { cat "$TMP/out"; fail "NCCL with a shared GPU ran"; }

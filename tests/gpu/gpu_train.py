@@ -2,6 +2,10 @@
 synthetic data, SGD, a shuffling DataLoader; prints a checksum of the final
 weights.  --amp: autocast + GradScaler; --mixed: one layer kept on the CPU;
 --compile: the model through torch.compile (inductor, Triton kernels);
+--late-cuda: the model built and called once on the CPU, then moved with
+model.cuda() (parameters converted after the shim first saw them); --sliced:
+batches cut from the tensors by the script (X[i:i+64] on the GPU), no
+DataLoader;
 --emulate-ranks N: the test's reference run, the single-process emulation of
 a split run over N ranks (split_ref.py)."""
 import argparse
@@ -14,6 +18,8 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--amp", action="store_true")
 ap.add_argument("--mixed", action="store_true")
 ap.add_argument("--compile", action="store_true")
+ap.add_argument("--late-cuda", action="store_true")
+ap.add_argument("--sliced", action="store_true")
 ap.add_argument("--epochs", type=int, default=2)
 ap.add_argument("--emulate-ranks", type=int, default=0)  # the test's reference run only (split_ref.py)
 args = ap.parse_args()
@@ -27,17 +33,25 @@ loader = DataLoader(TensorDataset(X, Y), batch_size=64, shuffle=True, generator=
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
-        self.body = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU()).cuda()
+        dev = "cpu" if args.late_cuda else "cuda"
+        self.body = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU()).to(dev)
         self.head = nn.Linear(64, 2)
         if not args.mixed:
-            self.head = self.head.cuda()
+            self.head = self.head.to(dev)
 
     def forward(self, x):
-        h = self.body(x.cuda())
+        h = self.body(x.to(self.body[0].weight.device))
         return self.head(h.cpu() if args.mixed else h)
 
 
 model = Net()
+if args.late_cuda:
+    with torch.no_grad():
+        model(X[:2])  # a shape check on the CPU, as scripts do before moving the model
+    model.cuda()
+if args.sliced:
+    Xg, Yg = X.cuda(), Y.cuda()
+    loader = [(Xg[i:i + 64], Yg[i:i + 64]) for i in range(0, len(X), 64)]
 fwd = torch.compile(model) if args.compile else model
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 scaler = (torch.amp.GradScaler("cuda", enabled=args.amp) if hasattr(torch.amp, "GradScaler")
