@@ -21,20 +21,24 @@ S="$TORCH_DIR/grow_train.py"
 HVDRUN="$top_builddir/launcher/hvdrun"
 cat >"$TMP/disc.sh" <<EOD
 #!/bin/sh
-# localhost:2 for the first \${GROW_LATE:-\${GROW_AFTER:-5}} calls, then localhost:3
-n=\$(cat "$TMP/count" 2>/dev/null || echo 0); n=\$((n + 1)); echo \$n >"$TMP/count"
-[ \$n -le \${GROW_LATE:-\${GROW_AFTER:-5}} ] && echo localhost:2 || echo localhost:3
+# localhost:2 until rank 0 has made \$GROW_AT optimizer steps (GROW_PROGRESS), then localhost:3
+n=\$(cat "$TMP/progress" 2>/dev/null); [ "\${n:-0}" -ge "\$GROW_AT" ] 2>/dev/null && echo localhost:3 || echo localhost:2
 EOD
 chmod +x "$TMP/disc.sh"
 seed=${GROW_SEED:-$(date +%s)}
 echo "join points: GROW_SEED=$seed"
 k=0
-grow() { # grow NAME [ENV...]: the script under hvdrun, 2 ranks growing to 3 after 3 to 10 polls
+# grow NAME [ENV...]: the script under hvdrun, 2 ranks growing to 3 once rank
+# 0 has made GROW_AT optimizer steps (default 3 to 18, from the seed; the job
+# stops at the step after the next poll, 0.2 s later). The join point follows
+# the script's progress, not a count of polls: on a loaded machine a job
+# could finish before its 12th poll (CI, 2026-11-27).
+grow() {
   _n=$1
   shift
-  rm -f "$TMP/count"
+  rm -f "$TMP/progress"
   k=$((k + 1))
-  env HVDRUN_LIB="$LIB" HVDRUN_MPIRUN="$MPIRUN" HVDSHIM_ELASTIC_INTERVAL=0.2 GROW_AFTER=$(((seed / k + k) % 8 + 3)) "$@" timeout 240 "$HVDRUN" -np 2 --oversubscribe --max-np 3 \
+  env HVDRUN_LIB="$LIB" HVDRUN_MPIRUN="$MPIRUN" HVDSHIM_ELASTIC_INTERVAL=0.2 GROW_AT=$(((seed / k + k) % 16 + 3)) GROW_PROGRESS="$TMP/progress" "$@" timeout 240 "$HVDRUN" -np 2 --oversubscribe --max-np 3 \
     --host-discovery-script "$TMP/disc.sh" "$PYTHON" "$S" "$TMP/$_n.pt" >"$TMP/$_n.out" 2>&1 ||
     { cat "$TMP/$_n.out"; fail "$_n: the growing job failed"; }
   grep -q "hvdrun: the job stopped to grow; starting it again over 3 rank(s) (was 2)" "$TMP/$_n.out" &&
@@ -50,7 +54,7 @@ scaler=0
 GROW_PAUSE=0 GROW_SCALER=$scaler "$PYTHON" "$S" "$TMP/plains.pt" >"$TMP/plains.out" 2>&1 || { cat "$TMP/plains.out"; fail "plain run"; }
 for w in 0 2; do
   mkdir -p "$TMP/state$w"
-  late=GROW_LATE=$((11 + (seed + w) % 3)) # (after epoch 0: the loader's generator and the scaler have moved)
+  late=GROW_AT=$((21 + (seed + w) % 20)) # (after epoch 0, 20 steps: the loader's generator and the scaler have moved)
   # (workers 0: the loader draws its order from a generator of its own)
   grow split$w HVDSHIM_DATA=split GROW_WORKERS=$w GROW_GENERATOR=$((1 - w / 2)) GROW_SCALER=$((scaler * w / 2)) ${late:-} HVDSHIM_ELASTIC_STATE="$TMP/state$w" HVDSHIM_METRICS="$TMP/m$w.jsonl" \
     HVDSHIM_TIMELINE="$TMP/t$w.json"

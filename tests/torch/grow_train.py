@@ -7,7 +7,10 @@ GROW_EPOCHS, GROW_BATCH, GROW_WORKERS: the loop's epochs, the batch size,
 the loader's workers.  GROW_GENERATOR=1: the loader draws its order from a
 generator of its own.  GROW_SCALER=1: a CPU GradScaler (torch 2.3+) whose
 scale doubles every 3 steps, printed at the end.  GROW_SEEN=DIR: each
-process appends the index of every sample it reads to DIR/<its pid>."""
+process appends the index of every sample it reads to DIR/<its pid>.
+GROW_PROGRESS=FILE: the optimizer steps this process has made, rewritten
+after each (the test's discovery script lists the new slot once rank 0's
+count reaches a step it chose)."""
 import os
 import sys
 import time
@@ -46,6 +49,7 @@ def main():
         if os.environ.get("GROW_SCALER") == "1" else None
     log = open(sys.argv[1] + ".log", "w")
     log.write("epoch,loss,lr\n")
+    progress, steps = os.environ.get("GROW_PROGRESS"), 0
     for epoch in range(epochs):
         total, n = 0.0, 0
         for xb, yb in loader:
@@ -60,6 +64,10 @@ def main():
                 opt.step()
             total += loss.item()
             n += 1
+            steps += 1
+            if progress:
+                with open(progress, "w") as f:
+                    f.write("%d\n" % steps)
             time.sleep(pause)
         log.write("%d,%.6f,%g\n" % (epoch, total / max(n, 1), sched.get_last_lr()[0]))
         log.flush()
