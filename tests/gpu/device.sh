@@ -74,6 +74,9 @@ HVDSHIM_GPU_OPERATIONS=MPI HVDSHIM_FUSION_THRESHOLD=0 run_case "np=2, no fusion 
 # parameters converted after the shim first saw them: built and called on
 # the CPU, then model.cuda() (the hooks and rank 0's values follow them)
 HVDSHIM_GPU_OPERATIONS=MPI run_case "np=2, model.cuda() after a first forward on the CPU, split mode: same weights as the emulated split" 2 1e-6 --late-cuda
+# hooks of the script's on the gradients (clamping) run on the average over
+# ranks, as on the whole batch's gradient in the plain run
+HVDSHIM_GPU_OPERATIONS=MPI REF=plain run_case "np=2, MPI staging, hooks on the gradients (clamping): same weights as the plain run (float32 rounding only)" 2 1e-5 --hooks
 # compression: within 1e-2 of the plain run (relative, per parameter sum,
 # after 16 steps; measured on an H100: fp16 5.5e-4, bf16 1.7e-3), and not
 # equal to it (at least 1e-6 apart, where the uncompressed run is within

@@ -1,5 +1,6 @@
 """An unmodified single-GPU training script (tests/gpu/device.sh): an MLP on
-synthetic data, SGD, a shuffling DataLoader; prints a checksum of the final
+synthetic data, SGD, a shuffling DataLoader; --hooks: a hook of the script's on every parameter's
+gradient (clamping); prints a checksum of the final
 weights.  --amp: autocast + GradScaler; --mixed: one layer kept on the CPU;
 --compile: the model through torch.compile (inductor, Triton kernels);
 --late-cuda: the model built and called once on the CPU, then moved with
@@ -20,6 +21,7 @@ ap.add_argument("--mixed", action="store_true")
 ap.add_argument("--compile", action="store_true")
 ap.add_argument("--late-cuda", action="store_true")
 ap.add_argument("--sliced", action="store_true")
+ap.add_argument("--hooks", action="store_true")
 ap.add_argument("--epochs", type=int, default=2)
 ap.add_argument("--emulate-ranks", type=int, default=0)  # the test's reference run only (split_ref.py)
 args = ap.parse_args()
@@ -49,6 +51,9 @@ if args.late_cuda:
     with torch.no_grad():
         model(X[:2])  # a shape check on the CPU, as scripts do before moving the model
     model.cuda()
+if args.hooks:
+    for p in model.parameters():
+        p.register_hook(lambda g: g.clamp(-0.01, 0.01))
 if args.sliced:
     Xg, Yg = X.cuda(), Y.cuda()
     loader = [(Xg[i:i + 64], Yg[i:i + 64]) for i in range(0, len(X), 64)]

@@ -38,6 +38,15 @@ HVDSHIM_WORKER_STDOUT=1 shim 2 "$PYTHON" "$TRAIN" --case unused --epochs 3 --out
   { cat "$TMP/out"; fail "unused-branch run failed"; }
 [ "$(grep -o 'checksum .*' "$TMP/out" | sort -u | wc -l)" = 1 ] || { cat "$TMP/out"; fail "ranks ended with different weights"; }
 pass "unused branch: finished, ranks agree"
+# the same with a hook of the script's on each gradient (averaged inside
+# backward, before the hook): a rank whose backward skips a hooked parameter
+# leaves the others waiting for it; the deadlock check ends the job, naming
+# the gradient each rank waits for
+HVDSHIM_DEADLOCK_SECONDS=2 shim 2 "$PYTHON" "$TRAIN" --case unused --clamp-hooks --epochs 3 --out "$TMP/a.pt" >"$TMP/out" 2>&1 &&
+  { cat "$TMP/out"; fail "hooked gradients of a branch some ranks skip: the run did not fail"; }
+grep -q "deadlock: .* rank [01] waits for allreduce 'hvdshim.hooked.m0.[ab].\(weight\|bias\)'" "$TMP/out" ||
+  { cat "$TMP/out"; fail "hooked gradients of a branch some ranks skip: no line naming the gradient waited for"; }
+pass "hooked gradients of a branch some ranks skip: the job ends after HVDSHIM_DEADLOCK_SECONDS, naming the gradient waited for"
 # a parameter of a dtype the shim cannot average (complex): named, before training
 shim 2 "$PYTHON" "$top_srcdir/tests/faults/fault_train.py" --fault complex >"$TMP/out" 2>&1 &&
   { cat "$TMP/out"; fail "a complex parameter was accepted"; }

@@ -41,3 +41,8 @@ pass "late: the forward pre-hook off at the end of every epoch"
 # new AccumulateGrad nodes), replaced; and a layer two models share
 check 2 convert --epochs 3            # model.double() after an epoch, then a parameter replaced
 check 2 shared                        # two models sharing a layer
+# hooks of the script's on the gradients (p.register_hook: clamping) see the
+# average over ranks, as they see the whole batch's gradient in one process
+# (averaged after them, the weights were 0.16 apart); with two backward
+# passes per step, each pass's gradient is clamped before it accumulates
+check 2 hooked --epochs 3

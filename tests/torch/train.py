@@ -40,12 +40,13 @@ def main():
     ap.add_argument("--out", required=True, help="checkpoint path; %%p is replaced by the process id")
     ap.add_argument("--case", default="full",
                     choices=["full", "no-optimizer", "lbfgs", "accumulate", "gan", "unused", "sparse", "frozen",
-                             "seen", "iterable", "noncontig", "late", "convert", "shared"])
+                             "seen", "iterable", "noncontig", "late", "convert", "shared", "hooked"])
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--samples", type=int, default=256)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--hidden", type=int, default=32)
+    ap.add_argument("--clamp-hooks", action="store_true")  # p.register_hook(clamp) on every parameter
     ap.add_argument("--print-lr", action="store_true")
     ap.add_argument("--print-threads", action="store_true")
     ap.add_argument("--stderr-line", action="store_true")
@@ -197,6 +198,12 @@ def main():
         if args.case == "frozen":
             for p in model[0].parameters():
                 p.requires_grad_(False)
+        if args.case == "hooked" or args.clamp_hooks:  # the script's own hooks on the gradients: clamping,
+            for p in model.parameters():
+                p.register_hook(lambda g: g.clamp(-0.01, 0.01))
+        if args.case == "hooked":  # and one that only looks
+            seen = []
+            model[0].weight.register_hook(lambda g: seen.append(float(g.abs().max())))
         opt = None
         if args.case == "lbfgs":
             opt = torch.optim.LBFGS(model.parameters(), lr=0.05, max_iter=3, history_size=5)
@@ -220,7 +227,7 @@ def main():
                         return loss
                     loss = opt.step(closure)
                     continue
-                if args.case == "accumulate":  # two half batches per step
+                if args.case in ("accumulate", "hooked"):  # two half batches per step
                     if step % 2 == 0:
                         opt.zero_grad()
                     loss = bce(model(x), y) / 2

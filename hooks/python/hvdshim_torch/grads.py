@@ -112,6 +112,9 @@ def _submit_grad(prm):
     p = prm.ref()
     if p is None:
         return
+    if prm.index in _S.early:  # averaged in backward, before the script's own hook (_hooked_grad)
+        _S.submitted.add(prm.index)
+        return
     g = p.grad
     if g is None:  # used on another rank, not here: contribute nothing (zeros)
         if prm.sparse:
@@ -136,6 +139,28 @@ def _submit_grad(prm):
     else:
         buf = g.contiguous()
         _S.batch.add(prm.bname, buf, _AVG, _S.pending, prm.what, on_done=lambda: g.copy_(buf))
+
+
+def _hooked_grad(ref, g):
+    """A hook of the script's on a parameter's gradient (p.register_hook:
+    clamping, scaling, logging) runs on the average over ranks, as it runs
+    on the whole batch's gradient in the single process: this hook, put
+    before the script's, averages this backward's gradient of the
+    parameter there and then (one blocking allreduce; every rank reaches it
+    in the same backward), and the end of backward does not average that
+    gradient again.  Returns None (the gradient unchanged) where the shim
+    does not average this tensor's gradients."""
+    p = ref()
+    prm = _S.by_param.get(p) if p is not None else None
+    if prm is None or not prm.hooked or not (_S.enabled and _S.started) or g.is_sparse \
+            or g.dtype not in _GRAD_DTYPES or g.device.type not in ("cpu", "cuda"):
+        return None
+    buf = g.detach().clone(memory_format=torch.contiguous_format)
+    pending = _Pending()
+    _allreduce(b"hvdshim.hooked." + prm.bname, buf, _AVG, pending, prm.what)
+    pending.wait()
+    _S.early.add(prm.index)
+    return buf
 
 
 def _keep_local(idx, g):
@@ -257,6 +282,7 @@ def _reduce_round():
             _data.check_same_batches()
     finally:
         _S.submitted.clear()
+        _S.early.clear()
         _S.used[:] = bytes(len(_S.used))
         _S.deferred = False
         _S.round = None

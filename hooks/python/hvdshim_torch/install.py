@@ -1,5 +1,6 @@
 """Entry: patching torch and installing the adapter in a rank process."""
 import ctypes
+import functools
 import os
 import sys
 import weakref
@@ -10,7 +11,7 @@ from .lib import _debug, _info, _load_library, _setting, _untraced, _wrap
 from .state import _S, _warn_once
 from .output import _redirect_output, _set_threads, _short_errors, cores_per_rank
 from .lifecycle import _check_stand_aside, _other_distribution, _stand_aside
-from .grads import (_reduce_deferred, _HAS_POST_ACCUMULATE, _average_loss, _backward_averaging, _note_optimizer,
+from .grads import (_hooked_grad, _reduce_deferred, _HAS_POST_ACCUMULATE, _average_loss, _backward_averaging, _note_optimizer,
                     _note_scaled, _wrap_step)
 from .rng import seed_torch_at_import as _seed_torch
 from .models import _count_batch, _forward_pre_hook, converted, hook_forwards, module_made, note_new_params
@@ -199,6 +200,21 @@ def _patch():
                 note_new_params()
         return register_parameter
     _wrap(torch.nn.Module, "register_parameter", make_register_parameter)
+
+    # a hook of the script's on a parameter's gradient sees the average over
+    # ranks, as it sees the whole batch's gradient in one process
+    # (grads._hooked_grad, put before the first hook of the script's on each
+    # leaf that takes gradients)
+    hooked = _untraced(_hooked_grad)
+
+    def make_register_hook(orig):
+        def register_hook(self, hook):
+            if self.is_leaf and self.requires_grad and self not in _S.early_hooked:
+                orig(self, functools.partial(hooked, weakref.ref(self)))
+                _S.early_hooked[self] = True
+            return orig(self, hook)
+        return register_hook
+    _wrap(torch.Tensor, "register_hook", make_register_hook)
     _S.count_samples = bool(_setting("HVDSHIM_METRICS"))
     hook_forwards(_untraced(_forward_pre_hook))
 
