@@ -47,6 +47,40 @@ HVDSHIM_DEADLOCK_SECONDS=2 shim 2 "$PYTHON" "$TRAIN" --case unused --clamp-hooks
 grep -q "deadlock: .* rank [01] waits for allreduce 'hvdshim.hooked.m0.[ab].\(weight\|bias\)'" "$TMP/out" ||
   { cat "$TMP/out"; fail "hooked gradients of a branch some ranks skip: no line naming the gradient waited for"; }
 pass "hooked gradients of a branch some ranks skip: the job ends after HVDSHIM_DEADLOCK_SECONDS, naming the gradient waited for"
+# a script that trains on torch.autograd.grad's gradients (no backward):
+# they are not averaged, and rank 0 says so once; one whose gradient
+# penalty takes torch.autograd.grad with create_graph (a backward follows)
+# hears nothing
+cat >"$TMP/agrad.py" <<'PY'
+import sys
+import torch
+torch.manual_seed(0)
+X, Y = torch.randn(256, 8), torch.randn(256, 1)
+model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+params = list(model.parameters())
+for x, y in torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, Y), batch_size=8):
+    if sys.argv[1] == "grad":
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        with torch.no_grad():
+            for p, g in zip(params, torch.autograd.grad(loss, params)):
+                p -= 0.05 * g
+    else:
+        x.requires_grad_(True)
+        out = model(x)
+        g, = torch.autograd.grad(out.sum(), x, create_graph=True)
+        (torch.nn.functional.mse_loss(out, y) + 0.1 * g.pow(2).mean()).backward()
+        with torch.no_grad():
+            for p in params:
+                p -= 0.05 * p.grad
+                p.grad = None
+PY
+for kind in grad penalty; do
+  shim 2 "$PYTHON" "$TMP/agrad.py" $kind >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "autograd.grad ($kind): the run failed"; }
+  want=0; [ $kind = grad ] && want=1
+  [ "$(grep -c "torch.autograd.grad has returned gradients of the model's parameters (first 'm0.0.weight') 16 times and backward() has not run" "$TMP/out")" = $want ] ||
+    { cat "$TMP/out"; fail "autograd.grad ($kind): expected $want warning(s)"; }
+done
+pass "training on torch.autograd.grad's gradients: rank 0 warns once that they are not averaged (a gradient penalty's create_graph call: no warning)"
 # a parameter of a dtype the shim cannot average (complex): named, before training
 shim 2 "$PYTHON" "$top_srcdir/tests/faults/fault_train.py" --fault complex >"$TMP/out" 2>&1 &&
   { cat "$TMP/out"; fail "a complex parameter was accepted"; }

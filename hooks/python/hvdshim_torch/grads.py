@@ -35,7 +35,7 @@ from . import lib as _libmod
 from . import rng as _rng
 from .lib import (_AVG, _SUM, HvdShimError, _is_number, _MembershipChanged, _wrap, _GRAD_DTYPES, _Pending,
                   _allgather_finish, _allgather_start, _allreduce, _debug)
-from .state import _S, _info_once
+from .state import _S, _info_once, _warn_once
 
 
 _HAS_POST_ACCUMULATE = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
@@ -161,6 +161,38 @@ def _hooked_grad(ref, g):
     pending.wait()
     _S.early.add(prm.index)
     return buf
+
+
+def note_grad_call(inputs):
+    """torch.autograd.grad (wrapped) returns gradients the shim does not see:
+    a script that trains on them (p -= lr * g) trains a model per rank.
+    After 16 such calls on averaged parameters with no reducing backward
+    yet, rank 0 says so once (calls with create_graph, a meta-learning
+    inner loop's or a penalty's, are not counted: a backward follows
+    them)."""
+    if _S.grad_calls < 0 or not _S.enabled:
+        return
+    if _S.reductions:
+        _S.grad_calls = -1
+        return
+    first = None
+    for t in (inputs,) if isinstance(inputs, torch.Tensor) else inputs:
+        prm = _S.by_param.get(t) if isinstance(t, torch.Tensor) else None
+        if prm is not None and prm.hooked:
+            first = prm.name
+            break
+    if first is None:
+        return
+    _S.grad_calls += 1
+    if _S.grad_calls < 16:
+        return
+    _S.grad_calls = -1
+    if _S.rank == 0:
+        _warn_once("autograd-grad", "torch.autograd.grad has returned gradients of the model's parameters (first "
+                   "'%s') 16 times and backward() has not run: hvdshim averages the gradients backward() "
+                   "accumulates, not those torch.autograd.grad returns, so a script that updates its weights "
+                   "with them trains a separate model on each rank.  Use loss.backward() and read p.grad "
+                   "(README, 'Gradients')" % first)
 
 
 def _keep_local(idx, g):

@@ -11,7 +11,7 @@ from .lib import _debug, _info, _load_library, _setting, _untraced, _wrap
 from .state import _S, _warn_once
 from .output import _redirect_output, _set_threads, _short_errors, cores_per_rank
 from .lifecycle import _check_stand_aside, _other_distribution, _stand_aside
-from .grads import (_hooked_grad, _reduce_deferred, _HAS_POST_ACCUMULATE, _average_loss, _backward_averaging, _note_optimizer,
+from .grads import (_hooked_grad, note_grad_call, _reduce_deferred, _HAS_POST_ACCUMULATE, _average_loss, _backward_averaging, _note_optimizer,
                     _note_scaled, _wrap_step)
 from .rng import seed_torch_at_import as _seed_torch
 from .models import _count_batch, _forward_pre_hook, converted, hook_forwards, module_made, note_new_params
@@ -215,6 +215,16 @@ def _patch():
             return orig(self, hook)
         return register_hook
     _wrap(torch.Tensor, "register_hook", make_register_hook)
+
+    # gradients taken with torch.autograd.grad are not averaged: a script
+    # that trains on them alone is told so
+    def make_grad(orig):
+        def grad(outputs, inputs, *args, **kwargs):
+            if _S.grad_calls >= 0 and not kwargs.get("create_graph") and not (len(args) > 2 and args[2]):
+                note_grad_call(inputs)
+            return orig(outputs, inputs, *args, **kwargs)
+        return grad
+    _wrap(torch.autograd, "grad", make_grad)
     _S.count_samples = bool(_setting("HVDSHIM_METRICS"))
     hook_forwards(_untraced(_forward_pre_hook))
 

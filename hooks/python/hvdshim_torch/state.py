@@ -89,6 +89,7 @@ class _State:
         self.optimizers = []        # weak references, in creation order (hyperparameters follow rank 0)
         self.steps = 0              # optimizer steps taken (replica guard)
         self.reductions = 0         # reducing backward passes (an agreed count: every rank takes part in each)
+        self.grad_calls = 0         # torch.autograd.grad calls on averaged parameters before any reduction (-1: done)
         self.loader_trained = False  # a DataLoader was iterated in training
         # the training batches of reducing backward passes 2 and 3, summed
         # (data.py: every rank training on the same batches is named once);
