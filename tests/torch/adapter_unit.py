@@ -214,6 +214,32 @@ class Arithmetic(unittest.TestCase):
         self.assertEqual(one[0].tolist(), [0])
 
 
+class SummedLoss(unittest.TestCase):
+    def test_loss_summed_over_the_batch_recognised(self):
+        import torch.nn.functional as F
+        x = torch.randn(4, 3, requires_grad=True)
+        y = torch.tensor([0, 1, 2, 0])
+        z = torch.zeros(4, 3)
+        summed = {
+            "cross_entropy sum": F.cross_entropy(x, y, reduction="sum"),
+            "mse sum": F.mse_loss(x, z, reduction="sum"),
+            "l1 sum (a .sum())": F.l1_loss(x, z, reduction="sum"),
+            "VAE: BCE sum + KLD": F.binary_cross_entropy(torch.sigmoid(x), torch.ones(4, 3), reduction="sum")
+            - 0.5 * torch.sum(1 + x - x.pow(2) - x.exp()),
+            "scaled (GradScaler)": F.cross_entropy(x, y, reduction="sum") * torch.tensor(65536.0),
+        }
+        averaged = {
+            "cross_entropy": F.cross_entropy(x, y),
+            "mean": x.pow(2).mean(),
+            "mean + L2 sum": F.cross_entropy(x, y) + 1e-4 * x.pow(2).sum(),
+            "sum / batch": x.pow(2).sum() / x.shape[0],
+        }
+        for what, loss in summed.items():
+            self.assertTrue(grads._looks_summed(loss.grad_fn), what)
+        for what, loss in averaged.items():
+            self.assertFalse(grads._looks_summed(loss.grad_fn), what)
+
+
 class Signatures(unittest.TestCase):
     def test_first_difference_names_entry_and_ranks(self):
         a = models._signature(models._tensor_entries(torch.nn.Linear(10, 32)))

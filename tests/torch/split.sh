@@ -46,3 +46,15 @@ check 2 shared                        # two models sharing a layer
 # (averaged after them, the weights were 0.16 apart); with two backward
 # passes per step, each pass's gradient is clamped before it accumulates
 check 2 hooked --epochs 3
+# a loss summed over the batch (reduction='sum'): averaged, the gradient is
+# 1/N of the plain run's, and rank 0 says so once; HVDSHIM_GRADIENTS=sum
+# sums it and the loss read after backward (the plain run's, printed)
+shim 2 "$PYTHON" "$TRAIN" --case full --sum --out "$TMP/avg-sum.pt" >"$TMP/shim.log" 2>&1 || { cat "$TMP/shim.log"; fail "a summed loss, averaged: the run failed"; }
+[ "$(grep -c "the loss given to backward() looks like a sum over the batch (reduction='sum' or .sum()): split mode averages" "$TMP/shim.log")" = 1 ] ||
+  { cat "$TMP/shim.log"; fail "a summed loss, averaged: expected one warning"; }
+HVDSHIM_GRADIENTS=sum check 2 full --sum
+grep -q "looks like a sum" "$TMP/shim.log" && { cat "$TMP/shim.log"; fail "HVDSHIM_GRADIENTS=sum: still warned"; }
+"$PYTHON" "$TRAIN" --case full --sum --out "$TMP/plain-sum.pt" >"$TMP/plain.log" 2>&1
+[ "$(grep "^epoch 1 loss" "$TMP/plain.log")" = "$(grep "^epoch 1 loss" "$TMP/shim.log")" ] ||
+  { grep "^epoch" "$TMP/plain.log" "$TMP/shim.log"; fail "HVDSHIM_GRADIENTS=sum: the loss read after backward differs from the plain run's"; }
+pass "a summed loss: one warning when averaged; HVDSHIM_GRADIENTS=sum equals the plain run, its printed loss too"

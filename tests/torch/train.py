@@ -46,6 +46,7 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--hidden", type=int, default=32)
+    ap.add_argument("--sum", action="store_true")  # the loss summed over the batch (reduction='sum')
     ap.add_argument("--clamp-hooks", action="store_true")  # p.register_hook(clamp) on every parameter
     ap.add_argument("--print-lr", action="store_true")
     ap.add_argument("--print-threads", action="store_true")
@@ -101,6 +102,8 @@ def main():
         return nn.Sequential(nn.Linear(10, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 1))
 
     def bce(out, y):
+        if args.sum:  # a loss summed over the batch, scaled by a constant (the learning rate stays sensible)
+            return F.binary_cross_entropy_with_logits(out, y, reduction="sum") * (1.0 / args.batch)
         return F.binary_cross_entropy_with_logits(out, y)
 
     def batches():

@@ -135,10 +135,10 @@ def _submit_grad(prm):
     if _S.elastic and prm.index not in _S.copied:  # this rank's own, should a death make the step start over
         _keep_local(prm.index, g)
     if g.is_contiguous():
-        _S.batch.add(prm.bname, g, _AVG, _S.pending, prm.what)
+        _S.batch.add(prm.bname, g, _S.grad_op, _S.pending, prm.what)
     else:
         buf = g.contiguous()
-        _S.batch.add(prm.bname, buf, _AVG, _S.pending, prm.what, on_done=lambda: g.copy_(buf))
+        _S.batch.add(prm.bname, buf, _S.grad_op, _S.pending, prm.what, on_done=lambda: g.copy_(buf))
 
 
 def _hooked_grad(ref, g):
@@ -157,7 +157,7 @@ def _hooked_grad(ref, g):
         return None
     buf = g.detach().clone(memory_format=torch.contiguous_format)
     pending = _Pending()
-    _allreduce(b"hvdshim.hooked." + prm.bname, buf, _AVG, pending, prm.what)
+    _allreduce(b"hvdshim.hooked." + prm.bname, buf, _S.grad_op, pending, prm.what)
     pending.wait()
     _S.early.add(prm.index)
     return buf
@@ -235,7 +235,8 @@ def _finish_sparse():
     _S.sparse = []
     with torch.no_grad():
         for p, all_idx, all_vals, shape in done:
-            p.grad = torch.sparse_coo_tensor(all_idx.t(), all_vals / _S.size, shape).coalesce().to(p.device)
+            vals = all_vals / _S.size if _S.grad_op == _AVG else all_vals
+            p.grad = torch.sparse_coo_tensor(all_idx.t(), vals, shape).coalesce().to(p.device)
 
 
 def _drop_gather(h):
@@ -433,6 +434,40 @@ def _loss_to_average(tensors, retain_graph, create_graph, inputs):
     return tensors
 
 
+def _looks_summed(fn, depth=0):
+    """The loss's last operations sum over the batch: a loss function with
+    reduction='sum' (its node saves reduction 2), a .sum(), or sums and
+    constant multiples of those (a VAE's BCE(sum) + KLD)."""
+    if fn is None or depth > 8:
+        return False
+    reduction = getattr(fn, "_saved_reduction", None)
+    if isinstance(reduction, int):
+        return reduction == 2
+    name = type(fn).__name__
+    if name.startswith("SumBackward"):
+        return True
+    if name in ("AddBackward0", "SubBackward0", "MulBackward0", "NegBackward0"):
+        inputs = [n for n, _ in fn.next_functions if n is not None]
+        return bool(inputs) and all(_looks_summed(n, depth + 1) for n in inputs)
+    return False
+
+
+def _check_summed(tensors):
+    """Split mode, gradients averaged: once, at the first backward, rank 0
+    says so where the loss looks like a sum over the batch (its gradient is
+    then 1/N of the plain run's)."""
+    _S.sum_check = False
+    if not (_S.enabled and _S.data_mode == "split" and _S.grad_op == _AVG and _S.rank == 0):
+        return
+    if isinstance(tensors, (list, tuple)) and len(tensors) == 1:
+        tensors = tensors[0]
+    if isinstance(tensors, torch.Tensor) and tensors.numel() == 1 and _looks_summed(tensors.grad_fn):
+        _warn_once("summed-loss", "the loss given to backward() looks like a sum over the batch (reduction='sum' "
+                   "or .sum()): split mode averages the ranks' gradients, which gives 1/%d of the plain run's "
+                   "gradient for a summed loss.  HVDSHIM_GRADIENTS=sum sums them (the plain run's gradient, "
+                   "and the loss read after backward its sum)" % _S.size)
+
+
 def _averageable(t):
     """A computed scalar of its own: not a leaf (a parameter), not a view
     (writing it would change the tensor it views)."""
@@ -450,6 +485,8 @@ def _backward_averaging(orig, tensors, grad_tensors, retain_graph, create_graph,
     plain run's loss of the whole batch).  The value rides in the first
     batch of gradients; a backward that reduces nothing (one that only
     accumulates) sends it alone.  HVDSHIM_LOSS=local leaves it alone."""
+    if _S.sum_check:
+        _check_summed(tensors)
     loss = _loss_to_average(tensors, retain_graph, create_graph, kwargs.get("inputs"))
     if loss is None:
         return orig(tensors, grad_tensors, retain_graph, create_graph, *args, **kwargs)
@@ -461,7 +498,7 @@ def _backward_averaging(orig, tensors, grad_tensors, retain_graph, create_graph,
                                                    else torch.float32)
     buf.copy_(src)
     pending = _Pending()
-    _S.batch.add(b"hvdshim.loss", buf, _AVG, pending, "averaging the loss over ranks")
+    _S.batch.add(b"hvdshim.loss", buf, _S.grad_op, pending, "averaging the loss over ranks")
     try:
         result = orig(tensors, grad_tensors, retain_graph, create_graph, *args, **kwargs)
     except BaseException:
@@ -475,7 +512,7 @@ def _backward_averaging(orig, tensors, grad_tensors, retain_graph, create_graph,
 
         def again():
             buf.copy_(src)
-            _allreduce(b"hvdshim.loss", buf, _AVG, pending, "averaging the loss over ranks")
+            _allreduce(b"hvdshim.loss", buf, _S.grad_op, pending, "averaging the loss over ranks")
             pending.wait()
         _elastic.retrying(again)
     src.copy_(buf)
@@ -591,7 +628,7 @@ def _average_loss(loss):
     def average():
         out.copy_(mine)
         pending = _Pending()
-        _allreduce(b"hvdshim.closure-loss", out, _AVG, pending, "averaging the closure's loss")
+        _allreduce(b"hvdshim.closure-loss", out, _S.grad_op, pending, "averaging the closure's loss")
         pending.wait()
     _elastic.retrying(average)
     return out.to(loss.device) if isinstance(loss, torch.Tensor) else float(out)

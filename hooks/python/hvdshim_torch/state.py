@@ -108,6 +108,8 @@ class _State:
         self.skip_bw = False        # this backward only accumulates (a later one of the window reduces)
         self.deferred = False       # gradients accumulated locally and not reduced yet
         self.average_loss = True    # HVDSHIM_LOSS=average: a loss given to backward reads as the mean over ranks
+        self.grad_op = 1            # HVDSHIM_GRADIENTS: lib._AVG (average) or lib._SUM (sum)
+        self.sum_check = True       # split mode, average: the first backward's loss is looked at (grads._looks_summed)
         self.averaged = None        # weak reference to the last loss averaged that way
         self.scaled = None          # (scaled, loss) weak references: the last GradScaler.scale(loss)
         self.loss_bufs = {}         # (device, dtype, shape) -> the float32/64 buffer the loss is averaged in
