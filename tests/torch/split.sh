@@ -46,6 +46,12 @@ check 2 shared                        # two models sharing a layer
 # (averaged after them, the weights were 0.16 apart); with two backward
 # passes per step, each pass's gradient is clamped before it accumulates
 check 2 hooked --epochs 3
+# a mean over a count that differs by slice: cross-entropy over the tokens
+# that count (ignore_index padding, label smoothing), and an epoch's last
+# batch cut in unequal slices (250 samples: 10 left, 4 + 3 + 3): each rank's
+# gradient weighed by its share (averaged as they were: 4e-3 and 7e-3 apart)
+check 2 tokens --epochs 3
+check 3 full --batch 48 --samples 250
 # a loss summed over the batch (reduction='sum'): averaged, the gradient is
 # 1/N of the plain run's, and rank 0 says so once; HVDSHIM_GRADIENTS=sum
 # sums it and the loss read after backward (the plain run's, printed)

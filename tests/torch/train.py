@@ -40,7 +40,7 @@ def main():
     ap.add_argument("--out", required=True, help="checkpoint path; %%p is replaced by the process id")
     ap.add_argument("--case", default="full",
                     choices=["full", "no-optimizer", "lbfgs", "accumulate", "gan", "unused", "sparse", "frozen",
-                             "seen", "iterable", "noncontig", "late", "convert", "shared", "hooked"])
+                             "seen", "iterable", "noncontig", "late", "convert", "shared", "hooked", "tokens"])
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--samples", type=int, default=256)
     ap.add_argument("--batch", type=int, default=32)
@@ -193,6 +193,8 @@ def main():
             print("epoch", epoch, "loss", lossD.item(), lossG.item())
     else:
         model = Branchy() if args.case == "unused" else Bag() if args.case == "sparse" else mlp()
+        if args.case == "tokens":  # 3 tokens of 3 classes per sample, some ignored (padding), label smoothing
+            model = nn.Sequential(nn.Linear(10, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 9))
         if args.case == "noncontig":  # a weight stored transposed: parameter and gradient not contiguous
             w = model[0].weight
             model[0].weight = nn.Parameter(w.detach().t().contiguous().t())
@@ -240,7 +242,12 @@ def main():
                     continue
                 if opt is not None:
                     opt.zero_grad()
-                loss = bce(model(x), y)
+                if args.case == "tokens":  # a mean over the tokens that count: their number differs by slice
+                    tokens = (x[:, :3] > 0).long() + (x[:, 3:6] > 0).long()
+                    tokens[x[:, 6:9] < -0.7] = -100
+                    loss = F.cross_entropy(model(x).reshape(-1, 3), tokens.reshape(-1), label_smoothing=0.1)
+                else:
+                    loss = bce(model(x), y)
                 loss.backward()
                 if args.case == "full":
                     nn.utils.clip_grad_norm_(model.parameters(), 0.5)

@@ -347,7 +347,9 @@ class _ShardedBatches:
         if rest and not inner.drop_last:
             if len(rest) % _S.size:
                 _warn_once("split-tail", "HVDSHIM_DATA=split: the last batch of an epoch has %d samples, not a "
-                           "multiple of %d ranks; that step averages per-rank means of unequal slices"
+                           "multiple of %d ranks: its slices are unequal.  Each rank's gradient is weighed by its "
+                           "share where the loss is a mean hvdshim recognises (cross-entropy, MSE and the other "
+                           "losses with reduction='mean', a .mean()); other losses average per-rank means there"
                            % (len(rest), _S.size))
             if live is not None:
                 live.note(rest)

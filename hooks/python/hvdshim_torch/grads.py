@@ -279,6 +279,12 @@ def _submit_round():
         vals += (1, _propose_k(), _resize.proposal())
     else:
         vals += [0] * (4 * m + 3)
+    if _S.shares:  # split mode: this rank's denominator in its own 4 slots, and 1 if it weighed (_share_of)
+        pieces = [0] * (4 * _S.size + 1)
+        if _S.share is not None:
+            pieces[4 * _S.rank:4 * _S.rank + 4] = _hyper_pieces([_S.share])
+            pieces[-1] = 1
+        vals += pieces
     vec = torch.tensor(vals, dtype=torch.float32)
     flags = _Pending()
     _S.batch.add(b"hvdshim.round.%d.%d" % (n, m), vec, _SUM, flags, "agreeing on used parameters and hyperparameters")
@@ -320,6 +326,7 @@ def _reduce_round():
         _S.deferred = False
         _S.round = None
         _S.copied.clear()
+        _S.share = None
 
 
 def _reduce_round_once():
@@ -337,7 +344,8 @@ def _reduce_round_once():
             if used > 0 and i not in _S.submitted:  # used elsewhere, or only in a backward that accumulated
                 _submit_grad(_S.params[i])
     _S.batch.flush(waited=True)
-    tail = got[n:]  # rank 0's hyperparameters, whether it took part, its k, whether to grow
+    tail = got[n:n + 4 * m + 3]  # rank 0's hyperparameters, whether it took part, its k, whether to grow
+    f = _share_correction(got[n + 4 * m + 3:]) if _S.shares else 1.0
     if tail[-3] > 0:  # rank 0 took part
         _apply_hyper(slots, _hyper_values(tail[:4 * m]))
         _adopt_k(int(tail[-2]))
@@ -346,6 +354,8 @@ def _reduce_round_once():
         _adopt_k(1)
     _S.pending.wait()
     _finish_sparse()
+    if f != 1.0:
+        _reweigh(f)
     _rng.diverge()
 
 
@@ -411,6 +421,101 @@ def _end_window():
     if _S.bw_window:
         _S.windows = (_S.windows + [_S.bw_window])[-2:]
         _S.bw_window = 0
+
+
+# ------------------------------------------------------------------ split mode: each rank's share of a mean
+# A loss that is a mean is a sum divided by what it is a mean over: the
+# targets that count (cross-entropy with ignore_index or class weights), or
+# the elements (a .mean(), MSE).  The plain run divides the whole batch's
+# sum by the whole batch's count D; a rank divides its slice's sum by its
+# own count d_r, so averaging the ranks' gradients is exact only when every
+# d_r is the same (equal slices, no ignored targets).  So the rank's
+# backward is seeded with d_r / c (c: an agreed guess of D / N, the last
+# weighed reduction's), the round carries every d_r, and the averaged
+# gradients and loss are multiplied by N c / D: the plain run's, to float
+# rounding.  When the guess holds (equal counts), the seed is 1 and nothing
+# is multiplied: the same arithmetic as without weighing.
+_SCALINGS = ("MulBackward0", "MulBackward1", "DivBackward0", "DivBackward1", "NegBackward0")
+
+
+def _share_of(fn, depth=0):
+    """What the scalar loss whose node is `fn` is a mean over on this rank (a
+    float), or None where it is not recognised as a mean: a sum, or terms
+    that are means over different counts (a loss plus a weight penalty) are
+    averaged as they are.  Terms over the same count (label smoothing's two)
+    are one mean."""
+    for _ in range(8):  # through constant factors (GradScaler, 1/k, label smoothing's 1 - eps)
+        if fn is None or type(fn).__name__ not in _SCALINGS:
+            break
+        inputs = [nf for nf, _ in fn.next_functions if nf is not None]
+        if len(inputs) != 1:
+            return None
+        fn = inputs[0]
+    name = type(fn).__name__
+    if name in ("AddBackward0", "SubBackward0") and depth < 4:
+        shares = {_share_of(nf, depth + 1) for nf, _ in fn.next_functions if nf is not None}
+        return shares.pop() if len(shares) == 1 else None
+    reduction = getattr(fn, "_saved_reduction", None)
+    if name.startswith("NllLoss"):
+        return float(fn._saved_total_weight) if reduction == 1 else None
+    if name == "MeanBackward0":
+        numel = getattr(fn, "_saved_self_sym_numel", getattr(fn, "_saved_self_numel", None))
+        return float(numel) if numel is not None else None
+    if reduction == 1:
+        self_ = getattr(fn, "_saved_self", None)
+        return float(self_.numel()) if isinstance(self_, torch.Tensor) else None
+    return None
+
+
+def _seed(tensors, grad_tensors, retain_graph, create_graph, inputs):
+    """Split mode: the gradient backward starts from, d_r / c, for a loss
+    recognised as a mean, in the first backward since the optimizer step
+    (the gradients hold nothing yet that the correction would scale), when
+    every backward reduces (k = 1) and no hook of the script's sees a
+    gradient before the correction; else grad_tensors as given."""
+    _S.share, _S.share_f = None, 1.0
+    if grad_tensors is not None or retain_graph or create_graph or inputs is not None or _S.in_backward \
+            or _S.k != 1 or _S.bw_window or len(_S.early_hooked) or not _S.started:
+        return grad_tensors
+    t = tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else tensors
+    if not (isinstance(t, torch.Tensor) and t.numel() == 1 and t.grad_fn is not None
+            and t.dtype in (torch.float32, torch.float64)):  # (a 16-bit seed would round d_r / c)
+        return grad_tensors
+    d = _share_of(t.grad_fn)
+    if d is None:
+        return grad_tensors
+    _S.share = d
+    s = d / _S.share_c
+    return None if s == 1.0 else torch.full_like(t, s)
+
+
+def _share_correction(pieces):
+    """The round's share slots: N c / D where every rank weighed (and the
+    next guess c = D / N); 1 where none did."""
+    weighed = int(pieces[-1])
+    if weighed == 0:
+        return 1.0
+    if weighed != _S.size:  # (the same script on every rank recognises the same loss)
+        raise HvdShimError("hvdshim: split mode: %d of %d ranks recognised this backward's loss as a mean; the "
+                           "ranks' losses differ in kind" % (weighed, _S.size))
+    shares = _hyper_values(pieces[:-1])
+    total = sum(shares)
+    if total <= 0:
+        return 1.0
+    f = _S.size * _S.share_c / total
+    _S.share_c = total / _S.size
+    return f
+
+
+def _reweigh(f):
+    """The averaged gradients of this reduction times f (and the loss, read
+    after backward)."""
+    _S.share_f = f
+    with torch.no_grad():
+        for idx in _S.submitted:
+            p = _S.params[idx].ref()
+            if p is not None and p.grad is not None:
+                p.grad.mul_(f)
 
 
 # ------------------------------------------------------------------ the loss a rank reads after backward
@@ -487,6 +592,8 @@ def _backward_averaging(orig, tensors, grad_tensors, retain_graph, create_graph,
     accumulates) sends it alone.  HVDSHIM_LOSS=local leaves it alone."""
     if _S.sum_check:
         _check_summed(tensors)
+    if _S.shares:
+        grad_tensors = _seed(tensors, grad_tensors, retain_graph, create_graph, kwargs.get("inputs"))
     loss = _loss_to_average(tensors, retain_graph, create_graph, kwargs.get("inputs"))
     if loss is None:
         return orig(tensors, grad_tensors, retain_graph, create_graph, *args, **kwargs)
@@ -496,7 +603,10 @@ def _backward_averaging(orig, tensors, grad_tensors, retain_graph, create_graph,
     if buf is None:
         buf = _S.loss_bufs[key] = torch.empty_like(src, dtype=torch.float64 if src.dtype == torch.float64
                                                    else torch.float32)
+    scale = _S.share / _S.share_c if _S.share is not None else 1.0  # (as the gradients: seeded with d_r / c)
     buf.copy_(src)
+    if scale != 1.0:
+        buf.mul_(scale)
     pending = _Pending()
     _S.batch.add(b"hvdshim.loss", buf, _S.grad_op, pending, "averaging the loss over ranks")
     try:
@@ -512,9 +622,13 @@ def _backward_averaging(orig, tensors, grad_tensors, retain_graph, create_graph,
 
         def again():
             buf.copy_(src)
+            if scale != 1.0:
+                buf.mul_(scale)
             _allreduce(b"hvdshim.loss", buf, _S.grad_op, pending, "averaging the loss over ranks")
             pending.wait()
         _elastic.retrying(again)
+    if _S.share_f != 1.0:
+        buf.mul_(_S.share_f)
     src.copy_(buf)
     _S.averaged = weakref.ref(loss)
     return result

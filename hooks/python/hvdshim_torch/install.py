@@ -302,6 +302,7 @@ def install(rng_seed=None):
     _S.overlap = overlap == "on" or (overlap == "auto" and cores_per_rank() >= 2)
     _S.average_loss = (_setting("HVDSHIM_LOSS") or "average") == "average"
     _S.grad_op = _libmod._SUM if _setting("HVDSHIM_GRADIENTS") == "sum" else _libmod._AVG
+    _S.shares = _S.data_mode == "split" and _S.grad_op == _libmod._AVG
     if _S.size <= 1:
         _info("one rank: nothing to distribute")
         if _setting("HVDSHIM_OBSERVE") == "1":

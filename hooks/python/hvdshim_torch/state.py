@@ -30,6 +30,9 @@ class _ParamMap:
         e = self._d.get(id(p))
         return e is not None and e[0]() is p
 
+    def __len__(self):
+        return len(self._d)
+
     def __getitem__(self, p):
         e = self._d.get(id(p))
         if e is None or e[0]() is not p:
@@ -110,6 +113,10 @@ class _State:
         self.average_loss = True    # HVDSHIM_LOSS=average: a loss given to backward reads as the mean over ranks
         self.grad_op = 1            # HVDSHIM_GRADIENTS: lib._AVG (average) or lib._SUM (sum)
         self.sum_check = True       # split mode, average: the first backward's loss is looked at (grads._looks_summed)
+        self.shares = False         # split mode, average: each rank's gradient weighed by its share of a mean loss
+        self.share = None           # this reduction's denominator of the loss on this rank (None: not weighed)
+        self.share_c = 1.0          # the seed's divisor: the last weighed reduction's mean denominator (agreed)
+        self.share_f = 1.0          # this reduction's correction, applied to the averaged gradients and loss
         self.averaged = None        # weak reference to the last loss averaged that way
         self.scaled = None          # (scaled, loss) weak references: the last GradScaler.scale(loss)
         self.loss_bufs = {}         # (device, dtype, shape) -> the float32/64 buffer the loss is averaged in
