@@ -236,8 +236,31 @@ class SummedLoss(unittest.TestCase):
         }
         for what, loss in summed.items():
             self.assertTrue(grads._looks_summed(loss.grad_fn), what)
+        self.assertIsNone(grads._share_of(summed["cross_entropy sum"].grad_fn))
         for what, loss in averaged.items():
             self.assertFalse(grads._looks_summed(loss.grad_fn), what)
+
+
+    def test_share_of_a_mean(self):
+        """What a loss is a mean over, for split mode's weighing (None: not one mean)."""
+        import torch.nn.functional as F
+        x = torch.randn(6, 5, requires_grad=True)
+        y = torch.tensor([0, 1, -100, 2, 3, -100])
+        mask = torch.tensor([1.0, 1, 0, 1, 0, 1])
+        shares = {
+            "ignore_index": (F.cross_entropy(x, y), 4.0),
+            "label smoothing": (F.cross_entropy(x, y, label_smoothing=0.1), 4.0),
+            "class weights": (F.cross_entropy(x, y.clamp(min=0), weight=torch.arange(1.0, 6.0)),
+                              float(torch.arange(1.0, 6.0)[y.clamp(min=0)].sum())),
+            "scaled, over k": (F.cross_entropy(x, y) * torch.tensor(1024.0) / 4, 4.0),
+            ".mean()": (x.pow(2).mean(), 30.0),
+            "mse": (F.mse_loss(x, torch.zeros(6, 5)), 30.0),
+            "masked sum over its count": ((x.pow(2).sum(1) * mask).sum() / mask.sum(), 4.0),
+            "none: a sum": (x.sum(), None),
+            "none: a mean plus a penalty": (F.cross_entropy(x, y) + x.pow(2).sum(), None),
+        }
+        for what, (loss, want) in shares.items():
+            self.assertEqual(grads._share_of(loss.grad_fn), want, what)
 
 
 class Signatures(unittest.TestCase):

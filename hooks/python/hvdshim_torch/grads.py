@@ -444,14 +444,21 @@ def _share_of(fn, depth=0):
     that are means over different counts (a loss plus a weight penalty) are
     averaged as they are.  Terms over the same count (label smoothing's two)
     are one mean."""
+    divisor = None
     for _ in range(8):  # through constant factors (GradScaler, 1/k, label smoothing's 1 - eps)
         if fn is None or type(fn).__name__ not in _SCALINGS:
             break
         inputs = [nf for nf, _ in fn.next_functions if nf is not None]
         if len(inputs) != 1:
             return None
+        if type(fn).__name__.startswith("DivBackward"):
+            divisor = getattr(fn, "_saved_other", None)
         fn = inputs[0]
     name = type(fn).__name__
+    if name.startswith("SumBackward") and divisor is not None:  # a sum over a count: (l * mask).sum() / mask.sum()
+        if isinstance(divisor, torch.Tensor) and divisor.numel() == 1:
+            return float(divisor)
+        return float(divisor) if _is_number(divisor) else None
     if name in ("AddBackward0", "SubBackward0") and depth < 4:
         shares = {_share_of(nf, depth + 1) for nf, _ in fn.next_functions if nf is not None}
         return shares.pop() if len(shares) == 1 else None
@@ -551,7 +558,7 @@ def _looks_summed(fn, depth=0):
     name = type(fn).__name__
     if name.startswith("SumBackward"):
         return True
-    if name in ("AddBackward0", "SubBackward0", "MulBackward0", "NegBackward0"):
+    if name in ("AddBackward0", "SubBackward0", "MulBackward0", "MulBackward1", "NegBackward0"):
         inputs = [n for n, _ in fn.next_functions if n is not None]
         return bool(inputs) and all(_looks_summed(n, depth + 1) for n in inputs)
     return False

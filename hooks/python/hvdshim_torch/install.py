@@ -11,8 +11,8 @@ from .lib import _debug, _info, _load_library, _setting, _untraced, _wrap
 from .state import _S, _warn_once
 from .output import _redirect_output, _set_threads, _short_errors, cores_per_rank
 from .lifecycle import _check_stand_aside, _other_distribution, _stand_aside
-from .grads import (_hooked_grad, note_grad_call, _reduce_deferred, _HAS_POST_ACCUMULATE, _average_loss, _backward_averaging, _note_optimizer,
-                    _note_scaled, _wrap_step)
+from .grads import (_hooked_grad, note_grad_call, _reduce_deferred, _HAS_POST_ACCUMULATE, _average_loss,
+                    _backward_averaging, _note_optimizer, _note_scaled, _wrap_step)
 from .rng import seed_torch_at_import as _seed_torch
 from .models import _count_batch, _forward_pre_hook, converted, hook_forwards, module_made, note_new_params
 from .data import _dealt_iter, _dealt_len, _prepare_loader, _training_now, _warn_if_alone, redealt

@@ -76,7 +76,7 @@ class _State:
         self.round = None           # the end-of-backward round in flight: (vector, slots, pending)
         self.sparse = []            # (param, handles) gathered at the end of backward
         self.submitted = set()
-        self.early = set()          # param indices averaged in backward, before a hook of the script's (grads._hooked_grad)
+        self.early = set()          # param indices averaged in backward, before a script's hook (_hooked_grad)
         self.early_hooked = _ParamMap()  # leaves whose first hook is grads._hooked_grad
         self.hook_handles = []
         self.loaders = 0
