@@ -280,11 +280,7 @@ def _submit_round():
     else:
         vals += [0] * (4 * m + 3)
     if _S.shares:  # split mode: this rank's denominator in its own 4 slots, and 1 if it weighed (_share_of)
-        pieces = [0] * (4 * _S.size + 1)
-        if _S.share is not None:
-            pieces[4 * _S.rank:4 * _S.rank + 4] = _hyper_pieces([_S.share])
-            pieces[-1] = 1
-        vals += pieces
+        vals += _share_pieces(_S.share)
     vec = torch.tensor(vals, dtype=torch.float32)
     flags = _Pending()
     _S.batch.add(b"hvdshim.round.%d.%d" % (n, m), vec, _SUM, flags, "agreeing on used parameters and hyperparameters")
@@ -436,6 +432,7 @@ def _end_window():
 # rounding.  When the guess holds (equal counts), the seed is 1 and nothing
 # is multiplied: the same arithmetic as without weighing.
 _SCALINGS = ("MulBackward0", "MulBackward1", "DivBackward0", "DivBackward1", "NegBackward0")
+_SEEDABLE = (torch.float32, torch.float64)
 
 
 def _share_of(fn, depth=0):
@@ -481,14 +478,14 @@ def _seed(tensors, grad_tensors, retain_graph, create_graph, inputs):
     every backward reduces (k = 1) and no hook of the script's sees a
     gradient before the correction; else grad_tensors as given."""
     _S.share, _S.share_f = None, 1.0
-    if grad_tensors is not None or retain_graph or create_graph or inputs is not None or _S.in_backward \
-            or _S.k != 1 or _S.bw_window or len(_S.early_hooked) or not _S.started:
+    if _S.bw_window or _S.k != 1 or grad_tensors is not None or retain_graph or create_graph or inputs is not None \
+            or _S.in_backward or len(_S.early_hooked) or not _S.started:
         return grad_tensors
     t = tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else tensors
-    if not (isinstance(t, torch.Tensor) and t.numel() == 1 and t.grad_fn is not None
-            and t.dtype in (torch.float32, torch.float64)):  # (a 16-bit seed would round d_r / c)
+    fn = getattr(t, "grad_fn", None)
+    if fn is None or t.dtype not in _SEEDABLE or t.numel() != 1:  # (a 16-bit seed would round d_r / c)
         return grad_tensors
-    d = _share_of(t.grad_fn)
+    d = _share_of(fn)
     if d is None:
         return grad_tensors
     _S.share = d
@@ -496,9 +493,25 @@ def _seed(tensors, grad_tensors, retain_graph, create_graph, inputs):
     return None if s == 1.0 else torch.full_like(t, s)
 
 
-def _share_correction(pieces):
+def _share_pieces(d, _last=[None, None]):
+    """This rank's round slots for its denominator d (None: not weighed);
+    the last ones are kept (d is the same from step to step)."""
+    key = (d, _S.size, _S.rank)
+    if _last[0] != key:
+        pieces = [0] * (4 * _S.size + 1)
+        if d is not None:
+            pieces[4 * _S.rank:4 * _S.rank + 4] = _hyper_pieces([d])
+            pieces[-1] = 1
+        _last[:] = [key, pieces]
+    return _last[1]
+
+
+def _share_correction(pieces, _last=[None]):
     """The round's share slots: N c / D where every rank weighed (and the
-    next guess c = D / N); 1 where none did."""
+    next guess c = D / N); 1 where none did, or where every count is the
+    last weighed reduction's (c is then D / N already)."""
+    if pieces == _last[0]:
+        return 1.0
     weighed = int(pieces[-1])
     if weighed == 0:
         return 1.0
@@ -511,6 +524,7 @@ def _share_correction(pieces):
         return 1.0
     f = _S.size * _S.share_c / total
     _S.share_c = total / _S.size
+    _last[0] = pieces
     return f
 
 
