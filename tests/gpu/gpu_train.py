@@ -20,6 +20,7 @@ ap.add_argument("--amp", action="store_true")
 ap.add_argument("--mixed", action="store_true")
 ap.add_argument("--compile", action="store_true")
 ap.add_argument("--late-cuda", action="store_true")
+ap.add_argument("--device", default="cuda")  # cpu: tests/torch/split.sh's float16 case, where torch runs it on the CPU
 ap.add_argument("--sliced", action="store_true")
 ap.add_argument("--hooks", action="store_true")
 ap.add_argument("--epochs", type=int, default=2)
@@ -35,7 +36,7 @@ loader = DataLoader(TensorDataset(X, Y), batch_size=64, shuffle=True, generator=
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
-        dev = "cpu" if args.late_cuda else "cuda"
+        dev = "cpu" if args.late_cuda else args.device
         self.body = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU()).to(dev)
         self.head = nn.Linear(64, 2)
         if not args.mixed:
@@ -55,11 +56,11 @@ if args.hooks:
     for p in model.parameters():
         p.register_hook(lambda g: g.clamp(-0.01, 0.01))
 if args.sliced:
-    Xg, Yg = X.cuda(), Y.cuda()
+    Xg, Yg = X.to(args.device), Y.to(args.device)
     loader = [(Xg[i:i + 64], Yg[i:i + 64]) for i in range(0, len(X), 64)]
 fwd = torch.compile(model) if args.compile else model
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-scaler = (torch.amp.GradScaler("cuda", enabled=args.amp) if hasattr(torch.amp, "GradScaler")
+scaler = (torch.amp.GradScaler(args.device, enabled=args.amp) if hasattr(torch.amp, "GradScaler")
           else torch.cuda.amp.GradScaler(enabled=args.amp))
 for epoch in range(args.epochs):
     for x, y in loader:
@@ -68,12 +69,12 @@ for epoch in range(args.epochs):
             from split_ref import backward_split
 
             def loss_of(xp, yp):
-                with torch.autocast("cuda", dtype=torch.float16, enabled=args.amp):
+                with torch.autocast(args.device, dtype=torch.float16, enabled=args.amp):
                     out = fwd(xp)
                     return nn.functional.cross_entropy(out.float(), yp.to(out.device))
             loss = backward_split(args.emulate_ranks, x, y, model.parameters(), loss_of, scaler)
         else:
-            with torch.autocast("cuda", dtype=torch.float16, enabled=args.amp):
+            with torch.autocast(args.device, dtype=torch.float16, enabled=args.amp):
                 out = fwd(x)
                 loss = nn.functional.cross_entropy(out.float(), y.to(out.device))
             scaler.scale(loss).backward()

@@ -50,6 +50,18 @@ check 2 hooked --epochs 3
 # batch cut in unequal slices (250 samples: 10 left, 4 + 3 + 3): each rank's
 # gradient weighed by its share (averaged as they were: 4e-3 and 7e-3 apart)
 check 2 tokens --epochs 3
+# float16 autocast with a GradScaler (where torch runs it on the CPU: 2.4+),
+# tests/gpu/gpu_train.py on the CPU against its emulated split: the weighing
+# must not change what overflows (seeding backward with the count, 32 at the
+# first step, overflowed on an H100 where the emulation did not)
+if "$PYTHON" -c 'import torch; torch.amp.GradScaler("cpu"); torch.autocast("cpu", dtype=torch.float16)' 2>/dev/null; then
+  G="$top_srcdir/tests/gpu/gpu_train.py"
+  "$PYTHON" "$G" --device cpu --amp --emulate-ranks 2 >"$TMP/plain.log" 2>&1 || { cat "$TMP/plain.log"; fail "float16 emulation failed"; }
+  shim 2 "$PYTHON" "$G" --device cpu --amp >"$TMP/shim.log" 2>&1 || { cat "$TMP/shim.log"; fail "float16 split run failed"; }
+  [ "$(grep ^checksum "$TMP/plain.log")" = "$(grep ^checksum "$TMP/shim.log")" ] && [ -n "$(grep ^checksum "$TMP/plain.log")" ] ||
+    { cat "$TMP/plain.log" "$TMP/shim.log"; fail "float16 autocast with a GradScaler: the split run differs from its emulation"; }
+  pass "float16 autocast with a GradScaler (CPU), np=2: the weights' checksums equal the emulated split's"
+fi
 check 3 full --batch 48 --samples 250  # (also the general split in 3; N=4: elastic.sh's split cases)
 # a loss summed over the batch (reduction='sum'): averaged, the gradient is
 # 1/N of the plain run's, and rank 0 says so once; HVDSHIM_GRADIENTS=sum

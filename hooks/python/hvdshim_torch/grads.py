@@ -135,9 +135,13 @@ def _submit_grad(prm):
     if _S.elastic and prm.index not in _S.copied:  # this rank's own, should a death make the step start over
         _keep_local(prm.index, g)
     if g.is_contiguous():
+        if _S.share_s != 1.0:  # split mode: weighed by its share (_note_share)
+            g.mul_(_S.share_s)
         _S.batch.add(prm.bname, g, _S.grad_op, _S.pending, prm.what)
     else:
         buf = g.contiguous()
+        if _S.share_s != 1.0:
+            buf.mul_(_S.share_s)
         _S.batch.add(prm.bname, buf, _S.grad_op, _S.pending, prm.what, on_done=lambda: g.copy_(buf))
 
 
@@ -210,6 +214,8 @@ def _submit_sparse(prm, p, g):
     g = g.coalesce()
     idx = g._indices().t().contiguous().cpu()  # gathered through host memory (rows differ per rank)
     vals = g._values().contiguous().cpu()
+    if _S.share_s != 1.0:
+        vals = vals * _S.share_s
     what = "gathering the sparse gradient of '%s'" % prm.name
     hi = hv = None
     try:
@@ -322,7 +328,7 @@ def _reduce_round():
         _S.deferred = False
         _S.round = None
         _S.copied.clear()
-        _S.share = None
+        _S.share, _S.share_s = None, 1.0
 
 
 def _reduce_round_once():
@@ -426,13 +432,15 @@ def _end_window():
 # sum by the whole batch's count D; a rank divides its slice's sum by its
 # own count d_r, so averaging the ranks' gradients is exact only when every
 # d_r is the same (equal slices, no ignored targets).  So the rank's
-# backward is seeded with d_r / c (c: an agreed guess of D / N, the last
-# weighed reduction's), the round carries every d_r, and the averaged
-# gradients and loss are multiplied by N c / D: the plain run's, to float
-# rounding.  When the guess holds (equal counts), the seed is 1 and nothing
-# is multiplied: the same arithmetic as without weighing.
+# gradients are multiplied by d_r / c as they are handed over (c: an agreed
+# guess of D / N, the last weighed reduction's), the round carries every
+# d_r, and the averaged gradients and loss are multiplied by N c / D: the
+# plain run's, to float rounding.  When the guess holds (equal counts), the
+# factor is 1 and nothing is multiplied: the same arithmetic as without
+# weighing.  (The accumulated gradients are multiplied, not backward's
+# seed: a seed far from 1 would overflow a float16 backward under a
+# GradScaler where the plain run's does not.)
 _SCALINGS = ("MulBackward0", "MulBackward1", "DivBackward0", "DivBackward1", "NegBackward0")
-_SEEDABLE = (torch.float32, torch.float64)
 
 
 def _share_of(fn, depth=0):
@@ -471,26 +479,23 @@ def _share_of(fn, depth=0):
     return None
 
 
-def _seed(tensors, grad_tensors, retain_graph, create_graph, inputs):
-    """Split mode: the gradient backward starts from, d_r / c, for a loss
-    recognised as a mean, in the first backward since the optimizer step
-    (the gradients hold nothing yet that the correction would scale), when
-    every backward reduces (k = 1) and no hook of the script's sees a
-    gradient before the correction; else grad_tensors as given."""
-    _S.share, _S.share_f = None, 1.0
+def _note_share(tensors, grad_tensors, retain_graph, create_graph, inputs):
+    """Split mode, at backward: this rank's count d_r and factor d_r / c for
+    a loss recognised as a mean, in the first backward since the optimizer
+    step (the gradients hold nothing yet that the correction would scale),
+    when every backward reduces (k = 1) and no hook of the script's sees a
+    gradient before the correction."""
+    _S.share, _S.share_s, _S.share_f = None, 1.0, 1.0
     if _S.bw_window or _S.k != 1 or grad_tensors is not None or retain_graph or create_graph or inputs is not None \
             or _S.in_backward or len(_S.early_hooked) or not _S.started:
-        return grad_tensors
+        return
     t = tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else tensors
     fn = getattr(t, "grad_fn", None)
-    if fn is None or t.dtype not in _SEEDABLE or t.numel() != 1:  # (a 16-bit seed would round d_r / c)
-        return grad_tensors
+    if fn is None or t.numel() != 1:
+        return
     d = _share_of(fn)
-    if d is None:
-        return grad_tensors
-    _S.share = d
-    s = d / _S.share_c
-    return None if s == 1.0 else torch.full_like(t, s)
+    if d is not None:
+        _S.share, _S.share_s = d, d / _S.share_c
 
 
 def _share_pieces(d, _last=[None, None]):
@@ -614,7 +619,7 @@ def _backward_averaging(orig, tensors, grad_tensors, retain_graph, create_graph,
     if _S.sum_check:
         _check_summed(tensors)
     if _S.shares:
-        grad_tensors = _seed(tensors, grad_tensors, retain_graph, create_graph, kwargs.get("inputs"))
+        _note_share(tensors, grad_tensors, retain_graph, create_graph, kwargs.get("inputs"))
     loss = _loss_to_average(tensors, retain_graph, create_graph, kwargs.get("inputs"))
     if loss is None:
         return orig(tensors, grad_tensors, retain_graph, create_graph, *args, **kwargs)
@@ -624,7 +629,7 @@ def _backward_averaging(orig, tensors, grad_tensors, retain_graph, create_graph,
     if buf is None:
         buf = _S.loss_bufs[key] = torch.empty_like(src, dtype=torch.float64 if src.dtype == torch.float64
                                                    else torch.float32)
-    scale = _S.share / _S.share_c if _S.share is not None else 1.0  # (as the gradients: seeded with d_r / c)
+    scale = _S.share_s  # (as the gradients: times d_r / c)
     buf.copy_(src)
     if scale != 1.0:
         buf.mul_(scale)

@@ -115,7 +115,8 @@ class _State:
         self.sum_check = True       # split mode, average: the first backward's loss is looked at (grads._looks_summed)
         self.shares = False         # split mode, average: each rank's gradient weighed by its share of a mean loss
         self.share = None           # this reduction's denominator of the loss on this rank (None: not weighed)
-        self.share_c = 1.0          # the seed's divisor: the last weighed reduction's mean denominator (agreed)
+        self.share_s = 1.0          # this reduction's factor for this rank's gradients: share / share_c
+        self.share_c = 1.0          # the factor's divisor: the last weighed reduction's mean denominator (agreed)
         self.share_f = 1.0          # this reduction's correction, applied to the averaged gradients and loss
         self.averaged = None        # weak reference to the last loss averaged that way
         self.scaled = None          # (scaled, loss) weak references: the last GradScaler.scale(loss)
