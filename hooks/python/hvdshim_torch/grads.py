@@ -134,15 +134,10 @@ def _submit_grad(prm):
                            "float16 and bfloat16 gradients" % (prm.name, str(g.dtype).replace("torch.", "")))
     if _S.elastic and prm.index not in _S.copied:  # this rank's own, should a death make the step start over
         _keep_local(prm.index, g)
-    if g.is_contiguous():
-        if _S.share_s != 1.0:  # split mode: weighed by its share (_note_share)
-            g.mul_(_S.share_s)
-        _S.batch.add(prm.bname, g, _S.grad_op, _S.pending, prm.what)
-    else:
-        buf = g.contiguous()
-        if _S.share_s != 1.0:
-            buf.mul_(_S.share_s)
-        _S.batch.add(prm.bname, buf, _S.grad_op, _S.pending, prm.what, on_done=lambda: g.copy_(buf))
+    buf = g if g.is_contiguous() else g.contiguous()
+    if _S.share_s != 1.0:  # split mode: weighed by its share (_note_share)
+        buf.mul_(_S.share_s)
+    _S.batch.add(prm.bname, buf, _S.grad_op, _S.pending, prm.what, on_done=None if buf is g else lambda: g.copy_(buf))
 
 
 def _hooked_grad(ref, g):
@@ -285,7 +280,7 @@ def _submit_round():
         vals += (1, _propose_k(), _resize.proposal())
     else:
         vals += [0] * (4 * m + 3)
-    if _S.shares:  # split mode: this rank's denominator in its own 4 slots, and 1 if it weighed (_share_of)
+    if _S.shares:  # split mode: this rank's denominator in its own 4 slots, and 1 if it weighed (_note_share)
         vals += _share_pieces(_S.share)
     vec = torch.tensor(vals, dtype=torch.float32)
     flags = _Pending()
@@ -443,14 +438,20 @@ def _end_window():
 _SCALINGS = ("MulBackward0", "MulBackward1", "DivBackward0", "DivBackward1", "NegBackward0")
 
 
-def _share_of(fn, depth=0):
-    """What the scalar loss whose node is `fn` is a mean over on this rank (a
-    float), or None where it is not recognised as a mean: a sum, or terms
-    that are means over different counts (a loss plus a weight penalty) are
-    averaged as they are.  Terms over the same count (label smoothing's two)
-    are one mean."""
+_SUMMED = "summed"  # (_loss_kind: a sum over the batch)
+
+
+def _loss_kind(fn, depth=0):
+    """What the scalar loss whose node is `fn` is: a mean over a count on
+    this rank (that count, a float: a loss with reduction='mean' (an NLL
+    loss's saved total weight, else its input's numel), a .mean(), a sum
+    divided by a count such as (l * mask).sum() / mask.sum()); _SUMMED (a
+    loss with reduction='sum', a .sum()); or None (not known, or terms of
+    different kinds: a mean plus a weight penalty).  Constant factors
+    (GradScaler, 1/k, label smoothing's 1 - eps) are looked through; terms
+    of one kind (label smoothing's two, a VAE's BCE + KLD) are one."""
     divisor = None
-    for _ in range(8):  # through constant factors (GradScaler, 1/k, label smoothing's 1 - eps)
+    for _ in range(8):
         if fn is None or type(fn).__name__ not in _SCALINGS:
             break
         inputs = [nf for nf, _ in fn.next_functions if nf is not None]
@@ -460,23 +461,42 @@ def _share_of(fn, depth=0):
             divisor = getattr(fn, "_saved_other", None)
         fn = inputs[0]
     name = type(fn).__name__
-    if name.startswith("SumBackward") and divisor is not None:  # a sum over a count: (l * mask).sum() / mask.sum()
+    if name.startswith("SumBackward"):
+        if divisor is None:
+            return _SUMMED
         if isinstance(divisor, torch.Tensor) and divisor.numel() == 1:
             return float(divisor)
         return float(divisor) if _is_number(divisor) else None
     if name in ("AddBackward0", "SubBackward0") and depth < 4:
-        shares = {_share_of(nf, depth + 1) for nf, _ in fn.next_functions if nf is not None}
-        return shares.pop() if len(shares) == 1 else None
-    reduction = getattr(fn, "_saved_reduction", None)
-    if name.startswith("NllLoss"):
-        return float(fn._saved_total_weight) if reduction == 1 else None
+        kinds = {_loss_kind(nf, depth + 1) for nf, _ in fn.next_functions if nf is not None}
+        return kinds.pop() if len(kinds) == 1 else None
     if name == "MeanBackward0":
         numel = getattr(fn, "_saved_self_sym_numel", getattr(fn, "_saved_self_numel", None))
         return float(numel) if numel is not None else None
-    if reduction == 1:
-        self_ = getattr(fn, "_saved_self", None)
-        return float(self_.numel()) if isinstance(self_, torch.Tensor) else None
-    return None
+    reduction = getattr(fn, "_saved_reduction", None)
+    if reduction == 2:
+        return _SUMMED
+    if reduction != 1:
+        return None
+    if name.startswith("NllLoss"):
+        return float(fn._saved_total_weight)
+    self_ = getattr(fn, "_saved_self", None)
+    return float(self_.numel()) if isinstance(self_, torch.Tensor) else None
+
+
+def _share_of(fn):
+    """What the loss is a mean over on this rank, or None: not a mean."""
+    kind = _loss_kind(fn)
+    return kind if isinstance(kind, float) else None
+
+
+def _looks_summed(fn):
+    return _loss_kind(fn) is _SUMMED
+
+
+def _root(tensors):
+    """backward's tensors: the one tensor, if one."""
+    return tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else tensors
 
 
 def _note_share(tensors, grad_tensors, retain_graph, create_graph, inputs):
@@ -489,7 +509,7 @@ def _note_share(tensors, grad_tensors, retain_graph, create_graph, inputs):
     if _S.bw_window or _S.k != 1 or grad_tensors is not None or retain_graph or create_graph or inputs is not None \
             or _S.in_backward or len(_S.early_hooked) or not _S.started:
         return
-    t = tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else tensors
+    t = _root(tensors)
     fn = getattr(t, "grad_fn", None)
     if fn is None or t.numel() != 1:
         return
@@ -498,24 +518,24 @@ def _note_share(tensors, grad_tensors, retain_graph, create_graph, inputs):
         _S.share, _S.share_s = d, d / _S.share_c
 
 
-def _share_pieces(d, _last=[None, None]):
+def _share_pieces(d):
     """This rank's round slots for its denominator d (None: not weighed);
     the last ones are kept (d is the same from step to step)."""
     key = (d, _S.size, _S.rank)
-    if _last[0] != key:
+    if _S.share_slots[0] != key:
         pieces = [0] * (4 * _S.size + 1)
         if d is not None:
             pieces[4 * _S.rank:4 * _S.rank + 4] = _hyper_pieces([d])
             pieces[-1] = 1
-        _last[:] = [key, pieces]
-    return _last[1]
+        _S.share_slots = (key, pieces)
+    return _S.share_slots[1]
 
 
-def _share_correction(pieces, _last=[None]):
+def _share_correction(pieces):
     """The round's share slots: N c / D where every rank weighed (and the
     next guess c = D / N); 1 where none did, or where every count is the
     last weighed reduction's (c is then D / N already)."""
-    if pieces == _last[0]:
+    if pieces == _S.share_seen:
         return 1.0
     weighed = int(pieces[-1])
     if weighed == 0:
@@ -529,7 +549,7 @@ def _share_correction(pieces, _last=[None]):
         return 1.0
     f = _S.size * _S.share_c / total
     _S.share_c = total / _S.size
-    _last[0] = pieces
+    _S.share_seen = pieces
     return f
 
 
@@ -553,8 +573,7 @@ def _loss_to_average(tensors, retain_graph, create_graph, inputs):
     if not (_S.enabled and _S.started and _S.average_loss) or _S.in_backward or retain_graph or create_graph \
             or inputs is not None:
         return None
-    if isinstance(tensors, (list, tuple)) and len(tensors) == 1:
-        tensors = tensors[0]
+    tensors = _root(tensors)
     if not _averageable(tensors):
         return None
     scaled = _S.scaled
@@ -565,24 +584,6 @@ def _loss_to_average(tensors, retain_graph, create_graph, inputs):
     return tensors
 
 
-def _looks_summed(fn, depth=0):
-    """The loss's last operations sum over the batch: a loss function with
-    reduction='sum' (its node saves reduction 2), a .sum(), or sums and
-    constant multiples of those (a VAE's BCE(sum) + KLD)."""
-    if fn is None or depth > 8:
-        return False
-    reduction = getattr(fn, "_saved_reduction", None)
-    if isinstance(reduction, int):
-        return reduction == 2
-    name = type(fn).__name__
-    if name.startswith("SumBackward"):
-        return True
-    if name in ("AddBackward0", "SubBackward0", "MulBackward0", "MulBackward1", "NegBackward0"):
-        inputs = [n for n, _ in fn.next_functions if n is not None]
-        return bool(inputs) and all(_looks_summed(n, depth + 1) for n in inputs)
-    return False
-
-
 def _check_summed(tensors):
     """Split mode, gradients averaged: once, at the first backward, rank 0
     says so where the loss looks like a sum over the batch (its gradient is
@@ -590,9 +591,8 @@ def _check_summed(tensors):
     _S.sum_check = False
     if not (_S.enabled and _S.data_mode == "split" and _S.grad_op == _AVG and _S.rank == 0):
         return
-    if isinstance(tensors, (list, tuple)) and len(tensors) == 1:
-        tensors = tensors[0]
-    if isinstance(tensors, torch.Tensor) and tensors.numel() == 1 and _looks_summed(tensors.grad_fn):
+    t = _root(tensors)
+    if isinstance(t, torch.Tensor) and t.numel() == 1 and _looks_summed(t.grad_fn):
         _warn_once("summed-loss", "the loss given to backward() looks like a sum over the batch (reduction='sum' "
                    "or .sum()): split mode averages the ranks' gradients, which gives 1/%d of the plain run's "
                    "gradient for a summed loss.  HVDSHIM_GRADIENTS=sum sums them (the plain run's gradient, "

@@ -118,6 +118,8 @@ class _State:
         self.share_s = 1.0          # this reduction's factor for this rank's gradients: share / share_c
         self.share_c = 1.0          # the factor's divisor: the last weighed reduction's mean denominator (agreed)
         self.share_f = 1.0          # this reduction's correction, applied to the averaged gradients and loss
+        self.share_slots = (None, None)  # (count, size, rank) and this rank's round slots for it (kept)
+        self.share_seen = None      # the last weighed reduction's slots (the same again: no correction)
         self.averaged = None        # weak reference to the last loss averaged that way
         self.scaled = None          # (scaled, loss) weak references: the last GradScaler.scale(loss)
         self.loss_bufs = {}         # (device, dtype, shape) -> the float32/64 buffer the loss is averaged in
