@@ -23,12 +23,25 @@ for a in "$@"; do
   fi
 done
 [ -n "$objs" ] || { echo "objcycles.sh: no objects in $*" >&2; exit 2; }
-for o in $objs; do
-  n=$(basename "$o" .o | sed 's/^lib[a-z0-9_]*_la-//') # libtool's per-target prefix
-  echo "N $n"
-  nm --defined-only "$o" | awk -v n="$n" '$2 ~ /^[TDBRCVW]$/ {print "D", $3, n}'
-  nm -u "$o" | awk -v n="$n" '{print "U", $NF, n}'
-done | awk -v verbose="$verbose" '
+# one nm over every object for each list (nm -A names the file on each
+# line); a file's node is its name without .o and libtool's per-target prefix
+{
+  for o in $objs; do echo "$o"; done
+  echo "--"
+  # shellcheck disable=SC2086
+  nm -A --defined-only $objs
+  echo "--"
+  # shellcheck disable=SC2086
+  nm -A -u $objs
+} | awk '
+function node(f) { sub(/.*\//, "", f); sub(/\.o$/, "", f); sub(/^lib[a-z0-9_]*_la-/, "", f); return f }
+$0 == "--" { part++; next }
+part == 0 { print "N", node($0); next }
+{
+  c = index($0, ":"); f = substr($0, 1, c - 1); k = split(substr($0, c + 1), p, " ")
+  if (part == 1 && p[k - 1] ~ /^[TDBRCVW]$/) print "D", p[k], node(f)
+  if (part == 2) print "U", p[k], node(f)
+}' | awk -v verbose="$verbose" '
 $1 == "N" { nodes[++nn] = $2; next }
 $1 == "D" { def[$2] = $3; next }
 $1 == "U" { uses[++nu] = $3 " " $2 }

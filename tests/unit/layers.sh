@@ -25,21 +25,24 @@ done
 objs=$(ls "$top_builddir"/base/.libs/*.o "$top_builddir"/collectives/.libs/*.o "$top_builddir"/hooks/.libs/*.o \
   "$top_builddir"/shim/.libs/*.o 2>/dev/null)
 [ -n "$objs" ] || fail "no built objects under $top_builddir/*/.libs (build first)"
-for o in $objs; do
-  d=$(basename "$(dirname "$(dirname "$o")")")
-  nm --defined-only "$o" | awk -v d="$d" '$2 ~ /[TDBR]/ && $3 ~ /^hvd_/ {print $3, d}'
-done | sort -u >"$TMP/defs"
-n=0
-for o in $objs; do
-  d=$(basename "$(dirname "$(dirname "$o")")")
-  mine=$(level "$d")
-  for sym in $(nm -u "$o" | awk '$2 ~ /^hvd_/ {print $2}'); do
-    owner=$(awk -v s="$sym" '$1 == s {print $2; exit}' "$TMP/defs")
-    [ -n "$owner" ] || continue # defined outside these objects
-    n=$((n + 1))
-    [ "$(level "$owner")" -gt "$mine" ] && { echo "FAIL: $d/$(basename "$o") calls $sym, defined in $owner/"; bad=1; }
-  done
-done
+# one nm over every object for each list (-A: the file on each line; its
+# folder is the one above .libs), then one awk over definitions and uses
+# shellcheck disable=SC2086
+{ nm -A --defined-only $objs; echo "--"; nm -A -u $objs; } | awk '
+function level(d) { return d == "base" ? 0 : d == "collectives" ? 1 : d == "hooks" ? 2 : d == "shim" ? 3 : -1 }
+$0 == "--" { uses = 1; next }
+{
+  c = index($0, ":"); k = split(substr($0, 1, c - 1), f, "/"); dir = f[k - 2]; obj = f[k]
+  k = split(substr($0, c + 1), p, " "); sym = p[k]; type = p[k - 1]
+  if (sym !~ /^hvd_/) next
+  if (!uses) { if (type ~ /[TDBR]/ && !(sym in owner)) owner[sym] = dir; next }
+  if (!(sym in owner)) next # defined outside these objects
+  n++
+  if (level(owner[sym]) > level(dir)) print "FAIL: " dir "/" obj " calls " sym ", defined in " owner[sym] "/"
+}
+END { print "checked", n + 0 }' >"$TMP/calls"
+grep '^FAIL' "$TMP/calls" && bad=1
+n=$(sed -n 's/^checked //p' "$TMP/calls")
 [ $bad = 0 ] || fail "a lower layer uses a higher one"
 pass "layers base < collectives < hooks < shim: no upward include, no upward call ($n calls between objects checked)"
 
