@@ -70,9 +70,11 @@ case ${ELASTIC_TORCH:-all} in
 esac
 if have_torch; then
   TRAIN="$top_srcdir/tests/torch/elastic_train.py"
-  OMP_NUM_THREADS=1 "$PYTHON" "$TRAIN" "$TMP/plain.pt" >/dev/null 2>&1 || fail "the plain run of elastic_train.py failed"
+  export OMP_NUM_THREADS=1
+  warm_start
+  py "$TRAIN" "$TMP/plain.pt" >/dev/null 2>&1 || fail "the plain run of elastic_train.py failed"
   cmp_weights() { # $1 $2: the same weights within 1e-4 (split.sh's; observed up to 2.4e-5 with sparse gradients; the wrong slice or step left out: 0.29 to 0.54)
-    "$PYTHON" "$top_srcdir/tests/torch/compare.py" "$1" "$2" 1e-4
+    py "$top_srcdir/tests/torch/compare.py" "$1" "$2" 1e-4
   }
   redone_step() { # WHAT: $redone, the step rank 0's line in $TMP/out says the 2 survivors averaged again
     redone=$(sed -n 's/.*optimizer step \([0-9]*\): its gradients averaged again over the 2 surviving.*/\1/p' "$TMP/out" | head -1)
@@ -81,7 +83,7 @@ if have_torch; then
   same_as_emulation() { # WEIGHTS WHAT NAME=VALUE...: the single-process run with those settings (DROP=...) gives WEIGHTS ($TMP/cmp says how close)
     _w=$1 _what=$2
     shift 2
-    env OMP_NUM_THREADS=1 "$@" "$PYTHON" "$TRAIN" "$TMP/emulated.pt" >/dev/null 2>&1 || fail "$_what: the emulation failed"
+    (export "$@" && py "$TRAIN" "$TMP/emulated.pt") >/dev/null 2>&1 || fail "$_what: the emulation failed"
     cmp_weights "$_w" "$TMP/emulated.pt" >"$TMP/cmp" 2>&1 ||
       { cat "$TMP/out" "$TMP/cmp"; fail "$_what: weights differ from the emulation ($*)"; }
   }

@@ -9,7 +9,8 @@
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
 need_torch
-"$PYTHON" -c 'import torch; torch.accelerator.is_available' 2>/dev/null ||
+warm_start
+py -c 'import torch; torch.accelerator.is_available' 2>/dev/null ||
   skip "torch $("$PYTHON" -c 'import torch; print(torch.__version__)') has no torch.accelerator (torch >= 2.6; make check-stacks runs these on trixie and sid)"
 E="$TORCH_DIR/examples_style.py"
 export TMPDIR="$TMP/tmpdir"
@@ -26,7 +27,7 @@ tx, ty = make(200)
 torch.save({"x": x, "y": y, "tx": tx, "ty": ty}, sys.argv[1])
 PY
 for ex in mnist vae dcgan; do
-  "$PYTHON" "$E" $ex --data "$TMP/data.pt" --batch-size 64 --save "$TMP/p-$ex" >"$TMP/plain" 2>&1 || { cat "$TMP/plain"; fail "plain $ex"; }
+  py "$E" $ex --data "$TMP/data.pt" --batch-size 64 --save "$TMP/p-$ex" >"$TMP/plain" 2>&1 || { cat "$TMP/plain"; fail "plain $ex"; }
   T=240 shim 2 "$PYTHON" "$E" $ex --data "$TMP/data.pt" --batch-size 32 --save "$TMP/s-$ex" >"$TMP/out" 2>&1 ||
     { cat "$TMP/out"; fail "$ex at np=2"; }
   [ "$(grep -c '^\[rank [01]\] checksum' "$TMP/out")" = 2 ] && [ "$(grep -o 'checksum .*' "$TMP/out" | sort -u | wc -l)" = 1 ] ||

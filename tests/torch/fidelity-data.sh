@@ -88,7 +88,7 @@ pass "no_grad evaluation of a shuffled loader: the plain run's metric ($(grep '^
 # So the bound follows this machine's load: 6 times the plain run, at least
 # 180 s.
 t0=$(date +%s)
-"$PYTHON" "$TORCH_DIR/workers.py" "$TMP/w-plain.pt" >"$TMP/plain.out" 2>&1 || { cat "$TMP/plain.out"; fail "plain workers.py"; }
+py "$TORCH_DIR/workers.py" "$TMP/w-plain.pt" >"$TMP/plain.out" 2>&1 || { cat "$TMP/plain.out"; fail "plain workers.py"; }
 bound=$((6 * ($(date +%s) - t0 + 1)))
 [ $bound -ge 180 ] || bound=180
 T=$bound HVDSHIM_DATA=split run_shim 2 "$PYTHON" "$TORCH_DIR/workers.py" "$TMP/w-shim.pt"
@@ -103,7 +103,7 @@ HVDSHIM_CHECK_STEPS=0 run_shim 2 "$PYTHON" "$F" diverge
 pass "replica guard: divergence named at step 4 (HVDSHIM_CHECK_STEPS=4); off with 0"
 
 # --- torch.compile and torch.func (torch >= 2.0)
-if "$PYTHON" -c 'import torch.func' 2>/dev/null; then
+if py -c 'import torch.func' 2>/dev/null; then
   # dynamo traces the model (and would trace the adapter's hook); aot_eager
   # needs no C++ toolchain (Debian's torch ships no inductor headers)
   export COMPILE_BACKEND=${COMPILE_BACKEND:-aot_eager}

@@ -17,6 +17,7 @@
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
 need_torch
+warm_start
 S="$TORCH_DIR/grow_train.py"
 HVDRUN="$top_builddir/launcher/hvdrun"
 cat >"$TMP/disc.sh" <<EOD
@@ -47,11 +48,11 @@ grow() {
   step=$(sed -n 's/.*goes on from optimizer step \([0-9]*\).*/\1/p' "$TMP/$_n.out")
 }
 # the plain runs (no pause: the same steps)
-GROW_PAUSE=0 GROW_GENERATOR=1 "$PYTHON" "$S" "$TMP/plaing.pt" >"$TMP/plain.out" 2>&1 || { cat "$TMP/plain.out"; fail "plain run"; }
+GROW_PAUSE=0 GROW_GENERATOR=1 py "$S" "$TMP/plaing.pt" >"$TMP/plain.out" 2>&1 || { cat "$TMP/plain.out"; fail "plain run"; }
 # torch 2.3+ has a CPU GradScaler: the workers case runs with one (its scale is saved and restored)
 scaler=0
-"$PYTHON" -c 'import torch; torch.amp.GradScaler("cpu")' >/dev/null 2>&1 && scaler=1
-GROW_PAUSE=0 GROW_SCALER=$scaler "$PYTHON" "$S" "$TMP/plains.pt" >"$TMP/plains.out" 2>&1 || { cat "$TMP/plains.out"; fail "plain run"; }
+py -c 'import torch; torch.amp.GradScaler("cpu")' >/dev/null 2>&1 && scaler=1
+GROW_PAUSE=0 GROW_SCALER=$scaler py "$S" "$TMP/plains.pt" >"$TMP/plains.out" 2>&1 || { cat "$TMP/plains.out"; fail "plain run"; }
 for w in 0 2; do
   mkdir -p "$TMP/state$w"
   late=GROW_AT=$((21 + (seed + w) % 20)) # (after epoch 0, 20 steps: the loader's generator and the scaler have moved)

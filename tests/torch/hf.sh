@@ -16,6 +16,7 @@ need_torch
 "$PYTHON" -c 'import transformers, accelerate' 2>/dev/null ||
   skip "transformers and accelerate are not importable by $PYTHON (apt-get install python3-transformers python3-accelerate: Debian 13 and later)"
 H="$TORCH_DIR/hf_train.py"
+warm_start
 export TMPDIR="$TMP/tmpdir" # the ranks' overlay folders land here
 mkdir -p "$TMPDIR"
 weights() { # weights DIR1 DIR2: their model.safetensors agree within 1e-5
@@ -30,7 +31,7 @@ sys.exit(0 if worst <= 1e-5 else 1)
 PY
 }
 for kind in trainer accelerate; do
-  "$PYTHON" "$H" $kind --out "$TMP/$kind-plain" --batch 16 >"$TMP/plain.out" 2>&1 || { cat "$TMP/plain.out"; fail "plain $kind"; }
+  py "$H" $kind --out "$TMP/$kind-plain" --batch 16 >"$TMP/plain.out" 2>&1 || { cat "$TMP/plain.out"; fail "plain $kind"; }
   HVDSHIM_DATA=split HVDSHIM_METRICS="$TMP/$kind.jsonl" T=240 shim 2 "$PYTHON" "$H" $kind --out "$TMP/$kind-split" \
     --batch 16 >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "$kind, split at np=2"; }
   weights "$TMP/$kind-plain" "$TMP/$kind-split" >"$TMP/cmp" || { cat "$TMP/cmp" "$TMP/out"; fail "$kind: split differs from plain"; }

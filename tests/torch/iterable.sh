@@ -10,6 +10,7 @@
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
 need_torch
+warm_start
 S="$TORCH_DIR/iterable.py"
 export HVDSHIM_WORKER_STDOUT=1
 # ids_check LOG MODE: per epoch, the ids the ranks trained on together
@@ -36,7 +37,7 @@ sys.exit(0 if ok else 1)
 PY
 }
 for args in "" "--workers 1" "--prebatched"; do
-  "$PYTHON" "$S" --out "$TMP/plain.pt" $args >"$TMP/plain.log" 2>&1 || { cat "$TMP/plain.log"; fail "plain run ($args)"; }
+  py "$S" --out "$TMP/plain.pt" $args >"$TMP/plain.log" 2>&1 || { cat "$TMP/plain.log"; fail "plain run ($args)"; }
   mode=split
   [ "$args" = --prebatched ] && mode=shard # batch_size=None: whole batches dealt in either mode
   HVDSHIM_DATA=split shim 2 "$PYTHON" "$S" --out "$TMP/split.pt" $args >"$TMP/split.log" 2>&1 ||

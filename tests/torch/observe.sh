@@ -8,9 +8,10 @@
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
 need_torch
+warm_start
 count() { "$PYTHON" -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; print(len(r), sum(x["samples"] for x in r), r[-1]["ranks"])' "$1"; }
 for case in full accumulate; do
-  "$PYTHON" "$TRAIN" --case $case --out "$TMP/plain.pt" >"$TMP/plain.out" 2>&1 || { cat "$TMP/plain.out"; fail "plain $case"; }
+  py "$TRAIN" --case $case --out "$TMP/plain.pt" >"$TMP/plain.out" 2>&1 || { cat "$TMP/plain.out"; fail "plain $case"; }
   LD_PRELOAD="$LIB" HVDSHIM_OBSERVE=1 HVDSHIM_METRICS="$TMP/m.jsonl" "$PYTHON" "$TRAIN" --case $case --out "$TMP/obs.pt" \
     >"$TMP/obs.out" 2>&1 || { cat "$TMP/obs.out"; fail "observed $case"; }
   cmp "$TMP/plain.out" "$TMP/obs.out" || { diff "$TMP/plain.out" "$TMP/obs.out"; fail "$case: the output differs"; }
@@ -23,7 +24,7 @@ done
 rm -f "$TMP/m.jsonl"
 HVDSHIM_OBSERVE=1 HVDSHIM_METRICS="$TMP/m.jsonl" shim 1 "$PYTHON" "$TRAIN" --case full --out "$TMP/np1.pt" >"$TMP/np1.out" 2>&1 ||
   { cat "$TMP/np1.out"; fail "observed np=1"; }
-"$PYTHON" "$TRAIN" --case full --out "$TMP/plain.pt" >/dev/null 2>&1
+py "$TRAIN" --case full --out "$TMP/plain.pt" >/dev/null 2>&1
 same "$TMP/plain.pt" "$TMP/np1.pt" 0 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "np=1: the weights differ"; }
 [ "$(count "$TMP/m.jsonl")" = "16 512 1" ] || { cat "$TMP/m.jsonl"; fail "np=1 metrics: $(count "$TMP/m.jsonl")"; }
 pass "observed one-rank job (hvdrun -np 1): same weights, metrics 16 512 1"

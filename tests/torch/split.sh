@@ -5,12 +5,13 @@
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
 need_torch
+warm_start
 export HVDSHIM_DATA=split
 check() { # check NP CASE [args...]  (the plain run once per case and arguments)
   _np=$1 _case=$2
   shift 2
   _ref="$TMP/plain-$_case$(echo "$*" | tr -c 'a-z0-9\n' _).pt"
-  [ -f "$_ref" ] || "$PYTHON" "$TRAIN" --case "$_case" --out "$_ref" "$@" >"$TMP/plain.log" 2>&1 ||
+  [ -f "$_ref" ] || py "$TRAIN" --case "$_case" --out "$_ref" "$@" >"$TMP/plain.log" 2>&1 ||
     { cat "$TMP/plain.log"; fail "plain run of $_case failed"; }
   shim "$_np" "$PYTHON" "$TRAIN" --case "$_case" --out "$TMP/shim-$_case.pt" "$@" >"$TMP/shim.log" 2>&1 ||
     { cat "$TMP/shim.log"; fail "np=$_np run of $_case failed"; }
@@ -54,9 +55,9 @@ check 2 tokens --epochs 3
 # tests/gpu/gpu_train.py on the CPU against its emulated split: the weighing
 # must not change what overflows (seeding backward with the count, 32 at the
 # first step, overflowed on an H100 where the emulation did not)
-if "$PYTHON" -c 'import torch; torch.amp.GradScaler("cpu"); torch.autocast("cpu", dtype=torch.float16)' 2>/dev/null; then
+if py -c 'import torch; torch.amp.GradScaler("cpu"); torch.autocast("cpu", dtype=torch.float16)' 2>/dev/null; then
   G="$top_srcdir/tests/gpu/gpu_train.py"
-  "$PYTHON" "$G" --device cpu --amp --emulate-ranks 2 >"$TMP/plain.log" 2>&1 || { cat "$TMP/plain.log"; fail "float16 emulation failed"; }
+  py "$G" --device cpu --amp --emulate-ranks 2 >"$TMP/plain.log" 2>&1 || { cat "$TMP/plain.log"; fail "float16 emulation failed"; }
   shim 2 "$PYTHON" "$G" --device cpu --amp >"$TMP/shim.log" 2>&1 || { cat "$TMP/shim.log"; fail "float16 split run failed"; }
   [ "$(grep ^checksum "$TMP/plain.log")" = "$(grep ^checksum "$TMP/shim.log")" ] && [ -n "$(grep ^checksum "$TMP/plain.log")" ] ||
     { cat "$TMP/plain.log" "$TMP/shim.log"; fail "float16 autocast with a GradScaler: the split run differs from its emulation"; }
