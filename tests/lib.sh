@@ -7,7 +7,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 LIB="$top_builddir/.libs/libhvdshim.so"
 ENGINE_TEST=${ENGINE_TEST:-"$top_builddir/tests/mpi/engine_test"}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/hvdshim-test.XXXXXX")
-trap '[ -n "${WARM_PID-}" ] && kill "$WARM_PID" 2>/dev/null; rm -rf "$TMP"' EXIT
+# (the warm interpreter of tests/warm.py and its waiters go with the test)
+trap '[ -n "${WARM_PID-}" ] && { pkill -P "$WARM_PID"; kill "$WARM_PID"; } 2>/dev/null; rm -rf "$TMP"' EXIT
 
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*"; exit 1; }

@@ -11,7 +11,7 @@ import torch
 
 sys.path.insert(0, sys.argv.pop(1))  # hooks/python
 import hvdshim_torch  # noqa: E402
-from hvdshim_torch import data, grads, lib, models, output, resize, rng  # noqa: E402
+from hvdshim_torch import data, grads, lib, models, norms, output, resize, rng  # noqa: E402
 from hvdshim_torch.state import _S  # noqa: E402
 
 
@@ -261,6 +261,79 @@ class SummedLoss(unittest.TestCase):
         }
         for what, (loss, want) in shares.items():
             self.assertEqual(grads._share_of(loss.grad_fn), want, what)
+
+
+class SyncBatchNorm(unittest.TestCase):
+    """HVDSHIM_SYNC_BN's F.batch_norm: against the stub (the other ranks add
+    zeros), the whole batch is this rank's, so outputs, gradients and
+    running statistics must be torch's own (the ranks' sums: split.sh)."""
+
+    def setUp(self):
+        self.stub = StubLib()
+        lib._lib = self.stub
+        _S.enabled, _S.started, _S.sync_bn, _S.bn_calls, _S.share_s = True, True, True, 0, 1.0
+        norms.install()
+
+    def tearDown(self):
+        _S.sync_bn = False
+
+    def test_same_as_torch(self):
+        torch.manual_seed(3)
+        for make, shape in ((lambda: torch.nn.BatchNorm1d(5), (8, 5)), (lambda: torch.nn.BatchNorm1d(5), (4, 5, 3)),
+                            (lambda: torch.nn.BatchNorm2d(4, momentum=None), (3, 4, 5, 2)),
+                            (lambda: torch.nn.BatchNorm3d(2, affine=False), (2, 2, 3, 2, 2)),
+                            (lambda: torch.nn.BatchNorm1d(5, track_running_stats=False), (6, 5))):
+            mine, theirs = make(), make()
+            if mine.affine:
+                with torch.no_grad():
+                    mine.weight.uniform_(0.5, 2)
+                    mine.bias.uniform_(-1, 1)
+            theirs.load_state_dict(mine.state_dict())
+            for step in range(3):
+                x = (torch.randn(*shape) * 3 + 1).requires_grad_()
+                x2 = x.detach().clone().requires_grad_()
+                n = len(self.stub.calls)
+                y = mine(x)
+                _S.sync_bn = False
+                y2 = theirs(x2)
+                _S.sync_bn = True
+                w = torch.randn(*shape)
+                (y * w).sum().backward()
+                (y2 * w).sum().backward()
+                what = "%s %s step %d" % (type(mine).__name__, shape, step)
+                self.assertEqual([c[1][:13] for c in self.stub.calls[n:]], [b"hvdshim.bn.f.", b"hvdshim.bn.b."], what)
+                torch.testing.assert_close(y, y2, rtol=1e-5, atol=1e-5, msg=what)
+                torch.testing.assert_close(x.grad, x2.grad, rtol=1e-4, atol=1e-5, msg=what)
+                for (name, a), (_n, b) in zip(mine.named_parameters(), theirs.named_parameters()):
+                    torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=what + " " + name)
+                for (name, a), (_n, b) in zip(mine.named_buffers(), theirs.named_buffers()):
+                    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=what + " " + name)
+                mine.zero_grad()
+                theirs.zero_grad()
+
+    def test_eval_float16_and_errors(self):
+        bn = torch.nn.BatchNorm1d(3)
+        n = len(self.stub.calls)
+        bn.eval()
+        bn(torch.randn(4, 3))
+        self.assertEqual(len(self.stub.calls), n)  # the running statistics: nothing to agree on
+        bn.train()
+        y = norms.batch_norm(torch.randn(4, 3).half(), None, None, training=True)
+        self.assertEqual(y.dtype, torch.float16)
+        with self.assertRaisesRegex(ValueError, "more than 1 value per channel"):
+            bn(torch.randn(1, 3))
+
+    def test_scripted_model_runs_torch_own(self):
+        m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+        s = torch.jit.script(m)
+        buf = io.BytesIO()
+        torch.jit.save(s, buf)
+        buf.seek(0)
+        loaded = torch.jit.load(buf)
+        x = torch.randn(5, 4)
+        n = len(self.stub.calls)
+        torch.testing.assert_close(loaded(x), s(x))
+        self.assertEqual(len(self.stub.calls), n)
 
 
 class Signatures(unittest.TestCase):

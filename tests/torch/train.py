@@ -40,7 +40,7 @@ def main():
     ap.add_argument("--out", required=True, help="checkpoint path; %%p is replaced by the process id")
     ap.add_argument("--case", default="full",
                     choices=["full", "no-optimizer", "lbfgs", "accumulate", "gan", "unused", "sparse", "frozen",
-                             "seen", "iterable", "noncontig", "late", "convert", "shared", "hooked", "tokens"])
+                             "seen", "iterable", "noncontig", "late", "convert", "shared", "hooked", "tokens", "bn"])
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--samples", type=int, default=256)
     ap.add_argument("--batch", type=int, default=32)
@@ -195,6 +195,10 @@ def main():
         model = Branchy() if args.case == "unused" else Bag() if args.case == "sparse" else mlp()
         if args.case == "tokens":  # 3 tokens of 3 classes per sample, some ignored (padding), label smoothing
             model = nn.Sequential(nn.Linear(10, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 9))
+        if args.case == "bn":  # BatchNorm over channels (2d) and over features (1d, a cumulative average)
+            model = nn.Sequential(nn.Linear(10, 16), nn.Unflatten(1, (4, 2, 2)), nn.BatchNorm2d(4), nn.Flatten(),
+                                  nn.ReLU(), nn.Linear(16, args.hidden), nn.BatchNorm1d(args.hidden, momentum=None),
+                                  nn.ReLU(), nn.Linear(args.hidden, 1))
         if args.case == "noncontig":  # a weight stored transposed: parameter and gradient not contiguous
             w = model[0].weight
             model[0].weight = nn.Parameter(w.detach().t().contiguous().t())

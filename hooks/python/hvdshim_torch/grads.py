@@ -801,6 +801,7 @@ def _wrap_step(cls):
             if _S.in_step == 0 and _S.enabled and _S.started:
                 _end_window()
                 _S.steps += 1
+                _S.bn_calls = 0
                 _check_replicas()
             return result
         return step

@@ -16,6 +16,7 @@ from .grads import (_hooked_grad, note_grad_call, _reduce_deferred, _HAS_POST_AC
 from .rng import seed_torch_at_import as _seed_torch
 from .models import _count_batch, _forward_pre_hook, converted, hook_forwards, module_made, note_new_params
 from .data import _dealt_iter, _dealt_len, _prepare_loader, _training_now, _warn_if_alone, redealt
+from . import norms as _norms
 from . import resize as _resize
 
 
@@ -225,6 +226,8 @@ def _patch():
             return orig(outputs, inputs, *args, **kwargs)
         return grad
     _wrap(torch.autograd, "grad", make_grad)
+    if _S.sync_bn:
+        _norms.install()
     _S.count_samples = bool(_setting("HVDSHIM_METRICS"))
     hook_forwards(_untraced(_forward_pre_hook))
 
@@ -303,6 +306,8 @@ def install(rng_seed=None):
     _S.average_loss = (_setting("HVDSHIM_LOSS") or "average") == "average"
     _S.grad_op = _libmod._SUM if _setting("HVDSHIM_GRADIENTS") == "sum" else _libmod._AVG
     _S.shares = _S.data_mode == "split" and _S.grad_op == _libmod._AVG
+    sync_bn = _setting("HVDSHIM_SYNC_BN") or "auto"
+    _S.sync_bn = sync_bn == "on" or (sync_bn == "auto" and _S.data_mode == "split" and _setting("HVDSHIM_ELASTIC") != "1")
     if _S.size <= 1:
         _info("one rank: nothing to distribute")
         if _setting("HVDSHIM_OBSERVE") == "1":

@@ -113,6 +113,8 @@ class _State:
         self.average_loss = True    # HVDSHIM_LOSS=average: a loss given to backward reads as the mean over ranks
         self.grad_op = 1            # HVDSHIM_GRADIENTS: lib._AVG (average) or lib._SUM (sum)
         self.sum_check = True       # split mode, average: the first backward's loss is looked at (grads._looks_summed)
+        self.sync_bn = False        # HVDSHIM_SYNC_BN: BatchNorm's training statistics over every rank's batch (norms.py)
+        self.bn_calls = 0           # its calls since the last optimizer step (their allreduces' names)
         self.shares = False         # split mode, average: each rank's gradient weighed by its share of a mean loss
         self.share = None           # this reduction's denominator of the loss on this rank (None: not weighed)
         self.share_s = 1.0          # this reduction's factor for this rank's gradients: share / share_c

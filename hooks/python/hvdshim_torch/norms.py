@@ -1,0 +1,122 @@
+"""Batch normalization over the whole batch (HVDSHIM_SYNC_BN).
+
+In split mode each rank holds a slice of every batch, and a BatchNorm layer
+in training would normalize by its slice's mean and variance, not the whole
+batch's, so the run would no longer be the plain one.  With sync on
+(`auto`: split mode, not elastic; `on`: every data mode), torch's
+F.batch_norm (which every BatchNorm layer calls) is replaced while training:
+each rank sums its slice per channel (the sum and the sum of squares, in
+float64, and its count), one allreduce adds the ranks' sums, and the input
+is normalized by the whole batch's mean and variance; the running
+statistics take the whole batch's (unbiased) variance, as the plain layer's
+would.  The allreduce is differentiable: its backward adds the ranks'
+gradients of the sums (each rank's weighed by its share of the loss where
+split mode weighs them, grads._note_share), so the gradient that flows
+into the layer's input is the plain run's too (DDP's SyncBatchNorm,
+without converting the model or a process group).
+
+In evaluation (training=False), under TorchScript and while tracing, torch's
+own runs unchanged."""
+from typing import Optional
+
+import torch
+
+from .lib import _SUM, _Pending, _allreduce
+from .state import _S
+
+_ORIG = None  # torch's F.batch_norm
+_NAMES = 1 << 16  # the calls' names cycle through this many (every rank calls in the same order)
+
+
+def _reduce(name, buf, what):
+    pending = _Pending()
+    _allreduce(name, buf, _SUM, pending, what)
+    pending.wait()
+
+
+class _SumOverRanks(torch.autograd.Function):
+    """The per-channel sums of every rank, added: forward and backward are
+    one blocking allreduce each (named by the call's number)."""
+
+    @staticmethod
+    def forward(ctx, local, n):
+        ctx.n = n
+        out = local.detach().clone(memory_format=torch.contiguous_format)
+        _reduce(b"hvdshim.bn.f.%d" % n, out, "batch statistics over ranks (HVDSHIM_SYNC_BN)")
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        # each rank's gradient on the scale the shim's weighing will give it
+        # (times its share s): sent times s, and divided by its own after
+        s = _S.share_s
+        buf = grad.detach().clone(memory_format=torch.contiguous_format)
+        if s != 1.0:
+            buf.mul_(s)
+        _reduce(b"hvdshim.bn.b.%d" % ctx.n, buf, "batch statistics' gradients over ranks (HVDSHIM_SYNC_BN)")
+        if s != 1.0:
+            buf.div_(s)
+        return buf, None
+
+
+def _synced(x, running_mean, running_var, weight, bias, momentum, eps):
+    c = x.shape[1]
+    dims = [0] + list(range(2, x.dim()))
+    count = x.numel() // c if c else 0
+    local = torch.cat([x.sum(dims, dtype=torch.float64), (x * x).sum(dims, dtype=torch.float64),
+                       torch.tensor([float(count)], dtype=torch.float64, device=x.device)])
+    n_call = _S.bn_calls
+    _S.bn_calls = (n_call + 1) % _NAMES
+    total = _SumOverRanks.apply(local, n_call)
+    n = float(total[2 * c])
+    if n <= 1:  # torch's own check, on the whole batch
+        raise ValueError("Expected more than 1 value per channel when training, got input size %s (%d values "
+                         "per channel over every rank's slice)" % (tuple(x.shape), int(n)))
+    mean = total[:c] / n
+    var = (total[c:2 * c] / n - mean * mean).clamp_min(0)
+    if running_mean is not None or running_var is not None:
+        with torch.no_grad():
+            if running_mean is not None:
+                running_mean.mul_(1 - momentum).add_(mean.to(running_mean.dtype), alpha=momentum)
+            if running_var is not None:
+                running_var.mul_(1 - momentum).add_((var * (n / (n - 1))).to(running_var.dtype), alpha=momentum)
+    shape = [1, c] + [1] * (x.dim() - 2)
+    inv = torch.rsqrt(var + eps).to(x.dtype).view(shape)
+    y = (x - mean.to(x.dtype).view(shape)) * inv
+    if weight is not None:
+        y = y * weight.view(shape)
+    if bias is not None:
+        y = y + bias.view(shape)
+    return y
+
+
+def batch_norm(input: torch.Tensor, running_mean: Optional[torch.Tensor], running_var: Optional[torch.Tensor],
+               weight: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None, training: bool = False,
+               momentum: float = 0.1, eps: float = 1e-5) -> torch.Tensor:
+    """F.batch_norm, over every rank's slice while training (module doc).
+    TorchScript compiles this function where a scripted module calls
+    F.batch_norm: there, torch's own."""
+    if torch.jit.is_scripting():
+        return _ORIG(input, running_mean, running_var, weight, bias, training, momentum, eps)
+    return _dispatch(input, running_mean, running_var, weight, bias, training, momentum, eps)
+
+
+@torch.jit.unused
+def _dispatch(input: torch.Tensor, running_mean: Optional[torch.Tensor], running_var: Optional[torch.Tensor],
+              weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], training: bool, momentum: float,
+              eps: float) -> torch.Tensor:
+    if not training or not _S.sync_bn or not _S.started or not _S.enabled or torch.jit.is_tracing() \
+            or not isinstance(input, torch.Tensor) or input.dim() < 2 or not input.is_floating_point() \
+            or input.device.type not in ("cpu", "cuda"):
+        return _ORIG(input, running_mean, running_var, weight, bias, training, momentum, eps)
+    x = input.float() if input.dtype in (torch.float16, torch.bfloat16) else input
+    return _synced(x, running_mean, running_var, weight, bias, momentum, eps).to(input.dtype)
+
+
+def install():
+    """Replace F.batch_norm (BatchNorm layers look it up at each call)."""
+    global _ORIG
+    import torch.nn.functional as F
+    if _ORIG is None:
+        _ORIG = F.batch_norm
+        F.batch_norm = batch_norm
