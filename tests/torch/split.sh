@@ -70,6 +70,13 @@ check 3 full --batch 48 --samples 250  # (also the general split in 3; N=4: elas
 # at N=3 (each rank's gradient of the sums weighed by its share); with each
 # rank's own statistics (off) the weights were 0.2 apart, 0.03 unweighed
 check 3 bn --epochs 3 --batch 48 --samples 250
+# a BatchNorm layer that one rank's slice takes and another's not (a branch
+# on the data): the job ends, naming both layers' allreduces
+HVDSHIM_DEADLOCK_SECONDS=2 shim 2 "$PYTHON" "$TRAIN" --case unused --branch-bn --out "$TMP/x.pt" >"$TMP/shim.log" 2>&1 &&
+  { cat "$TMP/shim.log"; fail "BatchNorm in branches the slices take differently: the job did not end"; }
+grep "deadlock: " "$TMP/shim.log" | grep "hvdshim.bn.f.m0.a.0.weight" | grep -q "hvdshim.bn.f.m0.b.0.weight" ||
+  { cat "$TMP/shim.log"; fail "BatchNorm in branches: no deadlock line naming both layers"; }
+pass "BatchNorm in branches the ranks' slices take differently: the job ends, naming both layers"
 # on in shard mode: 2 ranks of batch 32 train as one process of batch 64
 py "$TRAIN" --case bn --batch 64 --out "$TMP/plain-bn64.pt" >"$TMP/plain.log" 2>&1 || { cat "$TMP/plain.log"; fail "plain bn --batch 64 failed"; }
 HVDSHIM_DATA=shard HVDSHIM_SYNC_BN=on shim 2 "$PYTHON" "$TRAIN" --case bn --batch 32 --out "$TMP/shard-bn.pt" >"$TMP/shim.log" 2>&1 ||

@@ -48,6 +48,7 @@ def main():
     ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--sum", action="store_true")  # the loss summed over the batch (reduction='sum')
     ap.add_argument("--clamp-hooks", action="store_true")  # p.register_hook(clamp) on every parameter
+    ap.add_argument("--branch-bn", action="store_true")  # --case unused: a BatchNorm layer in each branch
     ap.add_argument("--print-lr", action="store_true")
     ap.add_argument("--print-threads", action="store_true")
     ap.add_argument("--stderr-line", action="store_true")
@@ -83,6 +84,9 @@ def main():
             self.inp = nn.Linear(10, args.hidden)
             self.a = nn.Linear(args.hidden, 1)
             self.b = nn.Linear(args.hidden, 1)
+            if args.branch_bn:  # a BatchNorm layer in each branch
+                self.a = nn.Sequential(nn.BatchNorm1d(args.hidden), self.a)
+                self.b = nn.Sequential(nn.BatchNorm1d(args.hidden), self.b)
 
         def forward(self, x):
             h = torch.relu(self.inp(x))

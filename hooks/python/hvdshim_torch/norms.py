@@ -36,13 +36,13 @@ def _reduce(name, buf, what):
 
 class _SumOverRanks(torch.autograd.Function):
     """The per-channel sums of every rank, added: forward and backward are
-    one blocking allreduce each (named by the call's number)."""
+    one blocking allreduce each (named by _name)."""
 
     @staticmethod
-    def forward(ctx, local, n):
-        ctx.n = n
+    def forward(ctx, local, name):
+        ctx.name = name
         out = local.detach().clone(memory_format=torch.contiguous_format)
-        _reduce(b"hvdshim.bn.f.%d" % n, out, "batch statistics over ranks (HVDSHIM_SYNC_BN)")
+        _reduce(b"hvdshim.bn.f." + name, out, "batch statistics over ranks (HVDSHIM_SYNC_BN)")
         return out
 
     @staticmethod
@@ -53,10 +53,24 @@ class _SumOverRanks(torch.autograd.Function):
         buf = grad.detach().clone(memory_format=torch.contiguous_format)
         if s != 1.0:
             buf.mul_(s)
-        _reduce(b"hvdshim.bn.b.%d" % ctx.n, buf, "batch statistics' gradients over ranks (HVDSHIM_SYNC_BN)")
+        _reduce(b"hvdshim.bn.b." + ctx.name, buf, "batch statistics' gradients over ranks (HVDSHIM_SYNC_BN)")
         if s != 1.0:
             buf.div_(s)
         return buf, None
+
+
+def _name(weight, c):
+    """The allreduces' name for this call: the layer's weight's name where
+    the shim follows it (a rank whose forward took another layer, a branch
+    on its slice, then waits on another name and the job ends naming both,
+    instead of adding two layers' sums), else the call's number since the
+    last optimizer step and the channel count."""
+    prm = _S.by_param.get(weight) if weight is not None else None
+    if prm is not None:
+        return prm.bname
+    n = _S.bn_calls
+    _S.bn_calls = (n + 1) % _NAMES
+    return b"%d.%d" % (n, c)
 
 
 def _synced(x, running_mean, running_var, weight, bias, momentum, eps):
@@ -65,9 +79,7 @@ def _synced(x, running_mean, running_var, weight, bias, momentum, eps):
     count = x.numel() // c if c else 0
     local = torch.cat([x.sum(dims, dtype=torch.float64), (x * x).sum(dims, dtype=torch.float64),
                        torch.tensor([float(count)], dtype=torch.float64, device=x.device)])
-    n_call = _S.bn_calls
-    _S.bn_calls = (n_call + 1) % _NAMES
-    total = _SumOverRanks.apply(local, n_call)
+    total = _SumOverRanks.apply(local, _name(weight, c))
     n = float(total[2 * c])
     if n <= 1:  # torch's own check, on the whole batch
         raise ValueError("Expected more than 1 value per channel when training, got input size %s (%d values "
