@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--model", choices=["cnn", "mlp", "small", "tiny", "transformer"], default="cnn")
+ap.add_argument("--model", choices=["cnn", "mlp", "small", "bn", "tiny", "transformer"], default="cnn")
 ap.add_argument("--batch", type=int, default=64)
 ap.add_argument("--steps", type=int, default=60)
 ap.add_argument("--warmup", type=int, default=10)
@@ -63,6 +63,11 @@ elif args.model == "small":  # an ordinary small CNN (MNIST-sized, ~70 k paramet
     model = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                           nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                           nn.Flatten(), nn.Linear(32 * 7 * 7, 40), nn.ReLU(), nn.Linear(40, 10))
+elif args.model == "bn":  # the small CNN with BatchNorm after each layer (4 BatchNorm layers, as ResNets have them)
+    X, Y = torch.randn(n, 1, 28, 28), torch.randint(0, 10, (n,))
+    model = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Flatten(), nn.Linear(32 * 7 * 7, 40), nn.BatchNorm1d(40), nn.ReLU(), nn.Linear(40, 10))
 elif args.model == "tiny":  # the small CNN's 70 k parameters in a 2-layer MLP: steps of about a millisecond,
     # where the reduction, not the compute, sets the pace (a fast CPU's small CNN)
     X, Y = torch.randn(n, 784), torch.randint(0, 10, (n,))

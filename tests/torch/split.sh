@@ -21,7 +21,7 @@ check() { # check NP CASE [args...]  (the plain run once per case and arguments)
 }
 # momentum, weight decay, StepLR and clip_grad_norm_, 2 epochs
 check 2 full
-check 2 full --epochs 3 --workers 2   # forked DataLoader workers
+check 2 full --workers 2              # DataLoader workers (forked; from a forkserver on Python 3.14)
 check 2 no-optimizer                  # manual p.data.add_(p.grad, alpha=-lr)
 check 2 lbfgs                         # closure, several backwards per step
 check 2 accumulate                    # two backwards per optimizer step

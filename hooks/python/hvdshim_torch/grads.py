@@ -34,7 +34,7 @@ from . import resize as _resize
 from . import lib as _libmod
 from . import rng as _rng
 from .lib import (_AVG, _SUM, HvdShimError, _is_number, _MembershipChanged, _wrap, _GRAD_DTYPES, _Pending,
-                  _allgather_finish, _allgather_start, _allreduce, _debug)
+                  _allgather_finish, _allgather_start, _allreduce, _allreduce_now, _debug)
 from .state import _S, _info_once, _warn_once
 
 
@@ -155,9 +155,7 @@ def _hooked_grad(ref, g):
             or g.dtype not in _GRAD_DTYPES or g.device.type not in ("cpu", "cuda"):
         return None
     buf = g.detach().clone(memory_format=torch.contiguous_format)
-    pending = _Pending()
-    _allreduce(b"hvdshim.hooked." + prm.bname, buf, _S.grad_op, pending, prm.what)
-    pending.wait()
+    _allreduce_now(b"hvdshim.hooked." + prm.bname, buf, _S.grad_op, prm.what)
     _S.early.add(prm.index)
     return buf
 

@@ -283,6 +283,18 @@ def _allreduce(name, tensor, op, pending, what, on_done=None):
     pending.add(h, what, tensor, on_done)
 
 
+def _allreduce_now(name, tensor, op, what):
+    """One allreduce in place, waited for at once: the waiting thread runs
+    the engine's cycle itself (HVD_BATCH_CALLER_WAITS) instead of waiting
+    for its tick (a split-mode BatchNorm CNN: 1.29x slower through the
+    tick, 1.09x this way)."""
+    pending = _Pending()
+    batch = _Batch()
+    batch.add(name, tensor, op, pending, what)
+    batch.flush(waited=True)
+    pending.wait()
+
+
 def _broadcast_bytes(name, tensor, pending, what):
     """Broadcast a contiguous tensor as raw bytes from rank 0, or from the
     lowest rank still running when rank 0 has finished (joined)."""

@@ -21,17 +21,11 @@ from typing import Optional
 
 import torch
 
-from .lib import _SUM, _Pending, _allreduce
+from .lib import _SUM, _allreduce_now
 from .state import _S
 
 _ORIG = None  # torch's F.batch_norm
 _NAMES = 1 << 16  # the calls' names cycle through this many (every rank calls in the same order)
-
-
-def _reduce(name, buf, what):
-    pending = _Pending()
-    _allreduce(name, buf, _SUM, pending, what)
-    pending.wait()
 
 
 class _SumOverRanks(torch.autograd.Function):
@@ -42,7 +36,7 @@ class _SumOverRanks(torch.autograd.Function):
     def forward(ctx, local, name):
         ctx.name = name
         out = local.detach().clone(memory_format=torch.contiguous_format)
-        _reduce(b"hvdshim.bn.f." + name, out, "batch statistics over ranks (HVDSHIM_SYNC_BN)")
+        _allreduce_now(b"hvdshim.bn.f." + name, out, _SUM, "batch statistics over ranks (HVDSHIM_SYNC_BN)")
         return out
 
     @staticmethod
@@ -53,7 +47,8 @@ class _SumOverRanks(torch.autograd.Function):
         buf = grad.detach().clone(memory_format=torch.contiguous_format)
         if s != 1.0:
             buf.mul_(s)
-        _reduce(b"hvdshim.bn.b." + ctx.name, buf, "batch statistics' gradients over ranks (HVDSHIM_SYNC_BN)")
+        _allreduce_now(b"hvdshim.bn.b." + ctx.name, buf, _SUM,
+                       "batch statistics' gradients over ranks (HVDSHIM_SYNC_BN)")
         if s != 1.0:
             buf.div_(s)
         return buf, None
