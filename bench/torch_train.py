@@ -63,7 +63,7 @@ elif args.model == "small":  # an ordinary small CNN (MNIST-sized, ~70 k paramet
     model = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                           nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                           nn.Flatten(), nn.Linear(32 * 7 * 7, 40), nn.ReLU(), nn.Linear(40, 10))
-elif args.model == "bn":  # the small CNN with BatchNorm after each layer (4 BatchNorm layers, as ResNets have them)
+elif args.model == "bn":  # the small CNN with BatchNorm after each hidden layer (3), as ResNets have it
     X, Y = torch.randn(n, 1, 28, 28), torch.randint(0, 10, (n,))
     model = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
                           nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
