@@ -75,7 +75,7 @@ def _synced(x, running_mean, running_var, weight, bias, momentum, eps):
     local = torch.cat([x.sum(dims, dtype=torch.float64), (x * x).sum(dims, dtype=torch.float64),
                        torch.tensor([float(count)], dtype=torch.float64, device=x.device)])
     total = _SumOverRanks.apply(local, _name(weight, c))
-    n = float(total[2 * c])
+    n = float(total.detach()[2 * c])
     if n <= 1:  # torch's own check, on the whole batch
         raise ValueError("Expected more than 1 value per channel when training, got input size %s (%d values "
                          "per channel over every rank's slice)" % (tuple(x.shape), int(n)))
