@@ -3,10 +3,10 @@
 # chroot built from Debian's archive (tools/stack-chroot.sh):
 #
 #   trixie        Python 3.13, torch 2.6,  Open MPI 5.0   unit, engine, native, launcher, fault and
-#                                                         horovod suites, the PyTorch suites that
-#                                                         launch, fail and end jobs (elastic's
-#                                                         where the MPI takes part)
-#   trixie-mpich  Python 3.13, torch 2.6,  MPICH 4.2      the same without the native and fault
+#                                                         horovod suites (not Horovod's own), the
+#                                                         PyTorch suites that launch, fail and end
+#                                                         jobs (elastic's where the MPI takes part)
+#   trixie-mpich  Python 3.13, torch 2.6,  MPICH 4.2      the same (Horovod's own suite included) without the native and fault
 #                                                         suites, the launchers but hvdrun (Hydra),
 #                                                         split, fidelity and Horovod's recipes
 #                 (the trixie stacks run what differs there, the MPI: the adapter's other
