@@ -289,10 +289,12 @@ def _allreduce_now(name, tensor, op, what):
     for its tick (a split-mode BatchNorm CNN: 1.29x slower through the
     tick, 1.09x this way)."""
     pending = _Pending()
-    batch = _Batch()
-    batch.add(name, tensor, op, pending, what)
-    batch.flush(waited=True)
+    _NOW.add(name, tensor, op, pending, what)
+    _NOW.flush(waited=True)  # (handed over here: the batch is empty again for the next call)
     pending.wait()
+
+
+_NOW = _Batch()  # _allreduce_now's, its ctypes arrays reused
 
 
 def _broadcast_bytes(name, tensor, pending, what):
