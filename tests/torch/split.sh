@@ -51,6 +51,16 @@ check 2 hooked --epochs 3
 # batch cut in unequal slices (250 samples: 10 left, 4 + 3 + 3): each rank's
 # gradient weighed by its share (averaged as they were: 4e-3 and 7e-3 apart)
 check 2 tokens --epochs 3
+# activation checkpointing (torch.utils.checkpoint, reentrant): the part it
+# recomputes is backwarded by a backward() inside the step's backward, where
+# the last layer's gradients come first; that inner call is part of the
+# step's (it undid the weighing: 2.0 apart), and its end is the step's (one
+# reduction a step: the inner call's end made two)
+export HVDSHIM_METRICS="$TMP/steps.jsonl"
+check 2 checkpoint --epochs 3
+unset HVDSHIM_METRICS
+grep -q '"fusion_buffers":[2-9]' "$TMP/steps.jsonl" && { cat "$TMP/steps.jsonl"; fail "checkpoint: a step reduced more than once"; }
+pass "checkpoint: one reduction a step"
 # float16 autocast with a GradScaler (where torch runs it on the CPU: 2.4+),
 # tests/gpu/gpu_train.py on the CPU against its emulated split: the weighing
 # must not change what overflows (seeding backward with the count, 32 at the

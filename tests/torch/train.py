@@ -40,7 +40,7 @@ def main():
     ap.add_argument("--out", required=True, help="checkpoint path; %%p is replaced by the process id")
     ap.add_argument("--case", default="full",
                     choices=["full", "no-optimizer", "lbfgs", "accumulate", "gan", "unused", "sparse", "frozen",
-                             "seen", "iterable", "noncontig", "late", "convert", "shared", "hooked", "tokens", "bn"])
+                             "seen", "iterable", "noncontig", "late", "convert", "shared", "hooked", "tokens", "bn", "checkpoint"])
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--samples", type=int, default=256)
     ap.add_argument("--batch", type=int, default=32)
@@ -203,6 +203,9 @@ def main():
             model = nn.Sequential(nn.Linear(10, 16), nn.Unflatten(1, (4, 2, 2)), nn.BatchNorm2d(4), nn.Flatten(),
                                   nn.ReLU(), nn.Linear(16, args.hidden), nn.BatchNorm1d(args.hidden, momentum=None),
                                   nn.ReLU(), nn.Linear(args.hidden, 1))
+        if args.case == "checkpoint":
+            model = nn.Sequential(nn.Linear(10, args.hidden), nn.ReLU(), nn.Linear(args.hidden, args.hidden), nn.ReLU(),
+                                  nn.Linear(args.hidden, 1))
         if args.case == "noncontig":  # a weight stored transposed: parameter and gradient not contiguous
             w = model[0].weight
             model[0].weight = nn.Parameter(w.detach().t().contiguous().t())
@@ -254,6 +257,17 @@ def main():
                     tokens = (x[:, :3] > 0).long() + (x[:, 3:6] > 0).long()
                     tokens[x[:, 6:9] < -0.7] = -100
                     loss = F.cross_entropy(model(x).reshape(-1, 3), tokens.reshape(-1), label_smoothing=0.1)
+                elif args.case == "checkpoint":  # activation checkpointing, reentrant (torch's default before 2.4): a
+                    # part recomputed and backwarded inside the step's backward, the last layer's after it on even
+                    # steps, in it on odd steps
+                    from torch.utils.checkpoint import checkpoint
+                    if step % 2 == 0:
+                        out = model[4](checkpoint(lambda h: model[3](model[2](model[1](h))), model[0](x),
+                                                  use_reentrant=True))
+                    else:
+                        out = checkpoint(lambda h: model[4](model[3](model[2](model[1](h)))), model[0](x),
+                                         use_reentrant=True)
+                    loss = bce(out, y)
                 else:
                     loss = bce(model(x), y)
                 loss.backward()

@@ -92,7 +92,10 @@ def _grad_ready(idx, *_hook_args):
         _S.in_backward = True
         # not inside a step (an LBFGS closure's backward reduces: the step needs it now)
         _S.skip_bw = _S.k > 1 and _S.in_step == 0 and _S.bw_window + 1 < _S.k
-        torch.autograd.Variable._execution_engine.queue_callback(_end_of_backward)
+        if _S.bw_depth > 1:  # inside a backward that another's runs (a reentrant checkpoint): it ends with the outer
+            _S.end_outer = True
+        else:
+            torch.autograd.Variable._execution_engine.queue_callback(_end_of_backward)
     if _S.skip_bw:  # accumulate only: reduced by the window's last backward
         _S.used[idx] = 1
         return
@@ -614,13 +617,15 @@ def _backward_averaging(orig, tensors, grad_tensors, retain_graph, create_graph,
     plain run's loss of the whole batch).  The value rides in the first
     batch of gradients; a backward that reduces nothing (one that only
     accumulates) sends it alone.  HVDSHIM_LOSS=local leaves it alone."""
+    if _S.bw_depth:  # called in another backward (a reentrant checkpoint recomputing its part): part of that one
+        return _counted(orig, tensors, grad_tensors, retain_graph, create_graph, *args, **kwargs)
     if _S.sum_check:
         _check_summed(tensors)
     if _S.shares:
         _note_share(tensors, grad_tensors, retain_graph, create_graph, kwargs.get("inputs"))
     loss = _loss_to_average(tensors, retain_graph, create_graph, kwargs.get("inputs"))
     if loss is None:
-        return orig(tensors, grad_tensors, retain_graph, create_graph, *args, **kwargs)
+        return _counted(orig, tensors, grad_tensors, retain_graph, create_graph, *args, **kwargs)
     src = loss.detach()
     key = (src.device, src.dtype, src.shape)
     buf = _S.loss_bufs.get(key)  # one per kind of loss, reused: waited for before backward returns
@@ -634,7 +639,7 @@ def _backward_averaging(orig, tensors, grad_tensors, retain_graph, create_graph,
     pending = _Pending()
     _S.batch.add(b"hvdshim.loss", buf, _S.grad_op, pending, "averaging the loss over ranks")
     try:
-        result = orig(tensors, grad_tensors, retain_graph, create_graph, *args, **kwargs)
+        result = _counted(orig, tensors, grad_tensors, retain_graph, create_graph, *args, **kwargs)
     except BaseException:
         _S.batch.drop(buf)  # not handed over yet: this rank's backward failed before any gradient
         raise
@@ -655,6 +660,26 @@ def _backward_averaging(orig, tensors, grad_tensors, retain_graph, create_graph,
         buf.mul_(_S.share_f)
     src.copy_(buf)
     _S.averaged = weakref.ref(loss)
+    return result
+
+
+def _counted(orig, *args, **kwargs):
+    """torch.autograd.backward, its calls counted: a backward run inside
+    another's (a reentrant torch.utils.checkpoint recomputes its part and
+    calls backward on it from the outer backward) is part of the outer one.
+    Where the first gradient comes in such an inner call, the end of
+    backward runs when the outermost call returns (a callback queued there
+    would end the step's backward with the inner one)."""
+    _S.bw_depth += 1
+    try:
+        result = orig(*args, **kwargs)
+    finally:
+        _S.bw_depth -= 1
+        outer_ends = _S.bw_depth == 0 and _S.end_outer
+        if outer_ends:
+            _S.end_outer = False
+    if outer_ends:
+        _end_of_backward()
     return result
 
 

@@ -67,6 +67,8 @@ class _State:
         self.params = []            # _Param, index = position in the used-bitmap
         self.frozen = []            # _Param not yet hooked (requires_grad False)
         self.in_backward = False
+        self.bw_depth = 0           # torch.autograd.backward calls running (more than 1: one inside another's backward)
+        self.end_outer = False      # a nested backward took the first gradient: the outermost call ends the backward
         self.used = bytearray()
         self.pending = _Pending()
         self.batch = _Batch()       # gradients not yet handed to the engine
