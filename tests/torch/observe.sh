@@ -10,7 +10,7 @@ need_mpirun
 need_torch
 warm_start
 count() { "$PYTHON" -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; print(len(r), sum(x["samples"] for x in r), r[-1]["ranks"])' "$1"; }
-for case in full accumulate; do
+for case in full accumulate own-optimizer; do  # (own-optimizer: the script's own optimizer class)
   py "$TRAIN" --case $case --out "$TMP/plain.pt" >"$TMP/plain.out" 2>&1 || { cat "$TMP/plain.out"; fail "plain $case"; }
   LD_PRELOAD="$LIB" HVDSHIM_OBSERVE=1 HVDSHIM_METRICS="$TMP/m.jsonl" "$PYTHON" "$TRAIN" --case $case --out "$TMP/obs.pt" \
     >"$TMP/obs.out" 2>&1 || { cat "$TMP/obs.out"; fail "observed $case"; }

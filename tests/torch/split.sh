@@ -46,6 +46,17 @@ check 2 shared                        # two models sharing a layer
 # (averaged after them, the weights were 0.16 apart); with two backward
 # passes per step, each pass's gradient is clamped before it accumulates
 check 2 hooked --epochs 3
+# sharpness-aware minimisation (SAM: backward, the weights moved along the
+# gradient, zero_grad, backward again, the step): its two passes were taken
+# for accumulation, so the first was not averaged (0.01 apart); and a
+# script's own optimizer class (its step, without a closure, marks steps:
+# it wrote no metrics line)
+check 2 sam --epochs 3
+export HVDSHIM_METRICS="$TMP/own.jsonl"
+check 2 own-optimizer
+unset HVDSHIM_METRICS
+[ "$(wc -l <"$TMP/own.jsonl")" = 16 ] || { cat "$TMP/own.jsonl"; fail "own-optimizer: $(wc -l <"$TMP/own.jsonl") metrics lines, expected 16 (steps)"; }
+pass "own-optimizer: one metrics line per step"
 # a mean over a count that differs by slice: cross-entropy over the tokens
 # that count (ignore_index padding, label smoothing), and an epoch's last
 # batch cut in unequal slices (250 samples: 10 left, 4 + 3 + 3): each rank's

@@ -35,12 +35,60 @@ class Stream(IterableDataset):
         return iter(zip(self.x, self.y))
 
 
+class SAM(torch.optim.Optimizer):
+    """Sharpness-aware minimisation as scripts copy it (github.com/davda54/sam):
+    first_step reads the gradients, moves the weights along them and zeroes
+    them; backward runs again there; second_step restores the weights and
+    steps the base optimizer."""
+
+    def __init__(self, params, base_optimizer, rho=0.05, **kwargs):
+        super().__init__(params, dict(rho=rho, **kwargs))
+        self.base_optimizer = base_optimizer(self.param_groups, **kwargs)
+        self.param_groups = self.base_optimizer.param_groups
+
+    @torch.no_grad()
+    def first_step(self):
+        norm = torch.norm(torch.stack([p.grad.norm(p=2) for g in self.param_groups for p in g["params"]
+                                       if p.grad is not None]), p=2)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    self.state[p]["old_p"] = p.data.clone()
+                    p.add_(p.grad * (group["rho"] / (norm + 1e-12)))
+        self.zero_grad()
+
+    @torch.no_grad()
+    def second_step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.data = self.state[p]["old_p"]
+        self.base_optimizer.step()
+        self.zero_grad()
+
+
+class SignMomentum(torch.optim.Optimizer):
+    """A script's own optimizer (Lion-like), its step taking no closure."""
+
+    def __init__(self, params, lr=1e-3, beta=0.9):
+        super().__init__(params, dict(lr=lr, beta=beta))
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    m = self.state[p].setdefault("m", torch.zeros_like(p))
+                    p.add_((m * group["beta"] + p.grad * (1 - group["beta"])).sign(), alpha=-group["lr"])
+                    m.mul_(group["beta"]).add_(p.grad, alpha=1 - group["beta"])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True, help="checkpoint path; %%p is replaced by the process id")
     ap.add_argument("--case", default="full",
                     choices=["full", "no-optimizer", "lbfgs", "accumulate", "gan", "unused", "sparse", "frozen",
-                             "seen", "iterable", "noncontig", "late", "convert", "shared", "hooked", "tokens", "bn", "checkpoint"])
+                             "seen", "iterable", "noncontig", "late", "convert", "shared", "hooked", "tokens", "bn", "checkpoint", "sam", "own-optimizer"])
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--samples", type=int, default=256)
     ap.add_argument("--batch", type=int, default=32)
@@ -225,6 +273,10 @@ def main():
             opt = torch.optim.LBFGS(model.parameters(), lr=0.05, max_iter=3, history_size=5)
         elif args.case == "sparse":
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        elif args.case == "sam":
+            opt = SAM(model.parameters(), torch.optim.SGD, lr=0.1, momentum=0.9)
+        elif args.case == "own-optimizer":
+            opt = SignMomentum(model.parameters(), lr=0.01)
         elif args.case != "no-optimizer":
             opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
         sched = torch.optim.lr_scheduler.StepLR(opt, 1, 0.7) if args.case in ("full", "frozen") else None
@@ -242,6 +294,13 @@ def main():
                         loss.backward()
                         return loss
                     loss = opt.step(closure)
+                    continue
+                if args.case == "sam":  # two backward passes per step, zero_grad between them
+                    bce(model(x), y).backward()
+                    opt.first_step()
+                    loss = bce(model(x), y)
+                    loss.backward()
+                    opt.second_step()
                     continue
                 if args.case in ("accumulate", "hooked"):  # two half batches per step
                     if step % 2 == 0:

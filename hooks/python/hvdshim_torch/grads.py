@@ -414,6 +414,21 @@ def _reduce_deferred(why):
         _reduce_round()
 
 
+def note_zero_grad():
+    """zero_grad (an optimizer's or a module's) between backward passes of
+    one step: their gradients are thrown away, not accumulated for the step
+    (SAM's first step reads them, perturbs the weights and zeroes them, then
+    backward runs again before the step).  The window of backward passes
+    starts again, so k is not taken for their number; where passes were
+    only accumulated on that guess, the guess was wrong: k is 1 again on
+    every rank (each calls zero_grad at the same place)."""
+    if not _S.bw_window or _S.in_backward:
+        return
+    _S.bw_window = 0
+    if _S.k > 1:
+        _S.k, _S.windows = 1, []
+
+
 def _end_window():
     """An optimizer step ended: the backward passes since the last one form a window."""
     if _S.bw_window:
@@ -811,7 +826,9 @@ def _wrap_step(cls):
                 _reduce_deferred("the optimizer step")
             _S.in_step += 1
             try:
-                if closure is None or not _S.enabled:
+                if closure is None:  # (not passed on: a script's own optimizer may take none)
+                    result = orig(self, *args, **kwargs)
+                elif not _S.enabled:
                     result = orig(self, closure, *args, **kwargs)
                 else:
                     def averaged():
@@ -827,5 +844,8 @@ def _wrap_step(cls):
                 _S.bn_calls = 0
                 _check_replicas()
             return result
+        step.hvdshim_step = True
         return step
-    _wrap(cls, "step", make_step)
+    orig = _wrap(cls, "step", make_step)
+    if getattr(orig, "hooked", False):  # torch's profiling wrapper, which a class gets once (Optimizer.__init__)
+        cls.step.hooked = True

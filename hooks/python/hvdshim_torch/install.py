@@ -11,7 +11,7 @@ from .lib import _debug, _info, _load_library, _setting, _untraced, _wrap
 from .state import _S, _warn_once
 from .output import _redirect_output, _set_threads, _short_errors, cores_per_rank
 from .lifecycle import _check_stand_aside, _other_distribution, _stand_aside
-from .grads import (_hooked_grad, note_grad_call, _reduce_deferred, _HAS_POST_ACCUMULATE, _average_loss,
+from .grads import (_hooked_grad, note_grad_call, note_zero_grad, _reduce_deferred, _HAS_POST_ACCUMULATE, _average_loss,
                     _backward_averaging, _note_optimizer, _note_scaled, _wrap_step)
 from .rng import seed_torch_at_import as _seed_torch
 from .models import _count_batch, _forward_pre_hook, converted, hook_forwards, module_made, note_new_params
@@ -233,11 +233,31 @@ def _patch():
 
 
 def _wrap_optimizers():
-    """Every optimizer class's own step (steps mark metrics, and more when distributing)."""
+    """Every optimizer class's own step (steps mark metrics, and more when
+    distributing): torch.optim's now, a script's own or a library's
+    (subclasses of torch.optim.Optimizer: Lion, SAM, a copied Adafactor)
+    when its first instance is made; and zero_grad, which tells the backward
+    passes of one step apart from passes accumulating for it."""
     for name in dir(torch.optim):
         cls = getattr(torch.optim, name)
         if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer) and "step" in vars(cls):
             _wrap_step(cls)
+
+    def make_init(orig):
+        def __init__(self, *args, **kwargs):
+            orig(self, *args, **kwargs)
+            if not getattr(type(self).step, "hvdshim_step", False):  # (marked: ours, or torch's around ours)
+                _wrap_step(type(self))
+        return __init__
+    _wrap(torch.optim.Optimizer, "__init__", make_init)
+
+    def make_zero_grad(orig):
+        def zero_grad(self, *args, **kwargs):
+            note_zero_grad()
+            return orig(self, *args, **kwargs)
+        return zero_grad
+    _wrap(torch.optim.Optimizer, "zero_grad", make_zero_grad)
+    _wrap(torch.nn.Module, "zero_grad", make_zero_grad)
 
 
 def _import_quiet(name):
