@@ -273,7 +273,7 @@ class SyncBatchNorm(unittest.TestCase):
         self.stub = StubLib()
         lib._lib = self.stub
         _S.enabled, _S.started, _S.sync_bn, _S.bn_calls, _S.share_s = True, True, True, 0, 1.0
-        norms.install()
+        norms.install(True)
 
     def tearDown(self):
         _S.sync_bn = False
@@ -338,6 +338,54 @@ class SyncBatchNorm(unittest.TestCase):
         n = len(self.stub.calls)
         torch.testing.assert_close(loaded(x), s(x))
         self.assertEqual(len(self.stub.calls), n)
+
+
+class EmbeddingMaxNorm(unittest.TestCase):
+    """F.embedding with max_norm: the rows any rank looks up are renormalized
+    on every rank (a stand-in rank looks up rows 5 and 7); the output is
+    torch's own for this rank's rows; a scripted module runs torch's own."""
+
+    def setUp(self):
+        _S.enabled, _S.started, _S.size, _S.elastic, _S.bn_calls = True, True, 2, False, 0
+        norms.install(False)
+        self.gathered = []
+
+        def start(name, t, what):
+            self.gathered.append(name)
+            return t
+
+        def finish(h, like, what):
+            return torch.cat([h, torch.tensor([5, 7, 1])])
+        self.saved = norms._allgather_start, norms._allgather_finish
+        norms._allgather_start, norms._allgather_finish = start, finish
+
+    def tearDown(self):
+        norms._allgather_start, norms._allgather_finish = self.saved
+        _S.size = 1
+
+    def test_rows_of_every_rank(self):
+        torch.manual_seed(4)
+        mine = torch.nn.Embedding(10, 4, max_norm=1.0)
+        theirs = torch.nn.Embedding(10, 4)
+        theirs.load_state_dict(mine.state_dict())
+        before = mine.weight.detach().clone()
+        ids = torch.tensor([[1, 2], [2, 3]])
+        y = mine(ids)
+        self.assertEqual(len(self.gathered), 1)
+        with torch.no_grad():
+            torch.embedding_renorm_(theirs.weight, torch.tensor([1, 2, 3, 5, 7]), 1.0, 2.0)
+        self.assertTrue(torch.equal(mine.weight, theirs.weight))
+        for r in (0, 4, 6, 8, 9):  # looked up by no rank: untouched
+            self.assertTrue(torch.equal(mine.weight[r], before[r]))
+        self.assertTrue(torch.equal(y, theirs(ids)))
+        y.sum().backward()
+        self.assertIsNotNone(mine.weight.grad)
+
+    def test_without_max_norm_or_scripted(self):
+        torch.nn.Embedding(10, 4)(torch.tensor([1, 2]))
+        scripted = torch.jit.script(torch.nn.Sequential(torch.nn.Embedding(10, 4, max_norm=1.0)))
+        scripted(torch.tensor([1, 2]))
+        self.assertEqual(self.gathered, [])
 
 
 class Signatures(unittest.TestCase):

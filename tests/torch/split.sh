@@ -57,6 +57,13 @@ check 2 own-optimizer
 unset HVDSHIM_METRICS
 [ "$(wc -l <"$TMP/own.jsonl")" = 16 ] || { cat "$TMP/own.jsonl"; fail "own-optimizer: $(wc -l <"$TMP/own.jsonl") metrics lines, expected 16 (steps)"; }
 pass "own-optimizer: one metrics line per step"
+# lazy modules (nn.LazyLinear): the model is registered when its first
+# forward, which makes the parameters, returns (it failed reading their shapes)
+check 2 lazy
+# an embedding with max_norm renormalizes the rows it looks up, in place:
+# every rank renormalizes the rows of every rank's slice (its own only: 0.01
+# apart, and in shard mode the replica guard ended the job)
+check 2 maxnorm --epochs 3
 # a mean over a count that differs by slice: cross-entropy over the tokens
 # that count (ignore_index padding, label smoothing), and an epoch's last
 # batch cut in unequal slices (250 samples: 10 left, 4 + 3 + 3): each rank's

@@ -88,7 +88,7 @@ def main():
     ap.add_argument("--out", required=True, help="checkpoint path; %%p is replaced by the process id")
     ap.add_argument("--case", default="full",
                     choices=["full", "no-optimizer", "lbfgs", "accumulate", "gan", "unused", "sparse", "frozen",
-                             "seen", "iterable", "noncontig", "late", "convert", "shared", "hooked", "tokens", "bn", "checkpoint", "sam", "own-optimizer"])
+                             "seen", "iterable", "noncontig", "late", "convert", "shared", "hooked", "tokens", "bn", "checkpoint", "sam", "own-optimizer", "lazy", "maxnorm"])
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--samples", type=int, default=256)
     ap.add_argument("--batch", type=int, default=32)
@@ -143,11 +143,12 @@ def main():
     class Bag(nn.Module):
         def __init__(self):
             super().__init__()
-            self.emb = nn.Embedding(16, 8, sparse=True)
+            # (--case maxnorm: rows looked up renormalized in place in forward)
+            self.emb = nn.Embedding(16, 8, sparse=args.case == "sparse", max_norm=1.0 if args.case == "maxnorm" else None)
             self.fc = nn.Linear(8, 1)
 
         def forward(self, x):
-            ids = (x[:, :2].abs() * 4).long().clamp(max=15)
+            ids = (x[:, :2 if args.case == "sparse" else 4].abs() * 4).long().clamp(max=15)
             return self.fc(self.emb(ids).mean(1))
 
     def mlp():
@@ -244,13 +245,15 @@ def main():
                 optG.step()
             print("epoch", epoch, "loss", lossD.item(), lossG.item())
     else:
-        model = Branchy() if args.case == "unused" else Bag() if args.case == "sparse" else mlp()
+        model = Branchy() if args.case == "unused" else Bag() if args.case in ("sparse", "maxnorm") else mlp()
         if args.case == "tokens":  # 3 tokens of 3 classes per sample, some ignored (padding), label smoothing
             model = nn.Sequential(nn.Linear(10, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 9))
         if args.case == "bn":  # BatchNorm over channels (2d) and over features (1d, a cumulative average)
             model = nn.Sequential(nn.Linear(10, 16), nn.Unflatten(1, (4, 2, 2)), nn.BatchNorm2d(4), nn.Flatten(),
                                   nn.ReLU(), nn.Linear(16, args.hidden), nn.BatchNorm1d(args.hidden, momentum=None),
                                   nn.ReLU(), nn.Linear(args.hidden, 1))
+        if args.case == "lazy":  # lazy modules: their parameters made by the first forward
+            model = nn.Sequential(nn.LazyLinear(args.hidden), nn.ReLU(), nn.LazyLinear(1))
         if args.case == "checkpoint":
             model = nn.Sequential(nn.Linear(10, args.hidden), nn.ReLU(), nn.Linear(args.hidden, args.hidden), nn.ReLU(),
                                   nn.Linear(args.hidden, 1))

@@ -226,8 +226,7 @@ def _patch():
             return orig(outputs, inputs, *args, **kwargs)
         return grad
     _wrap(torch.autograd, "grad", make_grad)
-    if _S.sync_bn:
-        _norms.install()
+    _norms.install(_S.sync_bn)
     _S.count_samples = bool(_setting("HVDSHIM_METRICS"))
     hook_forwards(_untraced(_forward_pre_hook))
 

@@ -12,10 +12,39 @@ from .data import _note_batch, note_root_call
 from .grads import _Param
 
 
+_is_lazy = getattr(torch.nn.parameter, "is_lazy", lambda t: False)
+
+
 def _tensor_entries(module):
-    out = [("p", n, t) for n, t in module.named_parameters()]
-    out += [("b", n, t) for n, t in module.named_buffers()]
+    """The parameters and buffers of a module that exist: not those of lazy
+    modules (nn.LazyLinear, ...) before their first forward makes them."""
+    out = [("p", n, t) for n, t in module.named_parameters() if not _is_lazy(t)]
+    out += [("b", n, t) for n, t in module.named_buffers() if not _is_lazy(t)]
     return out
+
+
+def _has_lazy(module):
+    return any(_is_lazy(t) for t in module.parameters()) or any(_is_lazy(t) for t in module.buffers())
+
+
+def _register_after_forward(module):
+    """A model with lazy modules makes their parameters in its first forward
+    (each lazy module's own pre-hook, after this one): it is registered when
+    that forward returns, before any backward (its modules are let through
+    meanwhile).  The engine starts first, so every rank makes them from
+    rank 0's random state; rank 0's values are broadcast then as at any
+    model's first forward."""
+    if not _start():
+        return
+    _S.lazy_wait.update(module.modules())
+
+    def registered(mod, inputs, _output):
+        handle.remove()
+        for m in mod.modules():
+            _S.lazy_wait.discard(m)
+        _register_root(mod)
+        _count_samples(mod, inputs)
+    handle = module.register_forward_hook(registered)
 
 
 def _signature(entries):
@@ -103,6 +132,9 @@ def _follow_params(module, k):
     for n, p in module.named_parameters():
         if p in _S.by_param:
             continue
+        if _is_lazy(p):  # a lazy module not called yet: adopted once it has been (adopt_new)
+            _S.adopt = True
+            continue
         prm = _Param(len(_S.params), "m%d.%s" % (k, n), p, p in sparse)
         _S.by_param[p] = prm
         _S.params.append(prm)
@@ -155,7 +187,8 @@ def adopt_new():
         root = ref()
         if root is None:
             continue
-        new = [("p", n, p) for n, p in root.named_parameters() if p not in _S.by_param]
+        new = [("p", n, p) for n, p in root.named_parameters() if p not in _S.by_param and not _is_lazy(p)]
+        _S.adopt = _S.adopt or any(_is_lazy(p) for p in root.parameters())  # (looked for again at the next forward)
         if not new:
             continue
         what = "model %d (%s): parameters set after its first forward" % (k, type(root).__name__)
@@ -239,7 +272,7 @@ def _forward_pre_hook(module, inputs):
             if _S.recheck:
                 _unhook_if_done()
         return None
-    if not _S.enabled or module in _S.paramless:
+    if not _S.enabled or module in _S.paramless or module in _S.lazy_wait:
         return None
     _S.recheck = True
     if next(module.parameters(), None) is None and next(module.buffers(), None) is None:
@@ -250,6 +283,9 @@ def _forward_pre_hook(module, inputs):
         _check_stand_aside("a model's first forward runs under a torch.func transform (grad, vjp, vmap); its "
                            "gradients are returned by the transform and never reach .grad", undistributed=True)
     if not _S.enabled:
+        return None
+    if _has_lazy(module):
+        _register_after_forward(module)
         return None
     _register_root(module)
     _count_samples(module, inputs)

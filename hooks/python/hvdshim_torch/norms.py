@@ -1,4 +1,5 @@
-"""Batch normalization over the whole batch (HVDSHIM_SYNC_BN).
+"""Normalizations over the whole batch: BatchNorm's statistics
+(HVDSHIM_SYNC_BN), and an embedding's max_norm (always).
 
 In split mode each rank holds a slice of every batch, and a BatchNorm layer
 in training would normalize by its slice's mean and variance, not the whole
@@ -16,15 +17,23 @@ into the layer's input is the plain run's too (DDP's SyncBatchNorm,
 without converting the model or a process group).
 
 In evaluation (training=False), under TorchScript and while tracing, torch's
-own runs unchanged."""
+own runs unchanged.
+
+An embedding with max_norm (F.embedding, which nn.Embedding calls) scales
+down, in place, the rows its input looks up whose norm is above max_norm:
+each rank would change the rows of its own batch only, and the replicas
+would differ (the replica guard ended the job).  Every rank renormalizes
+the rows any rank looks up (one allgather of the indices), which is what
+the plain run does for the whole batch."""
 from typing import Optional
 
 import torch
 
-from .lib import _SUM, _allreduce_now
+from .lib import _SUM, _allgather_finish, _allgather_start, _allreduce_now
 from .state import _S
 
 _ORIG = None  # torch's F.batch_norm
+_ORIG_EMBEDDING = None  # torch's F.embedding
 _NAMES = 1 << 16  # the calls' names cycle through this many (every rank calls in the same order)
 
 
@@ -54,7 +63,7 @@ class _SumOverRanks(torch.autograd.Function):
         return buf, None
 
 
-def _name(weight, c):
+def _name(weight, c, prefix=b""):
     """The allreduces' name for this call: the layer's weight's name where
     the shim follows it (a rank whose forward took another layer, a branch
     on its slice, then waits on another name and the job ends naming both,
@@ -62,10 +71,10 @@ def _name(weight, c):
     last optimizer step and the channel count."""
     prm = _S.by_param.get(weight) if weight is not None else None
     if prm is not None:
-        return prm.bname
+        return prefix + prm.bname
     n = _S.bn_calls
     _S.bn_calls = (n + 1) % _NAMES
-    return b"%d.%d" % (n, c)
+    return prefix + b"%d.%d" % (n, c)
 
 
 def _synced(x, running_mean, running_var, weight, bias, momentum, eps):
@@ -120,10 +129,46 @@ def _dispatch(input: torch.Tensor, running_mean: Optional[torch.Tensor], running
     return _synced(x, running_mean, running_var, weight, bias, momentum, eps).to(input.dtype)
 
 
-def install():
-    """Replace F.batch_norm (BatchNorm layers look it up at each call)."""
-    global _ORIG
+def embedding(input: torch.Tensor, weight: torch.Tensor, padding_idx: Optional[int] = None,
+              max_norm: Optional[float] = None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+              sparse: bool = False) -> torch.Tensor:
+    """F.embedding; with max_norm, the rows every rank looks up are
+    renormalized on every rank (module doc).  TorchScript compiles this
+    where a scripted module calls F.embedding: there, torch's own."""
+    if torch.jit.is_scripting():
+        return _ORIG_EMBEDDING(input, weight, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse)
+    return _embedding(input, weight, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse)
+
+
+@torch.jit.unused
+def _embedding(input: torch.Tensor, weight: torch.Tensor, padding_idx: Optional[int], max_norm: Optional[float],
+               norm_type: float, scale_grad_by_freq: bool, sparse: bool) -> torch.Tensor:
+    if max_norm is not None and _renorm_over_ranks(input, weight, max_norm, norm_type):
+        max_norm = None  # (done)
+    return _ORIG_EMBEDDING(input, weight, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse)
+
+
+def _renorm_over_ranks(input, weight, max_norm, norm_type):
+    if not (_S.started and _S.enabled and _S.size > 1) or _S.elastic or torch.jit.is_scripting() \
+            or torch.jit.is_tracing() or not isinstance(input, torch.Tensor) or weight.device.type not in ("cpu", "cuda"):
+        return False
+    what = "the rows an embedding's max_norm renormalizes, over ranks"
+    rows = input.detach().reshape(-1).to(torch.int64).unique().cpu()
+    every = _allgather_finish(_allgather_start(_name(weight, weight.shape[-1], b"hvdshim.renorm."), rows, what),
+                              rows, what)
+    with torch.no_grad():
+        torch.embedding_renorm_(weight, every.unique().to(weight.device), max_norm, norm_type)
+    return True
+
+
+def install(sync_bn):
+    """Replace F.embedding, and F.batch_norm where BatchNorm is synced (the
+    layers look them up at each call)."""
+    global _ORIG, _ORIG_EMBEDDING
     import torch.nn.functional as F
-    if _ORIG is None:
+    if _ORIG_EMBEDDING is None:
+        _ORIG_EMBEDDING = F.embedding
+        F.embedding = embedding
+    if sync_bn and _ORIG is None:
         _ORIG = F.batch_norm
         F.batch_norm = batch_norm

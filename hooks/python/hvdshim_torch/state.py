@@ -54,6 +54,7 @@ class _State:
         self.known = weakref.WeakSet()      # every module of a registered root
         self.roots = weakref.WeakSet()      # the registered roots
         self.paramless = weakref.WeakSet()  # roots without parameters or buffers
+        self.lazy_wait = weakref.WeakSet()  # the modules of a root in its first forward, registered after it (lazy)
         # The global forward pre-hook (models.py): on while a module made so far
         # may still have its first forward ahead, a parameter is frozen or
         # samples are counted; off otherwise (every module call then takes
