@@ -184,7 +184,7 @@ for name in $stacks; do
   # on sid (Open MPI 6, torch 2.14); about 90 s of CI
   env=
   [ "$name" = trixie ] && env="ELASTIC_TORCH=mpi "
-  run "${env}make check TESTS='$tests'" >"$cache/$name.check.log" 2>&1
+  run "${env}make -j${HVDSHIM_CHECK_JOBS:-1} check TESTS='$tests'" >"$cache/$name.check.log" 2>&1
   rc=$?
   p=0 f=0 s=0
   for k in PASS FAIL ERROR XPASS SKIP; do

@@ -11,10 +11,15 @@ need_torch
 warm_start
 count() { "$PYTHON" -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; print(len(r), sum(x["samples"] for x in r), r[-1]["ranks"])' "$1"; }
 for case in full accumulate own-optimizer; do  # (own-optimizer: the script's own optimizer class)
-  py "$TRAIN" --case $case --out "$TMP/plain.pt" >"$TMP/plain.out" 2>&1 || { cat "$TMP/plain.out"; fail "plain $case"; }
+  # (stdout and stderr each compared: the plain run's come from the warm
+  # interpreter through two pipes, whose lines interleave as scheduled)
+  py "$TRAIN" --case $case --out "$TMP/plain.pt" >"$TMP/plain.out" 2>"$TMP/plain.err" ||
+    { cat "$TMP/plain.out" "$TMP/plain.err"; fail "plain $case"; }
   LD_PRELOAD="$LIB" HVDSHIM_OBSERVE=1 HVDSHIM_METRICS="$TMP/m.jsonl" "$PYTHON" "$TRAIN" --case $case --out "$TMP/obs.pt" \
-    >"$TMP/obs.out" 2>&1 || { cat "$TMP/obs.out"; fail "observed $case"; }
-  cmp "$TMP/plain.out" "$TMP/obs.out" || { diff "$TMP/plain.out" "$TMP/obs.out"; fail "$case: the output differs"; }
+    >"$TMP/obs.out" 2>"$TMP/obs.err" || { cat "$TMP/obs.out" "$TMP/obs.err"; fail "observed $case"; }
+  for s in out err; do
+    cmp "$TMP/plain.$s" "$TMP/obs.$s" || { diff "$TMP/plain.$s" "$TMP/obs.$s"; fail "$case: the std$s differs"; }
+  done
   same "$TMP/plain.pt" "$TMP/obs.pt" 0 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "$case: the weights differ"; }
   want="16 512 1"
   [ $case = accumulate ] && want="8 512 1"

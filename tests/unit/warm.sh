@@ -62,10 +62,16 @@ rc=$?
 [ $rc = 124 ] && [ $(($(date +%s) - start)) -lt 10 ] || fail "T=2: rc $rc after $(($(date +%s) - start)) s"
 pass "OMP_NUM_THREADS changed: run directly; T=2 ends a run at 2 s with 124"
 
+# (stdout and stderr compared each on its own: the warm run's reach the
+# caller through two pipes, so where both are one file their lines
+# interleave as the two copies are scheduled)
 for w in 0 2; do
-  py "$TRAIN" --case full --workers $w --out "$TMP/warm.pt" >"$TMP/warm.out" 2>&1 || { cat "$TMP/warm.out"; fail "warm train.py --workers $w"; }
-  "$PYTHON" "$TRAIN" --case full --workers $w --out "$TMP/direct.pt" >"$TMP/direct.out" 2>&1 || fail "direct train.py"
-  same "$TMP/warm.pt" "$TMP/direct.pt" 0 >"$TMP/cmp" && cmp -s "$TMP/warm.out" "$TMP/direct.out" ||
-    { cat "$TMP/cmp"; diff "$TMP/warm.out" "$TMP/direct.out"; fail "train.py --workers $w: warm and direct differ"; }
+  py "$TRAIN" --case full --workers $w --out "$TMP/warm.pt" >"$TMP/warm.out" 2>"$TMP/warm.err" ||
+    { cat "$TMP/warm.out" "$TMP/warm.err"; fail "warm train.py --workers $w"; }
+  "$PYTHON" "$TRAIN" --case full --workers $w --out "$TMP/direct.pt" >"$TMP/direct.out" 2>"$TMP/direct.err" || fail "direct train.py"
+  same "$TMP/warm.pt" "$TMP/direct.pt" 0 >"$TMP/cmp" && cmp -s "$TMP/warm.out" "$TMP/direct.out" &&
+    cmp -s "$TMP/warm.err" "$TMP/direct.err" ||
+    { cat "$TMP/cmp"; diff "$TMP/warm.out" "$TMP/direct.out"; diff "$TMP/warm.err" "$TMP/direct.err"
+      fail "train.py --workers $w: warm and direct differ"; }
 done
 pass "train.py, and with 2 DataLoader workers: the weights and the output of a direct run"
