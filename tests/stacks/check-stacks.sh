@@ -33,6 +33,9 @@
 #                                    (default BUILDDIR/stacks-cache; about 2 GB each)
 #              HVDSHIM_STACKS        the stacks to run (default "trixie trixie-mpich sid")
 #              HVDSHIM_STACKS_TIME   seconds one stack's suites may take (default 2400)
+#              HVDSHIM_CHECK_JOBS    test scripts run at once (make -j; default: the cores,
+#                                    nproc): a script is idle a third of its time
+#                                    (single-process phases, launches, waits)
 #              CUDA_HOME             the CUDA toolkit whose headers sid builds with (default /usr/local/cuda)
 set -u
 prepare=0
@@ -42,6 +45,7 @@ build=$(cd "${2:?usage: check-stacks.sh SRCDIR BUILDDIR}" && pwd)
 cache=${HVDSHIM_STACKS_CACHE:-$build/stacks-cache}
 stacks=${HVDSHIM_STACKS:-trixie trixie-mpich sid}
 limit=${HVDSHIM_STACKS_TIME:-2400}
+jobs=${HVDSHIM_CHECK_JOBS:-$(nproc 2>/dev/null || echo 1)}
 tool="$src/tools/stack-chroot.sh"
 cuda_src=${CUDA_HOME:-/usr/local/cuda}  # its headers: sid's build has the GPU path
 PKGS="build-essential autoconf automake libtool pkg-config libffi-dev python3 python3-numpy python3-torch
@@ -184,7 +188,7 @@ for name in $stacks; do
   # on sid (Open MPI 6, torch 2.14); about 90 s of CI
   env=
   [ "$name" = trixie ] && env="ELASTIC_TORCH=mpi "
-  run "${env}make -j${HVDSHIM_CHECK_JOBS:-1} check TESTS='$tests'" >"$cache/$name.check.log" 2>&1
+  run "${env}make -j$jobs check TESTS='$tests'" >"$cache/$name.check.log" 2>&1
   rc=$?
   p=0 f=0 s=0
   for k in PASS FAIL ERROR XPASS SKIP; do
