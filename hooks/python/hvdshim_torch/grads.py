@@ -633,14 +633,14 @@ def _backward_averaging(orig, tensors, grad_tensors, retain_graph, create_graph,
     batch of gradients; a backward that reduces nothing (one that only
     accumulates) sends it alone.  HVDSHIM_LOSS=local leaves it alone."""
     if _S.bw_depth:  # called in another backward (a reentrant checkpoint recomputing its part): part of that one
-        return _counted(orig, tensors, grad_tensors, retain_graph, create_graph, *args, **kwargs)
+        return orig(tensors, grad_tensors, retain_graph, create_graph, *args, **kwargs)
     if _S.sum_check:
         _check_summed(tensors)
     if _S.shares:
         _note_share(tensors, grad_tensors, retain_graph, create_graph, kwargs.get("inputs"))
     loss = _loss_to_average(tensors, retain_graph, create_graph, kwargs.get("inputs"))
     if loss is None:
-        return _counted(orig, tensors, grad_tensors, retain_graph, create_graph, *args, **kwargs)
+        return orig(tensors, grad_tensors, retain_graph, create_graph, *args, **kwargs)
     src = loss.detach()
     key = (src.device, src.dtype, src.shape)
     buf = _S.loss_bufs.get(key)  # one per kind of loss, reused: waited for before backward returns
@@ -654,7 +654,7 @@ def _backward_averaging(orig, tensors, grad_tensors, retain_graph, create_graph,
     pending = _Pending()
     _S.batch.add(b"hvdshim.loss", buf, _S.grad_op, pending, "averaging the loss over ranks")
     try:
-        result = _counted(orig, tensors, grad_tensors, retain_graph, create_graph, *args, **kwargs)
+        result = orig(tensors, grad_tensors, retain_graph, create_graph, *args, **kwargs)
     except BaseException:
         _S.batch.drop(buf)  # not handed over yet: this rank's backward failed before any gradient
         raise
@@ -678,8 +678,9 @@ def _backward_averaging(orig, tensors, grad_tensors, retain_graph, create_graph,
     return result
 
 
-def _counted(orig, *args, **kwargs):
-    """torch.autograd.backward, its calls counted: a backward run inside
+def counted(orig, *args, **kwargs):
+    """torch.autograd.backward, its calls counted (install.py gives
+    _backward_averaging torch's backward through this): a backward run inside
     another's (a reentrant torch.utils.checkpoint recomputes its part and
     calls backward on it from the outer backward) is part of the outer one.
     Where the first gradient comes in such an inner call, the end of

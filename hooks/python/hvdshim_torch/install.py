@@ -12,7 +12,7 @@ from .state import _S, _warn_once
 from .output import _redirect_output, _set_threads, _short_errors, cores_per_rank
 from .lifecycle import _check_stand_aside, _other_distribution, _stand_aside
 from .grads import (_hooked_grad, note_grad_call, note_zero_grad, _reduce_deferred, _HAS_POST_ACCUMULATE, _average_loss,
-                    _backward_averaging, _note_optimizer, _note_scaled, _wrap_step)
+                    _backward_averaging, counted, _note_optimizer, _note_scaled, _wrap_step)
 from .rng import seed_torch_at_import as _seed_torch
 from .models import _count_batch, _forward_pre_hook, converted, hook_forwards, module_made, note_new_params
 from .data import _dealt_iter, _dealt_len, _prepare_loader, _training_now, _warn_if_alone, redealt
@@ -148,8 +148,10 @@ def _patch():
     # a loss given to backward reads as the mean over ranks afterwards
     # (Tensor.backward calls torch.autograd.backward)
     def make_backward(orig):
+        run = functools.partial(counted, orig)
+
         def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, *args, **kwargs):
-            return _backward_averaging(orig, tensors, grad_tensors, retain_graph, create_graph, args, kwargs)
+            return _backward_averaging(run, tensors, grad_tensors, retain_graph, create_graph, args, kwargs)
         return _untraced(backward)
     _wrap(torch.autograd, "backward", make_backward)
 

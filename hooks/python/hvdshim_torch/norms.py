@@ -63,7 +63,7 @@ class _SumOverRanks(torch.autograd.Function):
         return buf, None
 
 
-def _name(weight, c, prefix=b""):
+def _name(weight, c):
     """The allreduces' name for this call: the layer's weight's name where
     the shim follows it (a rank whose forward took another layer, a branch
     on its slice, then waits on another name and the job ends naming both,
@@ -71,10 +71,10 @@ def _name(weight, c, prefix=b""):
     last optimizer step and the channel count."""
     prm = _S.by_param.get(weight) if weight is not None else None
     if prm is not None:
-        return prefix + prm.bname
+        return prm.bname
     n = _S.bn_calls
     _S.bn_calls = (n + 1) % _NAMES
-    return prefix + b"%d.%d" % (n, c)
+    return b"%d.%d" % (n, c)
 
 
 def _synced(x, running_mean, running_var, weight, bias, momentum, eps):
@@ -154,10 +154,10 @@ def _renorm_over_ranks(input, weight, max_norm, norm_type):
         return False
     what = "the rows an embedding's max_norm renormalizes, over ranks"
     rows = input.detach().reshape(-1).to(torch.int64).unique().cpu()
-    every = _allgather_finish(_allgather_start(_name(weight, weight.shape[-1], b"hvdshim.renorm."), rows, what),
-                              rows, what)
-    with torch.no_grad():
-        torch.embedding_renorm_(weight, every.unique().to(weight.device), max_norm, norm_type)
+    name = b"hvdshim.renorm." + _name(weight, weight.shape[-1])
+    every = _allgather_finish(_allgather_start(name, rows, what), rows, what)
+    with torch.no_grad():  # (rows two ranks looked up come twice: torch's renorm skips repeats)
+        torch.embedding_renorm_(weight, every.to(weight.device), max_norm, norm_type)
     return True
 
 
