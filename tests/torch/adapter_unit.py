@@ -642,6 +642,39 @@ class Rules(unittest.TestCase):
         rng.diverge()
         self.assertTrue(torch.equal(before, torch.get_rng_state()))
 
+    def test_rng_step_window_shared_by_ranks(self):
+        """Between a reducing backward's end and the step's, torch draws from
+        a stream every rank shares; outside, each rank's own stream goes on
+        as if the window's draws had not happened."""
+        _S.rng_mode, _S.rng_seed, _S.rng_shared, _S.rng_window = "per-rank", 12345, {}, None
+        self.addCleanup(setattr, _S, "rng_seed", None)
+        drawn = []
+        for own in (1, 2):  # two ranks: their own streams differ
+            _S.rng_shared = {}
+            torch.manual_seed(own)
+            rng.window_open()
+            rng.window_open()  # (open already: nothing changes)
+            inside = torch.rand(4)
+            rng.window_close()
+            rng.window_close()  # (closed already: nothing changes)
+            after = torch.rand(4)
+            torch.manual_seed(own)
+            self.assertTrue(torch.equal(after, torch.rand(4)))  # its own stream, untouched by the window
+            drawn.append(inside)
+        self.assertTrue(torch.equal(drawn[0], drawn[1]))  # both drew the same in the window
+        rng.window_open()  # the next window goes on with the shared stream
+        self.assertFalse(torch.equal(torch.rand(4), drawn[0]))
+        rng.window_close()
+        batches = list(rng.windows_closed(iter([1, 2])))  # a loader's batches close it
+        rng.window_open()
+        it = rng.windows_closed(iter([1]))
+        self.assertEqual(next(it), 1)
+        self.assertIsNone(_S.rng_window)
+        _S.rng_mode = "same"
+        rng.window_open()
+        self.assertIsNone(_S.rng_window)  # only per-rank streams have a window
+        self.assertEqual(batches, [1, 2])
+
     def _windowed(self, window):
         old = data._WINDOW
         data._WINDOW = window

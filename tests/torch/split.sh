@@ -57,6 +57,19 @@ check 2 own-optimizer
 unset HVDSHIM_METRICS
 [ "$(wc -l <"$TMP/own.jsonl")" = 16 ] || { cat "$TMP/own.jsonl"; fail "own-optimizer: $(wc -l <"$TMP/own.jsonl") metrics lines, expected 16 (steps)"; }
 pass "own-optimizer: one metrics line per step"
+# noise added to the gradients between backward and the step (drawn per rank,
+# the replicas diverged: the guard ended the job at its first check): every
+# rank draws it from one stream, and the plain run given rank 0's noise
+# reproduces the job; the guard checks the replicas at every step
+export HVDSHIM_CHECK_STEPS=1
+shim 2 "$PYTHON" "$TRAIN" --case gradnoise --out "$TMP/shim-noise.pt" --noise-out "$TMP/noise.pt" \
+  >"$TMP/shim.log" 2>&1 || { cat "$TMP/shim.log"; fail "np=2 gradnoise failed"; }
+unset HVDSHIM_CHECK_STEPS
+py "$TRAIN" --case gradnoise --out "$TMP/plain-noise.pt" --noise-in "$TMP/noise.pt" >"$TMP/plain.log" 2>&1 ||
+  { cat "$TMP/plain.log"; fail "plain run of gradnoise failed"; }
+same "$TMP/plain-noise.pt" "$TMP/shim-noise.pt" 1e-4 >"$TMP/cmp" 2>&1 ||
+  { cat "$TMP/cmp" "$TMP/shim.log"; fail "np=2 gradnoise differs from the plain run given its noise"; }
+pass "np=2 gradnoise: the replicas agree at every step, $(cat "$TMP/cmp")"
 # lazy modules (nn.LazyLinear): the model is registered when its first
 # forward, which makes the parameters, returns (it failed reading their shapes)
 check 2 lazy
@@ -98,6 +111,11 @@ check 3 full --batch 48 --samples 250  # (also the general split in 3; N=4: elas
 # at N=3 (each rank's gradient of the sums weighed by its share); with each
 # rank's own statistics (off) the weights were 0.2 apart, 0.03 unweighed
 check 3 bn --epochs 3 --batch 48 --samples 250
+# torch.optim.swa_utils.update_bn (the averaged model's running statistics
+# recomputed under no_grad, in train mode, over the whole loader): every
+# rank has whole batches there, and summed over ranks the statistics had
+# the wrong n in the unbiased variance (0.014 apart)
+check 2 swa --epochs 1
 # a BatchNorm layer that one rank's slice takes and another's not (a branch
 # on the data): the job ends, naming both layers' allreduces
 HVDSHIM_DEADLOCK_SECONDS=2 shim 2 "$PYTHON" "$TRAIN" --case unused --branch-bn --out "$TMP/x.pt" >"$TMP/shim.log" 2>&1 &&

@@ -88,7 +88,7 @@ def main():
     ap.add_argument("--out", required=True, help="checkpoint path; %%p is replaced by the process id")
     ap.add_argument("--case", default="full",
                     choices=["full", "no-optimizer", "lbfgs", "accumulate", "gan", "unused", "sparse", "frozen",
-                             "seen", "iterable", "noncontig", "late", "convert", "shared", "hooked", "tokens", "bn", "checkpoint", "sam", "own-optimizer", "lazy", "maxnorm"])
+                             "seen", "iterable", "noncontig", "late", "convert", "shared", "hooked", "tokens", "bn", "checkpoint", "sam", "own-optimizer", "lazy", "maxnorm", "gradnoise", "swa"])
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--samples", type=int, default=256)
     ap.add_argument("--batch", type=int, default=32)
@@ -97,6 +97,8 @@ def main():
     ap.add_argument("--sum", action="store_true")  # the loss summed over the batch (reduction='sum')
     ap.add_argument("--clamp-hooks", action="store_true")  # p.register_hook(clamp) on every parameter
     ap.add_argument("--branch-bn", action="store_true")  # --case unused: a BatchNorm layer in each branch
+    ap.add_argument("--noise-out")  # --case gradnoise: save the noise drawn at every step
+    ap.add_argument("--noise-in")  # --case gradnoise: add these (saved) instead of drawing
     ap.add_argument("--print-lr", action="store_true")
     ap.add_argument("--print-threads", action="store_true")
     ap.add_argument("--stderr-line", action="store_true")
@@ -248,7 +250,7 @@ def main():
         model = Branchy() if args.case == "unused" else Bag() if args.case in ("sparse", "maxnorm") else mlp()
         if args.case == "tokens":  # 3 tokens of 3 classes per sample, some ignored (padding), label smoothing
             model = nn.Sequential(nn.Linear(10, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 9))
-        if args.case == "bn":  # BatchNorm over channels (2d) and over features (1d, a cumulative average)
+        if args.case in ("bn", "swa"):  # BatchNorm over channels (2d) and over features (1d, a cumulative average)
             model = nn.Sequential(nn.Linear(10, 16), nn.Unflatten(1, (4, 2, 2)), nn.BatchNorm2d(4), nn.Flatten(),
                                   nn.ReLU(), nn.Linear(16, args.hidden), nn.BatchNorm1d(args.hidden, momentum=None),
                                   nn.ReLU(), nn.Linear(args.hidden, 1))
@@ -285,6 +287,7 @@ def main():
         sched = torch.optim.lr_scheduler.StepLR(opt, 1, 0.7) if args.case in ("full", "frozen") else None
         if args.print_lr:
             print("lr", opt.param_groups[0]["lr"])
+        noise, noise_in = [], torch.load(args.noise_in) if args.noise_in else None
         for epoch in range(args.epochs):
             if args.case == "frozen" and epoch == 1:
                 for p in model[0].parameters():
@@ -335,6 +338,12 @@ def main():
                 loss.backward()
                 if args.case == "full":
                     nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+                if args.case == "gradnoise":  # noise on the gradient, drawn between backward and the step
+                    with torch.no_grad():
+                        for p in model.parameters():
+                            n = noise_in.pop(0) if noise_in is not None else 0.05 * torch.randn_like(p.grad)
+                            noise.append(n)
+                            p.grad.add_(n)
                 if opt is None:  # manual SGD
                     with torch.no_grad():
                         for p in model.parameters():
@@ -346,6 +355,14 @@ def main():
                 sched.step()
             print("epoch", epoch, "loss", float(loss))
 
+    if args.noise_out:
+        torch.save(noise, args.noise_out)
+    if args.case == "swa":  # an average of the weights, its BatchNorm statistics recomputed over the data
+        from torch.optim.swa_utils import AveragedModel, update_bn
+        swa = AveragedModel(model)
+        swa.update_parameters(model)
+        update_bn(loader, swa)  # (under no_grad, in train mode, over the whole loader)
+        models["swa"] = swa.module
     state = {name: m.state_dict() for name, m in models.items()}
     print("checksum", " ".join("%.6f" % float(sum(t.double().sum() for t in sd.values())) for sd in state.values()))
     torch.save(state, args.out.replace("%p", str(os.getpid())))

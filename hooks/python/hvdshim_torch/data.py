@@ -43,6 +43,7 @@ import torch
 from .lib import HvdShimError, _Pending, _broadcast_bytes, _debug, _warn
 from .state import _S, _warn_once
 from .lifecycle import _start
+from .rng import windows_closed
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
@@ -260,6 +261,7 @@ class _ShardedBatches:
             skip = take_skip()
             it = iter(self._inner)  # made now, as the plain loader makes it (a sampler may draw here)
             gen = self._lazy(lambda: self._dealt_batches(it, skip, live))
+        gen = windows_closed(gen)
         if live is not None:
             gen = _Resumable(gen, live)
         return gen if skip is None else _Primed(gen)
@@ -690,7 +692,7 @@ def _dealt_iter(loader, orig):
     what = "DataLoader %d (%s)" % (tag, where)
     if _S.rank == 0:
         _debug("%s: dealt across %d ranks (%s)" % (what, _S.size, _S.data_mode))
-    it = _agreed_iter(loader, orig)
+    it = windows_closed(_agreed_iter(loader, orig))
     skip = take_skip()
     if skip:  # a restarted job (resize.py): the batches the job had used
         it = itertools.islice(it, skip, None)

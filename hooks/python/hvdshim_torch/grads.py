@@ -355,6 +355,7 @@ def _reduce_round_once():
     if f != 1.0:
         _reweigh(f)
     _rng.diverge()
+    _rng.window_open()  # until the step ends: what the script draws on the averaged gradients, every rank draws
 
 
 def _start_over():
@@ -422,6 +423,7 @@ def note_zero_grad():
     starts again, so k is not taken for their number; where passes were
     only accumulated on that guess, the guess was wrong: k is 1 again on
     every rank (each calls zero_grad at the same place)."""
+    _rng.window_close()
     if not _S.bw_window or _S.in_backward:
         return
     _S.bw_window = 0
@@ -686,6 +688,8 @@ def counted(orig, *args, **kwargs):
     Where the first gradient comes in such an inner call, the end of
     backward runs when the outermost call returns (a callback queued there
     would end the step's backward with the inner one)."""
+    if not _S.bw_depth:
+        _rng.window_close()  # (a script with no optimizer step: its update is done when backward comes again)
     _S.bw_depth += 1
     try:
         result = orig(*args, **kwargs)
@@ -781,8 +785,9 @@ def _check_replicas():
         i = bad[0]
         raise HvdShimError("hvdshim: the ranks' models diverged by optimizer step %d: parameter '%s' differs across "
                            "ranks (checksums from %.17g to %.17g; %d of %d parameters differ).  Something in the "
-                           "script made a rank-local change to the weights or the update (HVDSHIM_CHECK_STEPS=0 "
-                           "turns this check off)" % (_S.steps, names[i], float(lo[i]), float(hi[i]), len(bad),
+                           "script made a rank-local change to the weights or the update, such as noise drawn from "
+                           "Python's random or NumPy, which stay per-rank (HVDSHIM_RNG=same makes them agree; "
+                           "HVDSHIM_CHECK_STEPS=0 turns this check off)" % (_S.steps, names[i], float(lo[i]), float(hi[i]), len(bad),
                                                       len(names)))
 
 
@@ -838,6 +843,7 @@ def _wrap_step(cls):
             finally:
                 _S.in_step -= 1
                 if _S.in_step == 0:
+                    _rng.window_close()
                     _mark_step()
             if _S.in_step == 0 and _S.enabled and _S.started:
                 _end_window()

@@ -13,6 +13,7 @@ from .output import _redirect_output, _set_threads, _short_errors, cores_per_ran
 from .lifecycle import _check_stand_aside, _other_distribution, _stand_aside
 from .grads import (_hooked_grad, note_grad_call, note_zero_grad, _reduce_deferred, _HAS_POST_ACCUMULATE, _average_loss,
                     _backward_averaging, counted, _note_optimizer, _note_scaled, _wrap_step)
+from . import rng as _rng
 from .rng import seed_torch_at_import as _seed_torch
 from .models import _count_batch, _forward_pre_hook, converted, hook_forwards, module_made, note_new_params
 from .data import _dealt_iter, _dealt_len, _prepare_loader, _training_now, _warn_if_alone, redealt
@@ -39,6 +40,7 @@ def _patch():
             return redealt(self, orig(self))
 
         def __iter__(self):
+            _rng.window_close()  # (the iterator's seeds drawn from this rank's own state, as the plain run's)
             if not _S.loader_trained and _S.enabled and _training_now():
                 _S.loader_trained = True
             if _resize._G.tracking:  # hosts may join (resize.py): the loaders' places are counted

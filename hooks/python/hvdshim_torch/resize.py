@@ -177,7 +177,8 @@ def _state_dicts(objs):
 
 
 def _save(target):
-    from .rng import _states
+    from .rng import _states, window_close
+    window_close()  # (this rank's own states are saved, not the step window's shared ones)
     snap = {
         "version": 1, "size": _S.size, "steps": _S.steps, "k": _S.k, "windows": list(_S.windows),
         "models": [m.state_dict() for m in _live(_S.models)],

@@ -15,8 +15,17 @@ every rank starts from one state:
   * per-rank (default): after the first backward each rank's streams are
     made its own (rank 0's is unchanged, rank r's state is mixed with r), so
     dropout masks, noise and augmentations differ per sample as they do
-    within one big batch.  same: the streams stay identical on every rank.
-    off: none of this.
+    within one big batch.  Between the end of a reducing backward and the
+    end of the optimizer step (the step window), torch's generators (the
+    CPU's, and the current CUDA device's) draw from one stream that every
+    rank shares instead: what a script draws there acts on the averaged
+    gradients (gradient noise, a random perturbation), which the plain run
+    draws once for the whole batch, so every replica must draw the same.
+    The window closes at the end of the step, at a zero_grad, or when the
+    next backward begins, whichever comes first.  Python's `random` and
+    NumPy stay per-rank there (swapping their states would cost ~14 us a
+    step).
+  * same: the streams stay identical on every rank.  off: none of this.
 """
 import hashlib
 import pickle
@@ -89,6 +98,8 @@ def take_rank0_states():
     st = rank0_states(b"hvdshim.rng")
     if _S.rank != 0:
         _set_states(st)
+    # the step window's shared streams are seeded from this agreed state
+    _S.rng_seed = mixed_seed(bytes(st["torch"].tolist()), -1)
     _debug("random state: rank 0's (torch, random%s)" % (", numpy" if _numpy_random() is not None else ""))
 
 
@@ -113,3 +124,65 @@ def diverge():
     if npr is not None:
         npr.seed(mixed_seed(pickle.dumps(npr.get_state()), r) & 0xFFFFFFFF)
     _debug("random state: rank %d's streams are its own from here on" % r)
+
+
+def _window_generators():
+    """(device, generator) of torch's default generators the window swaps:
+    the CPU's, and the current CUDA device's once CUDA is in use."""
+    gens = [("cpu", torch.default_generator)]
+    if torch.cuda.is_initialized():
+        d = torch.cuda.current_device()
+        gens.append(("cuda:%d" % d, torch.cuda.default_generators[d]))
+    return gens
+
+
+def _first_shared(device):
+    """The shared stream's first state on `device`: a generator seeded from
+    the job's agreed seed (the same on every rank, its own per device)."""
+    seed = mixed_seed(b"window|%s|%d" % (device.encode(), _S.rng_seed), 0) & ((1 << 63) - 1)
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    return g.get_state()
+
+
+def window_open():
+    """A reducing backward ended (HVDSHIM_RNG=per-rank): torch's generators
+    draw from the shared stream until window_close; this rank's own states
+    are kept aside."""
+    if _S.rng_mode != "per-rank" or _S.rng_window is not None or _S.rng_seed is None:
+        return
+    saved = []
+    for device, g in _window_generators():
+        shared = _S.rng_shared.get(device)
+        saved.append((device, g, g.get_state()))
+        g.set_state(shared if shared is not None else _first_shared(device))
+    _S.rng_window = saved
+
+
+def window_close():
+    """The optimizer step ended (or a zero_grad, or the next backward
+    began): the shared stream is kept for the next window, this rank's own
+    states come back."""
+    saved = _S.rng_window
+    if saved is None:
+        return
+    _S.rng_window = None
+    for device, g, mine in saved:
+        _S.rng_shared[device] = g.get_state()
+        g.set_state(mine)
+
+
+def windows_closed(it):
+    """The items of `it`, each drawn with this rank's own random state (a
+    training loader's batches: its sampler's order and a dataset's random
+    augmentation, drawn as the plain run draws them, even where no step
+    closed the window since the last backward)."""
+    it = iter(it)
+    while True:
+        if _S.rng_window is not None:
+            window_close()
+        try:
+            x = next(it)
+        except StopIteration:
+            return
+        yield x

@@ -92,6 +92,9 @@ class _State:
         self.rng_mode = "per-rank"  # HVDSHIM_RNG
         self.rng_synced = False     # rank 0's states taken (engine start)
         self.rng_diverged = False   # per-rank streams from the first backward on
+        self.rng_seed = None        # the job's agreed seed of the step window's shared streams (engine start)
+        self.rng_shared = {}        # device -> the shared stream's state, between windows (rng.window_open)
+        self.rng_window = None      # while a window is open: [(device, generator, this rank's own state)]
         self.optimizers = []        # weak references, in creation order (hyperparameters follow rank 0)
         self.steps = 0              # optimizer steps taken (replica guard)
         self.reductions = 0         # reducing backward passes (an agreed count: every rank takes part in each)
