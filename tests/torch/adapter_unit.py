@@ -665,9 +665,11 @@ class Rules(unittest.TestCase):
         rng.window_open()  # the next window goes on with the shared stream
         self.assertFalse(torch.equal(torch.rand(4), drawn[0]))
         rng.window_close()
-        batches = list(rng.windows_closed(iter([1, 2])))  # a loader's batches close it
+        _S.whole_batches = True
+        batches = list(data.dealt_batches(iter([1, 2])))  # a dealt loader's batches close it
+        self.assertFalse(_S.whole_batches)  # (and are parts of a batch: BatchNorm syncs)
         rng.window_open()
-        it = rng.windows_closed(iter([1]))
+        it = data.dealt_batches(iter([1]))
         self.assertEqual(next(it), 1)
         self.assertIsNone(_S.rng_window)
         _S.rng_mode = "same"

@@ -116,6 +116,9 @@ check 3 bn --epochs 3 --batch 48 --samples 250
 # rank has whole batches there, and summed over ranks the statistics had
 # the wrong n in the unbiased variance (0.014 apart)
 check 2 swa --epochs 1
+# and a frozen backbone run under no_grad in train mode on a training batch
+# (linear probing): its BatchNorm still normalizes over the whole batch
+check 2 linprobe --epochs 1
 # a BatchNorm layer that one rank's slice takes and another's not (a branch
 # on the data): the job ends, naming both layers' allreduces
 HVDSHIM_DEADLOCK_SECONDS=2 shim 2 "$PYTHON" "$TRAIN" --case unused --branch-bn --out "$TMP/x.pt" >"$TMP/shim.log" 2>&1 &&

@@ -88,7 +88,7 @@ def main():
     ap.add_argument("--out", required=True, help="checkpoint path; %%p is replaced by the process id")
     ap.add_argument("--case", default="full",
                     choices=["full", "no-optimizer", "lbfgs", "accumulate", "gan", "unused", "sparse", "frozen",
-                             "seen", "iterable", "noncontig", "late", "convert", "shared", "hooked", "tokens", "bn", "checkpoint", "sam", "own-optimizer", "lazy", "maxnorm", "gradnoise", "swa"])
+                             "seen", "iterable", "noncontig", "late", "convert", "shared", "hooked", "tokens", "bn", "checkpoint", "sam", "own-optimizer", "lazy", "maxnorm", "gradnoise", "swa", "linprobe"])
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--samples", type=int, default=256)
     ap.add_argument("--batch", type=int, default=32)
@@ -250,7 +250,7 @@ def main():
         model = Branchy() if args.case == "unused" else Bag() if args.case in ("sparse", "maxnorm") else mlp()
         if args.case == "tokens":  # 3 tokens of 3 classes per sample, some ignored (padding), label smoothing
             model = nn.Sequential(nn.Linear(10, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 9))
-        if args.case in ("bn", "swa"):  # BatchNorm over channels (2d) and over features (1d, a cumulative average)
+        if args.case in ("bn", "swa", "linprobe"):  # BatchNorm over channels (2d) and over features (1d, a cumulative average)
             model = nn.Sequential(nn.Linear(10, 16), nn.Unflatten(1, (4, 2, 2)), nn.BatchNorm2d(4), nn.Flatten(),
                                   nn.ReLU(), nn.Linear(16, args.hidden), nn.BatchNorm1d(args.hidden, momentum=None),
                                   nn.ReLU(), nn.Linear(args.hidden, 1))
@@ -264,6 +264,9 @@ def main():
             model[0].weight = nn.Parameter(w.detach().t().contiguous().t())
             assert not model[0].weight.is_contiguous()
         models = {"model": model}
+        if args.case == "linprobe":
+            for p in model[:8].parameters():
+                p.requires_grad_(False)
         if args.case == "frozen":
             for p in model[0].parameters():
                 p.requires_grad_(False)
@@ -333,6 +336,10 @@ def main():
                         out = checkpoint(lambda h: model[4](model[3](model[2](model[1](h)))), model[0](x),
                                          use_reentrant=True)
                     loss = bce(out, y)
+                elif args.case == "linprobe":  # a frozen backbone run under no_grad, its BatchNorm in train mode
+                    with torch.no_grad():
+                        features = model[:8](x)
+                    loss = bce(model[8](features), y)
                 else:
                     loss = bce(model(x), y)
                 loss.backward()

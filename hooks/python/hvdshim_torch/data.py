@@ -43,7 +43,7 @@ import torch
 from .lib import HvdShimError, _Pending, _broadcast_bytes, _debug, _warn
 from .state import _S, _warn_once
 from .lifecycle import _start
-from .rng import windows_closed
+from .rng import window_close
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
@@ -210,6 +210,25 @@ def shard_stream(windows, size, rank, batch, drop_last):
             yield mine
 
 
+
+def dealt_batches(it):
+    """A dealt iteration's batches (this rank's part of each): each drawn
+    with this rank's own random state (the step window closed first, even
+    where no step closed it since the last backward: the sampler's order
+    and a dataset's random augmentation are drawn as the plain run draws
+    them), and noted as parts of a batch (_S.whole_batches: BatchNorm
+    syncs over ranks)."""
+    it = iter(it)
+    while True:
+        if _S.rng_window is not None:
+            window_close()
+        try:
+            x = next(it)
+        except StopIteration:
+            return
+        _S.whole_batches = False
+        yield x
+
 class _ShardedBatches:
     """In place of a DataLoader's batch sampler (see the module's text)."""
 
@@ -261,7 +280,7 @@ class _ShardedBatches:
             skip = take_skip()
             it = iter(self._inner)  # made now, as the plain loader makes it (a sampler may draw here)
             gen = self._lazy(lambda: self._dealt_batches(it, skip, live))
-        gen = windows_closed(gen)
+        gen = dealt_batches(gen)
         if live is not None:
             gen = _Resumable(gen, live)
         return gen if skip is None else _Primed(gen)
@@ -692,7 +711,7 @@ def _dealt_iter(loader, orig):
     what = "DataLoader %d (%s)" % (tag, where)
     if _S.rank == 0:
         _debug("%s: dealt across %d ranks (%s)" % (what, _S.size, _S.data_mode))
-    it = windows_closed(_agreed_iter(loader, orig))
+    it = dealt_batches(_agreed_iter(loader, orig))
     skip = take_skip()
     if skip:  # a restarted job (resize.py): the batches the job had used
         it = itertools.islice(it, skip, None)

@@ -41,6 +41,7 @@ def _patch():
 
         def __iter__(self):
             _rng.window_close()  # (the iterator's seeds drawn from this rank's own state, as the plain run's)
+            _S.whole_batches = True  # (until a dealt iteration's batch comes: data.dealt_batches)
             if not _S.loader_trained and _S.enabled and _training_now():
                 _S.loader_trained = True
             if _resize._G.tracking:  # hosts may join (resize.py): the loaders' places are counted

@@ -16,13 +16,15 @@ split mode weighs them, grads._note_share), so the gradient that flows
 into the layer's input is the plain run's too (DDP's SyncBatchNorm,
 without converting the model or a process group).
 
-In evaluation (training=False), with gradients off, under TorchScript and
-while tracing, torch's own runs unchanged.  With gradients off a training
-loader is not dealt (data.py), so every rank holds the whole batch:
-torch.optim.swa_utils.update_bn, which recomputes the running statistics
-under no_grad over a loader in train mode, gets the plain run's statistics
-(summed over ranks, each batch counted once per rank, the unbiased
-variance's n / (n - 1) was the wrong n's).
+In evaluation (training=False), under TorchScript, while tracing, and
+while the last DataLoader iteration made is not dealt over the ranks
+(every rank holds whole batches: _S.whole_batches), torch's own runs
+unchanged.  So torch.optim.swa_utils.update_bn, which recomputes the
+running statistics in train mode over a loader iterated under no_grad (not
+dealt, data.py), gets the plain run's statistics (summed over ranks, each
+batch was counted once per rank: the unbiased variance took the wrong n),
+while a frozen backbone run under no_grad on a training batch still
+normalizes over the whole batch.
 
 An embedding with max_norm (F.embedding, which nn.Embedding calls) scales
 down, in place, the rows its input looks up whose norm is above max_norm:
@@ -126,7 +128,7 @@ def batch_norm(input: torch.Tensor, running_mean: Optional[torch.Tensor], runnin
 def _dispatch(input: torch.Tensor, running_mean: Optional[torch.Tensor], running_var: Optional[torch.Tensor],
               weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], training: bool, momentum: float,
               eps: float) -> torch.Tensor:
-    if not training or not _S.sync_bn or not _S.started or not _S.enabled or not torch.is_grad_enabled() \
+    if not training or not _S.sync_bn or not _S.started or not _S.enabled or _S.whole_batches \
             or torch.jit.is_tracing() \
             or not isinstance(input, torch.Tensor) or input.dim() < 2 or not input.is_floating_point() \
             or input.device.type not in ("cpu", "cuda"):

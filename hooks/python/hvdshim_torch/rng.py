@@ -171,18 +171,3 @@ def window_close():
         _S.rng_shared[device] = g.get_state()
         g.set_state(mine)
 
-
-def windows_closed(it):
-    """The items of `it`, each drawn with this rank's own random state (a
-    training loader's batches: its sampler's order and a dataset's random
-    augmentation, drawn as the plain run draws them, even where no step
-    closed the window since the last backward)."""
-    it = iter(it)
-    while True:
-        if _S.rng_window is not None:
-            window_close()
-        try:
-            x = next(it)
-        except StopIteration:
-            return
-        yield x
