@@ -47,6 +47,8 @@ for args in "" "--workers 1" "--prebatched"; do
     same "$TMP/plain.pt" "$TMP/split.pt" 1e-4 >"$TMP/cmp" 2>&1 || { cat "$TMP/cmp" "$TMP/split.log"; fail "np=2 split ($args) differs from the plain run"; }
     pass "IterableDataset ${args:-(no workers)}, split at np=2: every sample once per epoch, weights equal the plain run's ($(cat "$TMP/cmp"))"
   else
-    pass "batch_size=None (whole batches), np=2: batches dealt round-robin, every sample per epoch"
+    [ "$(grep -c "HVDSHIM_DATA=split: DataLoader 0 (made at .*) has batch_size=None, so its items are not batches" "$TMP/split.log")" = 1 ] ||
+      { cat "$TMP/split.log"; fail "batch_size=None in split mode: expected one warning that the items are dealt whole"; }
+    pass "batch_size=None (whole batches), np=2: batches dealt round-robin, every sample per epoch, one warning"
   fi
 done

@@ -718,6 +718,11 @@ def _dealt_iter(loader, orig):
     if _S.data_mode == "split" and loader.batch_size is not None:
         it = _split_stream(it, what)
     else:
+        if _S.data_mode == "split" and _S.rank == 0:
+            _warn_once(("whole-items", tag), "HVDSHIM_DATA=split: %s has batch_size=None, so its items are not "
+                       "batches hvdshim can cut: they are dealt whole, one to each rank in turn, and a step "
+                       "averages %d items where the plain run's takes one (as in shard mode; the run is not "
+                       "the plain one)" % (what, _S.size))
         it = every_nth_stream(it)
     return it if skip is None else _Primed(it)
 
