@@ -70,6 +70,13 @@ py "$TRAIN" --case gradnoise --out "$TMP/plain-noise.pt" --noise-in "$TMP/noise.
 same "$TMP/plain-noise.pt" "$TMP/shim-noise.pt" 1e-4 >"$TMP/cmp" 2>&1 ||
   { cat "$TMP/cmp" "$TMP/shim.log"; fail "np=2 gradnoise differs from the plain run given its noise"; }
 pass "np=2 gradnoise: the replicas agree at every step, $(cat "$TMP/cmp")"
+# parameters an optimizer updates that no model holds (a learnable loss
+# weight made as a bare nn.Parameter, a tensor with requires_grad): each
+# rank trained its own (0.003 apart, and the replica guard does not see
+# them); now followed as a model's, the guard checking them at every step
+export HVDSHIM_CHECK_STEPS=1
+check 2 free
+unset HVDSHIM_CHECK_STEPS
 # lazy modules (nn.LazyLinear): the model is registered when its first
 # forward, which makes the parameters, returns (it failed reading their shapes)
 check 2 lazy

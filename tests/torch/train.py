@@ -88,7 +88,7 @@ def main():
     ap.add_argument("--out", required=True, help="checkpoint path; %%p is replaced by the process id")
     ap.add_argument("--case", default="full",
                     choices=["full", "no-optimizer", "lbfgs", "accumulate", "gan", "unused", "sparse", "frozen",
-                             "seen", "iterable", "noncontig", "late", "convert", "shared", "hooked", "tokens", "bn", "checkpoint", "sam", "own-optimizer", "lazy", "maxnorm", "gradnoise", "swa", "linprobe"])
+                             "seen", "iterable", "noncontig", "late", "convert", "shared", "hooked", "tokens", "bn", "checkpoint", "sam", "own-optimizer", "lazy", "maxnorm", "gradnoise", "swa", "linprobe", "free"])
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--samples", type=int, default=256)
     ap.add_argument("--batch", type=int, default=32)
@@ -285,6 +285,9 @@ def main():
             opt = SAM(model.parameters(), torch.optim.SGD, lr=0.1, momentum=0.9)
         elif args.case == "own-optimizer":
             opt = SignMomentum(model.parameters(), lr=0.01)
+        elif args.case == "free":  # parameters no model holds: a learnable loss weight, a scale as a bare tensor
+            log_var, scale = nn.Parameter(torch.zeros(())), torch.ones(1, requires_grad=True)
+            opt = torch.optim.SGD(list(model.parameters()) + [log_var, scale], lr=0.1, momentum=0.9)
         elif args.case != "no-optimizer":
             opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
         sched = torch.optim.lr_scheduler.StepLR(opt, 1, 0.7) if args.case in ("full", "frozen") else None
@@ -336,6 +339,8 @@ def main():
                         out = checkpoint(lambda h: model[4](model[3](model[2](model[1](h)))), model[0](x),
                                          use_reentrant=True)
                     loss = bce(out, y)
+                elif args.case == "free":
+                    loss = bce(model(x) * scale, y) * torch.exp(-log_var) + log_var
                 elif args.case == "linprobe":  # a frozen backbone run under no_grad, its BatchNorm in train mode
                     with torch.no_grad():
                         features = model[:8](x)
@@ -362,6 +367,8 @@ def main():
                 sched.step()
             print("epoch", epoch, "loss", float(loss))
 
+    if args.case == "free":
+        models["free"] = nn.ParameterList([log_var, nn.Parameter(scale.detach())])
     if args.noise_out:
         torch.save(noise, args.noise_out)
     if args.case == "swa":  # an average of the weights, its BatchNorm statistics recomputed over the data

@@ -690,6 +690,9 @@ def counted(orig, *args, **kwargs):
     would end the step's backward with the inner one)."""
     if not _S.bw_depth:
         _rng.window_close()  # (a script with no optimizer step: its update is done when backward comes again)
+        if _S.free_pending:
+            from .models import adopt_free
+            adopt_free()
     _S.bw_depth += 1
     try:
         result = orig(*args, **kwargs)
@@ -713,6 +716,7 @@ def _note_scaled(outputs, scaled):
 def _note_optimizer(opt):
     if not any(ref() is opt for ref in _S.optimizers):
         _S.optimizers.append(weakref.ref(opt))
+    _S.free_pending = True  # (its parameters that no model holds are followed at the next backward: models.adopt_free)
 
 
 def _hyper_slots():

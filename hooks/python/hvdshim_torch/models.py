@@ -208,6 +208,58 @@ def adopt_new():
             _info("%s: %s broadcast from rank 0 and followed" % (what, ", ".join(n for _k, n, _p in new)))
 
 
+def adopt_free():
+    """Parameters an optimizer updates that no registered model holds: a
+    learnable loss weight or temperature made as a bare nn.Parameter (or a
+    tensor with requires_grad), a model only ever called through
+    functional calls.  Followed as a model's are (rank 0's values
+    broadcast, gradients averaged, the replica guard), named by their place
+    in the list of followed parameters (free<i>: the same on every rank,
+    never reused).  Looked for when an outermost backward begins (before
+    its first gradient) after an optimizer was made or given a group."""
+    _S.free_pending = False
+    if not _S.enabled:
+        return
+    new, seen = [], set()
+    for ref in _S.optimizers:
+        opt = ref()
+        for g in (opt.param_groups if opt is not None else ()):
+            for p in g["params"]:
+                if isinstance(p, torch.Tensor) and p not in _S.by_param and p not in seen and not _is_lazy(p) \
+                        and p.device.type in ("cpu", "cuda") and p.layout == torch.strided \
+                        and p.dtype in _GRAD_DTYPES:
+                    seen.add(p)
+                    new.append(p)
+    if not new or not _start():
+        return
+    base = len(_S.params)
+    entries = [("p", "free%d" % (base + i), p) for i, p in enumerate(new)]
+    what = "the optimizers' parameters that no model holds"
+    _verify_same_everywhere("free%d" % base, what, _signature(entries))
+    pending, copies = _Pending(), []
+    with torch.no_grad():
+        for _kind, n, t in entries:
+            buf = t if t.is_contiguous() else t.contiguous()
+            if buf is not t:
+                copies.append((buf, t))
+            _broadcast_bytes(("hvdshim.%s" % n).encode(), buf, pending, "broadcasting %s" % n)
+        pending.wait()
+        for buf, t in copies:
+            t.copy_(buf)
+    for _kind, n, p in entries:
+        prm = _Param(len(_S.params), n, p, False)
+        _S.by_param[p] = prm
+        _S.params.append(prm)
+        _S.used.append(0)
+        if p.requires_grad:
+            prm.hook()
+        else:
+            _S.frozen.append(prm)
+    if _S.rank == 0:
+        _info("%d parameter(s) of an optimizer that no model holds (first: shape %s): broadcast from rank 0 and "
+              "followed" % (len(new), tuple(new[0].shape)))
+
+
 def _hook_unfrozen():
     still = []
     for prm in _S.frozen:

@@ -107,6 +107,7 @@ class _State:
         self.same_batches = None
         self.compare_batches = False  # the comparison is ahead (the same on every rank)
         self.adopt = False          # a registered root has parameters not yet followed (models.adopt_new)
+        self.free_pending = False   # an optimizer was made or given a group since the last look for free parameters
         self.applying = 0           # Module._apply depth (conversions: the hooks follow at the outermost)
         self.root_calls = 0         # root forwards before the first reducing backward (while the above is followed)
         self.check_steps = 0        # HVDSHIM_CHECK_STEPS
