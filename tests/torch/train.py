@@ -88,7 +88,7 @@ def main():
     ap.add_argument("--out", required=True, help="checkpoint path; %%p is replaced by the process id")
     ap.add_argument("--case", default="full",
                     choices=["full", "no-optimizer", "lbfgs", "accumulate", "gan", "unused", "sparse", "frozen",
-                             "seen", "iterable", "noncontig", "late", "convert", "shared", "hooked", "tokens", "bn", "checkpoint", "sam", "own-optimizer", "lazy", "maxnorm", "gradnoise", "swa", "linprobe", "free"])
+                             "seen", "iterable", "noncontig", "late", "convert", "shared", "hooked", "tokens", "bn", "checkpoint", "sam", "own-optimizer", "lazy", "maxnorm", "gradnoise", "swa", "linprobe", "free", "optbw"])
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--samples", type=int, default=256)
     ap.add_argument("--batch", type=int, default=32)
@@ -285,6 +285,14 @@ def main():
             opt = SAM(model.parameters(), torch.optim.SGD, lr=0.1, momentum=0.9)
         elif args.case == "own-optimizer":
             opt = SignMomentum(model.parameters(), lr=0.01)
+        elif args.case == "optbw":  # the optimizer step fused into backward (torch >= 2.1), as PyTorch's tutorial does
+            steppers = {p: torch.optim.SGD([p], lr=0.1, momentum=0.9) for p in model.parameters()}
+
+            def step_in_backward(p):
+                steppers[p].step()
+                steppers[p].zero_grad()
+            for p in model.parameters():
+                p.register_post_accumulate_grad_hook(step_in_backward)
         elif args.case == "free":  # parameters no model holds: a learnable loss weight, a scale as a bare tensor
             log_var, scale = nn.Parameter(torch.zeros(())), torch.ones(1, requires_grad=True)
             opt = torch.optim.SGD(list(model.parameters()) + [log_var, scale], lr=0.1, momentum=0.9)
@@ -348,6 +356,8 @@ def main():
                 else:
                     loss = bce(model(x), y)
                 loss.backward()
+                if args.case == "optbw":
+                    continue
                 if args.case == "full":
                     nn.utils.clip_grad_norm_(model.parameters(), 0.5)
                 if args.case == "gradnoise":  # noise on the gradient, drawn between backward and the step

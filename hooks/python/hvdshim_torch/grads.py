@@ -39,6 +39,8 @@ from .state import _S, _info_once, _warn_once
 
 
 _HAS_POST_ACCUMULATE = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
+# torch's own (install.py wraps the method for the script's hooks: _accumulated_grad)
+_POST_ACCUMULATE = getattr(torch.Tensor, "register_post_accumulate_grad_hook", None)
 
 
 class _Param:
@@ -60,7 +62,7 @@ class _Param:
         idx = self.index
         ready = functools.partial(_grad_ready, idx)  # (called from C: no Python frame of its own)
         if _HAS_POST_ACCUMULATE:  # torch >= 2.1
-            self.handle = p.register_post_accumulate_grad_hook(ready)
+            self.handle = _POST_ACCUMULATE(p, ready)
         else:  # torch 1.x: a post-hook on the AccumulateGrad node (kept alive here)
             self.acc = _accumulator(p)
             self.handle = self.acc.register_hook(ready)
@@ -161,6 +163,28 @@ def _hooked_grad(ref, g):
     _allreduce_now(b"hvdshim.hooked." + prm.bname, buf, _S.grad_op, prm.what)
     _S.early.add(prm.index)
     return buf
+
+
+def _accumulated_grad(ref, _p):
+    """A post-accumulate-grad hook of the script's on a parameter (torch >=
+    2.1: the optimizer step fused into backward, one optimizer per
+    parameter, as PyTorch's tutorial does it) sees the average over ranks,
+    as it sees the whole batch's gradient in one process: this hook, put
+    before the script's, averages p.grad in place there and then (one
+    blocking allreduce; every rank reaches it in the same backward), and
+    the end of backward does not average that gradient again."""
+    p = ref()
+    prm = _S.by_param.get(p) if p is not None else None
+    if prm is None or not prm.hooked or not (_S.enabled and _S.started) or _S.skip_bw:
+        return
+    g = p.grad
+    if g is None or g.is_sparse or g.dtype not in _GRAD_DTYPES or g.device.type not in ("cpu", "cuda"):
+        return
+    buf = g if g.is_contiguous() else g.contiguous()
+    _allreduce_now(b"hvdshim.accumulated." + prm.bname, buf, _S.grad_op, prm.what)
+    if buf is not g:
+        g.copy_(buf)
+    _S.early.add(prm.index)
 
 
 def note_grad_call(inputs):
@@ -525,7 +549,7 @@ def _note_share(tensors, grad_tensors, retain_graph, create_graph, inputs):
     gradient before the correction."""
     _S.share, _S.share_s, _S.share_f = None, 1.0, 1.0
     if _S.bw_window or _S.k != 1 or grad_tensors is not None or retain_graph or create_graph or inputs is not None \
-            or _S.in_backward or len(_S.early_hooked) or not _S.started:
+            or _S.in_backward or len(_S.early_hooked) or len(_S.early_acc) or not _S.started:
         return
     t = _root(tensors)
     fn = getattr(t, "grad_fn", None)

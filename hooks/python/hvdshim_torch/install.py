@@ -11,7 +11,7 @@ from .lib import _debug, _info, _load_library, _setting, _untraced, _wrap
 from .state import _S, _warn_once
 from .output import _redirect_output, _set_threads, _short_errors, cores_per_rank
 from .lifecycle import _check_stand_aside, _other_distribution, _stand_aside
-from .grads import (_hooked_grad, note_grad_call, note_zero_grad, _reduce_deferred, _HAS_POST_ACCUMULATE, _average_loss,
+from .grads import (_accumulated_grad, _hooked_grad, note_grad_call, note_zero_grad, _reduce_deferred, _HAS_POST_ACCUMULATE, _average_loss,
                     _backward_averaging, counted, _note_optimizer, _note_scaled, _wrap_step)
 from . import rng as _rng
 from .rng import seed_torch_at_import as _seed_torch
@@ -221,6 +221,21 @@ def _patch():
             return orig(self, hook)
         return register_hook
     _wrap(torch.Tensor, "register_hook", make_register_hook)
+
+    # the same for a hook on the accumulated gradient (torch >= 2.1): an
+    # optimizer step fused into backward steps on the average
+    # (grads._accumulated_grad, put before the script's first such hook)
+    if _HAS_POST_ACCUMULATE:
+        accumulated = _untraced(_accumulated_grad)
+
+        def make_register_post_accumulate(orig):
+            def register_post_accumulate_grad_hook(self, hook):
+                if self.is_leaf and self.requires_grad and self not in _S.early_acc:
+                    orig(self, functools.partial(accumulated, weakref.ref(self)))
+                    _S.early_acc[self] = True
+                return orig(self, hook)
+            return register_post_accumulate_grad_hook
+        _wrap(torch.Tensor, "register_post_accumulate_grad_hook", make_register_post_accumulate)
 
     # gradients taken with torch.autograd.grad are not averaged: a script
     # that trains on them alone is told so

@@ -81,6 +81,7 @@ class _State:
         self.submitted = set()
         self.early = set()          # param indices averaged in backward, before a script's hook (_hooked_grad)
         self.early_hooked = _ParamMap()  # leaves whose first hook is grads._hooked_grad
+        self.early_acc = _ParamMap()  # leaves whose first post-accumulate-grad hook is grads._accumulated_grad
         self.hook_handles = []
         self.loaders = 0
         self.warned = set()
