@@ -43,7 +43,8 @@ def main():
     loader = DataLoader(data, batch_size=batch, shuffle=True, num_workers=int(os.environ.get("GROW_WORKERS", "0")),
                         generator=gen)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    scale = torch.nn.Parameter(torch.ones(()))  # a parameter no model holds (a learnable output scale)
+    opt = torch.optim.SGD(list(model.parameters()) + [scale], lr=0.05, momentum=0.9)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)
     scaler = torch.amp.GradScaler("cpu", init_scale=256.0, growth_interval=3) \
         if os.environ.get("GROW_SCALER") == "1" else None
@@ -54,7 +55,7 @@ def main():
         total, n = 0.0, 0
         for xb, yb in loader:
             opt.zero_grad()
-            loss = torch.nn.functional.mse_loss(model(xb), yb)
+            loss = torch.nn.functional.mse_loss(model(xb) * scale, yb)
             if scaler is not None:
                 scaler.scale(loss).backward()
                 scaler.step(opt)
@@ -74,7 +75,7 @@ def main():
         sched.step()
         torch.save(model.state_dict(), sys.argv[1] + ".ckpt")
         print("epoch %d done" % epoch, flush=True)
-    torch.save(model.state_dict(), sys.argv[1])
+    torch.save(dict(model.state_dict(), scale=scale.detach()), sys.argv[1])
     if scaler is not None:
         print("scale %g" % scaler.get_scale(), flush=True)
     log.close()

@@ -120,6 +120,8 @@ def _register_root(module):
     if _S.rank == 0:
         _info("%s: %d parameters and buffers broadcast from rank 0, %d gradients hooked"
               % (what, len(entries), sum(1 for p in _S.params if p.hooked)))
+    if _S.free_pending:  # (an optimizer made before this first forward: its other parameters, before they are used)
+        adopt_free()
 
 
 def _follow_params(module, k):
@@ -206,17 +208,23 @@ def adopt_new():
         _follow_params(root, k)
         if _S.rank == 0:
             _info("%s: %s broadcast from rank 0 and followed" % (what, ", ".join(n for _k, n, _p in new)))
+    if _S.free_pending:
+        adopt_free()
 
 
-def adopt_free():
+def adopt_free(in_backward=False):
     """Parameters an optimizer updates that no registered model holds: a
     learnable loss weight or temperature made as a bare nn.Parameter (or a
     tensor with requires_grad), a model only ever called through
     functional calls.  Followed as a model's are (rank 0's values
     broadcast, gradients averaged, the replica guard), named by their place
     in the list of followed parameters (free<i>: the same on every rank,
-    never reused).  Looked for when an outermost backward begins (before
-    its first gradient) after an optimizer was made or given a group."""
+    never reused).  Looked for after an optimizer was made or given a
+    group: at a model's first forward, before it runs, or else when an
+    outermost backward begins (before its first gradient: a model used only
+    through functional calls; in_backward, values the forward used are
+    written without bumping their version, so autograd does not refuse
+    them)."""
     _S.free_pending = False
     if not _S.enabled:
         return
@@ -236,16 +244,20 @@ def adopt_free():
     entries = [("p", "free%d" % (base + i), p) for i, p in enumerate(new)]
     what = "the optimizers' parameters that no model holds"
     _verify_same_everywhere("free%d" % base, what, _signature(entries))
+    from .resize import free_state
     pending, copies = _Pending(), []
     with torch.no_grad():
         for _kind, n, t in entries:
+            saved = free_state(n)  # a restarted job: the value it saved (every rank has it)
+            if saved is not None:
+                (t.data if in_backward else t).copy_(saved)
             buf = t if t.is_contiguous() else t.contiguous()
             if buf is not t:
                 copies.append((buf, t))
             _broadcast_bytes(("hvdshim.%s" % n).encode(), buf, pending, "broadcasting %s" % n)
         pending.wait()
         for buf, t in copies:
-            t.copy_(buf)
+            (t.data if in_backward else t).copy_(buf)
     for _kind, n, p in entries:
         prm = _Param(len(_S.params), n, p, False)
         _S.by_param[p] = prm

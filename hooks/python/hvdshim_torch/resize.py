@@ -59,6 +59,7 @@ class _Grow:
         self.scalers = []       # GradScalers (weak), in the order they were made
         self.filters = None     # a restarted job: the warnings filters, all ignored until the script is back
         self.left = {}          # model index -> its saved state, for a model registered after the resume
+        self.left_free = {}     # a free parameter's name (models.adopt_free) -> its saved value, likewise
         self.resumed = False
 
 
@@ -182,6 +183,8 @@ def _save(target):
     snap = {
         "version": 1, "size": _S.size, "steps": _S.steps, "k": _S.k, "windows": list(_S.windows),
         "models": [m.state_dict() for m in _live(_S.models)],
+        "free": {prm.name: prm.ref().detach().cpu() for prm in _S.params
+                 if prm.name.startswith("free") and prm.ref() is not None},  # (models.adopt_free)
         "optimizers": _state_dicts(_live(_S.optimizers)),
         "schedulers": _state_dicts(_live(_S.schedulers)),
         "scalers": _state_dicts(_live(_G.scalers)),
@@ -386,6 +389,12 @@ def model_state(k):
     return _G.left.pop(k, None)
 
 
+def free_state(name):
+    """A free parameter (models.adopt_free) followed after the script came
+    back: its saved value, once."""
+    return _G.left_free.pop(name, None)
+
+
 def _arrive():
     """The script is back at the call where the job stopped: the saved state
     is loaded, and rank 0 writes for real again."""
@@ -403,6 +412,14 @@ def _arrive():
             models[k].load_state_dict(st)
         else:
             _G.left[k] = st
+    followed = {prm.name: prm.ref() for prm in _S.params if prm.name.startswith("free")}
+    for name, value in snap.get("free", {}).items():
+        p = followed.get(name)
+        if p is not None:
+            with torch.no_grad():
+                p.copy_(value)
+        else:
+            _G.left_free[name] = value
     _load_all(_live(_S.optimizers), snap["optimizers"], "optimizer(s)")
     _load_all(_live(_S.schedulers), snap["schedulers"], "LR scheduler(s)")
     _load_all(_live(_G.scalers), snap["scalers"], "GradScaler(s)")
