@@ -156,3 +156,15 @@ grep -q "looks like a sum" "$TMP/shim.log" && { cat "$TMP/shim.log"; fail "HVDSH
 [ "$(grep "^epoch 1 loss" "$TMP/plain.log")" = "$(grep "^epoch 1 loss" "$TMP/shim.log")" ] ||
   { grep "^epoch" "$TMP/plain.log" "$TMP/shim.log"; fail "HVDSHIM_GRADIENTS=sum: the loss read after backward differs from the plain run's"; }
 pass "a summed loss: one warning when averaged; HVDSHIM_GRADIENTS=sum equals the plain run, its printed loss too"
+# a sum divided by the slice's rows (reduction='sum' / len(y)) is a mean:
+# no warning (there was one), the plain run; divided by the script's batch
+# size (a constant: the plain batch's), the average is 1/N of the plain
+# run's, silently before: rank 0 now says so, and HVDSHIM_GRADIENTS=sum is
+# the plain run
+check 2 full --sum-by len
+grep -q "looks like a sum" "$TMP/shim.log" && { cat "$TMP/shim.log"; fail "a sum divided by len(y): warned"; }
+shim 2 "$PYTHON" "$TRAIN" --case full --sum-by batch --out "$TMP/sum-batch.pt" >"$TMP/shim.log" 2>&1 || { cat "$TMP/shim.log"; fail "a sum divided by the batch size: the run failed"; }
+[ "$(grep -c "looks like a sum divided by 32, the DataLoader's batch size, while this rank's slice has 16 rows" "$TMP/shim.log")" = 1 ] ||
+  { cat "$TMP/shim.log"; fail "a sum divided by the batch size: expected one warning"; }
+HVDSHIM_GRADIENTS=sum check 2 full --sum-by batch
+pass "a sum divided by len(y): no warning; divided by the batch size: one warning, and HVDSHIM_GRADIENTS=sum equals the plain run"

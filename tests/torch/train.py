@@ -95,6 +95,7 @@ def main():
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--sum", action="store_true")  # the loss summed over the batch (reduction='sum')
+    ap.add_argument("--sum-by", choices=["len", "batch"])  # reduction='sum' / len(y), or / --batch
     ap.add_argument("--clamp-hooks", action="store_true")  # p.register_hook(clamp) on every parameter
     ap.add_argument("--branch-bn", action="store_true")  # --case unused: a BatchNorm layer in each branch
     ap.add_argument("--noise-out")  # --case gradnoise: save the noise drawn at every step
@@ -157,6 +158,9 @@ def main():
         return nn.Sequential(nn.Linear(10, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 1))
 
     def bce(out, y):
+        if args.sum_by:  # a sum divided by the slice's rows (a mean), or by the script's batch size (a constant)
+            return F.binary_cross_entropy_with_logits(out, y, reduction="sum") / \
+                (len(y) if args.sum_by == "len" else args.batch)
         if args.sum:  # a loss summed over the batch, scaled by a constant (the learning rate stays sensible)
             return F.binary_cross_entropy_with_logits(out, y, reduction="sum") * (1.0 / args.batch)
         return F.binary_cross_entropy_with_logits(out, y)

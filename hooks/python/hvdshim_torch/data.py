@@ -273,6 +273,8 @@ class _ShardedBatches:
         if not self._sharding() or not _start():
             return iter(self._inner)
         live = _Handout() if _S.elastic else None
+        if self._mode == "split":
+            _S.nominal_rows = getattr(self._inner, "batch_size", None)
         if self._by_index:
             skip = take_skip(self._inner.batch_size)
             gen = self._lazy(lambda: self._by_index_batches(skip, live))
@@ -366,11 +368,12 @@ class _ShardedBatches:
                 live.note(rest)
             yield split_slice(rest, *_place())  # the place when the batch is taken
         if rest and not inner.drop_last:
-            if len(rest) % _S.size:
+            if len(rest) % _S.size and _S.rank == 0:  # (the same on every rank: said once)
                 _warn_once("split-tail", "HVDSHIM_DATA=split: the last batch of an epoch has %d samples, not a "
                            "multiple of %d ranks: its slices are unequal.  Each rank's gradient is weighed by its "
                            "share where the loss is a mean hvdshim recognises (cross-entropy, MSE and the other "
-                           "losses with reduction='mean', a .mean()); other losses average per-rank means there"
+                           "losses with reduction='mean', a .mean(), a sum divided by len(batch)); other losses "
+                           "average per-rank means there"
                            % (len(rest), _S.size))
             if live is not None:
                 live.note(rest)
@@ -716,6 +719,7 @@ def _dealt_iter(loader, orig):
     if skip:  # a restarted job (resize.py): the batches the job had used
         it = itertools.islice(it, skip, None)
     if _S.data_mode == "split" and loader.batch_size is not None:
+        _S.nominal_rows = loader.batch_size
         it = _split_stream(it, what)
     else:
         if _S.data_mode == "split" and _S.rank == 0:

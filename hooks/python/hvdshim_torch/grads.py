@@ -504,11 +504,7 @@ def _loss_kind(fn, depth=0):
         fn = inputs[0]
     name = type(fn).__name__
     if name.startswith("SumBackward"):
-        if divisor is None:
-            return _SUMMED
-        if isinstance(divisor, torch.Tensor) and divisor.numel() == 1:
-            return float(divisor)
-        return float(divisor) if _is_number(divisor) else None
+        return _SUMMED if divisor is None else _count(divisor)
     if name in ("AddBackward0", "SubBackward0") and depth < 4:
         kinds = {_loss_kind(nf, depth + 1) for nf, _ in fn.next_functions if nf is not None}
         return kinds.pop() if len(kinds) == 1 else None
@@ -516,14 +512,51 @@ def _loss_kind(fn, depth=0):
         numel = getattr(fn, "_saved_self_sym_numel", getattr(fn, "_saved_self_numel", None))
         return float(numel) if numel is not None else None
     reduction = getattr(fn, "_saved_reduction", None)
-    if reduction == 2:
-        return _SUMMED
+    if reduction == 2:  # (reduction='sum', divided by a count: F.nll_loss(..., reduction='sum') / len(x))
+        return _SUMMED if divisor is None else _count(divisor)
     if reduction != 1:
         return None
     if name.startswith("NllLoss"):
         return float(fn._saved_total_weight)
     self_ = getattr(fn, "_saved_self", None)
     return float(self_.numel()) if isinstance(self_, torch.Tensor) else None
+
+
+def _count(divisor):
+    """A sum's divisor as the count it is a mean over (a float), or None."""
+    if isinstance(divisor, torch.Tensor):
+        return float(divisor) if divisor.numel() == 1 else None
+    return float(divisor) if _is_number(divisor) else None
+
+
+def _divided_by_batch(fn):
+    """(c, rows) where the loss is a sum divided by c, the loader's batch
+    size in split mode, while the sum runs over this rank's slice of `rows`
+    rows (`.sum() / batch_size`: a sum over the batch times a constant, whose
+    average over ranks is 1/N of the plain run's); else None.  A count that
+    only happens to equal the batch size looks the same, so this only warns."""
+    divisor = None
+    for _ in range(8):
+        if fn is None or type(fn).__name__ not in _SCALINGS:
+            break
+        inputs = [nf for nf, _ in fn.next_functions if nf is not None]
+        if len(inputs) != 1:
+            return None
+        if type(fn).__name__.startswith("DivBackward"):
+            divisor = getattr(fn, "_saved_other", None)
+        fn = inputs[0]
+    c = _count(divisor) if divisor is not None else None
+    if c is None or not _S.nominal_rows or c != _S.nominal_rows:
+        return None
+    if type(fn).__name__.startswith("SumBackward"):
+        sizes = getattr(fn, "_saved_self_sym_sizes", None) or getattr(fn, "_saved_self_sizes", None)
+        rows = int(sizes[0]) if sizes else None
+    elif getattr(fn, "_saved_reduction", None) == 2:
+        self_ = getattr(fn, "_saved_self", None)
+        rows = int(self_.shape[0]) if isinstance(self_, torch.Tensor) and self_.dim() else None
+    else:
+        return None
+    return (int(c), rows) if rows is not None and rows != c else None
 
 
 def _share_of(fn):
@@ -634,11 +667,22 @@ def _check_summed(tensors):
     if not (_S.enabled and _S.data_mode == "split" and _S.grad_op == _AVG and _S.rank == 0):
         return
     t = _root(tensors)
-    if isinstance(t, torch.Tensor) and t.numel() == 1 and _looks_summed(t.grad_fn):
+    if not (isinstance(t, torch.Tensor) and t.numel() == 1):
+        return
+    if _looks_summed(t.grad_fn):
         _warn_once("summed-loss", "the loss given to backward() looks like a sum over the batch (reduction='sum' "
                    "or .sum()): split mode averages the ranks' gradients, which gives 1/%d of the plain run's "
                    "gradient for a summed loss.  HVDSHIM_GRADIENTS=sum sums them (the plain run's gradient, "
                    "and the loss read after backward its sum)" % _S.size)
+        return
+    by_batch = _divided_by_batch(t.grad_fn)
+    if by_batch is not None:
+        _warn_once("summed-loss", "the loss given to backward() looks like a sum divided by %d, the DataLoader's "
+                   "batch size, while this rank's slice has %d rows: if %d is a constant of the script (its batch "
+                   "size), the loss is a sum over the batch, and split mode averaging the ranks' gradients gives "
+                   "1/%d of the plain run's gradient; HVDSHIM_GRADIENTS=sum then sums them (divide by len(x) "
+                   "instead, or use a mean, and nothing needs changing)" % (by_batch[0], by_batch[1], by_batch[0],
+                                                                            _S.size))
 
 
 def _averageable(t):

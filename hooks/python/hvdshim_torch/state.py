@@ -121,6 +121,7 @@ class _State:
         self.deferred = False       # gradients accumulated locally and not reduced yet
         self.average_loss = True    # HVDSHIM_LOSS=average: a loss given to backward reads as the mean over ranks
         self.grad_op = 1            # HVDSHIM_GRADIENTS: lib._AVG (average) or lib._SUM (sum)
+        self.nominal_rows = None    # split mode: the batch size of the loader last dealt (grads._divided_by_batch)
         self.sum_check = True       # split mode, average: the first backward's loss is looked at (grads._looks_summed)
         self.sync_bn = False        # HVDSHIM_SYNC_BN: BatchNorm's training statistics over every rank's batch (norms.py)
         self.bn_calls = 0           # its calls since the last optimizer step (their allreduces' names)
