@@ -132,6 +132,10 @@ check 2 swa --epochs 1
 # and a frozen backbone run under no_grad in train mode on a training batch
 # (linear probing): its BatchNorm still normalizes over the whole batch
 check 2 linprobe --epochs 1
+# and batches the script cuts itself (no DataLoader, each rank the whole
+# batch): torch's own BatchNorm (summed over ranks, the running variance's
+# n was twice the batch's: 0.006 apart)
+check 2 manualbn --epochs 1
 # a BatchNorm layer that one rank's slice takes and another's not (a branch
 # on the data): the job ends, naming both layers' allreduces
 HVDSHIM_DEADLOCK_SECONDS=2 shim 2 "$PYTHON" "$TRAIN" --case unused --branch-bn --out "$TMP/x.pt" >"$TMP/shim.log" 2>&1 &&

@@ -88,7 +88,7 @@ def main():
     ap.add_argument("--out", required=True, help="checkpoint path; %%p is replaced by the process id")
     ap.add_argument("--case", default="full",
                     choices=["full", "no-optimizer", "lbfgs", "accumulate", "gan", "unused", "sparse", "frozen",
-                             "seen", "iterable", "noncontig", "late", "convert", "shared", "hooked", "tokens", "bn", "checkpoint", "sam", "own-optimizer", "lazy", "maxnorm", "gradnoise", "swa", "linprobe", "free", "optbw"])
+                             "seen", "iterable", "noncontig", "late", "convert", "shared", "hooked", "tokens", "bn", "checkpoint", "sam", "own-optimizer", "lazy", "maxnorm", "gradnoise", "swa", "linprobe", "free", "optbw", "manualbn"])
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--samples", type=int, default=256)
     ap.add_argument("--batch", type=int, default=32)
@@ -166,6 +166,10 @@ def main():
         return F.binary_cross_entropy_with_logits(out, y)
 
     def batches():
+        if args.case == "manualbn":  # batches the script cuts itself (no DataLoader: the same on every rank)
+            for i in range(0, len(X), args.batch):
+                yield X[i:i + args.batch], Y[i:i + args.batch]
+            return
         for b in loader:
             if args.case == "seen":
                 x, y, idx = b
@@ -254,7 +258,7 @@ def main():
         model = Branchy() if args.case == "unused" else Bag() if args.case in ("sparse", "maxnorm") else mlp()
         if args.case == "tokens":  # 3 tokens of 3 classes per sample, some ignored (padding), label smoothing
             model = nn.Sequential(nn.Linear(10, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 9))
-        if args.case in ("bn", "swa", "linprobe"):  # BatchNorm over channels (2d) and over features (1d, a cumulative average)
+        if args.case in ("bn", "swa", "linprobe", "manualbn"):  # BatchNorm over channels (2d) and over features (1d, a cumulative average)
             model = nn.Sequential(nn.Linear(10, 16), nn.Unflatten(1, (4, 2, 2)), nn.BatchNorm2d(4), nn.Flatten(),
                                   nn.ReLU(), nn.Linear(16, args.hidden), nn.BatchNorm1d(args.hidden, momentum=None),
                                   nn.ReLU(), nn.Linear(args.hidden, 1))

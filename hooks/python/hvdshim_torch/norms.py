@@ -24,7 +24,8 @@ running statistics in train mode over a loader iterated under no_grad (not
 dealt, data.py), gets the plain run's statistics (summed over ranks, each
 batch was counted once per rank: the unbiased variance took the wrong n),
 while a frozen backbone run under no_grad on a training batch still
-normalizes over the whole batch.
+normalizes over the whole batch.  Until a dealt batch comes (a script that
+cuts its batches itself: the same on every rank), it runs torch's own too.
 
 An embedding with max_norm (F.embedding, which nn.Embedding calls) scales
 down, in place, the rows its input looks up whose norm is above max_norm:

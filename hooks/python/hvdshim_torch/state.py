@@ -101,7 +101,7 @@ class _State:
         self.reductions = 0         # reducing backward passes (an agreed count: every rank takes part in each)
         self.grad_calls = 0         # torch.autograd.grad calls on averaged parameters before any reduction (-1: done)
         self.loader_trained = False  # a DataLoader was iterated in training
-        self.whole_batches = False  # the last loader iteration made was not dealt (each rank: whole batches)
+        self.whole_batches = True   # no dealt batch since the last loader iteration was made (each rank: whole batches)
         # the training batches of reducing backward passes 2 and 3, summed
         # (data.py: every rank training on the same batches is named once);
         # None once compared, where nothing is compared, or given up (inference)
