@@ -758,9 +758,6 @@ def counted(orig, *args, **kwargs):
     would end the step's backward with the inner one)."""
     if not _S.bw_depth:
         _rng.window_close()  # (a script with no optimizer step: its update is done when backward comes again)
-        if _S.free_pending:
-            from .models import adopt_free
-            adopt_free(in_backward=True)
     _S.bw_depth += 1
     try:
         result = orig(*args, **kwargs)

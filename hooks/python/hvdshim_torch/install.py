@@ -15,7 +15,8 @@ from .grads import (_accumulated_grad, _hooked_grad, note_grad_call, note_zero_g
                     _backward_averaging, counted, _note_optimizer, _note_scaled, _wrap_step)
 from . import rng as _rng
 from .rng import seed_torch_at_import as _seed_torch
-from .models import _count_batch, _forward_pre_hook, converted, hook_forwards, module_made, note_new_params
+from .models import (_count_batch, _forward_pre_hook, adopt_free, converted, hook_forwards, module_made,
+                     note_new_params)
 from .data import _dealt_iter, _dealt_len, _prepare_loader, _training_now, _warn_if_alone, redealt
 from . import norms as _norms
 from . import resize as _resize
@@ -154,6 +155,8 @@ def _patch():
         run = functools.partial(counted, orig)
 
         def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, *args, **kwargs):
+            if _S.free_pending and not _S.bw_depth:  # (an optimizer's parameters no model holds: followed first)
+                adopt_free(in_backward=True)
             return _backward_averaging(run, tensors, grad_tensors, retain_graph, create_graph, args, kwargs)
         return _untraced(backward)
     _wrap(torch.autograd, "backward", make_backward)
