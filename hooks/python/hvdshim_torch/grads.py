@@ -483,6 +483,23 @@ _SCALINGS = ("MulBackward0", "MulBackward1", "DivBackward0", "DivBackward1", "Ne
 _SUMMED = "summed"  # (_loss_kind: a sum over the batch)
 
 
+def _through_scalings(fn):
+    """(node, divisor): the node under the constant factors and divisions
+    on top of a loss (the last division's divisor, or None), or (None,
+    None) where a node on the way has more than one input."""
+    divisor = None
+    for _ in range(8):
+        if fn is None or type(fn).__name__ not in _SCALINGS:
+            break
+        inputs = [nf for nf, _ in fn.next_functions if nf is not None]
+        if len(inputs) != 1:
+            return None, None
+        if type(fn).__name__.startswith("DivBackward"):
+            divisor = getattr(fn, "_saved_other", None)
+        fn = inputs[0]
+    return fn, divisor
+
+
 def _loss_kind(fn, depth=0):
     """What the scalar loss whose node is `fn` is: a mean over a count on
     this rank (that count, a float: a loss with reduction='mean' (an NLL
@@ -492,16 +509,9 @@ def _loss_kind(fn, depth=0):
     different kinds: a mean plus a weight penalty).  Constant factors
     (GradScaler, 1/k, label smoothing's 1 - eps) are looked through; terms
     of one kind (label smoothing's two, a VAE's BCE + KLD) are one."""
-    divisor = None
-    for _ in range(8):
-        if fn is None or type(fn).__name__ not in _SCALINGS:
-            break
-        inputs = [nf for nf, _ in fn.next_functions if nf is not None]
-        if len(inputs) != 1:
-            return None
-        if type(fn).__name__.startswith("DivBackward"):
-            divisor = getattr(fn, "_saved_other", None)
-        fn = inputs[0]
+    fn, divisor = _through_scalings(fn)
+    if fn is None:
+        return None
     name = type(fn).__name__
     if name.startswith("SumBackward"):
         return _SUMMED if divisor is None else _count(divisor)
@@ -535,16 +545,9 @@ def _divided_by_batch(fn):
     rows (`.sum() / batch_size`: a sum over the batch times a constant, whose
     average over ranks is 1/N of the plain run's); else None.  A count that
     only happens to equal the batch size looks the same, so this only warns."""
-    divisor = None
-    for _ in range(8):
-        if fn is None or type(fn).__name__ not in _SCALINGS:
-            break
-        inputs = [nf for nf, _ in fn.next_functions if nf is not None]
-        if len(inputs) != 1:
-            return None
-        if type(fn).__name__.startswith("DivBackward"):
-            divisor = getattr(fn, "_saved_other", None)
-        fn = inputs[0]
+    fn, divisor = _through_scalings(fn)
+    if fn is None:
+        return None
     c = _count(divisor) if divisor is not None else None
     if c is None or not _S.nominal_rows or c != _S.nominal_rows:
         return None
@@ -856,8 +859,8 @@ def _check_replicas():
                            "ranks (checksums from %.17g to %.17g; %d of %d parameters differ).  Something in the "
                            "script made a rank-local change to the weights or the update, such as noise drawn from "
                            "Python's random or NumPy, which stay per-rank (HVDSHIM_RNG=same makes them agree; "
-                           "HVDSHIM_CHECK_STEPS=0 turns this check off)" % (_S.steps, names[i], float(lo[i]), float(hi[i]), len(bad),
-                                                      len(names)))
+                           "HVDSHIM_CHECK_STEPS=0 turns this check off)"
+                           % (_S.steps, names[i], float(lo[i]), float(hi[i]), len(bad), len(names)))
 
 
 def _average_loss(loss):

@@ -11,8 +11,9 @@ from .lib import _debug, _info, _load_library, _setting, _untraced, _wrap
 from .state import _S, _warn_once
 from .output import _redirect_output, _set_threads, _short_errors, cores_per_rank
 from .lifecycle import _check_stand_aside, _other_distribution, _stand_aside
-from .grads import (_accumulated_grad, _hooked_grad, note_grad_call, note_zero_grad, _reduce_deferred, _HAS_POST_ACCUMULATE, _average_loss,
-                    _backward_averaging, counted, _note_optimizer, _note_scaled, _wrap_step)
+from .grads import (_accumulated_grad, _hooked_grad, note_grad_call, note_zero_grad, _reduce_deferred,
+                    _HAS_POST_ACCUMULATE, _average_loss, _backward_averaging, counted, _note_optimizer, _note_scaled,
+                    _wrap_step)
 from . import rng as _rng
 from .rng import seed_torch_at_import as _seed_torch
 from .models import (_count_batch, _forward_pre_hook, adopt_free, converted, hook_forwards, module_made,
@@ -214,31 +215,27 @@ def _patch():
     # ranks, as it sees the whole batch's gradient in one process
     # (grads._hooked_grad, put before the first hook of the script's on each
     # leaf that takes gradients)
-    hooked = _untraced(_hooked_grad)
+    def averaged_first(ours, marks):
+        """Tensor.register_... wrapped: the script's first hook of the kind
+        on a leaf that takes gradients gets `ours` put ahead of it (the
+        leaves that have it: the map _S.<marks>)."""
+        ours = _untraced(ours)
 
-    def make_register_hook(orig):
-        def register_hook(self, hook):
-            if self.is_leaf and self.requires_grad and self not in _S.early_hooked:
-                orig(self, functools.partial(hooked, weakref.ref(self)))
-                _S.early_hooked[self] = True
-            return orig(self, hook)
-        return register_hook
-    _wrap(torch.Tensor, "register_hook", make_register_hook)
-
+        def make(orig):
+            def register(self, hook):
+                marked = getattr(_S, marks)
+                if self.is_leaf and self.requires_grad and self not in marked:
+                    orig(self, functools.partial(ours, weakref.ref(self)))
+                    marked[self] = True
+                return orig(self, hook)
+            return register
+        return make
+    _wrap(torch.Tensor, "register_hook", averaged_first(_hooked_grad, "early_hooked"))
     # the same for a hook on the accumulated gradient (torch >= 2.1): an
     # optimizer step fused into backward steps on the average
     # (grads._accumulated_grad, put before the script's first such hook)
     if _HAS_POST_ACCUMULATE:
-        accumulated = _untraced(_accumulated_grad)
-
-        def make_register_post_accumulate(orig):
-            def register_post_accumulate_grad_hook(self, hook):
-                if self.is_leaf and self.requires_grad and self not in _S.early_acc:
-                    orig(self, functools.partial(accumulated, weakref.ref(self)))
-                    _S.early_acc[self] = True
-                return orig(self, hook)
-            return register_post_accumulate_grad_hook
-        _wrap(torch.Tensor, "register_post_accumulate_grad_hook", make_register_post_accumulate)
+        _wrap(torch.Tensor, "register_post_accumulate_grad_hook", averaged_first(_accumulated_grad, "early_acc"))
 
     # gradients taken with torch.autograd.grad are not averaged: a script
     # that trains on them alone is told so

@@ -137,14 +137,20 @@ def _follow_params(module, k):
         if _is_lazy(p):  # a lazy module not called yet: adopted once it has been (adopt_new)
             _S.adopt = True
             continue
-        prm = _Param(len(_S.params), "m%d.%s" % (k, n), p, p in sparse)
-        _S.by_param[p] = prm
-        _S.params.append(prm)
-        _S.used.append(0)
-        if p.requires_grad:
-            prm.hook()
-        else:
-            _S.frozen.append(prm)
+        _follow("m%d.%s" % (k, n), p, p in sparse)
+
+
+def _follow(name, p, sparse):
+    """Parameter p, followed from now on: its place in the used bitmap, and
+    its gradient hook (or a place among the frozen, until unfrozen)."""
+    prm = _Param(len(_S.params), name, p, sparse)
+    _S.by_param[p] = prm
+    _S.params.append(prm)
+    _S.used.append(0)
+    if p.requires_grad:
+        prm.hook()
+    else:
+        _S.frozen.append(prm)
 
 
 def converted():
@@ -259,14 +265,7 @@ def adopt_free(in_backward=False):
         for buf, t in copies:
             (t.data if in_backward else t).copy_(buf)
     for _kind, n, p in entries:
-        prm = _Param(len(_S.params), n, p, False)
-        _S.by_param[p] = prm
-        _S.params.append(prm)
-        _S.used.append(0)
-        if p.requires_grad:
-            prm.hook()
-        else:
-            _S.frozen.append(prm)
+        _follow(n, p, False)
     if _S.rank == 0:
         _info("%d parameter(s) of an optimizer that no model holds (first: shape %s): broadcast from rank 0 and "
               "followed" % (len(new), tuple(new[0].shape)))
