@@ -21,8 +21,10 @@ every rank starts from one state:
     rank shares instead: what a script draws there acts on the averaged
     gradients (gradient noise, a random perturbation), which the plain run
     draws once for the whole batch, so every replica must draw the same.
-    The window closes at the end of the step, at a zero_grad, or when the
-    next backward begins, whichever comes first.  Python's `random` and
+    The window closes at the end of the step, at a zero_grad, when the
+    next backward begins, or at the next training batch or DataLoader
+    iteration (data.dealt_batches, install.py), whichever comes first.
+    Python's `random` and
     NumPy stay per-rank there (swapping their states would cost ~14 us a
     step).
   * same: the streams stay identical on every rank.  off: none of this.
@@ -160,9 +162,9 @@ def window_open():
 
 
 def window_close():
-    """The optimizer step ended (or a zero_grad, or the next backward
-    began): the shared stream is kept for the next window, this rank's own
-    states come back."""
+    """The optimizer step ended (or a zero_grad, the next backward, the next
+    training batch): the shared stream is kept for the next window, this
+    rank's own states come back."""
     saved = _S.rng_window
     if saved is None:
         return
