@@ -154,15 +154,30 @@ def _hooked_grad(ref, g):
     in the same backward), and the end of backward does not average that
     gradient again.  Returns None (the gradient unchanged) where the shim
     does not average this tensor's gradients."""
-    p = ref()
-    prm = _S.by_param.get(p) if p is not None else None
-    if prm is None or not prm.hooked or not (_S.enabled and _S.started) or g.is_sparse \
-            or g.dtype not in _GRAD_DTYPES or g.device.type not in ("cpu", "cuda"):
+    prm = _early_param(ref(), g)
+    if prm is None:
         return None
     buf = g.detach().clone(memory_format=torch.contiguous_format)
-    _allreduce_now(b"hvdshim.hooked." + prm.bname, buf, _S.grad_op, prm.what)
-    _S.early.add(prm.index)
+    _average_early(b"hvdshim.hooked.", prm, buf)
     return buf
+
+
+def _early_param(p, g):
+    """The followed parameter p whose gradient g a hook of the script's is
+    about to see, or None where the shim does not average it (not followed,
+    not started, no gradient, sparse, another dtype or device)."""
+    prm = _S.by_param.get(p) if p is not None else None
+    if prm is None or not prm.hooked or not (_S.enabled and _S.started) or g is None or g.is_sparse \
+            or g.dtype not in _GRAD_DTYPES or g.device.type not in ("cpu", "cuda"):
+        return None
+    return prm
+
+
+def _average_early(prefix, prm, buf):
+    """buf (contiguous) averaged in place now, and the parameter marked so
+    the end of backward does not average it again."""
+    _allreduce_now(prefix + prm.bname, buf, _S.grad_op, prm.what)
+    _S.early.add(prm.index)
 
 
 def _accumulated_grad(ref, _p):
@@ -174,17 +189,14 @@ def _accumulated_grad(ref, _p):
     blocking allreduce; every rank reaches it in the same backward), and
     the end of backward does not average that gradient again."""
     p = ref()
-    prm = _S.by_param.get(p) if p is not None else None
-    if prm is None or not prm.hooked or not (_S.enabled and _S.started) or _S.skip_bw:
-        return
-    g = p.grad
-    if g is None or g.is_sparse or g.dtype not in _GRAD_DTYPES or g.device.type not in ("cpu", "cuda"):
+    g = p.grad if p is not None and not _S.skip_bw else None  # (an accumulating pass: reduced by the window's last)
+    prm = _early_param(p, g)
+    if prm is None:
         return
     buf = g if g.is_contiguous() else g.contiguous()
-    _allreduce_now(b"hvdshim.accumulated." + prm.bname, buf, _S.grad_op, prm.what)
+    _average_early(b"hvdshim.accumulated.", prm, buf)
     if buf is not g:
         g.copy_(buf)
-    _S.early.add(prm.index)
 
 
 def note_grad_call(inputs):
@@ -759,7 +771,7 @@ def counted(orig, *args, **kwargs):
     Where the first gradient comes in such an inner call, the end of
     backward runs when the outermost call returns (a callback queued there
     would end the step's backward with the inner one)."""
-    if not _S.bw_depth:
+    if not _S.bw_depth and _S.rng_window is not None:
         _rng.window_close()  # (a script with no optimizer step: its update is done when backward comes again)
     _S.bw_depth += 1
     try:
@@ -915,7 +927,8 @@ def _wrap_step(cls):
             finally:
                 _S.in_step -= 1
                 if _S.in_step == 0:
-                    _rng.window_close()
+                    if _S.rng_window is not None:
+                        _rng.window_close()
                     _mark_step()
             if _S.in_step == 0 and _S.enabled and _S.started:
                 _end_window()

@@ -183,8 +183,7 @@ def _save(target):
     snap = {
         "version": 1, "size": _S.size, "steps": _S.steps, "k": _S.k, "windows": list(_S.windows),
         "models": [m.state_dict() for m in _live(_S.models)],
-        "free": {prm.name: prm.ref().detach().cpu() for prm in _S.params
-                 if prm.name.startswith("free") and prm.ref() is not None},  # (models.adopt_free)
+        "free": {name: p.detach().cpu() for name, p in _free_followed().items()},
         "optimizers": _state_dicts(_live(_S.optimizers)),
         "schedulers": _state_dicts(_live(_S.schedulers)),
         "scalers": _state_dicts(_live(_G.scalers)),
@@ -389,6 +388,11 @@ def model_state(k):
     return _G.left.pop(k, None)
 
 
+def _free_followed():
+    """{name: tensor} of the free parameters followed now (models.adopt_free)."""
+    return {prm.name: prm.ref() for prm in _S.params if prm.name.startswith("free") and prm.ref() is not None}
+
+
 def free_state(name):
     """A free parameter (models.adopt_free) followed after the script came
     back: its saved value, once."""
@@ -412,7 +416,7 @@ def _arrive():
             models[k].load_state_dict(st)
         else:
             _G.left[k] = st
-    followed = {prm.name: prm.ref() for prm in _S.params if prm.name.startswith("free")}
+    followed = _free_followed()
     for name, value in snap.get("free", {}).items():
         p = followed.get(name)
         if p is not None:
