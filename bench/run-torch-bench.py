@@ -9,6 +9,11 @@ For each model (cnn, mlp), alternating runs of:
   hvd2   the model converted to Horovod by hand, on real Horovod
          (--horovod DIR, by default ../shared/reference/horovod-0.28.1 beside
          the checkout: PYTHONPATH=DIR mpirun -np 2 ... --horovod, no preload)
+  floor2 the floor of any data-parallel job here: the model distributed by
+         hand with nothing per gradient (its gradients views of one flat
+         buffer), reduced with the loss in one hvdshim engine call a step
+         (its served horovod: torch_train.py --flat engine)
+  mpi2   the same floor through one raw MPI_Allreduce a step (--flat mpi)
   shim1  LD_PRELOAD=libhvdshim.so mpirun -np 1 python bench/torch_train.py
   plain  python bench/torch_train.py
   shim2every  shim2 with HVDSHIM_ACCUMULATE=off (with --accumulate K: the
@@ -46,7 +51,8 @@ ap.add_argument("--lib-before", metavar="LIB", help="another build's libhvdshim.
 ap.add_argument("--models", default="cnn,mlp,small")
 ap.add_argument("--batch", type=int, default=64, help="batch per rank (the small CNN is usually run with 32)")
 ap.add_argument("--kinds", default="shim2,ddp2,shim1,plain",
-                help="which of shim2,ddp2,hvd2,shim1,plain,shim2every,limit2 (shimN, ddpN, hvdN, limitN for other N) to run")
+                help="which of shim2,ddp2,hvd2,floor2,mpi2,shim1,plain,shim2every,limit2 (shimN, ddpN, hvdN, floorN, mpiN, "
+                "limitN for other N) to run")
 ap.add_argument("--horovod", metavar="DIR", default=os.path.join(top, "..", "shared", "reference", "horovod-0.28.1"),
                 help="a directory holding a real Horovod package, for the kinds hvdN")
 ap.add_argument("--accumulate", type=int, default=1, metavar="K", help="K backward passes per optimizer step")
@@ -98,6 +104,13 @@ def run(kind, model):
             e["LD_PRELOAD"] = args.lib if kind.startswith("shim") else args.lib_before
             cmd = mpirun + ["-np", str(ranks), "-x", "LD_PRELOAD", "-x", "HVDSHIM_ACCUMULATE"] + extra_x + common
             e.setdefault("HVDSHIM_ACCUMULATE", "auto")
+        elif kind.startswith("floor"):
+            ranks = int(kind[5:])
+            e["LD_PRELOAD"], e["HVDSHIM_HOROVOD"] = args.lib, "on"
+            cmd = mpirun + ["-np", str(ranks), "-x", "LD_PRELOAD", "-x", "HVDSHIM_HOROVOD"] + common + ["--flat", "engine"]
+        elif kind.startswith("mpi"):
+            ranks = int(kind[3:])
+            cmd = mpirun + ["-np", str(ranks)] + common + ["--flat", "mpi"]
         elif kind.startswith("hvd"):
             ranks = int(kind[3:])
             if not os.path.isdir(os.path.join(args.horovod, "horovod", "torch")):
@@ -143,7 +156,10 @@ for model in args.models.split(","):
         if lim:
             print("%s lockstep bound at np=%d (%d x the slower plain process, median): %.0f = %.3f of the limit"
                   % (model, n, n, bound, bound / lim))
-        for k in ("shim%d" % n, "before%d" % n, "ddp%d" % n, "hvd%d" % n):
+        if "shim%d" % n in med and "floor%d" % n in med:
+            print("%s ratio shim np=%d / the floor (one engine call a step, nothing per gradient): %.3f"
+                  % (model, n, med["shim%d" % n] / med["floor%d" % n]))
+        for k in ("shim%d" % n, "before%d" % n, "ddp%d" % n, "hvd%d" % n, "floor%d" % n, "mpi%d" % n):
             if lim and k in med:
                 print("%s ratio %s / the limit (%d plain processes, one per core): %.3f%s; / the lockstep bound: %.3f"
                       % (model, k, n, med[k] / lim, " (target >= 0.85)" if k == "shim%d" % n else "",

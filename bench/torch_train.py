@@ -15,7 +15,12 @@ batch each, loss / K) per optimizer step, as gradient accumulation scripts
 do; DDP skips its reduction in the first K-1 (model.no_sync(), as a DDP
 user writes it).  A step counts one batch either way.  --switches: each
 thread's voluntary and involuntary context switches per timed step, and
-the process's CPU time per step."""
+the process's CPU time per step.  --flat engine|mpi: the floor of any
+data-parallel job on this machine: the model distributed by hand with
+nothing per gradient, its gradients kept in one flat buffer and reduced
+with the loss in one call a step after backward (engine: hvdshim's engine
+through its served horovod package, under LD_PRELOAD with
+HVDSHIM_HOROVOD=on; mpi: a raw MPI_Allreduce through ctypes)."""
 import contextlib
 import argparse
 import os
@@ -25,6 +30,39 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+
+
+class MpiAllreduce:
+    """MPI_Allreduce (float32 sum, in place, MPI_COMM_WORLD) through ctypes:
+    Open MPI's handles are addresses of its predefined objects, MPICH's
+    fixed integers."""
+
+    def __init__(self):
+        import ctypes
+        import ctypes.util
+        name = next((n for n in ("libmpi.so.40", "libmpi.so.12", ctypes.util.find_library("mpi")) if n), None)
+        self.lib = lib = ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
+        lib.MPI_Init(None, None)
+        if hasattr(lib, "ompi_mpi_comm_world"):
+            at = lambda sym: ctypes.c_void_p(ctypes.addressof(ctypes.c_char.in_dll(lib, sym)))
+            self.comm, self.float, self.sum = at("ompi_mpi_comm_world"), at("ompi_mpi_float"), at("ompi_mpi_op_sum")
+            self.in_place, handle = ctypes.c_void_p(1), ctypes.c_void_p
+        else:  # MPICH: MPI_COMM_WORLD, MPI_FLOAT, MPI_SUM; MPI_IN_PLACE is (void *) -1
+            self.comm, self.float, self.sum = 0x44000000, 0x4c00040a, 0x58000003
+            self.in_place, handle = ctypes.c_void_p(-1), ctypes.c_int
+        lib.MPI_Allreduce.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, handle, handle, handle]
+        lib.MPI_Comm_rank.argtypes = lib.MPI_Comm_size.argtypes = [handle, ctypes.POINTER(ctypes.c_int)]
+        r, n = ctypes.c_int(), ctypes.c_int()
+        lib.MPI_Comm_rank(self.comm, ctypes.byref(r))
+        lib.MPI_Comm_size(self.comm, ctypes.byref(n))
+        self.rank, self.size = r.value, n.value
+
+    def sum_(self, t):
+        if self.lib.MPI_Allreduce(self.in_place, t.data_ptr(), t.numel(), self.float, self.sum, self.comm):
+            raise SystemExit("MPI_Allreduce failed")
+
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--model", choices=["cnn", "mlp", "small", "bn", "tiny", "transformer"], default="cnn")
@@ -37,17 +75,22 @@ ap.add_argument("--switches", action="store_true",
                 help="also print each thread's context switches per timed step (rank 0): counts are stable where "
                      "timings on a shared machine are not")
 ap.add_argument("--horovod", action="store_true", help="distribute with Horovod (horovod.torch), converted by hand")
+ap.add_argument("--flat", choices=["engine", "mpi"],
+                help="distribute by hand: one allreduce a step of every gradient and the loss in one flat buffer")
 args = ap.parse_args()
 
 rank, size = 0, 1
+if args.flat == "mpi":
+    flat_mpi = MpiAllreduce()
+    rank, size = flat_mpi.rank, flat_mpi.size
+elif args.flat == "engine":
+    args.horovod = True
 if args.horovod:
     import horovod.torch as hvd
-    from torch.utils.data.distributed import DistributedSampler
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
 elif args.ddp:
     import torch.distributed as dist
-    from torch.utils.data.distributed import DistributedSampler
     rank, size = int(os.environ["OMPI_COMM_WORLD_RANK"]), int(os.environ["OMPI_COMM_WORLD_SIZE"])
     dist.init_process_group("gloo", init_method="file://" + args.ddp, rank=rank, world_size=size)
 
@@ -89,14 +132,22 @@ else:
     X, Y = torch.randn(n, 784), torch.randint(0, 10, (n,))
     model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
 data = TensorDataset(X, Y)
-if args.ddp or args.horovod:
+if args.ddp or args.horovod or args.flat:
     loader = DataLoader(data, batch_size=args.batch, sampler=DistributedSampler(data, size, rank), drop_last=True)
 else:
     loader = DataLoader(data, batch_size=args.batch, shuffle=True, drop_last=True)
 if args.ddp:
     model = nn.parallel.DistributedDataParallel(model)
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-if args.horovod:
+if args.flat:  # every gradient a view of one buffer, with one more float for the loss
+    params = [p for p in model.parameters() if p.requires_grad]
+    nflat = sum(p.numel() for p in params)
+    flat, at = torch.zeros(nflat + 1), 0
+    for p in params:
+        p.grad, at = flat[at:at + p.numel()].view_as(p), at + p.numel()
+    if args.flat == "engine":
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+elif args.horovod:
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
                                    backward_passes_per_step=args.accumulate)
@@ -121,7 +172,7 @@ def thread_switches():
 
 step, epoch, start = 0, 0, None
 while step < args.warmup + args.steps:
-    if args.ddp or args.horovod:
+    if args.ddp or args.horovod or args.flat:
         loader.sampler.set_epoch(epoch)
     for x, y in loader:
         if step == args.warmup:
@@ -130,10 +181,18 @@ while step < args.warmup + args.steps:
         last = (step + 1) % args.accumulate == 0
         sync = model.no_sync() if args.ddp and not last else contextlib.nullcontext()
         with sync:
-            (F.cross_entropy(model(x), y) / args.accumulate).backward()
+            loss = F.cross_entropy(model(x), y) / args.accumulate
+            loss.backward()
+        if last and args.flat:
+            flat[nflat] = loss.detach()
+            if args.flat == "engine":
+                hvd.allreduce_(flat, op=hvd.Average, name="bench.flat")
+            else:
+                flat_mpi.sum_(flat)
+                flat.mul_(1.0 / size)
         if last:
             opt.step()
-            opt.zero_grad()
+            opt.zero_grad(set_to_none=False) if args.flat else opt.zero_grad()
         step += 1
         if step == args.warmup + args.steps:
             break
@@ -147,6 +206,8 @@ if rank == 0:
         v0, i0 = switches0.get(name, (0, 0))
         print("switches/step %-24s voluntary %7.2f  involuntary %7.2f" % (name, (vol - v0) / args.steps,
                                                                           (invol - i0) / args.steps), flush=True)
+if args.flat == "mpi":
+    flat_mpi.lib.MPI_Finalize()
 if args.horovod:
     hvd.allreduce(torch.zeros(1), name="bench.end")  # every rank finished before any leaves
 if args.ddp:
