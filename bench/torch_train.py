@@ -42,8 +42,16 @@ class MpiAllreduce:
     def __init__(self):
         import ctypes
         import ctypes.util
-        name = next((n for n in ("libmpi.so.40", "libmpi.so.12", ctypes.util.find_library("mpi")) if n), None)
-        self.lib = lib = ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
+        # the launcher's MPI (Debian installs both): Open MPI's mpirun sets OMPI_*, MPICH's Hydra PMI_*
+        names = ["libmpi.so.40"] if "OMPI_COMM_WORLD_SIZE" in os.environ else ["libmpich.so.12", "libmpi.so.12"]
+        for name in names + [ctypes.util.find_library("mpi")]:
+            try:
+                self.lib = lib = ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
+                break
+            except OSError:
+                continue
+        else:
+            raise SystemExit("--flat mpi: no MPI library found (tried %s)" % ", ".join(names))
         lib.MPI_Init(None, None)
         if hasattr(lib, "ompi_mpi_comm_world"):
             at = lambda sym: ctypes.c_void_p(ctypes.addressof(ctypes.c_char.in_dll(lib, sym)))
