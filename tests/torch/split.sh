@@ -77,6 +77,12 @@ pass "np=2 gradnoise: the replicas agree at every step, $(cat "$TMP/cmp")"
 export HVDSHIM_CHECK_STEPS=1
 check 2 free
 unset HVDSHIM_CHECK_STEPS
+# a layer re-initialised mid-training (reset_parameters(), and nn.init on
+# part of another's .data): each rank drew its own values (the replica guard
+# ended the job at the first step after); every rank now takes rank 0's
+export HVDSHIM_CHECK_STEPS=1
+check 2 reinit --epochs 3
+unset HVDSHIM_CHECK_STEPS
 # the optimizer step fused into backward (a post-accumulate-grad hook per
 # parameter steps its own optimizer; torch >= 2.1): each rank stepped on its
 # own gradient, and the replicas diverged; the hook now sees the average

@@ -88,7 +88,8 @@ def main():
     ap.add_argument("--out", required=True, help="checkpoint path; %%p is replaced by the process id")
     ap.add_argument("--case", default="full",
                     choices=["full", "no-optimizer", "lbfgs", "accumulate", "gan", "unused", "sparse", "frozen",
-                             "seen", "iterable", "noncontig", "late", "convert", "shared", "hooked", "tokens", "bn", "checkpoint", "sam", "own-optimizer", "lazy", "maxnorm", "gradnoise", "swa", "linprobe", "free", "optbw", "manualbn"])
+                             "seen", "iterable", "noncontig", "late", "convert", "shared", "hooked", "tokens", "bn", "checkpoint", "sam", "own-optimizer", "lazy", "maxnorm", "gradnoise", "swa", "linprobe", "free", "optbw", "manualbn",
+                             "reinit"])
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--samples", type=int, default=256)
     ap.add_argument("--batch", type=int, default=32)
@@ -314,6 +315,9 @@ def main():
             if args.case == "frozen" and epoch == 1:
                 for p in model[0].parameters():
                     p.requires_grad_(True)
+            if args.case == "reinit" and epoch == 1:  # a layer re-initialised mid-training, part of another by hand
+                model[-1].reset_parameters()
+                nn.init.normal_(model[0].weight.data[2:6], std=0.5)
             for step, (x, y) in enumerate(batches()):
                 if args.case == "lbfgs":
                     def closure():

@@ -16,8 +16,8 @@ from .grads import (_accumulated_grad, _hooked_grad, note_grad_call, note_zero_g
                     _wrap_step)
 from . import rng as _rng
 from .rng import seed_torch_at_import as _seed_torch
-from .models import (_count_batch, _forward_pre_hook, adopt_free, converted, hook_forwards, module_made,
-                     note_new_params)
+from .models import (RANDOM_INITS, _count_batch, _forward_pre_hook, adopt_free, converted, hook_forwards,
+                     module_made, note_new_params, reinitialised)
 from .data import _dealt_iter, _dealt_len, _prepare_loader, _training_now, _warn_if_alone, redealt
 from . import norms as _norms
 from . import resize as _resize
@@ -210,6 +210,17 @@ def _patch():
                 note_new_params()
         return register_parameter
     _wrap(torch.nn.Module, "register_parameter", make_register_parameter)
+
+    def make_random_init(orig):
+        def init(tensor, *args, **kwargs):
+            result = orig(tensor, *args, **kwargs)
+            if _S.started:
+                reinitialised(tensor)
+            return result
+        return init
+    for name in RANDOM_INITS:
+        if hasattr(torch.nn.init, name):
+            _wrap(torch.nn.init, name, make_random_init)
 
     # a hook of the script's on a parameter's gradient sees the average over
     # ranks, as it sees the whole batch's gradient in one process

@@ -100,19 +100,8 @@ def _register_root(module):
     saved = model_state(k)  # a restarted job: the state it saved (every rank has it)
     if saved is not None:
         module.load_state_dict(saved)
-    pending = _Pending()
-    copies = []
-    with torch.no_grad():
-        for kind, n, t in entries:
-            if t in _S.by_param:  # shared with a model registered earlier
-                continue
-            buf = t if t.is_contiguous() else t.contiguous()
-            if buf is not t:
-                copies.append((buf, t))
-            _broadcast_bytes(("m%d.%s.%s" % (k, kind, n)).encode(), buf, pending, "broadcasting %s" % n)
-        pending.wait()
-        for buf, t in copies:
-            t.copy_(buf)
+    _rank0_values([("m%d.%s.%s" % (k, kind, n), n, t) for kind, n, t in entries
+                   if t not in _S.by_param])  # (one shared with a model registered earlier has them)
     _S.models.append(weakref.ref(module))
     _S.roots.add(module)
     _S.known.update(module.modules())
@@ -122,6 +111,55 @@ def _register_root(module):
               % (what, len(entries), sum(1 for p in _S.params if p.hooked)))
     if _S.free_pending:  # (an optimizer made before this first forward: its other parameters, before they are used)
         adopt_free()
+
+
+def _rank0_values(named, in_backward=False):
+    """Every tensor of `named` (wire name, name, tensor) takes rank 0's
+    values (one broadcast each, waited for together).  in_backward: written
+    without bumping their version (values a running backward's forward
+    used: autograd would refuse them)."""
+    pending, copies = _Pending(), []
+    with torch.no_grad():
+        for wire, n, t in named:
+            buf = t if t.is_contiguous() else t.contiguous()
+            if buf is not t:
+                copies.append((buf, t))
+            _broadcast_bytes(wire.encode(), buf, pending, "broadcasting %s" % n)
+        pending.wait()
+        for buf, t in copies:
+            (t.data if in_backward else t).copy_(buf)
+
+
+# torch.nn.init's functions that draw random numbers (reset_parameters calls them)
+RANDOM_INITS = ("uniform_", "normal_", "trunc_normal_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_",
+                "kaiming_normal_", "orthogonal_", "sparse_")
+
+
+def reinitialised(t):
+    """A torch.nn.init function filled `t` with random numbers.  Where `t`
+    is a followed parameter (itself or its .data: a layer re-initialised
+    mid-training, reset_parameters(), a head reset each epoch), each rank
+    drew it from its own stream: every rank takes rank 0's values, which
+    the plain run drew.  Every rank re-initialises at the same place in the
+    script, as every rank runs the same code.  A parameter not followed yet
+    (a module being built) is left alone: its model's registration
+    broadcasts it."""
+    if not (_S.enabled and _S.started and isinstance(t, torch.Tensor)):
+        return
+    prm = _S.by_param.get(t)
+    if prm is None and t.layout == torch.strided and t.numel():  # its .data, or a part of it
+        prm = next((q for q in _S.params if _within(t, q.ref())), None)
+    p = prm.ref() if prm is not None else None
+    if p is not None:
+        _rank0_values([("hvdshim.init.%s" % prm.name, prm.name, p)])
+
+
+def _within(t, p):
+    """t's first element lies in parameter p's memory."""
+    if p is None or p.layout != torch.strided or p.device != t.device:
+        return False
+    lo = p.data_ptr()
+    return lo <= t.data_ptr() < lo + p.numel() * p.element_size()
 
 
 def _follow_params(module, k):
@@ -201,16 +239,7 @@ def adopt_new():
             continue
         what = "model %d (%s): parameters set after its first forward" % (k, type(root).__name__)
         _verify_same_everywhere("m%d.new%d" % (k, len(_S.params)), what, _signature(new))
-        pending, copies = _Pending(), []
-        with torch.no_grad():
-            for _kind, n, t in new:
-                buf = t if t.is_contiguous() else t.contiguous()
-                if buf is not t:
-                    copies.append((buf, t))
-                _broadcast_bytes(("m%d.new.%s" % (k, n)).encode(), buf, pending, "broadcasting %s" % n)
-            pending.wait()
-            for buf, t in copies:
-                t.copy_(buf)
+        _rank0_values([("m%d.new.%s" % (k, n), n, t) for _kind, n, t in new])
         _follow_params(root, k)
         if _S.rank == 0:
             _info("%s: %s broadcast from rank 0 and followed" % (what, ", ".join(n for _k, n, _p in new)))
@@ -251,19 +280,12 @@ def adopt_free(in_backward=False):
     what = "the optimizers' parameters that no model holds"
     _verify_same_everywhere("free%d" % base, what, _signature(entries))
     from .resize import free_state
-    pending, copies = _Pending(), []
     with torch.no_grad():
         for _kind, n, t in entries:
             saved = free_state(n)  # a restarted job: the value it saved (every rank has it)
             if saved is not None:
                 (t.data if in_backward else t).copy_(saved)
-            buf = t if t.is_contiguous() else t.contiguous()
-            if buf is not t:
-                copies.append((buf, t))
-            _broadcast_bytes(("hvdshim.%s" % n).encode(), buf, pending, "broadcasting %s" % n)
-        pending.wait()
-        for buf, t in copies:
-            (t.data if in_backward else t).copy_(buf)
+    _rank0_values([("hvdshim.%s" % n, n, t) for _kind, n, t in entries], in_backward)
     for _kind, n, p in entries:
         _follow(n, p, False)
     if _S.rank == 0:
