@@ -136,6 +136,9 @@ class Arithmetic(unittest.TestCase):
                     self.assertEqual([i for p in parts for i in p], list(range(n)))
                 self.assertTrue(all(p for p in parts))
                 self.assertLessEqual(max(map(len, parts)) - min(map(len, parts)), 1)
+                # the slices that are only padding: together with the others, every row once
+                real = [p for r, p in enumerate(parts) if not data.padding_only(n, size, r)]
+                self.assertEqual(sorted(i for p in real for i in p), list(range(n)))
 
     def test_dealt_batches_same_count_every_rank(self):
         batches = [[i, i + 100] for i in range(7)]

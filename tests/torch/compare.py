@@ -79,7 +79,10 @@ def _load_numpy(path):
 def _maxdiff_numpy(x, y):
     if x.shape != y.shape:
         sys.exit("different shapes: %s vs %s" % (x.shape, y.shape))
-    return float(numpy.abs(x.astype(numpy.float64) - y.astype(numpy.float64)).max()) if x.size else 0.0
+    if not x.size:
+        return 0.0
+    d = float(numpy.abs(x.astype(numpy.float64) - y.astype(numpy.float64)).max())
+    return float("inf") if d != d else d  # (a NaN on either side is no match: max() would pass it over)
 
 
 def _load_both(pa, pb):
@@ -88,7 +91,7 @@ def _load_both(pa, pb):
     except _Unknown:
         import torch
         return torch.load(pa), torch.load(pb), \
-            lambda x, y: (x.double() - y.double()).abs().max().item() if x.numel() else 0.0
+            lambda x, y: _maxdiff_numpy(x.double().numpy(), y.double().numpy())
 
 
 def flat(d, prefix=""):

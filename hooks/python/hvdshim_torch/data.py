@@ -111,6 +111,13 @@ def split_slice(batch, size, rank):
     return batch[start:start + q + (1 if rank < r else 0)]
 
 
+def padding_only(n, size, rank):
+    """Slice `rank` of a batch of n items is only padding (split_slice pads
+    a batch shorter than `size` with its first items, so no rank's slice is
+    empty: many models fail on an empty batch)."""
+    return n < size and rank >= n
+
+
 # ------------------------------------------------------------------ broadcasting an epoch
 def _as_ints(seq):
     try:
@@ -275,13 +282,14 @@ class _ShardedBatches:
         live = _Handout() if _S.elastic else None
         if self._mode == "split":
             _S.nominal_rows = getattr(self._inner, "batch_size", None)
+        pads = _S.pads_last = collections.deque() if self._mode == "split" else None  # (PaddedSlices takes it)
         if self._by_index:
             skip = take_skip(self._inner.batch_size)
-            gen = self._lazy(lambda: self._by_index_batches(skip, live))
+            gen = self._lazy(lambda: self._by_index_batches(skip, live, pads))
         else:
             skip = take_skip()
             it = iter(self._inner)  # made now, as the plain loader makes it (a sampler may draw here)
-            gen = self._lazy(lambda: self._dealt_batches(it, skip, live))
+            gen = self._lazy(lambda: self._dealt_batches(it, skip, live, pads))
         gen = dealt_batches(gen)
         if live is not None:
             gen = _Resumable(gen, live)
@@ -340,15 +348,23 @@ class _ShardedBatches:
                 left = max(0, left - len(window))  # 0: past its len, sized as if it had none
 
 
-    def _by_index_batches(self, skip=None, live=None):
+    def _by_index_batches(self, skip=None, live=None, pads=None):
         windows = self._order_windows() if not skip else _skip_items(self._order_windows(), skip)
         items = itertools.chain.from_iterable(windows)
         if live is not None:  # (elastic: what was asked for ahead may be put back; a Python call per index)
             items = _Pushback(items)
-            live.items, live.again = items, lambda: self._deal_indices(items, live)
-        return self._deal_indices(items, live)
+            live.items, live.again = items, lambda: self._deal_indices(items, live, pads)
+        return self._deal_indices(items, live, pads)
 
-    def _deal_indices(self, items, live):
+    @staticmethod
+    def _sliced(batch, pads):
+        """This rank's slice of a batch (split mode), its padding flag queued
+        for when the loader hands the batch out (PaddedSlices)."""
+        n, r = _place()  # the place when the batch is taken
+        pads.append(padding_only(len(batch), n, r))
+        return split_slice(batch, n, r)
+
+    def _deal_indices(self, items, live, pads):
         """This rank's batches of the order's indices (an iterator)."""
         inner = self._inner
         b = inner.batch_size
@@ -366,7 +382,7 @@ class _ShardedBatches:
                 break
             if live is not None:
                 live.note(rest)
-            yield split_slice(rest, *_place())  # the place when the batch is taken
+            yield self._sliced(rest, pads)
         if rest and not inner.drop_last:
             if len(rest) % _S.size and _S.rank == 0:  # (the same on every rank: said once)
                 _warn_once("split-tail", "HVDSHIM_DATA=split: the last batch of an epoch has %d samples, not a "
@@ -377,7 +393,7 @@ class _ShardedBatches:
                            % (len(rest), _S.size))
             if live is not None:
                 live.note(rest)
-            yield split_slice(rest, *_place())
+            yield self._sliced(rest, pads)
 
     def _batch_windows(self, it):
         """A custom batch sampler's batches, rank 0's agreed a window at a
@@ -415,16 +431,16 @@ class _ShardedBatches:
             if not more:
                 return
 
-    def _dealt_batches(self, it, skip=None, live=None):
+    def _dealt_batches(self, it, skip=None, live=None, pads=None):
         batches = self._batch_windows(it)
         if skip:  # a restarted job (resize.py): the batches the job had used
             batches = itertools.islice(batches, skip, None)
         if live is not None:
             batches = _Pushback(batches)
-            live.items, live.again = batches, lambda: self._deal_batches(batches, live)
-        return self._deal_batches(batches, live)
+            live.items, live.again = batches, lambda: self._deal_batches(batches, live, pads)
+        return self._deal_batches(batches, live, pads)
 
-    def _deal_batches(self, batches, live):
+    def _deal_batches(self, batches, live, pads):
         """This rank's batches of a custom batch sampler's (an iterator)."""
         if self._mode == "shard":  # whole batches dealt out (every_nth_stream's, a run noted as handed)
             for run, _n, r, _full in _runs(batches, 1, None, None):
@@ -436,7 +452,7 @@ class _ShardedBatches:
             if bt:
                 if live is not None:
                     live.note([bt])
-                yield split_slice(bt, *_place())
+                yield self._sliced(bt, pads)
 
 
 class _Pushback:
@@ -541,6 +557,36 @@ class _Redealt:
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
+
+
+class PaddedSlices:
+    """A split DataLoader's iterator: as it hands a batch out, whether this
+    rank's slice of it is padding (_S.pad_slice, the flag its batch sampler
+    queued when it cut the batch: with workers, batches are cut ahead)."""
+
+    def __init__(self, inner, pads):
+        self._inner, self._pads = inner, pads
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        x = next(self._inner)
+        _S.pad_slice = self._pads.popleft() if self._pads else False
+        return x
+
+    def __len__(self):
+        return len(self._inner)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def padded_slices(it):
+    """DataLoader.__iter__'s iterator, where its batch sampler cuts batches
+    (split mode): one that says which slices are padding (PaddedSlices)."""
+    pads, _S.pads_last = _S.pads_last, None
+    return it if pads is None else PaddedSlices(it, pads)
 
 
 def redealt(loader, it):
@@ -660,7 +706,10 @@ def _split_stream(batches, what):
             raise HvdShimError("hvdshim: HVDSHIM_DATA=split: %s yields %s with no tensor rows to split; use "
                                "HVDSHIM_DATA=shard (whole batches dealt out) or HVDSHIM_DATA_ITERABLE=whole"
                                % (what, type(b).__name__))
-        yield slice_batch(b, rows, split_slice(range(rows), *_place()))
+        n, r = _place()
+        part = slice_batch(b, rows, split_slice(range(rows), n, r))
+        _S.pad_slice = padding_only(rows, n, r)
+        yield part
 
 
 def _dealing(loader):

@@ -605,6 +605,8 @@ def _note_share(tensors, grad_tensors, retain_graph, create_graph, inputs):
         return
     d = _share_of(fn)
     if d is not None:
+        if _S.pad_slice:  # this rank's slice only repeats rows of a batch shorter than the ranks: none of it counts
+            d = 0.0
         _S.share, _S.share_s = d, d / _S.share_c
 
 

@@ -18,7 +18,7 @@ from . import rng as _rng
 from .rng import seed_torch_at_import as _seed_torch
 from .models import (RANDOM_INITS, _count_batch, _forward_pre_hook, adopt_free, converted, hook_forwards,
                      module_made, note_new_params, reinitialised)
-from .data import _dealt_iter, _dealt_len, _prepare_loader, _training_now, _warn_if_alone, redealt
+from .data import _dealt_iter, _dealt_len, _prepare_loader, _training_now, _warn_if_alone, padded_slices, redealt
 from . import norms as _norms
 from . import resize as _resize
 
@@ -39,11 +39,13 @@ def _patch():
             if dealt is not None:
                 return dealt
             _warn_if_alone(self)
-            return redealt(self, orig(self))
+            _S.pads_last = None
+            return padded_slices(redealt(self, orig(self)))
 
         def __iter__(self):
             _rng.window_close()  # (the iterator's seeds drawn from this rank's own state, as the plain run's)
             _S.whole_batches = True  # (until a dealt iteration's batch comes: data.dealt_batches)
+            _S.pad_slice = False
             if not _S.loader_trained and _S.enabled and _training_now():
                 _S.loader_trained = True
             if _resize._G.tracking:  # hosts may join (resize.py): the loaders' places are counted

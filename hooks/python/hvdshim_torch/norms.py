@@ -66,7 +66,7 @@ class _SumOverRanks(torch.autograd.Function):
             buf.mul_(s)
         _allreduce_now(b"hvdshim.bn.b." + ctx.name, buf, _SUM,
                        "batch statistics' gradients over ranks (HVDSHIM_SYNC_BN)")
-        if s != 1.0:
+        if s != 1.0 and s != 0.0:  # (0: a slice of padding, whose gradients all count for nothing)
             buf.div_(s)
         return buf, None
 
@@ -91,6 +91,8 @@ def _synced(x, running_mean, running_var, weight, bias, momentum, eps):
     count = x.numel() // c if c else 0
     local = torch.cat([x.sum(dims, dtype=torch.float64), (x * x).sum(dims, dtype=torch.float64),
                        torch.tensor([float(count)], dtype=torch.float64, device=x.device)])
+    if _S.pad_slice:  # rows repeated to pad a batch shorter than the ranks (data.padding_only): not counted
+        local = local * 0
     total = _SumOverRanks.apply(local, _name(weight, c))
     n = float(total.detach()[2 * c])
     if n <= 1:  # torch's own check, on the whole batch

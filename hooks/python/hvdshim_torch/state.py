@@ -122,6 +122,9 @@ class _State:
         self.average_loss = True    # HVDSHIM_LOSS=average: a loss given to backward reads as the mean over ranks
         self.grad_op = 1            # HVDSHIM_GRADIENTS: lib._AVG (average) or lib._SUM (sum)
         self.nominal_rows = None    # split mode: the batch size of the loader last dealt (grads._divided_by_batch)
+        self.pad_slice = False      # split mode: this rank's slice of the batch in use is padding (a batch of fewer
+                                    # rows than ranks): its share counts for nothing (data.padding_only)
+        self.pads_last = None       # split mode: the padding flags of the batch sampler iteration made last
         self.sum_check = True       # split mode, average: the first backward's loss is looked at (grads._looks_summed)
         self.sync_bn = False        # HVDSHIM_SYNC_BN: BatchNorm's training statistics over every rank's batch (norms.py)
         self.bn_calls = 0           # its calls since the last optimizer step (their allreduces' names)
