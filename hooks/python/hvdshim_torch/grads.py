@@ -661,13 +661,18 @@ def _loss_to_average(tensors, retain_graph, create_graph, inputs):
     """The tensor whose value becomes the mean over ranks when this backward
     ends, or None: a computed floating-point scalar whose graph this
     backward frees (under retain_graph or create_graph its own node may keep
-    its value for a later pass).  `scaler.scale(loss)` stands for `loss`."""
+    its value for a later pass).  `scaler.scale(loss)` stands for `loss`, and
+    so does `loss / k` inside `Accelerator.backward(loss)` (the HuggingFace
+    Trainer returns and logs `loss`)."""
     if not (_S.enabled and _S.started and _S.average_loss) or _S.in_backward or retain_graph or create_graph \
             or inputs is not None:
         return None
     tensors = _root(tensors)
     if not _averageable(tensors):
         return None
+    outer = _S.lib_loss  # Accelerator.backward(loss) backwards `loss / k` (or its scaled copy): `loss` is read
+    if outer is not None and outer is not tensors and _averageable(outer) and outer.device == tensors.device:
+        return outer
     scaled = _S.scaled
     if scaled is not None and scaled[0]() is tensors:
         unscaled = scaled[1]()

@@ -7,7 +7,7 @@ import weakref
 import torch
 
 from . import lib as _libmod
-from .lib import _debug, _info, _load_library, _setting, _untraced, _wrap
+from .lib import _debug, _info, _load_library, _setting, _untraced, _wrap, after_import
 from .state import _S, _warn_once
 from .output import _redirect_output, _set_threads, _short_errors, cores_per_rank
 from .lifecycle import _check_stand_aside, _other_distribution, _stand_aside
@@ -322,6 +322,26 @@ def _observe():
     _debug("observing: samples and optimizer steps go to HVDSHIM_METRICS; nothing is distributed")
 
 
+def _wrap_accelerate(module):
+    """Accelerate's backward(loss) divides `loss` by its accumulation steps
+    and backwards the quotient (through a GradScaler where one is used):
+    `loss` itself is what the caller reads afterwards (the HuggingFace
+    Trainer logs it), so it is the one averaged over ranks."""
+    acc = getattr(module, "Accelerator", None)
+    if acc is None or not callable(getattr(acc, "backward", None)):
+        return
+
+    def make_backward(orig):
+        def backward(self, loss, *args, **kwargs):
+            outer, _S.lib_loss = _S.lib_loss, loss if isinstance(loss, torch.Tensor) else None
+            try:
+                return orig(self, loss, *args, **kwargs)
+            finally:
+                _S.lib_loss = outer
+        return backward
+    _wrap(acc, "backward", make_backward)
+
+
 class _HorovodWatcher:
     """Stands aside the moment a script imports Horovod."""
 
@@ -380,6 +400,7 @@ def install(rng_seed=None):
     _set_threads()
     _patch()
     sys.meta_path.insert(0, _HorovodWatcher())
+    after_import("accelerate.accelerator", _wrap_accelerate)
     _debug("PyTorch %s adapter installed (rank %d of %d, %s gradient hooks, host-memory gradients reduced %s)"
            % (torch.__version__, _S.rank, _S.size,
               "post-accumulate" if _HAS_POST_ACCUMULATE else "AccumulateGrad",

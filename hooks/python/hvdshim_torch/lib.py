@@ -359,12 +359,15 @@ def _dynamo_disabled(fn):
 _UNTRACED = []  # (fn, cell) of the hooks made before torch._dynamo was imported
 
 
-class _DynamoWatcher:
-    """Marks the hooks untraced once the script imports torch._dynamo
-    (torch.compile does, on its first call): a post-import hook on its loader."""
+class _AfterImport:
+    """Runs fn(module) once the module `name` has run (a post-import hook
+    on its loader), then leaves sys.meta_path."""
+
+    def __init__(self, name, fn):
+        self.name, self.fn = name, fn
 
     def find_spec(self, name, path=None, target=None):
-        if name != "torch._dynamo":
+        if name != self.name:
             return None
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(name)
@@ -373,12 +376,24 @@ class _DynamoWatcher:
             return spec
         exec_module = loader.exec_module
 
-        def exec_then_mark(module):
+        def exec_then(module):
             exec_module(module)
-            for fn, cell in _UNTRACED:
-                cell[0] = _dynamo_disabled(fn)
-        loader.exec_module = exec_then_mark
+            self.fn(module)
+        loader.exec_module = exec_then
         return spec
+
+
+def after_import(name, fn):
+    """fn(module) once the script has imported `name` (now, if it has)."""
+    if name in sys.modules:
+        fn(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, fn))
+
+
+def _mark_untraced(_module):
+    for fn, cell in _UNTRACED:
+        cell[0] = _dynamo_disabled(fn)
 
 
 def _untraced(fn):
@@ -396,7 +411,7 @@ def _untraced(fn):
 
     def untraced(*args, **kwargs):
         return cell[0](*args, **kwargs)
-    if not _UNTRACED:  # the first: one watcher for them all
-        sys.meta_path.insert(0, _DynamoWatcher())
+    if not _UNTRACED:  # the first: one watcher for them all (torch.compile imports it at its first call)
+        after_import("torch._dynamo", _mark_untraced)
     _UNTRACED.append((fn, cell))
     return untraced

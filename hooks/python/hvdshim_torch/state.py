@@ -137,6 +137,7 @@ class _State:
         self.share_seen = None      # the last weighed reduction's slots (the same again: no correction)
         self.averaged = None        # weak reference to the last loss averaged that way
         self.scaled = None          # (scaled, loss) weak references: the last GradScaler.scale(loss)
+        self.lib_loss = None        # the loss given to Accelerator.backward, during that call (install.py)
         self.loss_bufs = {}         # (device, dtype, shape) -> the float32/64 buffer the loss is averaged in
         # HVDSHIM_ELASTIC (elastic.py): ranks may die and the script goes on
         self.elastic = False        # the adapter follows changes of ranks
