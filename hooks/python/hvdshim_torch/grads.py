@@ -139,9 +139,12 @@ def _submit_grad(prm):
                            "float16 and bfloat16 gradients" % (prm.name, str(g.dtype).replace("torch.", "")))
     if _S.elastic and prm.index not in _S.copied:  # this rank's own, should a death make the step start over
         _keep_local(prm.index, g)
-    buf = g if g.is_contiguous() else g.contiguous()
-    if _S.share_s != 1.0:  # split mode: weighed by its share (_note_share)
-        buf.mul_(_S.share_s)
+    if _S.share_s != 1.0:  # split mode: weighed by its share (_note_share), in a copy: torch 2.x's AccumulateGrad
+        # can make a gradient of the one backward is passing on (a bias added over a batch of one row: no sum to
+        # make a new tensor), which a write in place would change for the layers before it
+        buf = g.mul(_S.share_s).contiguous()
+    else:
+        buf = g if g.is_contiguous() else g.contiguous()
     _S.batch.add(prm.bname, buf, _S.grad_op, _S.pending, prm.what, on_done=None if buf is g else lambda: g.copy_(buf))
 
 
