@@ -33,7 +33,6 @@ from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 
-
 class MpiAllreduce:
     """MPI_Allreduce (float32 sum, in place, MPI_COMM_WORLD) through ctypes:
     Open MPI's handles are addresses of its predefined objects, MPICH's
@@ -147,16 +146,15 @@ else:
 if args.ddp:
     model = nn.parallel.DistributedDataParallel(model)
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+if args.horovod:  # (--flat engine too)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
 if args.flat:  # every gradient a view of one buffer, with one more float for the loss
     params = [p for p in model.parameters() if p.requires_grad]
     nflat = sum(p.numel() for p in params)
     flat, at = torch.zeros(nflat + 1), 0
     for p in params:
         p.grad, at = flat[at:at + p.numel()].view_as(p), at + p.numel()
-    if args.flat == "engine":
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
 elif args.horovod:
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
                                    backward_passes_per_step=args.accumulate)
 

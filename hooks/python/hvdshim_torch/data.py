@@ -534,17 +534,32 @@ class _Resumable:
                 self._gen = live.again()
 
 
-class _Redealt:
+class _LoaderIter:
+    """A DataLoader's iterator, wrapped: its length and attributes are the
+    inner one's; subclasses say what happens as it hands a batch out."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __iter__(self):
+        return self
+
+    def __len__(self):
+        return len(self._inner)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+class _Redealt(_LoaderIter):
     """A DataLoader's iterator (HVDSHIM_ELASTIC, workers): results asked
     for before a change of ranks are dropped (_Handout)."""
 
     def __init__(self, inner, live):
-        self._inner, self._live = inner, live
+        super().__init__(inner)
+        self._live = live
         live.loader_iter = weakref.ref(inner)
         _S.live.add(live)
-
-    def __iter__(self):
-        return self
 
     def __next__(self):
         while self._live.drop > 0:
@@ -552,34 +567,20 @@ class _Redealt:
             next(self._inner)
         return next(self._inner)
 
-    def __len__(self):
-        return len(self._inner)
 
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-
-class PaddedSlices:
+class PaddedSlices(_LoaderIter):
     """A split DataLoader's iterator: as it hands a batch out, whether this
     rank's slice of it is padding (_S.pad_slice, the flag its batch sampler
     queued when it cut the batch: with workers, batches are cut ahead)."""
 
     def __init__(self, inner, pads):
-        self._inner, self._pads = inner, pads
-
-    def __iter__(self):
-        return self
+        super().__init__(inner)
+        self._pads = pads
 
     def __next__(self):
         x = next(self._inner)
         _S.pad_slice = self._pads.popleft() if self._pads else False
         return x
-
-    def __len__(self):
-        return len(self._inner)
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
 
 
 def padded_slices(it):
