@@ -77,6 +77,17 @@ HVDSHIM_GPU_OPERATIONS=MPI run_case "np=2, model.cuda() after a first forward on
 # hooks of the script's on the gradients (clamping) run on the average over
 # ranks, as on the whole batch's gradient in the plain run
 HVDSHIM_GPU_OPERATIONS=MPI REF=plain run_case "np=2, MPI staging, hooks on the gradients (clamping): same weights as the plain run (float32 rounding only)" 2 1e-5 --hooks
+# BatchNorm in split mode: its statistics synced over the ranks (on the GPU:
+# the sums staged through host memory), so the run is the plain run's; a
+# last batch of 2 rows (512 = 5 x 102 + 2) leaves one row per rank at np=2
+# (torch 2 may then keep a gradient that backward still reads: the
+# weighing works on a copy) and a padded rank at np=3, which counts for
+# nothing (BatchNorm over 2 rows: plain and split differ by ~2e-5 on the CPU)
+HVDSHIM_GPU_OPERATIONS=MPI REF=plain run_case "np=2, BatchNorm synced, one row per rank in the last batch: same weights as the plain run" 2 1e-4 --bn --batch 102
+HVDSHIM_GPU_OPERATIONS=MPI REF=plain run_case "np=3, BatchNorm synced, a last batch of 2 rows for 3 ranks (one padded): same weights as the plain run" 3 1e-4 --bn --batch 102
+# an embedding with max_norm renormalizes the rows it looks up in place, in
+# forward: every rank renormalizes the rows of every rank's slice
+HVDSHIM_GPU_OPERATIONS=MPI REF=plain run_case "np=2, embedding with max_norm: same weights as the plain run" 2 1e-5 --maxnorm
 # compression: within 1e-2 of the plain run (relative, per parameter sum,
 # after 16 steps; measured on an H100: fp16 5.5e-4, bf16 1.7e-3), and not
 # equal to it (at least 1e-6 apart, where the uncompressed run is within
@@ -100,6 +111,12 @@ for phase in MPI_ALLREDUCE_STAGED MPI_BCAST_STAGED; do
   grep -q "\"$phase\"" "$TMP/tl.json" || { head -c 2000 "$TMP/tl.json"; fail "the timeline has no $phase phase"; }
 done
 pass "timeline of a staged run: MPI_ALLREDUCE_STAGED and MPI_BCAST_STAGED phases"
+# noise drawn on the GPU and added to the gradients between backward and
+# the step: every rank draws it from one stream (the CUDA generator swapped
+# in the step window), so the replicas agree at every step (drawn per rank,
+# the replica guard ends the job at its first check)
+HVDSHIM_GPU_OPERATIONS=MPI HVDSHIM_CHECK_STEPS=1 shim 2 "$PYTHON" "$G" --noise >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "gradient noise drawn on the GPU: the replicas disagree (or the run failed)"; }
+pass "gradient noise drawn on the GPU between backward and the step: the replicas agree at every step"
 # batches a script cuts itself from GPU tensors: every rank trains on the same
 # ones, and rank 0 says so once (the check sums GPU inputs)
 HVDSHIM_DATA=shard HVDSHIM_GPU_OPERATIONS=MPI shim 2 "$PYTHON" "$G" --sliced >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "sliced GPU batches: the run failed"; }

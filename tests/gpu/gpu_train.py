@@ -6,10 +6,16 @@ weights.  --amp: autocast + GradScaler; --mixed: one layer kept on the CPU;
 --late-cuda: the model built and called once on the CPU, then moved with
 model.cuda() (parameters converted after the shim first saw them); --sliced:
 batches cut from the tensors by the script (X[i:i+64] on the GPU), no
-DataLoader;
+DataLoader; --bn: a BatchNorm layer (split mode syncs its statistics over
+the ranks, so the run is the plain run's); --maxnorm: an embedding with
+max_norm (renormalizes the rows it looks up, in place, in forward);
+--noise: Gaussian noise drawn on the GPU added to the gradients between
+backward and the step (the shim draws it from one stream on every rank);
+--batch N: the batch size (512 samples);
 --emulate-ranks N: the test's reference run, the single-process emulation of
 a split run over N ranks (split_ref.py)."""
 import argparse
+import contextlib
 
 import torch
 import torch.nn as nn
@@ -23,6 +29,10 @@ ap.add_argument("--late-cuda", action="store_true")
 ap.add_argument("--device", default="cuda")  # cpu: tests/torch/split.sh's float16 case, where torch runs it on the CPU
 ap.add_argument("--sliced", action="store_true")
 ap.add_argument("--hooks", action="store_true")
+ap.add_argument("--bn", action="store_true")
+ap.add_argument("--maxnorm", action="store_true")
+ap.add_argument("--noise", action="store_true")
+ap.add_argument("--batch", type=int, default=64)
 ap.add_argument("--epochs", type=int, default=2)
 ap.add_argument("--emulate-ranks", type=int, default=0)  # the test's reference run only (split_ref.py)
 args = ap.parse_args()
@@ -30,20 +40,27 @@ args = ap.parse_args()
 torch.manual_seed(0)
 X = torch.randn(512, 32)
 Y = (X[:, :4].sum(1) > 0).long()
-loader = DataLoader(TensorDataset(X, Y), batch_size=64, shuffle=True, generator=torch.Generator().manual_seed(1))
+loader = DataLoader(TensorDataset(X, Y), batch_size=args.batch, shuffle=True, generator=torch.Generator().manual_seed(1))
 
 
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
         dev = "cpu" if args.late_cuda else args.device
-        self.body = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU()).to(dev)
+        width = 32 + (8 if args.maxnorm else 0)
+        norm = [nn.BatchNorm1d(64)] if args.bn else []
+        self.body = nn.Sequential(nn.Linear(width, 64), *norm, nn.ReLU(), nn.Linear(64, 64), nn.ReLU()).to(dev)
+        self.emb = nn.Embedding(16, 8, max_norm=1.0).to(dev) if args.maxnorm else None
         self.head = nn.Linear(64, 2)
         if not args.mixed:
             self.head = self.head.to(dev)
 
     def forward(self, x):
-        h = self.body(x.to(self.body[0].weight.device))
+        x = x.to(self.body[0].weight.device)
+        if self.emb is not None:  # an index of 16 from the signs of 4 features
+            idx = ((x[:, 4:8] > 0).long() * torch.tensor([1, 2, 4, 8], device=x.device)).sum(1)
+            x = torch.cat([x, self.emb(idx)], 1)
+        h = self.body(x)
         return self.head(h.cpu() if args.mixed else h)
 
 
@@ -57,7 +74,11 @@ if args.hooks:
         p.register_hook(lambda g: g.clamp(-0.01, 0.01))
 if args.sliced:
     Xg, Yg = X.to(args.device), Y.to(args.device)
-    loader = [(Xg[i:i + 64], Yg[i:i + 64]) for i in range(0, len(X), 64)]
+    loader = [(Xg[i:i + args.batch], Yg[i:i + args.batch]) for i in range(0, len(X), args.batch)]
+def autocast():  # torch 1.13 refuses float16 autocast on the CPU even when disabled
+    return torch.autocast(args.device, dtype=torch.float16) if args.amp else contextlib.nullcontext()
+
+
 fwd = torch.compile(model) if args.compile else model
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 scaler = (torch.amp.GradScaler(args.device, enabled=args.amp) if hasattr(torch.amp, "GradScaler")
@@ -69,15 +90,18 @@ for epoch in range(args.epochs):
             from split_ref import backward_split
 
             def loss_of(xp, yp):
-                with torch.autocast(args.device, dtype=torch.float16, enabled=args.amp):
+                with autocast():
                     out = fwd(xp)
                     return nn.functional.cross_entropy(out.float(), yp.to(out.device))
             loss = backward_split(args.emulate_ranks, x, y, model.parameters(), loss_of, scaler)
         else:
-            with torch.autocast(args.device, dtype=torch.float16, enabled=args.amp):
+            with autocast():
                 out = fwd(x)
                 loss = nn.functional.cross_entropy(out.float(), y.to(out.device))
             scaler.scale(loss).backward()
+        if args.noise:
+            for p in model.parameters():
+                p.grad.add_(torch.randn_like(p.grad), alpha=1e-3)
         scaler.step(opt)
         scaler.update()
     print("epoch", epoch, "loss %.5f" % loss.item(), flush=True)
