@@ -18,6 +18,10 @@ void hvd_log_write(int level, const char *file, int line, const char *fmt, ...)
 void hvd_fatal_at(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));
 void hvd_log_set_abort_hook(void (*hook)(int code));
+/* A moment (200 ms) for the launcher to forward what this rank wrote, before
+ * a caller aborts the job: MPICH's Hydra drops a rank's pending output once
+ * the job is aborted (a deadlock's line was lost in about 1 of 20 jobs). */
+void hvd_log_let_out(void);
 /* Set once the fatal path has begun (the _exit interposer then stands aside). */
 extern volatile int hvd_fatal_started;
 

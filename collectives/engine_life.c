@@ -37,7 +37,10 @@ static void abort_job(int code) {
   MPI_Initialized(&up);
   MPI_Finalized(&down);
   hvd_eng_end_later(end_process, code, NULL); /* MPI_Abort did not end us: leave anyway */
-  if (up && !down) MPI_Abort(MPI_COMM_WORLD, code);
+  if (up && !down) {
+    hvd_log_let_out();
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
 }
 
 /* The settings marked AGREE in settings.def shape the collectives every

@@ -223,10 +223,7 @@ static void after_failed_start(int status, void *arg) {
   MPI_Finalized(&down);
   if (status == 0 || getpid() != failed_pid || !up || down) return;
   HVD_ERROR("exiting with status %d after hvd_init failed; ending the job", status);
-  /* a moment for the launcher to forward what this rank wrote: Hydra drops
-   * a rank's pending output once the job is aborted */
-  struct timespec pause = {0, 200 * 1000 * 1000};
-  nanosleep(&pause, NULL);
+  hvd_log_let_out();
   PMPI_Abort(MPI_COMM_WORLD, status);
 }
 
