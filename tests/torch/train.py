@@ -9,6 +9,7 @@ import argparse
 import copy
 import os
 import sys
+import time
 
 import torch
 import torch.nn as nn
@@ -89,7 +90,7 @@ def main():
     ap.add_argument("--case", default="full",
                     choices=["full", "no-optimizer", "lbfgs", "accumulate", "gan", "unused", "sparse", "frozen",
                              "seen", "iterable", "noncontig", "late", "convert", "shared", "hooked", "tokens", "bn", "checkpoint", "sam", "own-optimizer", "lazy", "maxnorm", "gradnoise", "swa", "linprobe", "free", "optbw", "manualbn",
-                             "reinit"])
+                             "reinit", "aliased"])
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--samples", type=int, default=256)
     ap.add_argument("--batch", type=int, default=32)
@@ -143,6 +144,31 @@ def main():
         def forward(self, x):
             h = torch.relu(self.inp(x))
             return self.a(h) if x[:, 0].mean() > 0 else self.b(h)
+
+    class SlowBackward(torch.autograd.Function):
+        """A layer whose backward takes long (a big layer's, on a busy
+        machine): it reads its gradient 50 ms after it is handed it."""
+
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            time.sleep(0.05)
+            return g * 1.0
+
+    class ViewBias(nn.Module):
+        """A bias added through a view, as custom layers write it: over one
+        row there is no sum, and torch 2's AccumulateGrad may keep as the
+        bias's gradient a view of the gradient backward passes on."""
+
+        def __init__(self, n):
+            super().__init__()
+            self.b = nn.Parameter(torch.zeros(n))
+
+        def forward(self, x):
+            return SlowBackward.apply(x) + self.b.view(1, -1)
 
     class Bag(nn.Module):
         def __init__(self):
@@ -263,6 +289,8 @@ def main():
             model = nn.Sequential(nn.Linear(10, 16), nn.Unflatten(1, (4, 2, 2)), nn.BatchNorm2d(4), nn.Flatten(),
                                   nn.ReLU(), nn.Linear(16, args.hidden), nn.BatchNorm1d(args.hidden, momentum=None),
                                   nn.ReLU(), nn.Linear(args.hidden, 1))
+        if args.case == "aliased":  # --case aliased: a bias added through a view after a slow layer
+            model = nn.Sequential(nn.Linear(10, args.hidden), ViewBias(args.hidden), nn.ReLU(), nn.Linear(args.hidden, 1))
         if args.case == "lazy":  # lazy modules: their parameters made by the first forward
             model = nn.Sequential(nn.LazyLinear(args.hidden), nn.ReLU(), nn.LazyLinear(1))
         if args.case == "checkpoint":

@@ -43,6 +43,39 @@ _HAS_POST_ACCUMULATE = hasattr(torch.Tensor, "register_post_accumulate_grad_hook
 _POST_ACCUMULATE = getattr(torch.Tensor, "register_post_accumulate_grad_hook", None)
 
 
+def _sharing_test():
+    """A test of whether a gradient's memory is also another tensor's, or
+    None where torch gives no way to tell.  Where a parameter is used
+    through a view (a bias added as b.view(1, -1)) and no sum makes a new
+    tensor (one row), AccumulateGrad may keep as p.grad a view of the
+    gradient that backward is still passing on to the layers before it: a
+    write into p.grad before backward ends (an overlapped reduction, an
+    average in a hook) would change theirs.  The count of the holders of its
+    storage tells: more than a tensor alone has."""
+    count = getattr(torch._C, "_storage_Use_Count", None)
+    if count is not None:
+        def users(t):
+            return count(t.untyped_storage()._cdata)
+    elif torch.__version__.split(".")[0] == "1" and hasattr(torch.Tensor, "_storage"):
+        def users(t):  # torch 1.x: c10::StorageImpl starts with a vtable, then its use count
+            return ctypes.c_size_t.from_address(t._storage()._cdata + ctypes.sizeof(ctypes.c_void_p)).value
+    else:
+        return None
+    try:
+        alone = users(torch.zeros(1))
+    except Exception:  # pylint: disable=broad-except
+        return None
+    return lambda t: users(t) > alone
+
+
+_shared = _sharing_test()
+
+
+def _private(g):
+    """g, or a copy of it where its memory is shared (_sharing_test)."""
+    return g.clone(memory_format=torch.contiguous_format) if _shared is not None and _shared(g) else g
+
+
 class _Param:
     __slots__ = ("index", "name", "bname", "what", "ref", "hooked", "acc", "handle", "sparse", "kind", "__weakref__")
 
@@ -139,10 +172,13 @@ def _submit_grad(prm):
                            "float16 and bfloat16 gradients" % (prm.name, str(g.dtype).replace("torch.", "")))
     if _S.elastic and prm.index not in _S.copied:  # this rank's own, should a death make the step start over
         _keep_local(prm.index, g)
-    if _S.share_s != 1.0:  # split mode: weighed by its share (_note_share), in a copy: torch 2.x's AccumulateGrad
-        # can make a gradient of the one backward is passing on (a bias added over a batch of one row: no sum to
-        # make a new tensor), which a write in place would change for the layers before it
+    if _S.share_s != 1.0:  # split mode: weighed by its share (_note_share), in a copy: AccumulateGrad can make a
+        # gradient of the one backward is passing on (_sharing_test), which a write in place would change
         buf = g.mul(_S.share_s).contiguous()
+    elif _S.overlap or g.is_cuda:  # reduced while backward runs: into a copy where its memory is shared
+        buf = _private(g)
+        if not buf.is_contiguous():
+            buf = buf.contiguous()
     else:
         buf = g if g.is_contiguous() else g.contiguous()
     _S.batch.add(prm.bname, buf, _S.grad_op, _S.pending, prm.what, on_done=None if buf is g else lambda: g.copy_(buf))
@@ -195,6 +231,11 @@ def _accumulated_grad(ref, _p):
     g = p.grad if p is not None and not _S.skip_bw else None  # (an accumulating pass: reduced by the window's last)
     prm = _early_param(p, g)
     if prm is None:
+        return
+    own = _private(g)
+    if own is not g:  # (shared with a gradient backward still passes on: the parameter gets the copy)
+        _average_early(b"hvdshim.accumulated.", prm, own)
+        p.grad = own
         return
     buf = g if g.is_contiguous() else g.contiguous()
     _average_early(b"hvdshim.accumulated.", prm, buf)
