@@ -47,6 +47,15 @@ HVDSHIM_DEADLOCK_SECONDS=2 shim 2 "$PYTHON" "$TRAIN" --case unused --clamp-hooks
 grep -q "deadlock: .* rank [01] waits for allreduce 'hvdshim.hooked.m0.[ab].\(weight\|bias\)'" "$TMP/out" ||
   { cat "$TMP/out"; fail "hooked gradients of a branch some ranks skip: no line naming the gradient waited for"; }
 pass "hooked gradients of a branch some ranks skip: the job ends after HVDSHIM_DEADLOCK_SECONDS, naming the gradient waited for"
+# split mode: a loop that ends on a value of the rank's own slice (an
+# outlier row: one rank's slice holds it) ends on one rank only; the others
+# trained on alone, silently or with a misleading line about the loss; the
+# job now ends, saying the ranks took different paths
+HVDSHIM_DATA=split shim 2 "$PYTHON" "$TRAIN" --epochs 1 --stop-above 2.6 --out "$TMP/a.pt" >"$TMP/out" 2>&1 &&
+  { cat "$TMP/out"; fail "split mode, a rank ending its loop alone: the run did not fail"; }
+grep -q "^\[rank [01]\] hvdshim: split mode: 1 of 2 ranks finished the script while this rank still trains" "$TMP/out" ||
+  { cat "$TMP/out"; fail "split mode, a rank ending its loop alone: no line saying so"; }
+pass "split mode, a loop ended on one rank's own slice: the job ends, saying the ranks took different paths"
 # a script that trains on torch.autograd.grad's gradients (no backward):
 # they are not averaged, and rank 0 says so once; one whose gradient
 # penalty takes torch.autograd.grad with create_graph (a backward follows)

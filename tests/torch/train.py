@@ -102,6 +102,7 @@ def main():
     ap.add_argument("--branch-bn", action="store_true")  # --case unused: a BatchNorm layer in each branch
     ap.add_argument("--noise-out")  # --case gradnoise: save the noise drawn at every step
     ap.add_argument("--noise-in")  # --case gradnoise: add these (saved) instead of drawing
+    ap.add_argument("--stop-above", type=float)  # training ends at a batch holding a row whose first feature is above this
     ap.add_argument("--print-lr", action="store_true")
     ap.add_argument("--print-threads", action="store_true")
     ap.add_argument("--stderr-line", action="store_true")
@@ -346,7 +347,10 @@ def main():
             if args.case == "reinit" and epoch == 1:  # a layer re-initialised mid-training, part of another by hand
                 model[-1].reset_parameters()
                 nn.init.normal_(model[0].weight.data[2:6], std=0.5)
+            loss = torch.zeros(())  # (--stop-above: a rank may end before its first step)
             for step, (x, y) in enumerate(batches()):
+                if args.stop_above is not None and bool((x[:, 0] > args.stop_above).any()):
+                    break  # (an outlier: a value of the batch decides)
                 if args.case == "lbfgs":
                     def closure():
                         opt.zero_grad()

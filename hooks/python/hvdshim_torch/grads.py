@@ -351,16 +351,17 @@ def _submit_round():
     takes before its optimizer step; a 1 from rank 0 (0 when rank 0 has
     finished: the others keep their own); rank 0's proposal of k
     (backward passes per step); and 1 from rank 0 when the job is to grow
-    (resize.py: hosts joined).  Every entry is an integer below 2**24, so
-    float32 sums are exact in any order."""
+    (resize.py: hosts joined); a 1 from every rank (how many take part).
+    Every entry is an integer below 2**24, so float32 sums are exact in any
+    order."""
     slots = _hyper_slots()
     n, m = len(_S.used), len(slots)
     vals = list(_S.used)  # one tensor made from one list: a few small torch operations cost more than the list
     if _S.rank == 0:
         vals += _hyper_pieces([v for _g, _k, _i, v in slots]) if m else ()
-        vals += (1, _propose_k(), _resize.proposal())
+        vals += (1, _propose_k(), _resize.proposal(), 1)
     else:
-        vals += [0] * (4 * m + 3)
+        vals += [0] * (4 * m + 3) + [1]
     if _S.shares:  # split mode: this rank's denominator in its own 4 slots, and 1 if it weighed (_note_share)
         vals += _share_pieces(_S.share)
     vec = torch.tensor(vals, dtype=torch.float32)
@@ -422,12 +423,14 @@ def _reduce_round_once():
             if used > 0 and i not in _S.submitted:  # used elsewhere, or only in a backward that accumulated
                 _submit_grad(_S.params[i])
     _S.batch.flush(waited=True)
-    tail = got[n:n + 4 * m + 3]  # rank 0's hyperparameters, whether it took part, its k, whether to grow
-    f = _share_correction(got[n + 4 * m + 3:]) if _S.shares else 1.0
-    if tail[-3] > 0:  # rank 0 took part
+    tail = got[n:n + 4 * m + 4]  # rank 0's hyperparameters, whether it took part, its k, whether to grow; how many did
+    if _S.data_mode == "split" and tail[-1] < _S.size:
+        _ranks_left(_S.size - int(tail[-1]))
+    f = _share_correction(got[n + 4 * m + 4:]) if _S.shares else 1.0
+    if tail[-4] > 0:  # rank 0 took part
         _apply_hyper(slots, _hyper_values(tail[:4 * m]))
-        _adopt_k(int(tail[-2]))
-        _resize.agreed(tail[-1])
+        _adopt_k(int(tail[-3]))
+        _resize.agreed(tail[-2])
     else:
         _adopt_k(1)
     _S.pending.wait()
@@ -436,6 +439,19 @@ def _reduce_round_once():
         _reweigh(f)
     _rng.diverge()
     _rng.window_open()  # until the step ends: what the script draws on the averaged gradients, every rank draws
+
+
+def _ranks_left(gone):
+    """Split mode: ranks have finished the script while this one trains.
+    Every rank holds a part of every batch there, so the job can no longer
+    be the single process's run: it ends, saying why."""
+    raise HvdShimError(
+        "hvdshim: split mode: %d of %d ranks finished the script while this rank still trains (its backward after "
+        "optimizer step %d): the ranks took different paths, and each holds a part of every batch. A loop that "
+        "ends, or a step skipped, on a value each rank computes from its own slice (an accuracy or a count summed "
+        "by the script, a NaN check of the loss before backward) decides differently on each rank; end loops on "
+        "a fixed count or on the loss read after backward (averaged over ranks), or use HVDSHIM_DATA=shard"
+        % (gone, _S.size, _S.steps))
 
 
 def _start_over():
