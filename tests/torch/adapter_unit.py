@@ -84,6 +84,7 @@ def _one_backward(overlap):
     _S.submitted, _S.round, _S.sparse, _S.optimizers = set(), None, [], []
     _S.in_backward, _S.skip_bw, _S.k, _S.bw_window, _S.deferred = False, False, 1, 0, False
     _S.batch, _S.pending, _S.bucket, _S.overlap, _S.elastic = lib._Batch(), lib._Pending(), 0, overlap, False
+    _S.data_mode = "shard"  # (the stub adds no other rank's part of the round)
     for prm in _S.params:
         prm.hook()
     model(torch.ones(2, 3)).sum().backward()
@@ -261,7 +262,9 @@ class SummedLoss(unittest.TestCase):
             "mse": (F.mse_loss(x, torch.zeros(6, 5)), 30.0),
             "masked sum over its count": ((x.pow(2).sum(1) * mask).sum() / mask.sum(), 4.0),
             "none: a sum": (x.sum(), None),
-            "none: a mean plus a penalty": (F.cross_entropy(x, y) + x.pow(2).sum(), None),
+            "a mean plus a penalty (a sum): the mean's count": (F.cross_entropy(x, y) + x.pow(2).sum(), 4.0),
+            "a mean plus a mean over another count: the first's": (x.pow(2).mean() + F.cross_entropy(x, y), 30.0),
+            "none: a sum less another": (x.sum() - x.pow(2).sum(), None),
         }
         for what, (loss, want) in shares.items():
             self.assertEqual(grads._share_of(loss.grad_fn), want, what)
@@ -464,7 +467,7 @@ class Rules(unittest.TestCase):
         _S.params = [grads._Param(i, "m0.%s" % n, p, False) for i, (n, p) in enumerate(model.named_parameters())]
         _S.used = bytearray([1, 0])
         _S.submitted, _S.round, _S.accumulate, _S.windows, _S.k = set(), None, True, [4, 4], 1
-        _S.rank = 0
+        _S.rank, _S.data_mode = 0, "shard"
         grads._submit_round()
         rank0 = _S.round[0].tolist()
         _S.round = None
@@ -482,6 +485,9 @@ class Rules(unittest.TestCase):
         grads._reduce_round()
         self.assertEqual(opt.param_groups[0]["lr"], 0.7)
         self.assertEqual(_S.k, 1)
+        _S.data_mode = "split"  # where every rank holds a part of every batch: the job ends, saying why
+        with self.assertRaisesRegex(lib.HvdShimError, "1 of 2 ranks finished the script while this rank still trains"):
+            grads._reduce_round()
 
     def test_gradients_go_during_backward_or_all_at_its_end(self):
         """HVDSHIM_OVERLAP on: each gradient is handed over as it is ready

@@ -200,3 +200,8 @@ pass "a sum divided by len(y): no warning; divided by the batch size: one warnin
 # it before that layer (a slow one) read it (0.117 apart): it now reduces a
 # copy where the gradient's memory is shared
 HVDSHIM_OVERLAP=on check 2 aliased --batch 2 --samples 40 --epochs 1
+# a mean plus terms of other kinds (an L2 penalty by hand, the same on every
+# rank; a mean over the hidden activations, over 32 times the rows) with an
+# uneven last batch: not recognised as a mean, it was not weighed (0.013
+# apart); weighed by the first mean's count, both come out exact
+check 3 full --penalty --samples 250 --batch 30

@@ -102,6 +102,7 @@ def main():
     ap.add_argument("--branch-bn", action="store_true")  # --case unused: a BatchNorm layer in each branch
     ap.add_argument("--noise-out")  # --case gradnoise: save the noise drawn at every step
     ap.add_argument("--noise-in")  # --case gradnoise: add these (saved) instead of drawing
+    ap.add_argument("--penalty", action="store_true")  # the loss plus an L2 penalty by hand and a mean over the hidden activations
     ap.add_argument("--stop-above", type=float)  # training ends at a batch holding a row whose first feature is above this
     ap.add_argument("--print-lr", action="store_true")
     ap.add_argument("--print-threads", action="store_true")
@@ -397,6 +398,10 @@ def main():
                     with torch.no_grad():
                         features = model[:8](x)
                     loss = bce(model[8](features), y)
+                elif args.penalty:  # terms of other kinds: the same on every rank, and a mean over another count
+                    hidden = model[1](model[0](x))
+                    loss = bce(model[2](hidden), y) + 1e-2 * sum(p.pow(2).sum() for p in model.parameters()) \
+                        + 1e-2 * hidden.abs().mean()
                 else:
                     loss = bce(model(x), y)
                 loss.backward()

@@ -577,10 +577,15 @@ def _loss_kind(fn, depth=0):
     this rank (that count, a float: a loss with reduction='mean' (an NLL
     loss's saved total weight, else its input's numel), a .mean(), a sum
     divided by a count such as (l * mask).sum() / mask.sum()); _SUMMED (a
-    loss with reduction='sum', a .sum()); or None (not known, or terms of
-    different kinds: a mean plus a weight penalty).  Constant factors
-    (GradScaler, 1/k, label smoothing's 1 - eps) are looked through; terms
-    of one kind (label smoothing's two, a VAE's BCE + KLD) are one."""
+    loss with reduction='sum', a .sum()); or None (not known).  Constant
+    factors (GradScaler, 1/k, label smoothing's 1 - eps) are looked through;
+    terms of one kind (label smoothing's two, a VAE's BCE + KLD) are one.
+    A sum of terms of which some are means is a mean over the first mean's
+    count: weighed by it, a term that is the same on every rank (a penalty
+    on the weights) comes out exact after the correction, and so do means
+    whose counts keep one ratio on every rank (a loss per row plus a mean
+    over the activations); the kinds come from the graph's shape, so every
+    rank running the same code recognises the same loss."""
     fn, divisor = _through_scalings(fn)
     if fn is None:
         return None
@@ -588,8 +593,11 @@ def _loss_kind(fn, depth=0):
     if name.startswith("SumBackward"):
         return _SUMMED if divisor is None else _count(divisor)
     if name in ("AddBackward0", "SubBackward0") and depth < 4:
-        kinds = {_loss_kind(nf, depth + 1) for nf, _ in fn.next_functions if nf is not None}
-        return kinds.pop() if len(kinds) == 1 else None
+        kinds = [_loss_kind(nf, depth + 1) for nf, _ in fn.next_functions if nf is not None]
+        counts = [k for k in kinds if isinstance(k, float)]
+        if counts:
+            return counts[0]
+        return kinds[0] if kinds and all(k is kinds[0] for k in kinds) else None
     if name == "MeanBackward0":
         numel = getattr(fn, "_saved_self_sym_numel", getattr(fn, "_saved_self_numel", None))
         return float(numel) if numel is not None else None
