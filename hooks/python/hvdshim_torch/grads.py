@@ -53,16 +53,23 @@ def _sharing_test():
     average in a hook) would change theirs.  The count of the holders of its
     storage tells: more than a tensor alone has."""
     count = getattr(torch._C, "_storage_Use_Count", None)
+    storage = getattr(torch.Tensor, "untyped_storage", None) or getattr(torch.Tensor, "_storage", None)
     if count is not None:
         def users(t):
             return count(t.untyped_storage()._cdata)
-    elif torch.__version__.split(".")[0] == "1" and hasattr(torch.Tensor, "_storage"):
-        def users(t):  # torch 1.x: c10::StorageImpl starts with a vtable, then its use count
-            return ctypes.c_size_t.from_address(t._storage()._cdata + ctypes.sizeof(ctypes.c_void_p)).value
+    elif storage is not None:  # (torch 1.13 to 2.6) c10::StorageImpl starts with a vtable, then its use count:
+        def users(t):          # read there, once it has counted a view made and let go below
+            return ctypes.c_size_t.from_address(storage(t)._cdata + ctypes.sizeof(ctypes.c_void_p)).value
     else:
         return None
     try:
-        alone = users(torch.zeros(1))
+        t = torch.zeros(2)
+        alone = users(t)
+        view = t[1:]
+        seen = users(t)
+        del view
+        if seen != alone + 1 or users(t) != alone:
+            return None
     except Exception:  # pylint: disable=broad-except
         return None
     return lambda t: users(t) > alone
