@@ -17,6 +17,10 @@ pass() { echo "PASS: $*"; }
 # MPI_KIND: ompi (Open MPI up to 4: mpirun/orterun), ompi5 (Open MPI 5+:
 # prterun), hydra (MPICH's mpiexec).  The tests write Open MPI's options
 # (-np, -x NAME, -x NAME=VALUE, --oversubscribe); mpi() gives Hydra its own.
+# The CPUs this process may run on, as the engine counts them (its
+# affinity): GNU nproc alone also honours OMP_NUM_THREADS
+cpus() { env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc; }
+
 need_mpirun() {
   MPIRUN=${MPIRUN:-$(command -v mpirun || true)}
   [ -n "$MPIRUN" ] && [ -x "$MPIRUN" ] || skip "mpirun not found (apt-get install openmpi-bin)"

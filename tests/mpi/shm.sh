@@ -43,10 +43,10 @@ for np in 2 3 4; do
       *) cat "$TMP/out"; fail "np=$np: the shared-memory path was not used: $used" ;; esac
     case $used in *"waits sleep (more ranks than CPUs)") spins=no ;; *"; waits spin"*) spins=yes ;;
       *) cat "$TMP/out"; fail "np=$np: the start line does not say how waits wait: $used" ;; esac
-    [ "$spins" = "$([ "$(nproc)" -ge $np ] && echo yes || echo no)" ] ||
-      fail "np=$np on $(nproc) CPUs: $used"
+    [ "$spins" = "$([ "$(cpus)" -ge $np ] && echo yes || echo no)" ] ||
+      fail "np=$np on $(cpus) CPUs: $used"
   done
-  pass "np=$np: every dtype and op through shared memory (40000- and 524288-byte pieces: HVDSHIM_SHM_BUFFER=40010 rounds down to 64-byte units), ranks identical; waits spin: $spins ($(nproc) CPUs)"
+  pass "np=$np: every dtype and op through shared memory (40000- and 524288-byte pieces: HVDSHIM_SHM_BUFFER=40010 rounds down to 64-byte units), ranks identical; waits spin: $spins ($(cpus) CPUs)"
 done
 run_random 4 HVDSHIM_TEST_SHM_HOSTS=2 HVDSHIM_SHM_BUFFER=40010
 [ "${used%%;*}" = "shared memory 2 rank(s) per host x 2 host(s), 40000-byte pieces" ] || { cat "$TMP/out"; fail "2x2: $used"; }

@@ -211,7 +211,7 @@ check_report "$TMP/torch" 3 samples/s ""  # one epoch: its one "loss" line is no
 pass "fixed epochs (examples/train.py): 1536 samples in every run, the baseline counted by observation; plots $(ls "$TMP/torch" | grep -E 'png|svg' | tr '\n' ' ')"
 
 # fixed steps (tests/tools/ab_steps.py): the work grows with the ranks; oversubscribed at np=3 (2-core machines)
-cpus=$(nproc)
+cpus=$(cpus)
 $ABT -np 1,2,3 --repeat 1 --target val_loss=10 --out "$TMP/steps" -- "$PYTHON" "$top_srcdir/tests/tools/ab_steps.py" --steps 30 --batch 16 \
   >"$TMP/steps.log" 2>"$TMP/steps.err" || { cat "$TMP/steps.log" "$TMP/steps.err"; fail "hvdshim-ab on ab_steps.py"; }
 cat "$TMP/steps.err"
