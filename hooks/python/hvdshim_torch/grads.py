@@ -182,12 +182,10 @@ def _submit_grad(prm):
     if _S.share_s != 1.0:  # split mode: weighed by its share (_note_share), in a copy: AccumulateGrad can make a
         # gradient of the one backward is passing on (_sharing_test), which a write in place would change
         buf = g.mul(_S.share_s).contiguous()
-    elif _S.overlap or g.is_cuda:  # reduced while backward runs: into a copy where its memory is shared
-        buf = _private(g)
+    else:  # reduced while backward runs (overlap, GPU): into a copy where its memory is shared
+        buf = _private(g) if _S.overlap or g.is_cuda else g
         if not buf.is_contiguous():
             buf = buf.contiguous()
-    else:
-        buf = g if g.is_contiguous() else g.contiguous()
     _S.batch.add(prm.bname, buf, _S.grad_op, _S.pending, prm.what, on_done=None if buf is g else lambda: g.copy_(buf))
 
 
@@ -241,13 +239,11 @@ def _accumulated_grad(ref, _p):
         return
     own = _private(g)
     if own is not g:  # (shared with a gradient backward still passes on: the parameter gets the copy)
-        _average_early(b"hvdshim.accumulated.", prm, own)
         p.grad = own
-        return
-    buf = g if g.is_contiguous() else g.contiguous()
+    buf = own if own.is_contiguous() else own.contiguous()
     _average_early(b"hvdshim.accumulated.", prm, buf)
-    if buf is not g:
-        g.copy_(buf)
+    if buf is not own:
+        own.copy_(buf)
 
 
 def note_grad_call(inputs):
