@@ -88,6 +88,11 @@ HVDSHIM_GPU_OPERATIONS=MPI REF=plain run_case "np=3, BatchNorm synced, a last ba
 # an embedding with max_norm renormalizes the rows it looks up in place, in
 # forward: every rank renormalizes the rows of every rank's slice
 HVDSHIM_GPU_OPERATIONS=MPI REF=plain run_case "np=2, embedding with max_norm: same weights as the plain run" 2 1e-5 --maxnorm
+# a bias added through a view, one row per rank (batch 2 at np=2): torch
+# keeps a view of the gradient backward passes on as the bias's gradient;
+# the reduction, overlapping backward on the GPU, works on a copy (written
+# into the passing gradient, the layer before's weights would differ)
+HVDSHIM_GPU_OPERATIONS=MPI HVDSHIM_OVERLAP=on run_case "np=2, a bias added through a view, one row per rank (the gradient's memory shared with backward's): same weights as the emulated split" 2 1e-6 --aliased --batch 2 --epochs 1
 # compression: within 1e-2 of the plain run (relative, per parameter sum,
 # after 16 steps; measured on an H100: fp16 5.5e-4, bf16 1.7e-3), and not
 # equal to it (at least 1e-6 apart, where the uncompressed run is within

@@ -11,11 +11,15 @@ the ranks, so the run is the plain run's); --maxnorm: an embedding with
 max_norm (renormalizes the rows it looks up, in place, in forward);
 --noise: Gaussian noise drawn on the GPU added to the gradients between
 backward and the step (the shim draws it from one stream on every rank);
---batch N: the batch size (512 samples);
+--aliased: a bias added through a view after a layer whose backward reads
+its gradient late (with one row per rank, torch keeps a view of the
+gradient backward passes on as the bias's gradient: the shim reduces it in
+a copy); --batch N: the batch size (512 samples);
 --emulate-ranks N: the test's reference run, the single-process emulation of
 a split run over N ranks (split_ref.py)."""
 import argparse
 import contextlib
+import time
 
 import torch
 import torch.nn as nn
@@ -32,6 +36,7 @@ ap.add_argument("--hooks", action="store_true")
 ap.add_argument("--bn", action="store_true")
 ap.add_argument("--maxnorm", action="store_true")
 ap.add_argument("--noise", action="store_true")
+ap.add_argument("--aliased", action="store_true")
 ap.add_argument("--batch", type=int, default=64)
 ap.add_argument("--epochs", type=int, default=2)
 ap.add_argument("--emulate-ranks", type=int, default=0)  # the test's reference run only (split_ref.py)
@@ -43,12 +48,38 @@ Y = (X[:, :4].sum(1) > 0).long()
 loader = DataLoader(TensorDataset(X, Y), batch_size=args.batch, shuffle=True, generator=torch.Generator().manual_seed(1))
 
 
+class SlowBackward(torch.autograd.Function):
+    """A layer whose backward reads its gradient 5 ms after it is handed
+    it, once the GPU has run everything queued before (a big layer's)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        torch.cuda.synchronize() if g.is_cuda else None
+        time.sleep(0.005)
+        return g * 1.0
+
+
+class ViewBias(nn.Module):
+    """A bias added through a view, as custom layers write it."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.b = nn.Parameter(torch.zeros(n))
+
+    def forward(self, x):
+        return SlowBackward.apply(x) + self.b.view(1, -1)
+
+
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
         dev = "cpu" if args.late_cuda else args.device
         width = 32 + (8 if args.maxnorm else 0)
-        norm = [nn.BatchNorm1d(64)] if args.bn else []
+        norm = [nn.BatchNorm1d(64)] if args.bn else [ViewBias(64)] if args.aliased else []
         self.body = nn.Sequential(nn.Linear(width, 64), *norm, nn.ReLU(), nn.Linear(64, 64), nn.ReLU()).to(dev)
         self.emb = nn.Embedding(16, 8, max_norm=1.0).to(dev) if args.maxnorm else None
         self.head = nn.Linear(64, 2)
