@@ -4,7 +4,8 @@
 # missing) and runs the GPU suite and benchmarks there.
 #
 #   here:  tests/gpu/bundle.sh make DIR        DIR: Debian's Open MPI .debs and
-#                                              this build tree (at its own path)
+#                                              this build tree (at its own path,
+#                                              its check programs built)
 #   there: tests/gpu/bundle.sh run DIR OUT [suite] [bench] ...
 #
 # `run` puts Open MPI in place (tests/gpu/unpack-mpi.sh; an MPI already
@@ -28,6 +29,8 @@ make)
     libhwloc-plugins libevent-2.1-7 libevent-core-2.1-7 libevent-pthreads-2.1-7 libfabric1 libucx0 libibverbs1 \
     ibverbs-providers librdmacm1 libpsm2-2 libpsm-infinipath1 libnl-3-200 libnl-route-3-200 libnuma1 libmunge2 \
     libltdl7 libatomic1 libxnvctrl0 >/dev/null) || { echo "bundle: apt-get download failed" >&2; exit 1; }
+  # the suite runs the check programs too (no-gpu.sh: tests/mpi/engine_test)
+  make -C "$top" -j"$(nproc)" check TESTS= >/dev/null || { echo "bundle: building the check programs failed" >&2; exit 1; }
   abs=$(cd "$dir" && pwd)
   skip=./.git
   case $abs in "$top"/*) skip="./${abs#"$top"/}" ;; esac # the bundle itself, when it is in the tree
