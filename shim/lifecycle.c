@@ -38,6 +38,7 @@
 #include "../hooks/python.h"
 #include "adapter_api.h"
 #include "overlay.h"
+#include "reaper.h"
 
 static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
 static int init_tried;
@@ -122,6 +123,12 @@ static int env_true(const char *name) { /* a BOOL setting read before the settin
   return v && (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcasecmp(v, "on"));
 }
 
+/* The armed process's last exit handler: its reaper learns a clean exit. */
+static void note_exit(int status, void *arg) {
+  (void)arg;
+  hvd_reaper_note_exit(status);
+}
+
 __attribute__((constructor)) static void hvd_shim_ctor(void) {
   hvd_mpi_hooks_on_finalize(hvd_shutdown); /* the program's MPI_Finalize stops the engine first */
   if (getauxval(AT_SECURE)) { /* setuid/setgid: never act on the environment */
@@ -159,6 +166,10 @@ __attribute__((constructor)) static void hvd_shim_ctor(void) {
   pthread_atfork(NULL, NULL, fork_child);
   hvd_role_set(HVD_ROLE_ARMED);
   say_role("a rank process");
+  /* before any thread: the reaper is a fork of this process as it is now;
+   * its exit note is the last exit handler to run */
+  hvd_reaper_arm();
+  on_exit(note_exit, NULL);
   hvd_cuda_arm(local_rank);
   int python = hvd_python_arm();
   hvd_native_arm(hvd_init);
@@ -201,6 +212,7 @@ __attribute__((visibility("default"), noreturn)) void _exit(int status) {
     hvd_shutdown();
   }
   if (!hvd_fatal_started) hvd_overlay_cleanup();
+  hvd_reaper_note_exit(status);
   syscall(SYS_exit_group, status);
   __builtin_unreachable();
 }
@@ -235,6 +247,7 @@ static void after_failed_start(int status, void *arg) {
 static void end_process(int code) {
   exit_started = 1;
   if (!hvd_fatal_started) hvd_overlay_cleanup();
+  hvd_reaper_note_exit(code);
   syscall(SYS_exit_group, code);
 }
 
