@@ -3,7 +3,7 @@ DataLoader, SGD) for the fault tests.  It knows nothing of distribution; the
 fault injector below reads the launcher's rank variable only to pick the
 process it breaks, as an outside tool would.
 
-    python fault_train.py [--steps N] [--step-sleep S] [--checksums] [--workers W [--start METHOD]]
+    python fault_train.py [--steps N] [--step-sleep S] [--checksums] [--workers W [--start METHOD]] [--detached]
                           [--fault KIND --fault-rank R --fault-at K ...]
 
 Prints "step K" to stderr after each optimizer step ("[rank r] " prefixed
@@ -35,6 +35,8 @@ def main():
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--start", default=None, choices=["fork", "spawn", "forkserver"],
                     help="how the loader starts its workers (multiprocessing's start method; default: Python's)")
+    ap.add_argument("--detached", action="store_true",
+                    help="start a helper program in a session of its own (it outlives the script unless ended)")
     ap.add_argument("--fault", default="none", choices=["none", "raise", "exit", "sleep", "complex", "stop-on-loss"])
     ap.add_argument("--fault-rank", type=int, default=1)
     ap.add_argument("--fault-at", type=int, default=3)
@@ -62,6 +64,11 @@ def main():
     if args.fault == "complex":
         model.register_parameter("phase", nn.Parameter(torch.zeros(3, dtype=torch.complex64)))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    if args.detached:  # as a script starting a monitor or an uploader: a program in a session of its own
+        import subprocess
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def checksum():
         return sum(float(p.detach().double().sum()) for p in model.parameters())

@@ -3,8 +3,11 @@
 # unmodified script whose DataLoader has 2 worker processes, started by each
 # of multiprocessing's methods (fork; spawn and forkserver, which add a
 # forkserver and the resource tracker), np=3, one rank SIGKILLed in the
-# middle of training.  The job's processes are found by a variable only this
-# job's environment holds (every process it started inherits it).
+# middle of training; in the spawn case without elastic the script has also started a
+# program in a session of its own (subprocess.Popen(start_new_session=True):
+# out of the rank's process group).  The job's processes are found by a
+# variable only this job's environment holds (every process it started
+# inherits it).
 #  1. Not elastic: the job ends non-zero within 30 s of the
 #     kill, and nothing of it is left 3 s after its end (the reaper's
 #     SIGTERM, then SIGKILL after 2 s).
@@ -51,6 +54,8 @@ gone_within() {
 run() {
   _mode=$1 _start=$2 _v=$3
   shift 3
+  DETACHED=
+  [ "$_start" = spawn ] && [ "$_mode" = plain ] && DETACHED=--detached
   n=$((n + 1))
   job="orphans-$$-$n"
   _out="$TMP/out$n"
@@ -58,9 +63,9 @@ run() {
     export ORPHANS_JOB="$job" "$@"
     if [ "$_mode" = elastic ]; then
       HVDRUN_LIB="$LIB" exec timeout -k 5 120 "$top_builddir/launcher/hvdrun" -np 3 --oversubscribe --min-np 2 \
-        "$PYTHON" "$FAULT_TRAIN" --steps $STEPS --step-sleep 0.05 --workers 2 --start "$_start"
+        "$PYTHON" "$FAULT_TRAIN" --steps $STEPS --step-sleep 0.05 --workers 2 --start "$_start" $DETACHED
     else
-      T=120 shim 3 "$PYTHON" "$FAULT_TRAIN" --steps 100000 --step-sleep 0.02 --workers 2 --start "$_start"
+      T=120 shim 3 "$PYTHON" "$FAULT_TRAIN" --steps 100000 --step-sleep 0.02 --workers 2 --start "$_start" $DETACHED
     fi
   ) >"$_out" 2>&1 </dev/null &
   _pid=$!
