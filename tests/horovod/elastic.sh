@@ -92,7 +92,8 @@ fi
 ulfm=0
 nm -D "$top_builddir/.libs/libhvdshim.so" 2>/dev/null | grep -q " U MPIX_Comm_shrink" && ulfm=1
 if [ "${ELASTIC_TORCH:-all}" = mpi ]; then
-  skip "ELASTIC_TORCH=mpi: the death and the join are left to sid (the fixed-size case passed)"
+  echo "SKIP (a rank's death, hosts joining): ELASTIC_TORCH=mpi: left to sid"
+  exit 0
 fi
 
 # --- a rank's death: KILL SURVIVOR0 RESET(epoch batch processed)
@@ -146,6 +147,7 @@ EOD
     grep -q "the job started again over 3 rank(s) (was 2): hvd.elastic.run goes on" "$TMP/join.out" ||
     { cat "$TMP/join.out"; fail "2 -> 3: the job did not grow"; }
   at=$(sed -n 's/^reset: size 3 epoch \([0-9]*\) batch \([0-9]*\) processed \([0-9]*\)$/\1 \2 \3/p' "$TMP/join.out")
+  # shellcheck disable=SC2086
   set -- $at
   [ $# = 3 ] && [ "$(grep -c '^reset:' "$TMP/join.out")" = 1 ] && grep -q "^calls 1 resets 1$" "$TMP/join.out" ||
     { cat "$TMP/join.out"; fail "2 -> 3: not one reset callback in the restarted job"; }

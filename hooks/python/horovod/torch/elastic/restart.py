@@ -16,11 +16,11 @@ restart onto Horovod's semantics:
   * in the restarted job every rank runs the script from its start (rank
     0's console silenced and its files private meanwhile: the adapter holds
     them, hvdshim_torch/resize.stand_aside), and the decorated function's
-    first call takes the saved state (resume): rank 0 loads it, the ranks
-    that were in the job before take their random state back and run the
-    reset callbacks (as Horovod's workers that stay do after a
-    HostsUpdatedInterrupt), rank 0's console and files are real again, and
-    the sync gives every rank (the new ones too) rank 0's state.
+    first call takes the saved state (resume): rank 0 reads it and every
+    rank loads it (broadcast), the ranks that were in the job before take
+    their random state back and run the reset callbacks (as Horovod's
+    workers that stay do after a HostsUpdatedInterrupt), rank 0's console
+    and files are real again, and the sync gives every rank rank 0's state.
 Objects outside the State start from the script's own start values in the
 restarted job, on every rank (in Horovod, only on the new ranks)."""
 import sys
@@ -104,31 +104,30 @@ def grow(state):
 
 def resume(state):
     """The decorated function's first call in a restarted job: the state as
-    the job left it (rank 0's, synced next).  True on the ranks that were in
-    the job before; None where this is not a restarted job."""
+    the job left it, on every rank (the objects as they were and as last
+    committed: a rank that becomes rank 0 after a later death restores the
+    same commit).  True on the ranks that were in the job before; None
+    where this is not a restarted job."""
     if not _R.resuming:
         return None
     _R.resuming = False
-    info = None
     snap = None
     if rank() == 0:
         try:
             snap = _resize.read_snapshot()
             if not isinstance(snap, dict) or snap.get("kind") != "horovod":
                 raise ValueError("it was not saved by hvd.elastic.run")
-            info = {"size": snap["size"], "rng": snap["rng"]}
         except Exception as e:
-            info = {"error": "%s: %s" % (type(e).__name__, e)}
-    info = broadcast_object(info, 0, name="hvdshim.elastic.resume")
-    if "error" in info:
+            snap = {"error": "%s: %s" % (type(e).__name__, e)}
+    snap = broadcast_object(snap, 0, name="hvdshim.elastic.resume")
+    if "error" in snap:
         _L._lib.hvd_abort_job(("the job started again to grow cannot read the state hvd.elastic.run saved, %s on "
                                "rank 0's host (%s): rank 0 must run on the host where the job stopped, or "
-                               "HVDSHIM_ELASTIC_STATE be a shared folder" % (_resize._path(), info["error"])).encode())
-    before = info["size"]
-    if rank() == 0:
-        state._hvdshim_load(snap["state"])
+                               "HVDSHIM_ELASTIC_STATE be a shared folder" % (_resize._path(), snap["error"])).encode())
+    before = snap["size"]
+    state._hvdshim_load(snap["state"])
     if rank() < before:
-        _rng._set_states(info["rng"][rank()])
+        _rng._set_states(snap["rng"][rank()])
     if rank() == 0:
         _resize.release()
         _L._warn("the job started again over %d rank(s) (was %d): hvd.elastic.run goes on from the state of the "
