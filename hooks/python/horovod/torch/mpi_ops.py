@@ -146,11 +146,12 @@ def _take_change():
     rank's place among the survivors, the global set's size, process sets
     other than the global one removed (the engine ended them).  Returns the
     changes taken in (0: none)."""
+    deadline = time.monotonic() + 10  # (a failed one returns at once; bounded either way)
     for op in list(_ops.values()):
         for h in op.handles:
             eh = h[0] if isinstance(h, tuple) else h
             if isinstance(eh, int) and eh >= 0:
-                _lib.hvd_wait(eh, 10.0)  # (a failed one returns at once; bounded either way)
+                _lib.hvd_wait(eh, max(0.0, deadline - time.monotonic()))
     _ops.clear()
     _inflight.clear()
     _name_of.clear()
