@@ -170,7 +170,7 @@ def wanted():
 
 def proposal():
     """Rank 0's entry in the end-of-backward round: 1 to grow."""
-    return 1 if _G.wanted > _S.size else 0
+    return 1 if wanted() else 0
 
 
 def agreed(flag):
