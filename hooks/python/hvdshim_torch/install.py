@@ -10,7 +10,7 @@ from . import lib as _libmod
 from .lib import _debug, _info, _load_library, _setting, _untraced, _wrap, after_import
 from .state import _S, _warn_once
 from .output import _redirect_output, _set_threads, _short_errors, cores_per_rank
-from .lifecycle import _check_stand_aside, _other_distribution, _stand_aside
+from .lifecycle import HOROVOD, _check_stand_aside, _other_distribution, _stand_aside
 from .grads import (_accumulated_grad, _hooked_grad, note_grad_call, note_zero_grad, _reduce_deferred,
                     _HAS_POST_ACCUMULATE, _average_loss, _backward_averaging, counted, _note_optimizer, _note_scaled,
                     _wrap_step)
@@ -347,7 +347,7 @@ class _HorovodWatcher:
 
     def find_spec(self, name, path=None, target=None):
         if name == "horovod" and _S.enabled:
-            _check_stand_aside("Horovod is imported")
+            _check_stand_aside(HOROVOD)
         return None
 
 
