@@ -856,8 +856,10 @@ def counted(orig, *args, **kwargs):
     Where the first gradient comes in such an inner call, the end of
     backward runs when the outermost call returns (a callback queued there
     would end the step's backward with the inner one)."""
-    if not _S.bw_depth and _S.rng_window is not None:
-        _rng.window_close()  # (a script with no optimizer step: its update is done when backward comes again)
+    if not _S.bw_depth:
+        _S.data_events += 1  # (a len() answer is no longer kept for the next loader iteration: roles.py)
+        if _S.rng_window is not None:
+            _rng.window_close()  # (a script with no optimizer step: its update is done when backward comes again)
     _S.bw_depth += 1
     try:
         result = orig(*args, **kwargs)
