@@ -84,9 +84,11 @@ pass "no_grad evaluation of a shuffled loader: the plain run's metric ($(grep '^
 # (the plain run's counts), training 4 of the plain run's 8 batches, the
 # schedule's lr the plain run's at every epoch's end (it is sized from the
 # sharded len); the shuffled loader evaluated before any model ran (len
-# taken for training, kept) is sharded, 3 of 5, with one warning.  Split:
-# the plain run's output line for line (and weights, 1e-4).
-run_plain lengths --out "$TMP/p-len.pt"
+# taken for training, kept) is sharded, 3 of 5, with one warning.  (Split
+# mode keeps no answer, the count being the same: adapter_unit.py.)  Costs
+# one plain run and one np=2 launch (Debian 12: 5 s; sid: 15 s, nearly all
+# the launch).
+run_plain lengths
 cp "$TMP/plain.out" "$TMP/plain-len.out"
 HVDSHIM_WORKER_STDOUT=1 run_shim 2 "$PYTHON" "$F" lengths
 "$PYTHON" - "$TMP/plain-len.out" "$TMP/shim.out" <<'PY' || { cat "$TMP/plain-len.out" "$TMP/shim.out"; fail "lengths: len(loader) and the batches disagree"; }
@@ -116,12 +118,7 @@ said = [l for l in open(sys.argv[2]) if "len() was asked" in l]
 assert len(said) == 1 and "DataLoader 3 (made at fidelity.py" in said[0] and "before this evaluation" in said[0], said
 print("ok")
 PY
-HVDSHIM_DATA=split run_shim 2 "$PYTHON" "$F" lengths --out "$TMP/s-len.pt"
-grep -v '^checksum' "$TMP/plain-len.out" >"$TMP/a"
-grep -v '^checksum' "$TMP/shim.out" >"$TMP/b"
-diff "$TMP/a" "$TMP/b" && same "$TMP/p-len.pt" "$TMP/s-len.pt" 1e-4 >"$TMP/cmp" ||
-  { cat "$TMP/cmp"; fail "lengths, split: the output or the weights differ from the plain run's"; }
-pass "len(loader) = the batches that follow: wrapper module, len before/after eval() and inference_mode, inside and after the loop, schedule from len, training loader evaluated; sharded: 14 loops agree on both ranks, lr = plain's; split: plain's output ($(cat "$TMP/cmp"))"
+pass "len(loader) = the batches that follow (wrapper module, len before/after eval() and inference_mode, inside and after the loop, schedule from len, training loader evaluated), np=2: 14 loops agree on both ranks, evaluations whole, training sharded, lr = plain's"
 
 # --- DataLoader workers from a forkserver, batches passed by file descriptor
 # (the workers bind in the multiprocessing folder the rank made: it must be
