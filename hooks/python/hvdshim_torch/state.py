@@ -101,6 +101,9 @@ class _State:
         self.reductions = 0         # reducing backward passes (an agreed count: every rank takes part in each)
         self.grad_calls = 0         # torch.autograd.grad calls on averaged parameters before any reduction (-1: done)
         self.loader_trained = False  # a DataLoader was iterated in training
+        # roles.py: what len(loader) answers and the next iteration keeps
+        self.data_events = 0        # loader iterations made or run out, and outermost backward passes
+        self.mode_event = -1        # data_events at the last Module.train()/eval() (equal: no event since)
         self.whole_batches = True   # no dealt batch since the last loader iteration was made (each rank: whole batches)
         # the training batches of reducing backward passes 2 and 3, summed
         # (data.py: every rank training on the same batches is named once);
