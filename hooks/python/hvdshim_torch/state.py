@@ -155,6 +155,7 @@ class _State:
         self.skip_taken = False     # data.py took it (it deals this loader)
         self.primer = None          # the loader iterator made last that can skip ahead (data._Primed)
         self.on_start = []          # called when the engine has started (lifecycle._start)
+        self.on_stand_aside = None  # resize.stand_aside (set by resize.configure): called as the adapter stands aside
         self.loader_refs = {}       # loader tag -> the DataLoader (weak)
         # HVDSHIM_ELASTIC: sharded iterations whose workers were asked ahead (data._Handout)
         self.live = weakref.WeakSet()
