@@ -80,7 +80,7 @@ int hvd_eng_members_open(hvd_engine *e, char *err, size_t errlen) {
 
   /* elastic: the shared-memory waits watch the host's peers' processes */
   if (hvd_shm_start(e->comm, e->rank, e->size, hvd_cfg_int(HVD_CFG_SHM) == 0, e->elastic, (size_t)hvd_cfg_int(HVD_CFG_SHM_BUFFER),
-                    (int)hvd_cfg_int(HVD_CFG_TEST_SHM_HOSTS), (size_t)e->nwords, err, errlen) != 0)
+                    (int)hvd_cfg_int(HVD_CFG_TEST_SHM_HOSTS), (size_t)e->nwords, hvd_handles_waiters, err, errlen) != 0)
     goto undo;
   done = SHM;
   INJECT(6);

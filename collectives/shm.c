@@ -18,7 +18,6 @@
 
 #include "../base/log.h"
 #include "dtype.h"
-#include "handles.h"
 #include "liveness.h"
 
 #define HDR 192 /* three flag words, a cache line each */
@@ -53,12 +52,13 @@ static struct {
    *   or bound to fewer cores than ranks): a spinning thread would take a
    *   core from a peer, or the engine thread from its own training thread. */
   int always, idle_cores;
+  int (*waiters)(void); /* user threads waiting for the engine now (given at start) */
   char why[320];
   /* HVDSHIM_ELASTIC: the waits check the host's peers are alive (their
    * pids), so a death fails the operation instead of hanging it */
   int watch, dead; /* dead: the local rank found dead (-1: none) */
   int *pids;
-} S = {0, MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, 0, 1, 0, 0, 0, 0, 0, "off", 0, -1, NULL};
+} S = {0, MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, 0, 1, 0, 0, 0, 0, 0, NULL, "off", 0, -1, NULL};
 
 static double now_us(void) {
   struct timespec ts;
@@ -104,7 +104,7 @@ static int peers_gone(void) {
 #define SPIN_WAITED_US 1000.0
 
 static double spin_budget(void) {
-  if (S.idle_cores && hvd_handles_waiters() > 0) return SPIN_WAITED_US;
+  if (S.idle_cores && S.waiters && S.waiters() > 0) return SPIN_WAITED_US;
   return S.always ? SPIN_ALWAYS_US : 0;
 }
 
@@ -236,7 +236,8 @@ static int spin_modes(void) {
 }
 
 int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, int watch, size_t buffer_bytes, int hosts_override,
-                  size_t control_words, char *err, size_t errlen) {
+                  size_t control_words, int (*waiters)(void), char *err, size_t errlen) {
+  S.waiters = waiters;
   S.seq = 0;
   S.last_b = 1, S.last_len = S.last_es = 0, S.last_large = 0;
   S.active = 0;

@@ -43,12 +43,14 @@
 #define HVD_SHM_PEER_DIED (-7) /* hvd_shm_allreduce_group: a peer of this host died (watch) */
 
 /* Collective over comm.  mode 0: off.  hosts_override > 0 (tests): treat
- * consecutive blocks of ranks as that many hosts.  Sets up the segment when
+ * consecutive blocks of ranks as that many hosts.  waiters: how many user
+ * threads wait for the engine now (the waits spin while one does, where
+ * the host has a core per rank); given by the engine, which owns them.  Sets up the segment when
  * every host runs the same number (>= 2) of ranks and every rank could map
  * it; otherwise stays inactive (MPI only), with the reason logged.  Returns
  * 0, or -1 (with err) when an MPI call failed. */
 int hvd_shm_start(MPI_Comm comm, int rank, int size, int mode, int watch, size_t buffer, int hosts_override,
-                  size_t control_words, char *err, size_t errlen);
+                  size_t control_words, int (*waiters)(void), char *err, size_t errlen);
 int hvd_shm_active(void);
 /* "2 ranks per host x 1 host" or the reason it is off (for the start line). */
 const char *hvd_shm_describe(void);
