@@ -36,7 +36,7 @@
 #include "../base/config.h"
 #include "../base/log.h"
 #include "../base/role.h"
-#include "../collectives/dlload.h"
+#include "../base/dlload.h"
 
 /* ------------------------------------------------------------------ pinning */
 

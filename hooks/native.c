@@ -41,7 +41,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "../collectives/gpu.h"
+#include "../collectives/gpu/gpu.h"
 #include "../collectives/hvdshim.h"
 #include "../base/config.h"
 #include "../base/log.h"

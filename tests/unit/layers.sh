@@ -1,38 +1,61 @@
 #!/bin/sh
-# The C sources are layered base/ < collectives/ < hooks/ < shim/
-# (docs/ARCHITECTURE.md "Layers"): a file may include, and an object may
-# call, only its own folder and the folders below it.  Checked twice: every
-# #include "..." of the sources, and every undefined symbol of the built
-# objects against the folder that defines it.  Then, inside collectives/,
-# no circle among the GPU path's objects (gpu_internal.h gives their
-# one-way order): tests/objcycles.sh, which takes any list of objects or a
-# folder (no_circle below).
+# The C sources are layered, each folder a level (docs/ARCHITECTURE.md
+# "Layers"), from the ground up:
+#   base/ < collectives/ (the public header) < collectives/transports/
+#   < collectives/gpu/ < collectives/negotiation/ < collectives/observers/
+#   < collectives/engine/ < hooks/ < shim/
+# A file may include, and an object may call, only its own folder and the
+# folders below it (a folder not listed takes its parent's level: a
+# subfolder of hooks/ is hooks/).  Checked twice: every #include "..." with
+# a path of the sources, and every undefined symbol of the built objects
+# against the folder that defines it.  Then no circle among the objects of
+# one folder: tests/objcycles.sh, which takes any list of objects or a
+# folder (no_circle below); between folders the levels keep calls one way.
 . "$(dirname "$0")/../lib.sh"
 command -v nm >/dev/null || skip "nm not found (binutils)"
-level() { case $1 in base) echo 0 ;; collectives) echo 1 ;; hooks) echo 2 ;; shim) echo 3 ;; *) echo -1 ;; esac; }
+FOLDERS="base collectives collectives/transports collectives/gpu collectives/negotiation collectives/observers
+  collectives/engine hooks shim"
+# level FOLDER: its place in FOLDERS (0 = the ground), its parent's when it
+# is not listed, -1 outside the library
+level() {
+  _d=$1
+  while :; do
+    _i=0
+    for _f in $FOLDERS; do
+      [ "$_f" = "$_d" ] && { echo $_i; return; }
+      _i=$((_i + 1))
+    done
+    case $_d in */*) _d=${_d%/*} ;; *) echo -1; return ;; esac
+  done
+}
 bad=0
-for dir in base collectives hooks shim; do
+for dir in $FOLDERS; do
   mine=$(level $dir)
   for f in "$top_srcdir/$dir"/*.c "$top_srcdir/$dir"/*.h; do
     [ -f "$f" ] || continue
-    for inc in $(sed -n 's/^#include "\(\.\.\/[a-z_]*\)\/.*/\1/p' "$f" | sed 's#\.\./##'); do
-      [ "$(level "$inc")" -gt "$mine" ] && { echo "FAIL: ${f#$top_srcdir/} includes from $inc/, a layer above $dir/"; bad=1; }
+    for inc in $(sed -n 's/^#include "\(\.\.\/[^"]*\)\/[^/"]*".*/\1/p' "$f"); do
+      to=$(cd "$top_srcdir/$dir/$inc" 2>/dev/null && pwd) || { echo "FAIL: ${f#$top_srcdir/} includes from $inc/, not a folder"; bad=1; continue; }
+      to=${to#$(cd "$top_srcdir" && pwd)/}
+      [ "$(level "$to")" -gt "$mine" ] && { echo "FAIL: ${f#$top_srcdir/} includes from $to/, a layer above $dir/"; bad=1; }
     done
   done
 done
 # symbols: which folder defines each of the project's (hvd_*: the libc
 # names that shim/ interposes are libc's for everyone else), then who uses them
-objs=$(ls "$top_builddir"/base/.libs/*.o "$top_builddir"/collectives/.libs/*.o "$top_builddir"/hooks/.libs/*.o \
-  "$top_builddir"/shim/.libs/*.o 2>/dev/null)
-[ -n "$objs" ] || fail "no built objects under $top_builddir/*/.libs (build first)"
+objs=
+for dir in $FOLDERS; do objs="$objs $(ls "$top_builddir/$dir"/.libs/*.o 2>/dev/null)"; done
+[ -n "$(echo $objs)" ] || fail "no built objects under $top_builddir/*/.libs (build first)"
 # one nm over every object for each list (-A: the file on each line; its
 # folder is the one above .libs), then one awk over definitions and uses
 # shellcheck disable=SC2086
-{ nm -A --defined-only $objs; echo "--"; nm -A -u $objs; } | awk '
-function level(d) { return d == "base" ? 0 : d == "collectives" ? 1 : d == "hooks" ? 2 : d == "shim" ? 3 : -1 }
+{ nm -A --defined-only $objs; echo "--"; nm -A -u $objs; } | awk -v top="$top_builddir/" -v folders="$FOLDERS" '
+BEGIN { n = split(folders, f, /[ \n]+/); for (i = 1; i <= n; i++) if (f[i] != "") lv[f[i]] = i }
+function level(d) { while (!(d in lv)) { if (d !~ /\//) return -1; sub(/\/[^\/]*$/, "", d) } return lv[d] }
 $0 == "--" { uses = 1; next }
 {
-  c = index($0, ":"); k = split(substr($0, 1, c - 1), f, "/"); dir = f[k - 2]; obj = f[k]
+  c = index($0, ":"); path = substr($0, 1, c - 1)
+  if (index(path, top) == 1) path = substr(path, length(top) + 1)
+  obj = path; sub(/.*\//, "", obj); dir = path; sub(/\/\.libs\/[^\/]*$/, "", dir)
   k = split(substr($0, c + 1), p, " "); sym = p[k]; type = p[k - 1]
   if (sym !~ /^hvd_/) next
   if (!uses) { if (type ~ /[TDBR]/ && !(sym in owner)) owner[sym] = dir; next }
@@ -44,7 +67,7 @@ END { print "checked", n + 0 }' >"$TMP/calls"
 grep '^FAIL' "$TMP/calls" && bad=1
 n=$(sed -n 's/^checked //p' "$TMP/calls")
 [ $bad = 0 ] || fail "a lower layer uses a higher one"
-pass "layers base < collectives < hooks < shim: no upward include, no upward call ($n calls between objects checked)"
+pass "layers $(echo $FOLDERS | sed 's/ / < /g'): no upward include, no upward call ($n calls between objects checked)"
 
 # no_circle WHAT OBJ|DIR...: no two of these objects use each other's
 # symbols in a circle (file level: A uses a symbol that B defines).
@@ -61,7 +84,8 @@ no_circle() {
 circle=0
 # each folder's objects (between folders, the checks above keep calls
 # downward; the libc names the shim interposes are libc's for the others)
-for dir in base collectives hooks shim; do
+for dir in $FOLDERS; do
+  ls "$top_builddir/$dir"/.libs/*.o >/dev/null 2>&1 || continue # headers only
   no_circle "$dir/" "$top_builddir/$dir"
 done
 [ $circle = 0 ] || fail "a circle among the objects of one layer"

@@ -1,0 +1,703 @@
+/* The engine's cycle: one background thread per process that negotiates,
+ * fuses and executes collectives.  This file holds the thread and its cycle
+ * (admission, the control round, the slow path, join, autotune glue); it
+ * calls down into execution (engine_exec.c), the process sets and
+ * completion.  The stages and the state: engine_internal.h.
+ *
+ * DESIGN
+ * ------
+ * User threads only enqueue (submit_*: validate, take a handle, push onto
+ * the queue under `qmu`).  Everything else happens on the engine thread, in
+ * cycles run every HVDSHIM_CYCLE_TIME ms (sooner when the queued bytes reach
+ * the fusion threshold or a stop is requested).  Each cycle, on every rank:
+ *
+ *  1. Admit queued requests into `pending` (name -> request).  A request
+ *     whose name is in the response cache with the same signature only sets
+ *     its cache bit; any other goes to the outbox for the coordinator.
+ *  2. One MPI_Allreduce(BAND) over a vector of 64-bit words:
+ *       [~flags][~shutdown-rank bits][ready cache bits][~invalid cache bits]
+ *     (OR is computed as ~AND(~x)).  Bits set on every rank are ready
+ *     everywhere; an invalid bit (a cached request waiting too long on some
+ *     rank, i.e. a possible stall) sends that entry back through the
+ *     coordinator so the stall inspector can name the missing ranks.
+ *  3. If any rank has outbox requests (or rank 0 must broadcast a fatal
+ *     error): the slow path.  Requests are gathered to rank 0, which keeps a
+ *     table name -> per-rank signature; a name reported by every rank becomes
+ *     an EXEC response (or an ERROR naming the disagreeing ranks).  The
+ *     response list is broadcast.
+ *  4. Every rank now holds the same ordered list: cached-ready tensors in bit
+ *     order, then the slow-path responses in the coordinator's order.  Cache
+ *     insertions and evictions happen while walking that list, so the cache
+ *     stays identical on every rank.  Consecutive allreduces of one dtype
+ *     (and compatible op) are grouped up to HVDSHIM_FUSION_THRESHOLD bytes
+ *     and reduced (backend_mpi.c); then handles complete.
+ *  5. Rank 0 runs the stall inspector over its table.
+ *
+ * Autotune (HVDSHIM_AUTOTUNE=1).  Fusion threshold and cycle time change
+ * while the job runs, but every rank must group the same list the same way,
+ * so rank 0 alone decides (autotune.c, fed with the throughput it measures
+ * between step marks) and the pair travels in two more words of the control
+ * vector: rank 0 puts its values there, the others all ones, and the BAND
+ * leaves rank 0's.  Every rank applies them in the same cycle, before
+ * grouping.
+ *
+ * Join.  A rank that stops (hvd_shutdown, or the program's normal exit)
+ * takes no new submissions, drains its pending work for up to
+ * HVDSHIM_SHUTDOWN_TIMEOUT_SECONDS, then raises its bit in the joined-rank
+ * words of the control vector.  From that cycle on it takes part in every
+ * operation the others agree on without contributing (a "phantom" request:
+ * the identity of the reduction, zero rows, a receive-only buffer), its cache
+ * bits count as ready, the coordinator counts it as present, and averages
+ * divide by the ranks still submitting (as Horovod's join).  A broadcast
+ * whose root has joined fails on every rank; root HVD_ROOT_FIRST_ACTIVE
+ * resolves to the lowest rank still submitting.  When every rank has joined,
+ * all leave in the same cycle.  A dead peer is the watchdog's (liveness.c).
+ *
+ * Ownership: see engine_internal.h.
+ */
+#define _GNU_SOURCE /* pthread_setname_np */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../../base/log.h"
+#include "../observers/autotune.h"
+#include "../transports/dtype.h"
+#include "engine_internal.h"
+#include "../gpu/gpu.h"
+#include "handles.h"
+#include "../transports/liveness.h"
+#include "../transports/shm.h"
+#include "../../base/strmap.h"
+#include "../observers/timeline.h"
+#include "../negotiation/wire.h"
+
+/* F_STOPPED: a rank has stopped for good (hvd_shutdown); F_RUNNING: a rank
+ * is not stuck (below), so a deadlock is not declared */
+enum { F_SLOW = 1, F_STOPPED = 2, F_RUNNING = 4 };
+
+/* Stuck: this rank waits on hvdshim (a user thread in a wait, or one that
+ * ended less than a second ago) and has submitted nothing for
+ * HVDSHIM_DEADLOCK_SECONDS, or it has joined (it will submit nothing). A
+ * rank still computing is not stuck, however late. */
+static int stuck(hvd_engine *e, double now) {
+  if (e->joined_self) return 1;
+  double last;
+  __atomic_load(&e->last_submit, &last, __ATOMIC_RELAXED);
+  return now - last >= e->deadlock_s && hvd_handles_waiting(1.0);
+}
+
+/* A joined rank's stand-in for an operation the others agreed on: the
+ * identity of the reduction (allreduce), a receive buffer (broadcast), no
+ * rows (allgather). */
+static hvd_req *phantom(hvd_engine *e, const char *name, const hvd_sig *sig) {
+  hvd_req *r = calloc(1, sizeof *r);
+  if (!r || !(r->name = strdup(name))) HVD_FATAL("out of memory (joined rank)");
+  r->sig = *sig;
+  r->phantom = 1;
+  r->handle = HVD_NO_HANDLE;
+  r->cache_bit = -1;
+  r->t_submit = r->t_ready = hvd_eng_now();
+  if (sig->kind == HVD_KIND_ALLGATHER || sig->kind == HVD_KIND_ALLTOALL) {
+    r->sig.count = 0;
+  } else if (sig->kind != HVD_KIND_BARRIER && sig->count > 0 && sig->place) {
+    char err[512];
+    r->buf = hvd_gpu_identity((size_t)sig->count, (hvd_dtype_t)sig->dtype,
+                              sig->kind == HVD_KIND_ALLREDUCE ? (hvd_op_t)sig->op : HVD_SUM, err, sizeof err);
+    if (!r->buf) HVD_FATAL("this rank has finished but must take part in GPU operation '%s': %s", name, err);
+  } else if (sig->kind != HVD_KIND_BARRIER && sig->count > 0) {
+    r->buf = malloc((size_t)sig->count * hvd_dtype_size((hvd_dtype_t)sig->dtype));
+    if (!r->buf) HVD_FATAL("out of memory: a joined rank's stand-in for '%s'", name);
+    hvd_fill_identity(r->buf, (size_t)sig->count, (hvd_dtype_t)sig->dtype,
+                      sig->kind == HVD_KIND_ALLREDUCE || sig->kind == HVD_KIND_REDUCESCATTER ? (hvd_op_t)sig->op
+                                                                                            : HVD_SUM);
+  }
+  if (hvd_strmap_put(e->pending, r->name, r) != 0) HVD_FATAL("out of memory (pending)");
+  e->npending++;
+  return r;
+}
+
+/* A rank outside an operation's process set walks it in the agreed list
+ * without running it (engine_psets.c): no buffer, no handle, not pending. */
+static hvd_req *skip_req(const char *name, const hvd_sig *sig) {
+  hvd_req *r = calloc(1, sizeof *r);
+  if (!r || !(r->name = strdup(name))) HVD_FATAL("out of memory (process set stand-in)");
+  r->sig = *sig;
+  r->phantom = r->skip = 1;
+  r->handle = HVD_NO_HANDLE;
+  r->cache_bit = -1;
+  return r;
+}
+
+/* ------------------------------------------------------------------ cache */
+
+static int cache_lookup(hvd_engine *e, const char *name) { return hvd_cache_lookup(&e->cache, name); }
+
+static void outbox_push(hvd_engine *e, hvd_req *r) {
+  if (e->nout == e->capout) {
+    size_t n = e->capout ? e->capout * 2 : 64;
+    hvd_req **p = realloc(e->outbox, n * sizeof *p);
+    if (!p) HVD_FATAL("out of memory (outbox)");
+    e->outbox = p;
+    e->capout = n;
+  }
+  r->cache_bit = -1;
+  e->outbox[e->nout++] = r;
+}
+
+/* Drop a cache entry; this rank's request waiting on it renegotiates
+ * through the coordinator. */
+static void cache_erase(hvd_engine *e, int bit) {
+  hvd_req *r = hvd_cache_erase(&e->cache, bit);
+  if (r) outbox_push(e, r);
+}
+
+static void cache_insert(hvd_engine *e, const char *name, const hvd_sig *sig) {
+  /* per-rank row counts vary, and sets are added once: always negotiated */
+  if (sig->kind == HVD_KIND_ALLGATHER || sig->kind == HVD_KIND_ALLTOALL || sig->kind == HVD_KIND_PSET_ADD ||
+      sig->kind == HVD_KIND_PSET_REMOVE)
+    return;
+  void *evicted = NULL;
+  if (hvd_cache_insert(&e->cache, name, sig, e->tick, &evicted) < 0 && e->cache.cap > 0)
+    HVD_FATAL("out of memory (response cache)");
+  if (evicted) outbox_push(e, evicted);
+}
+
+/* ------------------------------------------------------------------ admission */
+
+static int sig_equal(const hvd_sig *a, const hvd_sig *b) {
+  return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->root == b->root &&
+         a->count == b->count && a->row_elems == b->row_elems && a->place == b->place && a->shape == b->shape &&
+         a->set == b->set;
+}
+
+static void admit(hvd_engine *e, hvd_req *r) {
+  if (hvd_strmap_get(e->pending, r->name)) {
+    char msg[HVD_NAME_MAX + 128];
+    snprintf(msg, sizeof msg, "tensor '%s' is already in flight on this rank: wait for it before submitting again",
+             r->name);
+    hvd_handles_complete(r->handle, HVD_ERR_INVALID, msg, NULL, 0);
+    hvd_eng_req_free(r);
+    return;
+  }
+  if (hvd_strmap_put(e->pending, r->name, r) != 0) HVD_FATAL("out of memory (pending)");
+  e->npending++;
+  int bit = cache_lookup(e, r->name);
+  if (bit >= 0 && sig_equal(&e->cache.e[bit].sig, &r->sig) && !e->cache.e[bit].pending) {
+    e->cache.e[bit].pending = r;
+    r->cache_bit = bit;
+    return;
+  }
+  outbox_push(e, r);
+}
+
+/* ------------------------------------------------------------------ slow path */
+
+static void exec_push(hvd_engine *e, hvd_req *r, const int64_t *rows) {
+  if (e->nexec == e->capexec) {
+    size_t n = e->capexec ? e->capexec * 2 : 256;
+    exec_item *p = realloc(e->exec, n * sizeof *p);
+    if (!p) HVD_FATAL("out of memory (responses)");
+    e->exec = p;
+    e->capexec = n;
+  }
+  e->exec[e->nexec].req = r;
+  e->exec[e->nexec].rows = rows;
+  e->nexec++;
+}
+
+static void slow_path(hvd_engine *e, double now) {
+  e->stats.slow_rounds++;
+  hvd_buf_reset(&e->sendbuf);
+  for (size_t i = 0; i < e->nout; i++)
+    hvd_wire_put_req(&e->sendbuf, &e->outbox[i]->sig, now - e->outbox[i]->t_submit, e->outbox[i]->name);
+  e->nout = 0;
+  if (e->sendbuf.bad || e->sendbuf.len > INT_MAX) HVD_FATAL("negotiation message too large or out of memory");
+  int mylen = (int)e->sendbuf.len;
+  hvd_eng_mpi_check(MPI_Gather(&mylen, 1, MPI_INT, e->lens, 1, MPI_INT, 0, e->comm), "MPI_Gather (negotiation)");
+  size_t total = 0;
+  if (e->rank == 0) {
+    for (int r = 0; r < e->size; r++) {
+      e->displs[r] = (int)total;
+      total += (size_t)e->lens[r];
+    }
+    if (total > INT_MAX) HVD_FATAL("negotiation round larger than 2 GiB");
+    hvd_buf_reset(&e->gathered);
+    if (hvd_buf_reserve(&e->gathered, total + 1) != 0) HVD_FATAL("out of memory (negotiation)");
+    e->gathered.len = total;
+  }
+  hvd_eng_mpi_check(MPI_Gatherv(e->sendbuf.p, mylen, MPI_BYTE, e->gathered.p, e->lens, e->displs, MPI_BYTE, 0, e->comm),
+            "MPI_Gatherv (negotiation)");
+  if (e->rank == 0) hvd_coord_round(&e->coord, e->gathered.p, e->lens, e->displs, now, &e->resp);
+  int64_t rlen = (int64_t)e->resp.len;
+  hvd_eng_mpi_check(MPI_Bcast(&rlen, 1, MPI_INT64_T, 0, e->comm), "MPI_Bcast (responses)");
+  if (rlen > INT_MAX) HVD_FATAL("response list larger than 2 GiB");
+  if (e->rank != 0) {
+    hvd_buf_reset(&e->resp);
+    if (hvd_buf_reserve(&e->resp, (size_t)rlen + 1) != 0) HVD_FATAL("out of memory (responses)");
+    e->resp.len = (size_t)rlen;
+  }
+  hvd_eng_mpi_check(MPI_Bcast(e->resp.p, (int)rlen, MPI_BYTE, 0, e->comm), "MPI_Bcast (responses)");
+  e->resp.pos = 0;
+  hvd_wire_resp w;
+  char name[HVD_NAME_MAX + 1];
+  while (hvd_buf_more(&e->resp)) {
+    if (hvd_wire_get_resp(&e->resp, &w, e->size) != 0) HVD_FATAL("corrupt response list from the coordinator");
+    size_t nl = w.name_len > HVD_NAME_MAX ? HVD_NAME_MAX : w.name_len;
+    memcpy(name, w.name, nl);
+    name[nl] = 0;
+    if (w.type == HVD_RESP_FATAL) {
+      char *m = strndup(w.msg, w.msg_len);
+      HVD_FATAL("%s", m ? m : "fatal error from the coordinator");
+    }
+    if (w.type == HVD_RESP_INVALIDATE) {
+      int bit = cache_lookup(e, name);
+      if (bit >= 0) cache_erase(e, bit);
+      continue;
+    }
+    if (!hvd_pset_member(e, w.sig.set, e->rank)) { /* another set's operation: walked in step, never run */
+      if (w.type == HVD_RESP_EXEC) {
+        cache_insert(e, name, &w.sig);
+        exec_push(e, skip_req(name, &w.sig), w.rows);
+      }
+      continue;
+    }
+    hvd_req *r = hvd_strmap_get(e->pending, name);
+    if (!r && e->joined_self) {
+      if (w.type == HVD_RESP_ERROR) continue; /* the submitting ranks report it */
+      r = phantom(e, name, &w.sig);
+    }
+    if (!r || r->cache_bit >= 0)
+      HVD_FATAL("internal error: the coordinator answered '%s', which this rank has not submitted", name);
+    if (w.type == HVD_RESP_ERROR) {
+      char *m = strndup(w.msg, w.msg_len);
+      HVD_ERROR("%s", m ? m : name);
+      hvd_eng_finish(e, r, HVD_ERR_MISMATCH, m, NULL, 0);
+      free(m);
+      continue;
+    }
+    r->t_ready = now;
+    cache_insert(e, name, &r->sig);
+    exec_push(e, r, w.rows);
+  }
+}
+
+/* ------------------------------------------------------------------ the cycle */
+
+#define HVD_IDLE_CYCLE_S 0.1
+#define HVD_PEND_NAP_MIN_S 20e-6
+/* Longest sleep between polls of a control round: peers that are late are
+ * usually computing, and every wake-up takes time from a training thread. */
+#define HVD_POLL_NAP_MAX_NS 320000L
+
+/* The per-cycle bitvector allreduce.  Peers may arrive up to a cycle later
+ * (their timer, not a submission, wakes them), so instead of a blocking call
+ * that busy-polls a core the training thread needs, poll a nonblocking one:
+ * spin briefly (the common, aligned case), then sleep, doubling the sleep
+ * from 20 us up to HVD_POLL_NAP_MAX_NS. */
+static void control_allreduce(hvd_engine *e, uint64_t *v) {
+  int shm = hvd_shm_control(v); /* every rank on this host: through shared memory */
+  if (shm < 0) HVD_ENG_COLLECTIVE_FAILED("the control round (shared memory): %s", hvd_shm_death());
+  if (shm) return;
+  MPI_Request req;
+  hvd_eng_mpi_check(MPI_Iallreduce(MPI_IN_PLACE, v, e->nwords, MPI_UINT64_T, MPI_BAND, e->comm, &req), "MPI_Iallreduce (cycle)");
+  int done = 0;
+  double t0 = hvd_eng_now();
+  long nap_ns = 20000;
+  for (;;) {
+    hvd_eng_mpi_check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test (cycle)");
+    if (done) break;
+    if (hvd_eng_now() - t0 > 50e-6) {
+      struct timespec ts = {0, nap_ns};
+      nanosleep(&ts, NULL);
+      if (nap_ns < HVD_POLL_NAP_MAX_NS) nap_ns *= 2;
+    }
+  }
+}
+
+/* Words 1..wr of the control vector hold ~joined bits: after the BAND a
+ * cleared bit means that rank has joined.  *last: the highest rank that
+ * joined in this cycle (unchanged when none did). */
+static int agree_joined(hvd_engine *e, const uint64_t *v, int *last) {
+  int n = 0;
+  for (int r = 0; r < e->size; r++) {
+    int j = !(v[1 + r / 64] & ((uint64_t)1 << (r % 64)));
+    if (j && !e->joined[r]) *last = r;
+    e->joined[r] = (uint8_t)j;
+    n += j;
+  }
+  return n;
+}
+
+/* Every rank has joined and none has stopped for good: every rank's
+ * hvd_join returns (the last rank to join) and all take part again. */
+static void end_join(hvd_engine *e) {
+  e->joined_self = 0;
+  memset(e->joined, 0, (size_t)e->size);
+  e->njoined = 0;
+  if (e->rank == 0) HVD_DEBUG("every rank has joined (the last: rank %d); all go on", e->last_joined);
+  hvd_handle_t h = e->join_handle;
+  e->join_handle = HVD_NO_HANDLE;
+  if (h != HVD_NO_HANDLE) hvd_handles_complete(h, HVD_OK, NULL, NULL, 0);
+}
+
+static void fail_join(hvd_engine *e, const char *why) {
+  hvd_handle_t h = e->join_handle;
+  e->join_handle = HVD_NO_HANDLE;
+  if (h != HVD_NO_HANDLE) hvd_handles_complete(h, HVD_ERR_SHUTDOWN, why, NULL, 0);
+}
+
+/* Every rank, same cycle: the pair rank 0 sent in the control vector. */
+static void apply_tuning(hvd_engine *e, uint64_t fusion, uint64_t cycle_ns) {
+  e->fusion = (size_t)fusion;
+  e->cycle_s = (double)cycle_ns * 1e-9;
+  __atomic_store_n(&e->pub_fusion, e->fusion, __ATOMIC_RELAXED);
+  __atomic_store_n(&e->pub_cycle_ns, cycle_ns, __ATOMIC_RELAXED);
+  /* "fixed" is published with the chosen pair itself (rank 0, which decides
+   * and writes the metrics): from the cycle the search ends to the one that
+   * applies its choice, a metrics line read "fixed" beside the last pair
+   * tried */
+  if (e->rank == 0 && e->autotune && hvd_tuner_done(&e->tuner) && fusion == (uint64_t)e->tuner.fusion &&
+      cycle_ns == (uint64_t)llround(e->tuner.cycle_ms * 1e6))
+    __atomic_store_n(&e->pub_tune, 2, __ATOMIC_RELAXED);
+}
+
+static void format_bytes(size_t b, char *out, size_t n) {
+  if (b >= (1u << 20) && b % (1u << 20) == 0) snprintf(out, n, "%zuM", b >> 20);
+  else if (b >= 1024 && b % 1024 == 0) snprintf(out, n, "%zuK", b >> 10);
+  else snprintf(out, n, "%zu", b);
+}
+
+/* Rank 0, after each cycle: close a measurement window once it holds
+ * HVDSHIM_AUTOTUNE_STEPS_PER_SAMPLE step marks (or, in a program that marks
+ * no steps, 0.2 s with some bytes reduced) and feed its throughput to the
+ * tuner; its next pair goes out with the next cycle. */
+#define HVD_TUNE_WINDOW_S 0.2
+static void tune(hvd_engine *e, double now) {
+  if (hvd_tuner_done(&e->tuner)) return;
+  uint64_t steps = __atomic_load_n(&e->steps, __ATOMIC_RELAXED), bytes = e->stats.bytes_reduced;
+  if (e->win_t == 0) {
+    e->win_t = now, e->win_steps = steps, e->win_bytes = bytes;
+    return;
+  }
+  double dt = now - e->win_t;
+  if (e->tune_mode == 0 && steps > e->win_steps) e->tune_mode = 1;
+  if (e->tune_mode == 0 && dt >= HVD_TUNE_WINDOW_S && bytes > e->win_bytes) e->tune_mode = 2;
+  uint64_t per = e->tune_per;
+  if (e->tune_mode == 0 || (e->tune_mode == 1 && steps - e->win_steps < per) ||
+      (e->tune_mode == 2 && (dt < HVD_TUNE_WINDOW_S || bytes == e->win_bytes)))
+    return;
+  double score = e->tune_mode == 1 ? (double)(steps - e->win_steps) / dt : (double)(bytes - e->win_bytes) / dt;
+  e->win_t = now, e->win_steps = steps, e->win_bytes = bytes;
+  if (!hvd_tuner_feed(&e->tuner, score)) return;
+  char f[32];
+  format_bytes(e->tuner.fusion, f, sizeof f);
+  if (!hvd_tuner_done(&e->tuner)) {
+    HVD_DEBUG("autotune: trying fusion threshold %s, cycle time %g ms", f, e->tuner.cycle_ms);
+    return;
+  }
+  /* published as "fixed" by apply_tuning when the choice is applied */
+  /* a result the user asked for: printed as info, but at the default level (warn) too */
+  if (hvd_log_threshold >= HVD_LOG_WARN)
+    hvd_log_write(HVD_LOG_INFO, __FILE__, __LINE__,
+                "autotune: fixed HVDSHIM_FUSION_THRESHOLD=%s and HVDSHIM_CYCLE_TIME=%g (ms) after %d measurements; "
+                "%.4g %s with them",
+                f, e->tuner.cycle_ms, e->tuner.measured, e->tuner.chosen_score,
+                e->tune_mode == 1 ? "steps/s" : "bytes/s");
+}
+
+
+
+/* hvd_timeline_start/stop on the engine thread (the timeline's owner):
+ * rank 0 closes the current file and, for a start, opens the new one. */
+static void cycle_timeline(hvd_engine *e, int op, char *path, int mark, hvd_handle_t h) {
+  char why[600] = "";
+  hvd_status_t st = HVD_OK;
+  if (e->rank == 0) {
+    hvd_timeline_close();
+    if (op == 1 && hvd_timeline_open(path, 0, why, sizeof why) != 0) st = HVD_ERR_INVALID;
+  }
+  if (st == HVD_OK) e->mark_cycles = op == 1 && mark;
+  free(path);
+  hvd_handles_complete(h, st, st == HVD_OK ? NULL : why, NULL, 0);
+}
+
+/* HVDSHIM_TEST_LEAVE=R (tests only): at cycle HVDSHIM_TEST_LEAVE_CYCLE,
+ * every rank in the same cycle, rank R leaves the job and the others
+ * rebuild the engine over the rest: the membership change a lost rank
+ * brings, without the failure.  0: this rank has left (its thread ends). */
+static int test_leave(hvd_engine *e) {
+  int leaving = e->rank == e->leave_rank;
+  MPI_Comm rest;
+  hvd_eng_mpi_check(MPI_Comm_split(e->comm, leaving ? MPI_UNDEFINED : 0, e->rank, &rest), "MPI_Comm_split (a rank leaves)");
+  char why[200];
+  snprintf(why, sizeof why, "rank %d left the job (HVDSHIM_TEST_LEAVE)", e->leave_rank);
+  e->leave_rank = -1;
+  if (leaving) {
+    hvd_liveness_stop(); /* the others no longer answer on the old communicator */
+    hvd_eng_fail_everything(e, "this rank has left the job (HVDSHIM_TEST_LEAVE)");
+    return 0;
+  }
+  char err[512];
+  if (hvd_eng_rebuild(e, rest, why, err, sizeof err) != 0) HVD_FATAL("rebuilding the engine after %s: %s", why, err);
+  return 1;
+}
+
+static int cycle(hvd_engine *e) {
+  if (e->elastic) { /* a collective of this cycle that fails comes back here (HVDSHIM_ELASTIC) */
+    if (setjmp(e->recover_at)) {
+      hvd_liveness_busy(0);
+      hvd_eng_recover(e);
+      return 1;
+    }
+    e->recover_armed = 1;
+  }
+  if (e->leave_rank >= 0 && e->stats.cycles == e->leave_cycle && !test_leave(e)) return 0;
+  double now = hvd_eng_now();
+  pthread_mutex_lock(&e->qmu);
+  hvd_req *q = hvd_eng_take_queue_locked(e);
+  int stopping = e->stop_requested;
+  double stop_time = e->stop_time;
+  if (e->join_asked != HVD_NO_HANDLE) { /* hvd_join: this rank joins once its own work has completed */
+    e->join_handle = e->join_asked;
+    e->join_asked = HVD_NO_HANDLE;
+  }
+  int tl_op = e->tl_op, tl_mark = e->tl_mark;
+  char *tl_path = e->tl_path;
+  hvd_handle_t tl_handle = e->tl_handle;
+  e->tl_op = 0, e->tl_path = NULL, e->tl_handle = HVD_NO_HANDLE;
+  pthread_mutex_unlock(&e->qmu);
+  if (tl_op) cycle_timeline(e, tl_op, tl_path, tl_mark, tl_handle);
+  e->cycle_admitted = e->cycle_agreed = 0;
+  for (hvd_req *n; q; q = n) {
+    n = q->next;
+    admit(e, q);
+    e->cycle_admitted++;
+  }
+  e->stats.cycles++;
+  if (e->join_handle != HVD_NO_HANDLE && !e->joined_self && e->npending == 0) e->joined_self = 1;
+  if (stopping && !e->stopped_self && (e->npending == 0 || now - stop_time >= e->shutdown_timeout)) {
+    if (e->npending) {
+      HVD_WARN("joining with %zu operation(s) in flight: peers did not submit them within "
+               "HVDSHIM_SHUTDOWN_TIMEOUT_SECONDS=%g", e->npending, e->shutdown_timeout);
+      hvd_eng_fail_pending(e, HVD_ERR_SHUTDOWN,
+                           "this rank finished (hvd_shutdown or exit) before every rank submitted it");
+    }
+    e->joined_self = e->stopped_self = 1;
+  }
+
+  uint64_t *v = e->vec, flags = 0;
+  if (e->nout > 0 || (e->rank == 0 && e->coord.fatal_msg)) flags |= F_SLOW;
+  if (e->stopped_self) flags |= F_STOPPED;
+  if (e->deadlock_s <= 0 || !stuck(e, now)) flags |= F_RUNNING;
+  v[0] = ~flags;
+  for (int w = 0; w < e->wr; w++) v[1 + w] = ~(uint64_t)0;
+  if (e->joined_self) v[1 + e->rank / 64] &= ~((uint64_t)1 << (e->rank % 64));
+  uint64_t *ready = v + 1 + e->wr, *invalid = ready + e->wc;
+  for (int w = 0; w < e->wc; w++) ready[w] = e->joined_self ? ~(uint64_t)0 : 0, invalid[w] = ~(uint64_t)0;
+  for (int b = 0; b < e->cache.cap && !e->joined_self; b++) {
+    hvd_req *r = e->cache.e[b].pending;
+    if (!r && e->cache.e[b].name && e->cache.e[b].sig.set && !hvd_pset_member(e, e->cache.e[b].sig.set, e->rank))
+      ready[b / 64] |= (uint64_t)1 << (b % 64); /* another set's: ready whenever its members are */
+    if (!r) continue;
+    ready[b / 64] |= (uint64_t)1 << (b % 64);
+    if (now - r->t_submit > e->stale_age) invalid[b / 64] &= ~((uint64_t)1 << (b % 64));
+  }
+  if (e->autotune) {
+    v[e->tw] = e->rank == 0 ? (uint64_t)e->tuner.fusion : ~(uint64_t)0;
+    v[e->tw + 1] = e->rank == 0 ? (uint64_t)llround(e->tuner.cycle_ms * 1e6) : ~(uint64_t)0;
+  }
+  hvd_liveness_busy(1);
+  control_allreduce(e, v);
+  if (e->elastic) { /* every rank got through the last cycle: its completions are the job's */
+    e->released = e->rounds_ok++;
+    hvd_handles_publish_held(HVD_OK, NULL);
+  }
+  if (e->autotune) apply_tuning(e, v[e->tw], v[e->tw + 1]);
+  hvd_liveness_tick();
+  flags = ~v[0];
+  int before = e->njoined;
+  e->njoined = agree_joined(e, v, &e->last_joined);
+  if (e->njoined == e->size && !(flags & F_STOPPED)) { /* every rank is in hvd_join: it returns everywhere */
+    hvd_liveness_busy(0);
+    end_join(e);
+    return 1;
+  }
+  if (e->njoined == e->size) { /* everyone finished: all leave in this cycle */
+    hvd_liveness_busy(0);
+    fail_join(e, "hvd_join: a rank has finished (hvd_shutdown or exit), so not every rank can join");
+    hvd_eng_fail_everything(e, "every rank has finished (hvd_shutdown or exit) before it was submitted everywhere");
+    return 0;
+  }
+  if (e->njoined != before && e->rank == 0) {
+    char list[256];
+    hvd_rank_list(e->joined, e->size, 1, list, sizeof list);
+    HVD_INFO("rank(s) %s finished; the others go on (averages over %d rank(s))", list, e->size - e->njoined);
+  }
+
+  for (int b = 0; b < e->cache.cap; b++) {
+    uint64_t m = (uint64_t)1 << (b % 64);
+    if (ready[b / 64] & m) {
+      hvd_req *r = e->cache.e[b].pending;
+      const hvd_sig *cs = &e->cache.e[b].sig;
+      if (!r && e->cache.e[b].name && !hvd_pset_member(e, cs->set, e->rank)) r = skip_req(e->cache.e[b].name, cs);
+      else if (!r && e->joined_self && e->cache.e[b].name) r = phantom(e, e->cache.e[b].name, cs);
+      if (!r) HVD_FATAL("internal error: cache bit %d ready everywhere but not pending here", b);
+      e->cache.e[b].pending = NULL;
+      r->cache_bit = -1;
+      r->t_ready = now;
+      e->stats.cache_hits++;
+      exec_push(e, r, NULL);
+    } else if (!(invalid[b / 64] & m)) {
+      cache_erase(e, b);
+    }
+  }
+  /* A change in the joined set goes through the coordinator on every rank,
+   * so what waited only for the new joiners is answered. */
+  if ((flags & F_SLOW) || e->njoined != before) slow_path(e, now);
+  size_t agreed = e->nexec; /* operations every rank runs in this cycle */
+  e->cycle_agreed = agreed;
+  hvd_eng_execute(e);
+  char gerr[512];
+  /* (elastic: a peer's death can show here first; the recovery finds it, or
+   * ends the job when no rank has died) */
+  if (e->dev_bk && e->dev_bk->check_async && e->dev_bk->check_async(gerr, sizeof gerr) != 0)
+    HVD_ENG_COLLECTIVE_FAILED("%s", gerr);
+  hvd_liveness_busy(0);
+  if (e->rank == 0) hvd_coord_stall_check(&e->coord, hvd_eng_now());
+  /* every rank stuck, and what is in flight waits for them: nothing can
+   * complete (rank 0's table holds it all by now: a cached request waiting
+   * past min(1 s, the stall warning / 2) goes through the coordinator) */
+  /* (two cycles in a row with nothing run: a wait that a join or a
+   * renegotiation ended in this cycle may submit what the table lacks) */
+  e->stuck_cycles = !(flags & F_RUNNING) && agreed == 0 ? e->stuck_cycles + 1 : 0;
+  if (e->rank == 0 && e->stuck_cycles >= 2) hvd_coord_deadlock(&e->coord, e->deadlock_s);
+  if (e->autotune && e->rank == 0) tune(e, hvd_eng_now());
+  if (hvd_timeline_enabled()) {
+    if (e->mark_cycles) hvd_timeline_instant("CYCLE_START", hvd_eng_us(e, now));
+    hvd_timeline_flush();
+  }
+  return 1;
+}
+
+/* One cycle, under `drive`; a cycle that ends the engine says so to the others. */
+static int drive_cycle(hvd_engine *e) {
+  int go_on = cycle(e);
+  e->recover_armed = 0;
+  if (!go_on) e->finished = 1;
+  return go_on;
+}
+
+int hvd_eng_helpable(hvd_engine *e) { return !e->elastic && !__atomic_load_n(&e->gpu_seen, __ATOMIC_ACQUIRE); }
+
+/* A user thread that waits for a completion runs the next cycle itself when
+ * no one else is running one (registered with handles.c at start).  On a
+ * machine with one core per rank the engine thread shares the training
+ * thread's core: the end of a backward pass, submitted without waking it
+ * (HVD_BATCH_CALLER_WAITS), then completes on the thread that waits for it,
+ * with no switch to the engine thread and back.  Not in elastic jobs (their
+ * recovery jumps back into the engine thread's cycle) nor once a GPU
+ * operation was submitted (the device's state is the engine thread's); not
+ * once the engine is stopping (its last cycles are the engine thread's). */
+int hvd_eng_help(void *engine, hvd_handle_t waited, int drive) {
+  hvd_engine *e = engine;
+  int driving = drive && hvd_eng_helpable(e) && !pthread_equal(pthread_self(), e->thread) &&
+                pthread_mutex_trylock(&e->drive) == 0;
+  if (__atomic_load_n(&e->gathering, __ATOMIC_RELAXED)) { /* a result is wanted: no more gathering */
+    pthread_mutex_lock(&e->qmu);
+    if (e->gathering) {
+      __atomic_store_n(&e->gathering, 0, __ATOMIC_RELAXED);
+      /* the engine thread runs the cycle, unless this thread does: woken
+       * for nothing, it would wait for `drive` and then run a control
+       * round of its own that the idle peers answer late */
+      if (!driving) pthread_cond_signal(&e->qcv);
+    }
+    pthread_mutex_unlock(&e->qmu);
+  }
+  if (!driving) return 0;
+  /* Completions happen under `drive`: the engine thread may have completed
+   * the waited handle since the caller looked.  A cycle now would only wait
+   * in the control round for peers that are done with it and idle (up to
+   * their idle tick, 100 ms); what is queued goes to the engine thread. */
+  int done = hvd_handles_done(waited);
+  pthread_mutex_lock(&e->qmu);
+  int live = e->accepting && !e->stop_requested && !e->finished;
+  done = done || !live;
+  if (done && e->qhead) pthread_cond_signal(&e->qcv);
+  pthread_mutex_unlock(&e->qmu);
+  if (done) {
+    pthread_mutex_unlock(&e->drive);
+    return live; /* (1: the caller looks again and finds it done) */
+  }
+  e->stats.cycles_helped++;
+  if (!drive_cycle(e)) { /* the engine thread sees it and ends */
+    pthread_mutex_lock(&e->qmu);
+    pthread_cond_signal(&e->qcv);
+    pthread_mutex_unlock(&e->qmu);
+  }
+  pthread_mutex_unlock(&e->drive);
+  return 1;
+}
+
+void *hvd_eng_main(void *engine) {
+  hvd_engine *e = engine;
+  if (e->elastic) hvd_eng_recovery_thread(e);
+  for (;;) {
+    double start = hvd_eng_now();
+    pthread_mutex_lock(&e->drive);
+    int go_on = !e->finished && drive_cycle(e);
+    pthread_mutex_unlock(&e->drive);
+    if (!go_on) break;
+    /* Idle (nothing in flight here, nothing being coordinated): sleep until
+     * a submission or HVD_IDLE_CYCLE_S instead of running a control round
+     * every cycle.  Peers with work wait in their round until this rank
+     * submits too (its submission wakes it), which they would anyway; the
+     * bounded idle period keeps stall reports and shutdown timely. */
+    int held = e->elastic && hvd_handles_held(); /* published by the next round */
+    int idle = !e->joined_self && e->npending == 0 && !held && e->nout == 0 &&
+               !(e->rank == 0 && hvd_coord_busy(&e->coord));
+    double deadline = start + (idle && e->cycle_s < HVD_IDLE_CYCLE_S ? HVD_IDLE_CYCLE_S : e->cycle_s);
+    /* Work here waits for the peers: the next round starts now and waits
+     * in the control exchange itself, where a peer's submission (which
+     * wakes that peer into its round) completes it at once, instead of
+     * this rank sleeping out the cycle while the peer waits in the round
+     * for it (the tick that was on the critical path).  A round that
+     * admitted and agreed nothing backs off, 20 us doubling up to the
+     * cycle, so ranks whose pending work does not match do not spin. */
+    if ((e->npending || held) && !e->joined_self && !e->stop_requested) {
+      if (e->cycle_admitted || e->cycle_agreed) e->pend_nap = 0;
+      else e->pend_nap = e->pend_nap > 0 ? fmin(2 * e->pend_nap, e->cycle_s) : HVD_PEND_NAP_MIN_S;
+      double t = hvd_eng_now() + e->pend_nap;
+      if (t < deadline) deadline = t;
+    } else {
+      e->pend_nap = 0;
+    }
+    pthread_mutex_lock(&e->qmu);
+    while (!(e->stop_requested && !e->stopped_self) && (!e->qhead || e->gathering) && e->join_asked == HVD_NO_HANDLE &&
+           !e->tl_op) { /* a stop or join request needs a cycle */
+      double t = hvd_eng_now(), until = deadline;
+      /* gathered long enough (while it lasts: a queue a waiting thread took
+       * leaves no cycle to run at the gathering's end) */
+      if (e->qhead && e->gathering && e->gather_t + e->cycle_s < until) until = e->gather_t + e->cycle_s;
+      if (t >= until) break;
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      double abs_t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + (until - t);
+      ts.tv_sec = (time_t)abs_t;
+      ts.tv_nsec = (long)((abs_t - (double)ts.tv_sec) * 1e9);
+      pthread_cond_timedwait(&e->qcv, &e->qmu, &ts);
+    }
+    pthread_mutex_unlock(&e->qmu);
+  }
+  if (e->elastic) { /* every rank leaves in the same cycle */
+    hvd_handles_hold(0);
+    hvd_handles_publish_held(HVD_OK, NULL);
+  }
+  hvd_liveness_busy(1); /* every rank is here in the same cycle: NCCL's teardown is bounded by the watchdog */
+  hvd_gpu_engine_stop(e->dev_bk);
+  hvd_liveness_busy(0);
+  return NULL;
+}
