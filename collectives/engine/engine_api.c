@@ -56,6 +56,40 @@ void hvd_get_stats(hvd_stats_t *out) {
   out->blocked_seconds = (double)hvd_handles_blocked_ns() * 1e-9;
 }
 
+/* The waits: run by engine_drive.c, where a waiting thread may run the
+ * engine's next cycle itself. */
+hvd_status_t hvd_wait(hvd_handle_t h, double timeout_s) { return hvd_eng_wait(e, h, timeout_s, NULL, NULL, "hvd_wait"); }
+hvd_status_t hvd_test(hvd_handle_t h, int *done) { return hvd_eng_test(e, h, done); }
+
+hvd_status_t hvd_wait_all(const hvd_handle_t *handles, size_t n, size_t *first_failed) {
+  if (n && !handles) {
+    hvd_set_last_error("hvd_wait_all: null handles");
+    return HVD_ERR_INVALID;
+  }
+  hvd_status_t first = HVD_OK;
+  char why[1024];
+  for (size_t i = 0; i < n; i++) {
+    hvd_status_t st = hvd_eng_wait(e, handles[i], -1.0, NULL, NULL, "hvd_wait_all");
+    if (st != HVD_OK && first == HVD_OK) {
+      first = st;
+      snprintf(why, sizeof why, "%s", hvd_last_error());
+      if (first_failed) *first_failed = i;
+    }
+  }
+  if (first != HVD_OK) hvd_set_last_error("%s", why);
+  return first;
+}
+
+hvd_status_t hvd_allgather_wait(hvd_handle_t h, double timeout_s, void **out, size_t *total_rows) {
+  if (!out || !total_rows) {
+    hvd_set_last_error("hvd_allgather_wait: null output pointer");
+    return HVD_ERR_INVALID;
+  }
+  *out = NULL;
+  *total_rows = 0;
+  return hvd_eng_wait(e, h, timeout_s, out, total_rows, "hvd_allgather_wait");
+}
+
 /* hvd_next_shape / hvd_next_process_set: the shape tag and the process set
  * of this thread's next submission. */
 static _Thread_local uint32_t next_shape;
@@ -169,7 +203,7 @@ static hvd_status_t submit_ex(const char *name, hvd_sig *sig, void *buf, const v
   r->t_submit = hvd_eng_now();
   if (device >= 0) {
     char err[512];
-    __atomic_store_n(&e->gpu_seen, 1, __ATOMIC_RELEASE); /* cycles stay on the engine thread (hvd_eng_help) */
+    __atomic_store_n(&e->gpu_seen, 1, __ATOMIC_RELEASE); /* cycles stay on the engine thread (engine_drive.c) */
     sig->place = r->sig.place = 1;
     r->stream = stream;
     hvd_gpu_event *share = batching && batch_ready && batch_device == device && batch_stream == stream ? batch_ready : NULL;
@@ -221,31 +255,7 @@ static hvd_status_t submit_ex(const char *name, hvd_sig *sig, void *buf, const v
   else e->qhead = r;
   e->qtail = r;
   e->qbytes += bytes;
-  /* A batch wakes the engine after its last item.  A tensor submitted
-   * alone (the Horovod API's allreduce_async, a native hook, the C API)
-   * waits for others to join it, as in Horovod, until a thread asks for a
-   * result (a wait, a poll: hvd_eng_help), a batch comes, or it has waited a
-   * cycle (seen by the next submission, or by an engine thread that is
-   * awake): a backward submitted one gradient at a time fuses instead of
-   * running a cycle per tensor, and on a GPU the engine does not take the
-   * context lock from the submitting thread for each.  No wake-up here: a
-   * caller that waits at once runs the cycle itself where it can, and an
-   * engine thread woken for nothing took the core a peer rank needed (a
-   * one-float allreduce 40% slower at np=2 on 2 cores).  One with a
-   * callback, which nobody waits for, wakes the engine at once. */
-  if (was_empty || e->gathering) {
-    if (batching) {
-      batch_wake = 1;
-    } else if (cb) {
-      __atomic_store_n(&e->gathering, 0, __ATOMIC_RELAXED);
-      pthread_cond_signal(&e->qcv);
-    } else if (was_empty) {
-      __atomic_store_n(&e->gathering, 1, __ATOMIC_RELAXED), e->gather_t = r->t_submit;
-    } else if (r->t_submit - e->gather_t >= e->cycle_s) { /* gathered long enough */
-      __atomic_store_n(&e->gathering, 0, __ATOMIC_RELAXED);
-      pthread_cond_signal(&e->qcv);
-    }
-  }
+  if (hvd_eng_queued_locked(e, r->t_submit, was_empty, batching, cb != NULL)) batch_wake = 1;
   if (handle) *handle = r->handle;
   __atomic_store(&e->last_submit, &r->t_submit, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&e->qmu);
@@ -367,16 +377,7 @@ hvd_status_t hvd_allreduce_batch_async_ex(const hvd_allreduce_item *items, size_
     snprintf(why, sizeof why, "%s", hvd_last_error());
     hvd_set_last_error("allreduce batch, item %zu of %zu: %s", i - 1, n, why);
   }
-  /* The caller waits for these at once and its wait runs the cycle itself
-   * (hvd_eng_help): waking the engine thread would only put it on the core
-   * the caller needs.  Where the engine thread runs every cycle, wake it. */
-  if (batch_wake && (flags & HVD_BATCH_CALLER_WAITS) && hvd_eng_helpable(e)) batch_wake = 0;
-  if (batch_wake) {
-    pthread_mutex_lock(&e->qmu);
-    __atomic_store_n(&e->gathering, 0, __ATOMIC_RELAXED);
-    pthread_cond_signal(&e->qcv);
-    pthread_mutex_unlock(&e->qmu);
-  }
+  hvd_eng_batch_queued(e, batch_wake, flags);
   return st;
 }
 

@@ -1,15 +1,16 @@
-/* The engine's cycle: one background thread per process that negotiates,
- * fuses and executes collectives.  This file holds the thread and its cycle
- * (admission, the control round, the slow path, join, autotune glue); it
- * calls down into execution (engine_exec.c), the process sets and
- * completion.  The stages and the state: engine_internal.h.
+/* The engine's cycle: what one cycle does to negotiate, fuse and execute
+ * collectives (admission, the control round, the slow path, join, autotune
+ * glue); it calls down into execution (engine_exec.c), the process sets and
+ * completion.  Who runs a cycle, and when: engine_drive.c.  The stages and
+ * the state: engine_internal.h.
  *
  * DESIGN
  * ------
  * User threads only enqueue (submit_*: validate, take a handle, push onto
- * the queue under `qmu`).  Everything else happens on the engine thread, in
- * cycles run every HVDSHIM_CYCLE_TIME ms (sooner when the queued bytes reach
- * the fusion threshold or a stop is requested).  Each cycle, on every rank:
+ * the queue under `qmu`).  Everything else happens in cycles, one at a time
+ * (the engine thread's, or a waiting user thread's: engine_drive.c), every
+ * HVDSHIM_CYCLE_TIME ms at most apart while work is in flight.  Each cycle,
+ * on every rank:
  *
  *  1. Admit queued requests into `pending` (name -> request).  A request
  *     whose name is in the response cache with the same signature only sets
@@ -287,8 +288,6 @@ static void slow_path(hvd_engine *e, double now) {
 
 /* ------------------------------------------------------------------ the cycle */
 
-#define HVD_IDLE_CYCLE_S 0.1
-#define HVD_PEND_NAP_MIN_S 20e-6
 /* Longest sleep between polls of a control round: peers that are late are
  * usually computing, and every wake-up takes time from a training thread. */
 #define HVD_POLL_NAP_MAX_NS 320000L
@@ -446,7 +445,7 @@ static int test_leave(hvd_engine *e) {
   return 1;
 }
 
-static int cycle(hvd_engine *e) {
+int hvd_eng_cycle(hvd_engine *e) {
   if (e->elastic) { /* a collective of this cycle that fails comes back here (HVDSHIM_ELASTIC) */
     if (setjmp(e->recover_at)) {
       hvd_liveness_busy(0);
@@ -581,123 +580,4 @@ static int cycle(hvd_engine *e) {
     hvd_timeline_flush();
   }
   return 1;
-}
-
-/* One cycle, under `drive`; a cycle that ends the engine says so to the others. */
-static int drive_cycle(hvd_engine *e) {
-  int go_on = cycle(e);
-  e->recover_armed = 0;
-  if (!go_on) e->finished = 1;
-  return go_on;
-}
-
-int hvd_eng_helpable(hvd_engine *e) { return !e->elastic && !__atomic_load_n(&e->gpu_seen, __ATOMIC_ACQUIRE); }
-
-/* A user thread that waits for a completion runs the next cycle itself when
- * no one else is running one (registered with handles.c at start).  On a
- * machine with one core per rank the engine thread shares the training
- * thread's core: the end of a backward pass, submitted without waking it
- * (HVD_BATCH_CALLER_WAITS), then completes on the thread that waits for it,
- * with no switch to the engine thread and back.  Not in elastic jobs (their
- * recovery jumps back into the engine thread's cycle) nor once a GPU
- * operation was submitted (the device's state is the engine thread's); not
- * once the engine is stopping (its last cycles are the engine thread's). */
-int hvd_eng_help(void *engine, hvd_handle_t waited, int drive) {
-  hvd_engine *e = engine;
-  int driving = drive && hvd_eng_helpable(e) && !pthread_equal(pthread_self(), e->thread) &&
-                pthread_mutex_trylock(&e->drive) == 0;
-  if (__atomic_load_n(&e->gathering, __ATOMIC_RELAXED)) { /* a result is wanted: no more gathering */
-    pthread_mutex_lock(&e->qmu);
-    if (e->gathering) {
-      __atomic_store_n(&e->gathering, 0, __ATOMIC_RELAXED);
-      /* the engine thread runs the cycle, unless this thread does: woken
-       * for nothing, it would wait for `drive` and then run a control
-       * round of its own that the idle peers answer late */
-      if (!driving) pthread_cond_signal(&e->qcv);
-    }
-    pthread_mutex_unlock(&e->qmu);
-  }
-  if (!driving) return 0;
-  /* Completions happen under `drive`: the engine thread may have completed
-   * the waited handle since the caller looked.  A cycle now would only wait
-   * in the control round for peers that are done with it and idle (up to
-   * their idle tick, 100 ms); what is queued goes to the engine thread. */
-  int done = hvd_handles_done(waited);
-  pthread_mutex_lock(&e->qmu);
-  int live = e->accepting && !e->stop_requested && !e->finished;
-  done = done || !live;
-  if (done && e->qhead) pthread_cond_signal(&e->qcv);
-  pthread_mutex_unlock(&e->qmu);
-  if (done) {
-    pthread_mutex_unlock(&e->drive);
-    return live; /* (1: the caller looks again and finds it done) */
-  }
-  e->stats.cycles_helped++;
-  if (!drive_cycle(e)) { /* the engine thread sees it and ends */
-    pthread_mutex_lock(&e->qmu);
-    pthread_cond_signal(&e->qcv);
-    pthread_mutex_unlock(&e->qmu);
-  }
-  pthread_mutex_unlock(&e->drive);
-  return 1;
-}
-
-void *hvd_eng_main(void *engine) {
-  hvd_engine *e = engine;
-  if (e->elastic) hvd_eng_recovery_thread(e);
-  for (;;) {
-    double start = hvd_eng_now();
-    pthread_mutex_lock(&e->drive);
-    int go_on = !e->finished && drive_cycle(e);
-    pthread_mutex_unlock(&e->drive);
-    if (!go_on) break;
-    /* Idle (nothing in flight here, nothing being coordinated): sleep until
-     * a submission or HVD_IDLE_CYCLE_S instead of running a control round
-     * every cycle.  Peers with work wait in their round until this rank
-     * submits too (its submission wakes it), which they would anyway; the
-     * bounded idle period keeps stall reports and shutdown timely. */
-    int held = e->elastic && hvd_handles_held(); /* published by the next round */
-    int idle = !e->joined_self && e->npending == 0 && !held && e->nout == 0 &&
-               !(e->rank == 0 && hvd_coord_busy(&e->coord));
-    double deadline = start + (idle && e->cycle_s < HVD_IDLE_CYCLE_S ? HVD_IDLE_CYCLE_S : e->cycle_s);
-    /* Work here waits for the peers: the next round starts now and waits
-     * in the control exchange itself, where a peer's submission (which
-     * wakes that peer into its round) completes it at once, instead of
-     * this rank sleeping out the cycle while the peer waits in the round
-     * for it (the tick that was on the critical path).  A round that
-     * admitted and agreed nothing backs off, 20 us doubling up to the
-     * cycle, so ranks whose pending work does not match do not spin. */
-    if ((e->npending || held) && !e->joined_self && !e->stop_requested) {
-      if (e->cycle_admitted || e->cycle_agreed) e->pend_nap = 0;
-      else e->pend_nap = e->pend_nap > 0 ? fmin(2 * e->pend_nap, e->cycle_s) : HVD_PEND_NAP_MIN_S;
-      double t = hvd_eng_now() + e->pend_nap;
-      if (t < deadline) deadline = t;
-    } else {
-      e->pend_nap = 0;
-    }
-    pthread_mutex_lock(&e->qmu);
-    while (!(e->stop_requested && !e->stopped_self) && (!e->qhead || e->gathering) && e->join_asked == HVD_NO_HANDLE &&
-           !e->tl_op) { /* a stop or join request needs a cycle */
-      double t = hvd_eng_now(), until = deadline;
-      /* gathered long enough (while it lasts: a queue a waiting thread took
-       * leaves no cycle to run at the gathering's end) */
-      if (e->qhead && e->gathering && e->gather_t + e->cycle_s < until) until = e->gather_t + e->cycle_s;
-      if (t >= until) break;
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      double abs_t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + (until - t);
-      ts.tv_sec = (time_t)abs_t;
-      ts.tv_nsec = (long)((abs_t - (double)ts.tv_sec) * 1e9);
-      pthread_cond_timedwait(&e->qcv, &e->qmu, &ts);
-    }
-    pthread_mutex_unlock(&e->qmu);
-  }
-  if (e->elastic) { /* every rank leaves in the same cycle */
-    hvd_handles_hold(0);
-    hvd_handles_publish_held(HVD_OK, NULL);
-  }
-  hvd_liveness_busy(1); /* every rank is here in the same cycle: NCCL's teardown is bounded by the watchdog */
-  hvd_gpu_engine_stop(e->dev_bk);
-  hvd_liveness_busy(0);
-  return NULL;
 }

@@ -5,11 +5,13 @@
  * hvd_eng_stop.  The stages, each calling only the ones below it:
  *
  *   engine_api.c      the public C API (user threads): validate, take a
- *                     handle, enqueue; holds the process's one engine
+ *                     handle, enqueue, wait; holds the process's one engine
  *   engine_life.c     start, stop, the fork child: MPI, the settings check,
  *                     the files, the thread
- *   engine_cycle.c    the thread and its cycle: admission, the control
- *                     round, negotiation (the slow path), join, autotune glue
+ *   engine_drive.c    who runs the next cycle: the engine thread's loop, a
+ *                     waiting user thread (the waits), a submission's wake-up
+ *   engine_cycle.c    one cycle: admission, the control round, negotiation
+ *                     (the slow path), join, autotune glue
  *   engine_members.c  the membership: the communicator and everything sized
  *                     by it (control vector, cache, coordinator, process
  *                     sets, shared memory, watchdog); made, freed, rebuilt
@@ -109,7 +111,7 @@ struct hvd_engine {
   size_t fusion, chunk;
   pthread_t thread;
   /* Cycles run one at a time, by the engine thread or by a user thread
-   * that waits for a completion (hvd_eng_help): whoever holds `drive`.
+   * that waits for a completion (engine_drive.c): whoever holds `drive`.
    * finished: a cycle said the engine is done (under drive).  gpu_seen: a
    * GPU operation was submitted (atomic): from then on only the engine
    * thread runs cycles (its device state is its own). */
@@ -124,8 +126,8 @@ struct hvd_engine {
   /* the queue holds only GPU tensors submitted one at a time, since
    * `gather_t`: the engine thread lets more join for up to a cycle before
    * it takes them (one fused group, where each would be its own), unless a
-   * thread waits for a result first (hvd_eng_help) or other work comes.
-   * Written under qmu, read atomically by hvd_eng_help. */
+   * thread waits for a result first (engine_drive.c) or other work comes.
+   * Written under qmu, read atomically by the waits. */
   int gathering;
   double gather_t;
   int accepting, stop_requested;
@@ -313,9 +315,25 @@ hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err
 void hvd_eng_stop(hvd_engine *e);
 void hvd_eng_forked_child(hvd_engine *e);
 
-/* ---- engine_cycle.c ---- */
+/* ---- engine_drive.c: who runs the next cycle ---- */
 void *hvd_eng_main(void *engine); /* the engine thread */
-int hvd_eng_help(void *engine, hvd_handle_t waited, int drive); /* a waiting user thread runs a cycle (1) or cannot now (0) */
-int hvd_eng_helpable(hvd_engine *e); /* user threads may run cycles (hvd_eng_help) in this job */
+/* The public waits (hvd_wait, hvd_allgather_wait: out and total_rows
+ * given; timeout_s < 0: none) and hvd_test: a waiting thread runs the
+ * engine's next cycle itself where it can.  fn names the call in errors. */
+hvd_status_t hvd_eng_wait(hvd_engine *e, hvd_handle_t h, double timeout_s, void **out, size_t *total_rows,
+                          const char *fn);
+hvd_status_t hvd_eng_test(hvd_engine *e, hvd_handle_t h, int *done);
+/* With qmu held, after a submission joined the queue (was_empty: it was
+ * the first): wakes the engine thread or lets the queue gather.  In a batch
+ * (batching) it wakes nothing and says whether the batch must wake the
+ * engine once after its last item: hvd_eng_batch_queued (flags: the
+ * batch's, HVD_BATCH_CALLER_WAITS). */
+int hvd_eng_queued_locked(hvd_engine *e, double t_submit, int was_empty, int batching, int callback);
+void hvd_eng_batch_queued(hvd_engine *e, int wake, unsigned flags);
+
+/* ---- engine_cycle.c ---- */
+/* One cycle (the caller holds `drive`): 1 to go on, 0 when the engine is
+ * done (every rank finished, or this rank left the job). */
+int hvd_eng_cycle(hvd_engine *e);
 
 #endif

@@ -257,7 +257,6 @@ hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err
   }
   pthread_setname_np(e->thread, "hvd-engine"); /* named before hvd_init returns (top -H, tests) */
   e->started = 1;
-  hvd_handles_set_helper(hvd_eng_help, e);
   HVD_INFO("engine started: %d rank(s), MPI %s, fusion %zu bytes, cycle %g ms, cache %d, shared memory %s", e->size,
            e->mpi_owned ? "initialized by hvdshim" : "adopted from the program", e->fusion, e->cycle_s * 1e3,
            e->cache_cap, hvd_shm_describe());

@@ -250,38 +250,19 @@ int hvd_handles_done(hvd_handle_t h) {
   return done;
 }
 
-/* Wait for h; with `out`, also take an allgather's result before the handle
- * is released. */
-static uint64_t blocked_ns; /* time user threads spent waiting for completions */
+static uint64_t blocked_ns;     /* time user threads spent waiting for completions */
+static int waiters;             /* user threads in a wait now (changed under mu; read atomically) */
+static uint64_t last_wait_end;  /* mono_ns when the last wait ended (atomic) */
 
 uint64_t hvd_handles_blocked_ns(void) { return __atomic_load_n(&blocked_ns, __ATOMIC_RELAXED); }
 
-static int waiters;             /* user threads in a wait now (changed under mu; read atomically) */
-static uint64_t last_wait_end;  /* mono_ns when the last wait ended (atomic) */
-static int (*helper)(void *, hvd_handle_t, int); /* hvd_handles_set_helper (under mu) */
-static void *helper_arg;
-
-void hvd_handles_set_helper(int (*help)(void *, hvd_handle_t, int), void *arg) {
-  pthread_mutex_lock(&mu);
-  helper = help, helper_arg = arg;
-  pthread_mutex_unlock(&mu);
+static uint64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* With mu held: help(arg, h, drive) with mu released meanwhile (0 when
- * there is no helper).  The caller looks its slot up again after. */
-static int help_unlocked(hvd_handle_t h, int drive) {
-  int (*help)(void *, hvd_handle_t, int) = helper;
-  void *arg = helper_arg;
-  if (!help) return 0;
-  pthread_mutex_unlock(&mu);
-  int ran = help(arg, h, drive);
-  pthread_mutex_lock(&mu);
-  return ran;
-}
-
-/* A handle tested and not done: its result is wanted, so the engine stops
- * gathering (hvd_eng_help with drive 0; a poller runs no cycle itself). */
-hvd_status_t hvd_test(hvd_handle_t h, int *done) {
+hvd_status_t hvd_handles_test(hvd_handle_t h, int *done) {
   pthread_mutex_lock(&mu);
   slot *s = lookup(h);
   if (!s) {
@@ -290,25 +271,11 @@ hvd_status_t hvd_test(hvd_handle_t h, int *done) {
     return HVD_ERR_INVALID;
   }
   *done = s->state == SLOT_DONE;
-  if (!*done) help_unlocked(h, 0);
   pthread_mutex_unlock(&mu);
   return HVD_OK;
 }
 
-static uint64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static hvd_status_t wait_impl(hvd_handle_t h, double timeout_s, void **out, size_t *total_rows, const char *fn) {
-  struct timespec deadline;
-  if (timeout_s >= 0) {
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    double secs = (double)deadline.tv_sec + deadline.tv_nsec * 1e-9 + timeout_s;
-    deadline.tv_sec = (time_t)secs;
-    deadline.tv_nsec = (long)((secs - (double)deadline.tv_sec) * 1e9);
-  }
+hvd_status_t hvd_handles_wait_begin(hvd_handle_t h, const char *fn, uint64_t *since) {
   pthread_mutex_lock(&mu);
   slot *s = lookup(h);
   if (!s || s->cb) {
@@ -317,35 +284,45 @@ static hvd_status_t wait_impl(hvd_handle_t h, double timeout_s, void **out, size
                        s ? " (it has a callback: it is finished when the callback returns)" : "");
     return HVD_ERR_INVALID;
   }
-  uint64_t blocked_from = s->state != SLOT_DONE ? mono_ns() : 0;
-  if (blocked_from) __atomic_add_fetch(&waiters, 1, __ATOMIC_RELAXED);
-  if (blocked_from && timeout_s >= 0) { /* this thread runs no cycle: the engine stops gathering */
-    help_unlocked(h, 0);
-    s = lookup(h); /* the table may have moved */
+  *since = s->state != SLOT_DONE ? mono_ns() : 0;
+  if (*since) __atomic_add_fetch(&waiters, 1, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&mu);
+  return HVD_OK;
+}
+
+int hvd_handles_sleep(hvd_handle_t h, const struct timespec *deadline) {
+  pthread_mutex_lock(&mu);
+  slot *s = lookup(h);
+  if (!s || s->state == SLOT_DONE) {
+    pthread_mutex_unlock(&mu);
+    return 1;
   }
-  while (s->state != SLOT_DONE) {
-    if (timeout_s < 0 && helper) { /* run the engine's next cycle here when no one else is */
-      int ran = help_unlocked(h, 1);
-      s = lookup(h); /* the table may have moved */
-      if (ran) continue;
-      if (s->state == SLOT_DONE) break;
-    }
-    int rc = timeout_s >= 0 ? pthread_cond_timedwait(&cv, &mu, &deadline) : pthread_cond_wait(&cv, &mu);
-    s = lookup(h); /* the table may have moved */
-    if (rc == ETIMEDOUT && s->state != SLOT_DONE) {
-      __atomic_sub_fetch(&waiters, 1, __ATOMIC_RELAXED);
-      __atomic_store_n(&last_wait_end, mono_ns(), __ATOMIC_RELAXED);
-      pthread_mutex_unlock(&mu);
-      __atomic_fetch_add(&blocked_ns, mono_ns() - blocked_from, __ATOMIC_RELAXED);
-      hvd_set_last_error("%s: not complete after %g s", fn, timeout_s);
-      return HVD_ERR_TIMEOUT;
-    }
-  }
-  if (blocked_from) {
-    uint64_t t = mono_ns();
-    __atomic_sub_fetch(&waiters, 1, __ATOMIC_RELAXED);
-    __atomic_store_n(&last_wait_end, t, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&blocked_ns, t - blocked_from, __ATOMIC_RELAXED);
+  int rc = deadline ? pthread_cond_timedwait(&cv, &mu, deadline) : pthread_cond_wait(&cv, &mu);
+  s = lookup(h); /* the table may have moved */
+  int done = !s || s->state == SLOT_DONE;
+  pthread_mutex_unlock(&mu);
+  return done ? 1 : rc == ETIMEDOUT ? -1 : 0;
+}
+
+/* The end of a wait that began blocking at `since` (0: it never blocked). */
+static void wait_over(uint64_t since) {
+  if (!since) return;
+  uint64_t t = mono_ns();
+  __atomic_sub_fetch(&waiters, 1, __ATOMIC_RELAXED);
+  __atomic_store_n(&last_wait_end, t, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&blocked_ns, t - since, __ATOMIC_RELAXED);
+}
+
+void hvd_handles_wait_abandon(uint64_t since) { wait_over(since); }
+
+hvd_status_t hvd_handles_wait_end(hvd_handle_t h, uint64_t since, void **out, size_t *total_rows, const char *fn) {
+  pthread_mutex_lock(&mu);
+  wait_over(since);
+  slot *s = lookup(h);
+  if (!s) { /* released meanwhile (another thread waited for it too) */
+    pthread_mutex_unlock(&mu);
+    hvd_set_last_error("%s: invalid or finished handle %lld", fn, (long long)h);
+    return HVD_ERR_INVALID;
   }
   hvd_status_t st = s->status;
   if (st != HVD_OK) hvd_set_last_error("%s", s->msg ? s->msg : hvd_status_name(st));
@@ -372,37 +349,6 @@ int hvd_handles_waiters(void) { return __atomic_load_n(&waiters, __ATOMIC_RELAXE
 
 int hvd_handles_waiting(double recent_s) {
   return hvd_handles_waiters() > 0 || (double)(mono_ns() - __atomic_load_n(&last_wait_end, __ATOMIC_RELAXED)) * 1e-9 < recent_s;
-}
-
-hvd_status_t hvd_wait(hvd_handle_t h, double timeout_s) { return wait_impl(h, timeout_s, NULL, NULL, "hvd_wait"); }
-
-hvd_status_t hvd_wait_all(const hvd_handle_t *handles, size_t n, size_t *first_failed) {
-  if (n && !handles) {
-    hvd_set_last_error("hvd_wait_all: null handles");
-    return HVD_ERR_INVALID;
-  }
-  hvd_status_t first = HVD_OK;
-  char why[sizeof last_error];
-  for (size_t i = 0; i < n; i++) {
-    hvd_status_t st = wait_impl(handles[i], -1.0, NULL, NULL, "hvd_wait_all");
-    if (st != HVD_OK && first == HVD_OK) {
-      first = st;
-      snprintf(why, sizeof why, "%s", last_error);
-      if (first_failed) *first_failed = i;
-    }
-  }
-  if (first != HVD_OK) hvd_set_last_error("%s", why);
-  return first;
-}
-
-hvd_status_t hvd_allgather_wait(hvd_handle_t h, double timeout_s, void **out, size_t *total_rows) {
-  if (!out || !total_rows) {
-    hvd_set_last_error("hvd_allgather_wait: null output pointer");
-    return HVD_ERR_INVALID;
-  }
-  *out = NULL;
-  *total_rows = 0;
-  return wait_impl(h, timeout_s, out, total_rows, "hvd_allgather_wait");
 }
 
 void hvd_free(void *p) { free(p); }
@@ -439,7 +385,6 @@ void hvd_handles_reset(void) {
   free_list = NULL;
   nslots = free_top = live = 0;
   waiters = 0;
-  helper = NULL, helper_arg = NULL;
   held = NULL, nheld = capheld = 0, holding = 0;
 }
 

@@ -1,9 +1,14 @@
 /* Handle table: what a user thread waits on.  The engine thread completes
- * handles; user threads wait, test and release them.  One mutex guards the
- * table; completion broadcasts one condition variable.  Callbacks run on the
- * engine thread with no lock held. */
+ * handles; user threads wait, test and release them (the waits themselves,
+ * which may run the engine's cycle, are the engine's: engine_drive.c).  One
+ * mutex guards the table; completion broadcasts one condition variable.
+ * Callbacks run on the engine thread with no lock held.  Calls nothing of
+ * the engine's. */
 #ifndef HVD_HANDLES_H
 #define HVD_HANDLES_H
+
+#include <stdint.h>
+#include <time.h>
 
 #include "../gpu/gpu.h"
 #include "../hvdshim.h"
@@ -33,7 +38,7 @@ void hvd_handles_publish_held(hvd_status_t st, const char *msg);
 void hvd_set_last_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Pending (not yet completed) handles: for the memory test and stats. */
 size_t hvd_handles_live(void);
-/* Nanoseconds user threads have spent blocked in hvd_wait (and the
+/* Nanoseconds user threads have spent blocked in a wait (hvd_wait, the
  * allgather wait) for operations not yet complete, summed over threads. */
 uint64_t hvd_handles_blocked_ns(void);
 /* A user thread waits for a completion now, or one stopped waiting less than
@@ -42,13 +47,27 @@ int hvd_handles_waiting(double recent_s);
 /* User threads blocked in a wait now (no lock: for a wait loop to poll). */
 int hvd_handles_waiters(void);
 void hvd_handles_reset(void); /* after fork: the child gets an empty table */
-/* A thread waiting without a timeout calls help(arg, h, 1) while its handle
- * h is not done: 1 when it ran a cycle of the engine or found h done (it
- * looks again), 0 when it cannot now (it sleeps until a completion).
- * hvd_test of a handle not done, and a wait with a timeout, call
- * help(arg, h, 0): a result is wanted, but this thread runs no cycle.
- * NULL: none. */
-void hvd_handles_set_helper(int (*help)(void *, hvd_handle_t, int), void *arg);
+
+/* The waits' steps (the engine's waits, engine_drive.c, put them together
+ * with the engine's cycle):
+ *   hvd_handles_test: *done, or HVD_ERR_INVALID for an unknown handle;
+ *   hvd_handles_wait_begin: HVD_ERR_INVALID for an unknown handle or one
+ *     with a callback (fn names the call in the message); else *since is
+ *     when the thread began blocking (0: h was done already) and it counts
+ *     as a waiter until the wait ends;
+ *   hvd_handles_sleep: until a completion (of any handle) or the deadline
+ *     (CLOCK_REALTIME; NULL: none): 1 when h is done, 0 when not yet, -1
+ *     when the deadline passed with h not done;
+ *   hvd_handles_wait_abandon: a wait given up (a timeout): h stays pending;
+ *   hvd_handles_wait_end: h is done: its status (its message as the last
+ *     error), an allgather's result into out and total_rows when out is
+ *     given; the handle is released, and a GPU result ordered before later
+ *     work on its stream. */
+hvd_status_t hvd_handles_test(hvd_handle_t h, int *done);
+hvd_status_t hvd_handles_wait_begin(hvd_handle_t h, const char *fn, uint64_t *since);
+int hvd_handles_sleep(hvd_handle_t h, const struct timespec *deadline);
+void hvd_handles_wait_abandon(uint64_t since);
+hvd_status_t hvd_handles_wait_end(hvd_handle_t h, uint64_t since, void **out, size_t *total_rows, const char *fn);
 /* 1 when h has completed (or is not a handle): nothing to wait for. */
 int hvd_handles_done(hvd_handle_t h);
 
