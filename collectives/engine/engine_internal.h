@@ -10,8 +10,9 @@
  *                     the files, the thread
  *   engine_drive.c    who runs the next cycle: the engine thread's loop, a
  *                     waiting user thread (the waits), a submission's wake-up
- *   engine_cycle.c    one cycle: admission, the control round, negotiation
- *                     (the slow path), join, autotune glue
+ *   engine_cycle.c    one cycle: the control round, join, autotune glue
+ *   engine_negotiate.c   what every rank runs this cycle: admission, the
+ *                     cached path, the slow path through the coordinator
  *   engine_members.c  the membership: the communicator and everything sized
  *                     by it (control vector, cache, coordinator, process
  *                     sets, shared memory, watchdog); made, freed, rebuilt
@@ -330,6 +331,17 @@ hvd_status_t hvd_eng_test(hvd_engine *e, hvd_handle_t h, int *done);
  * batch's, HVD_BATCH_CALLER_WAITS). */
 int hvd_eng_queued_locked(hvd_engine *e, double t_submit, int was_empty, int batching, int callback);
 void hvd_eng_batch_queued(hvd_engine *e, int wake, unsigned flags);
+
+/* ---- engine_negotiate.c: what every rank runs this cycle (e->exec) ---- */
+void hvd_eng_admit(hvd_engine *e, hvd_req *r); /* into pending: on its cache bit, or into the outbox */
+/* This rank's words of the control vector: its cache bits ready and (those
+ * waiting longer than stale_age) invalid; after the round, the bits every
+ * rank has ready join the agreed list and the invalid ones are dropped. */
+void hvd_eng_offer_cached(hvd_engine *e, uint64_t *ready, uint64_t *invalid, double now);
+void hvd_eng_take_cached(hvd_engine *e, const uint64_t *ready, const uint64_t *invalid, double now);
+/* Every rank: the outboxes through rank 0's coordinator; the responses join
+ * the agreed list. */
+void hvd_eng_slow_path(hvd_engine *e, double now);
 
 /* ---- engine_cycle.c ---- */
 /* One cycle (the caller holds `drive`): 1 to go on, 0 when the engine is
