@@ -96,18 +96,21 @@ static int stuck(hvd_engine *e, double now) {
  * that busy-polls a core the training thread needs, poll a nonblocking one:
  * spin briefly (the common, aligned case), then sleep, doubling the sleep
  * from 20 us up to HVD_POLL_NAP_MAX_NS. */
-static void control_allreduce(hvd_engine *e, uint64_t *v) {
+static hvd_eng_rc control_allreduce(hvd_engine *e, uint64_t *v) {
   int shm = hvd_shm_control(v); /* every rank on this host: through shared memory */
-  if (shm < 0) HVD_ENG_COLLECTIVE_FAILED("the control round (shared memory): %s", hvd_shm_death());
-  if (shm) return;
+  if (shm < 0) return HVD_ENG_COLLECTIVE_FAILED(e, "the control round (shared memory): %s", hvd_shm_death());
+  if (shm) return HVD_ENG_OK;
   MPI_Request req;
-  hvd_eng_mpi_check(MPI_Iallreduce(MPI_IN_PLACE, v, e->nwords, MPI_UINT64_T, MPI_BAND, e->comm, &req), "MPI_Iallreduce (cycle)");
+  if (hvd_eng_mpi_check(e, MPI_Iallreduce(MPI_IN_PLACE, v, e->nwords, MPI_UINT64_T, MPI_BAND, e->comm, &req),
+                        "MPI_Iallreduce (cycle)") != HVD_ENG_OK)
+    return HVD_ENG_RECOVER;
   int done = 0;
   double t0 = hvd_eng_now();
   long nap_ns = 20000;
   for (;;) {
-    hvd_eng_mpi_check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test (cycle)");
-    if (done) break;
+    if (hvd_eng_mpi_check(e, MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test (cycle)") != HVD_ENG_OK)
+      return HVD_ENG_RECOVER;
+    if (done) return HVD_ENG_OK;
     if (hvd_eng_now() - t0 > 50e-6) {
       struct timespec ts = {0, nap_ns};
       nanosleep(&ts, NULL);
@@ -226,34 +229,38 @@ static void cycle_timeline(hvd_engine *e, int op, char *path, int mark, hvd_hand
 /* HVDSHIM_TEST_LEAVE=R (tests only): at cycle HVDSHIM_TEST_LEAVE_CYCLE,
  * every rank in the same cycle, rank R leaves the job and the others
  * rebuild the engine over the rest: the membership change a lost rank
- * brings, without the failure.  0: this rank has left (its thread ends). */
-static int test_leave(hvd_engine *e) {
+ * brings, without the failure.  *left: this rank has left (its thread ends). */
+static hvd_eng_rc test_leave(hvd_engine *e, int *left) {
   int leaving = e->rank == e->leave_rank;
   MPI_Comm rest;
-  hvd_eng_mpi_check(MPI_Comm_split(e->comm, leaving ? MPI_UNDEFINED : 0, e->rank, &rest), "MPI_Comm_split (a rank leaves)");
+  if (hvd_eng_mpi_check(e, MPI_Comm_split(e->comm, leaving ? MPI_UNDEFINED : 0, e->rank, &rest),
+                        "MPI_Comm_split (a rank leaves)") != HVD_ENG_OK)
+    return HVD_ENG_RECOVER;
   char why[200];
   snprintf(why, sizeof why, "rank %d left the job (HVDSHIM_TEST_LEAVE)", e->leave_rank);
   e->leave_rank = -1;
   if (leaving) {
     hvd_liveness_stop(); /* the others no longer answer on the old communicator */
     hvd_eng_fail_everything(e, "this rank has left the job (HVDSHIM_TEST_LEAVE)");
-    return 0;
+    *left = 1;
+    return HVD_ENG_OK;
   }
   char err[512];
   if (hvd_eng_rebuild(e, rest, why, err, sizeof err) != 0) HVD_FATAL("rebuilding the engine after %s: %s", why, err);
-  return 1;
+  return HVD_ENG_OK;
 }
 
-int hvd_eng_cycle(hvd_engine *e) {
-  if (e->elastic) { /* a collective of this cycle that fails comes back here (HVDSHIM_ELASTIC) */
-    if (setjmp(e->recover_at)) {
-      hvd_liveness_busy(0);
-      hvd_eng_recover(e);
-      return 1;
+/* One cycle; *go_on = 0 when the engine is done.  HVD_ENG_RECOVER: a
+ * collective failed (elastic jobs), and the cycle stopped there. */
+static hvd_eng_rc run(hvd_engine *e, int *go_on) {
+  if (e->leave_rank >= 0 && e->stats.cycles == e->leave_cycle) {
+    int left = 0;
+    if (test_leave(e, &left) != HVD_ENG_OK) return HVD_ENG_RECOVER;
+    if (left) {
+      *go_on = 0;
+      return HVD_ENG_OK;
     }
-    e->recover_armed = 1;
   }
-  if (e->leave_rank >= 0 && e->stats.cycles == e->leave_cycle && !test_leave(e)) return 0;
   double now = hvd_eng_now();
   pthread_mutex_lock(&e->qmu);
   hvd_req *q = hvd_eng_take_queue_locked(e);
@@ -301,7 +308,7 @@ int hvd_eng_cycle(hvd_engine *e) {
     v[e->tw + 1] = e->rank == 0 ? (uint64_t)llround(e->tuner.cycle_ms * 1e6) : ~(uint64_t)0;
   }
   hvd_liveness_busy(1);
-  control_allreduce(e, v);
+  if (control_allreduce(e, v) != HVD_ENG_OK) return HVD_ENG_RECOVER;
   if (e->elastic) { /* every rank got through the last cycle: its completions are the job's */
     e->released = e->rounds_ok++;
     hvd_handles_publish_held(HVD_OK, NULL);
@@ -314,13 +321,14 @@ int hvd_eng_cycle(hvd_engine *e) {
   if (e->njoined == e->size && !(flags & F_STOPPED)) { /* every rank is in hvd_join: it returns everywhere */
     hvd_liveness_busy(0);
     end_join(e);
-    return 1;
+    return HVD_ENG_OK;
   }
   if (e->njoined == e->size) { /* everyone finished: all leave in this cycle */
     hvd_liveness_busy(0);
     fail_join(e, "hvd_join: a rank has finished (hvd_shutdown or exit), so not every rank can join");
     hvd_eng_fail_everything(e, "every rank has finished (hvd_shutdown or exit) before it was submitted everywhere");
-    return 0;
+    *go_on = 0;
+    return HVD_ENG_OK;
   }
   if (e->njoined != before && e->rank == 0) {
     char list[256];
@@ -331,15 +339,15 @@ int hvd_eng_cycle(hvd_engine *e) {
   hvd_eng_take_cached(e, ready, invalid, now);
   /* A change in the joined set goes through the coordinator on every rank,
    * so what waited only for the new joiners is answered. */
-  if ((flags & F_SLOW) || e->njoined != before) hvd_eng_slow_path(e, now);
+  if (((flags & F_SLOW) || e->njoined != before) && hvd_eng_slow_path(e, now) != HVD_ENG_OK) return HVD_ENG_RECOVER;
   size_t agreed = e->nexec; /* operations every rank runs in this cycle */
   e->cycle_agreed = agreed;
-  hvd_eng_execute(e);
+  if (hvd_eng_execute(e) != HVD_ENG_OK) return HVD_ENG_RECOVER;
   char gerr[512];
   /* (elastic: a peer's death can show here first; the recovery finds it, or
    * ends the job when no rank has died) */
   if (e->dev_bk && e->dev_bk->check_async && e->dev_bk->check_async(gerr, sizeof gerr) != 0)
-    HVD_ENG_COLLECTIVE_FAILED("%s", gerr);
+    return HVD_ENG_COLLECTIVE_FAILED(e, "%s", gerr);
   hvd_liveness_busy(0);
   if (e->rank == 0) hvd_coord_stall_check(&e->coord, hvd_eng_now());
   /* every rank stuck, and what is in flight waits for them: nothing can
@@ -354,5 +362,18 @@ int hvd_eng_cycle(hvd_engine *e) {
     if (e->mark_cycles) hvd_timeline_instant("CYCLE_START", hvd_eng_us(e, now));
     hvd_timeline_flush();
   }
+  return HVD_ENG_OK;
+}
+
+int hvd_eng_cycle(hvd_engine *e) {
+  int go_on = 1;
+  if (run(e, &go_on) == HVD_ENG_OK) return go_on;
+  /* A collective of this cycle failed in an elastic job (elsewhere the job
+   * ended where it failed): the survivors shrink the job and go on.  No
+   * lock is held across an MPI call, so the stages that returned here hold
+   * none; what this cycle had agreed is pending still and fails with the
+   * rebuild. */
+  hvd_liveness_busy(0);
+  hvd_eng_recover(e);
   return 1;
 }

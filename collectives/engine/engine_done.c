@@ -2,7 +2,6 @@
  * completes, it leaves `pending`) and failing what cannot complete; with
  * the small helpers every stage uses (clock, MPI result check, array
  * growth).  Calls nothing of the engine's above it. */
-#include <setjmp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,27 +22,23 @@ double hvd_eng_now(void) {
 }
 double hvd_eng_us(hvd_engine *e, double t) { return (t - e->t0) * 1e6; }
 
-static _Thread_local hvd_engine *recovering; /* this thread's engine, when it can recover */
-
-void hvd_eng_recovery_thread(hvd_engine *e) { recovering = e; }
-
-void hvd_eng_try_recover(const char *fmt, ...) {
-  hvd_engine *e = recovering;
-  if (!e || !e->recover_armed) return;
+hvd_eng_rc hvd_eng_failed_at(hvd_engine *e, const char *file, int line, const char *fmt, ...) {
+  char why[sizeof e->recover_why];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(e->recover_why, sizeof e->recover_why, fmt, ap);
+  vsnprintf(why, sizeof why, fmt, ap);
   va_end(ap);
-  e->recover_armed = 0;
-  longjmp(e->recover_at, 1);
+  if (!e->elastic) hvd_fatal_at(file, line, "%s", why);
+  memcpy(e->recover_why, why, sizeof why);
+  return HVD_ENG_RECOVER;
 }
 
-int hvd_eng_mpi_check(int rc, const char *what) {
-  if (rc == MPI_SUCCESS) return 0;
+hvd_eng_rc hvd_eng_mpi_check(hvd_engine *e, int rc, const char *what) {
+  if (rc == MPI_SUCCESS) return HVD_ENG_OK;
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, msg, &len);
-  HVD_ENG_COLLECTIVE_FAILED("%s failed: %s", what, msg);
+  return HVD_ENG_COLLECTIVE_FAILED(e, "%s failed: %s", what, msg);
 }
 
 /* Grows an engine-thread array to at least n elements (fatal when out of

@@ -37,14 +37,14 @@
 /* One cycle, under `drive`; a cycle that ends the engine says so to the others. */
 static int drive_cycle(hvd_engine *e) {
   int go_on = hvd_eng_cycle(e);
-  e->recover_armed = 0;
   if (!go_on) e->finished = 1;
   return go_on;
 }
 
-/* User threads may run cycles in this job: not in elastic jobs (their
- * recovery jumps back into the engine thread's cycle) nor once a GPU
- * operation was submitted (the device's state is the engine thread's). */
+/* User threads may run cycles in this job: not in elastic jobs (a cycle
+ * whose collective fails recovers the job, which stays the engine thread's
+ * work) nor once a GPU operation was submitted (the device's state is the
+ * engine thread's). */
 static int helpable(hvd_engine *e) { return !e->elastic && !__atomic_load_n(&e->gpu_seen, __ATOMIC_ACQUIRE); }
 
 /* A user thread that waits for `waited` runs the next cycle itself when no
@@ -178,7 +178,6 @@ void hvd_eng_batch_queued(hvd_engine *e, int wake, unsigned flags) {
 
 void *hvd_eng_main(void *engine) {
   hvd_engine *e = engine;
-  if (e->elastic) hvd_eng_recovery_thread(e);
   for (;;) {
     double start = hvd_eng_now();
     pthread_mutex_lock(&e->drive);

@@ -61,13 +61,16 @@ static const hvd_backend *device_backend(hvd_engine *e) {
   return e->dev_bk;
 }
 
-static void run_allreduce_group(hvd_engine *e, size_t i, size_t j) {
+static hvd_eng_rc run_allreduce_group(hvd_engine *e, size_t i, size_t j) {
   size_t n = j - i, total = 0;
-  if (e->exec[i].req->skip) return drop_skipped(e, i, j);
+  if (e->exec[i].req->skip) {
+    drop_skipped(e, i, j);
+    return HVD_ENG_OK;
+  }
   MPI_Comm comm = set_comm(e, e->exec[i].req); /* a group is one set's */
   if (comm == MPI_COMM_NULL) {
     for (size_t k = i + 1; k < j; k++) set_comm(e, e->exec[k].req);
-    return;
+    return HVD_ENG_OK;
   }
   int active = hvd_pset_active(e, e->exec[i].req->sig.set); /* averages: over the set's ranks still submitting */
   hvd_eng_grow(&e->fuse, &e->capfuse, n, sizeof *e->fuse, "fusion");
@@ -105,8 +108,8 @@ static void run_allreduce_group(hvd_engine *e, size_t i, size_t j) {
     rc = b->allreduce(e->fuse, n, dt, op, &ctx, &t, err, sizeof err);
   }
   if (rc != 0)
-    HVD_ENG_COLLECTIVE_FAILED("%s allreduce of '%s'%s: %s", b->name, e->exec[i].req->name, n > 1 ? " and the tensors fused with it" : "",
-              err);
+    return HVD_ENG_COLLECTIVE_FAILED(e, "%s allreduce of '%s'%s: %s", b->name, e->exec[i].req->name,
+                                     n > 1 ? " and the tensors fused with it" : "", err);
   int shm = b == &hvd_backend_shm;
   double end = hvd_eng_now();
   e->stats.groups++;
@@ -138,6 +141,7 @@ static void run_allreduce_group(hvd_engine *e, size_t i, size_t j) {
   }
   hvd_handles_complete_ok(e->handles, n, done);
   hvd_gpu_event_put(done); /* the handles hold their own references */
+  return HVD_ENG_OK;
 }
 
 static void note_start(hvd_engine *e, hvd_req *r) {
@@ -158,7 +162,7 @@ static int set_index(hvd_engine *e, const hvd_pset *p) {
 
 /* Horovod's split: member m gets rows / n rows, plus one for the first
  * rows % n members; counts in elements. */
-static void run_reducescatter(hvd_engine *e, hvd_req *r, const hvd_pset *p, MPI_Comm comm, double start) {
+static hvd_eng_rc run_reducescatter(hvd_engine *e, hvd_req *r, const hvd_pset *p, MPI_Comm comm, double start) {
   int n = p->n, me = set_index(e, p), counts[n];
   int64_t re = r->sig.row_elems, rows = re ? r->sig.count / re : 0;
   for (int m = 0; m < n; m++) counts[m] = (int)((rows / n + (m < rows % n)) * re);
@@ -167,23 +171,25 @@ static void run_reducescatter(hvd_engine *e, hvd_req *r, const hvd_pset *p, MPI_
     snprintf(msg, sizeof msg, "reducescatter '%s': no output buffer for this rank's %d element(s)", r->name,
              counts[me]);
     hvd_eng_finish(e, r, HVD_ERR_INVALID, msg, NULL, 0);
-    return;
+    return HVD_ENG_OK;
   }
   hvd_dtype_t dt = (hvd_dtype_t)r->sig.dtype;
   hvd_op_t op = r->sig.op == HVD_AVG ? HVD_SUM : (hvd_op_t)r->sig.op;
   /* a joined rank reduces its identity buffer in place */
-  hvd_eng_mpi_check(hvd_mpi_reducescatter(r->phantom ? NULL : r->in, r->buf, counts, dt, op, comm),
-                    "MPI_Reduce_scatter");
+  if (hvd_eng_mpi_check(e, hvd_mpi_reducescatter(r->phantom ? NULL : r->in, r->buf, counts, dt, op, comm),
+                        "MPI_Reduce_scatter") != HVD_ENG_OK)
+    return HVD_ENG_RECOVER;
   if (r->sig.op == HVD_AVG && counts[me] > 0)
     hvd_scale_copy(r->buf, r->buf, (size_t)counts[me], dt, hvd_pset_active(e, r->sig.set));
   if (hvd_timeline_enabled())
     hvd_timeline_span(r->name, "MPI_REDUCESCATTER", hvd_eng_us(e, start), (hvd_eng_now() - start) * 1e6);
   e->stats.bytes_reduced += (size_t)r->sig.count * hvd_dtype_size(dt);
   hvd_eng_finish(e, r, HVD_OK, NULL, NULL, 0);
+  return HVD_ENG_OK;
 }
 
 /* A joined rank sends nothing and drops what it receives. */
-static void run_alltoall(hvd_engine *e, hvd_req *r, const hvd_pset *p, MPI_Comm comm, double start) {
+static hvd_eng_rc run_alltoall(hvd_engine *e, hvd_req *r, const hvd_pset *p, MPI_Comm comm, double start) {
   int n = p->n;
   int64_t send[n], recv[n], total = 0;
   for (int m = 0; m < n; m++) send[m] = r->splits && !r->phantom ? r->splits[m] : 0;
@@ -197,20 +203,23 @@ static void run_alltoall(hvd_engine *e, hvd_req *r, const hvd_pset *p, MPI_Comm 
     char msg[HVD_NAME_MAX + 300];
     snprintf(msg, sizeof msg, "alltoall '%s': %s", r->name, err);
     hvd_eng_finish(e, r, HVD_ERR_INVALID, msg, NULL, 0);
-    return;
+    return HVD_ENG_OK;
   }
-  hvd_eng_mpi_check(rc, "MPI_Alltoallv");
+  if (hvd_eng_mpi_check(e, rc, "MPI_Alltoallv") != HVD_ENG_OK) return HVD_ENG_RECOVER;
   if (r->recv_splits) memcpy(r->recv_splits, recv, sizeof recv);
   if (hvd_timeline_enabled())
     hvd_timeline_span(r->name, "MPI_ALLTOALL", hvd_eng_us(e, start), (hvd_eng_now() - start) * 1e6);
   hvd_eng_finish(e, r, HVD_OK, NULL, out, (size_t)total);
+  return HVD_ENG_OK;
 }
 
 /* Walk the agreed list in order.  An allreduce starts a group and pulls in
  * every later allreduce of the same dtype and a compatible op while the group
  * stays under the fusion threshold (as Horovod does), so a list interleaving
- * dtypes still fuses.  Every rank walks the same list the same way. */
-void hvd_eng_execute(hvd_engine *e) {
+ * dtypes still fuses.  Every rank walks the same list the same way.  A
+ * collective that fails in an elastic job stops the walk: HVD_ENG_RECOVER,
+ * and what is left of the list stays pending for the recovery to fail. */
+hvd_eng_rc hvd_eng_execute(hvd_engine *e) {
   size_t i = 0;
   while (i < e->nexec) {
     hvd_req *r = e->exec[i].req;
@@ -234,7 +243,7 @@ void hvd_eng_execute(hvd_engine *e) {
         e->exec[end].rows = NULL;
         end++;
       }
-      run_allreduce_group(e, i, end);
+      if (run_allreduce_group(e, i, end) != HVD_ENG_OK) return HVD_ENG_RECOVER;
       hvd_liveness_tick();
       i = end;
       continue;
@@ -245,7 +254,7 @@ void hvd_eng_execute(hvd_engine *e) {
     if (r->skip) {
       hvd_eng_req_free(r);
     } else if (r->sig.kind == HVD_KIND_PSET_ADD || r->sig.kind == HVD_KIND_PSET_REMOVE) {
-      hvd_pset_execute(e, r);
+      if (hvd_pset_execute(e, r) != HVD_ENG_OK) return HVD_ENG_RECOVER;
     } else if ((comm = set_comm(e, r)) == MPI_COMM_NULL) {
       /* finished with the reason */
     } else if (r->sig.kind == HVD_KIND_BROADCAST) {
@@ -270,7 +279,7 @@ void hvd_eng_execute(hvd_engine *e) {
         hvd_bk_ctx ctx = {e->comm, e->chunk, NULL};
         char err[512];
         if (hvd_gpu_broadcast(&item, (hvd_dtype_t)r->sig.dtype, root, device_backend(e), &ctx, &done, err, sizeof err) != 0)
-          HVD_ENG_COLLECTIVE_FAILED("%s broadcast of '%s': %s", e->dev_bk->name, r->name, err);
+          return HVD_ENG_COLLECTIVE_FAILED(e, "%s broadcast of '%s': %s", e->dev_bk->name, r->name, err);
         if (hvd_timeline_enabled())
           hvd_timeline_span(r->name, e->dev_bk->broadcast_span, hvd_eng_us(e, start), (hvd_eng_now() - start) * 1e6);
         hvd_eng_finish_gpu(e, r, done);
@@ -279,7 +288,7 @@ void hvd_eng_execute(hvd_engine *e) {
         char err[512];
         if (hvd_backend_mpi.broadcast(r->buf, (size_t)r->sig.count, (hvd_dtype_t)r->sig.dtype, set_root, &ctx, err,
                                       sizeof err) != 0)
-          HVD_ENG_COLLECTIVE_FAILED("broadcast of '%s': %s", r->name, err);
+          return HVD_ENG_COLLECTIVE_FAILED(e, "broadcast of '%s': %s", r->name, err);
         if (hvd_timeline_enabled())
           hvd_timeline_span(r->name, hvd_backend_mpi.broadcast_span, hvd_eng_us(e, start), (hvd_eng_now() - start) * 1e6);
         hvd_eng_finish(e, r, HVD_OK, NULL, NULL, 0);
@@ -299,15 +308,15 @@ void hvd_eng_execute(hvd_engine *e) {
         free(out);
         hvd_eng_finish(e, r, HVD_ERR_INVALID, err, NULL, 0);
       } else {
-        if (rc != 0) HVD_ENG_COLLECTIVE_FAILED("allgather of '%s': %s", r->name, err);
+        if (rc != 0) return HVD_ENG_COLLECTIVE_FAILED(e, "allgather of '%s': %s", r->name, err);
         if (hvd_timeline_enabled())
           hvd_timeline_span(r->name, "MPI_ALLGATHER", hvd_eng_us(e, start), (hvd_eng_now() - start) * 1e6);
         hvd_eng_finish(e, r, HVD_OK, NULL, out, (size_t)total_rows);
       }
     } else if (r->sig.kind == HVD_KIND_REDUCESCATTER) {
-      run_reducescatter(e, r, ps, comm, start);
+      if (run_reducescatter(e, r, ps, comm, start) != HVD_ENG_OK) return HVD_ENG_RECOVER;
     } else if (r->sig.kind == HVD_KIND_ALLTOALL) {
-      run_alltoall(e, r, ps, comm, start);
+      if (run_alltoall(e, r, ps, comm, start) != HVD_ENG_OK) return HVD_ENG_RECOVER;
     } else {
       hvd_eng_finish(e, r, HVD_OK, NULL, NULL, 0); /* barrier: negotiation was the barrier */
     }
@@ -316,5 +325,6 @@ void hvd_eng_execute(hvd_engine *e) {
     i++;
   }
   e->nexec = 0;
+  return HVD_ENG_OK;
 }
 

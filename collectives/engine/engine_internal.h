@@ -37,7 +37,6 @@
 
 #include <mpi.h>
 #include <pthread.h>
-#include <setjmp.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -198,10 +197,9 @@ struct hvd_engine {
   hvd_pset **retired;
   size_t nretired;
   uint64_t rebuilds; /* memberships rebuilt since the start */
-  /* HVDSHIM_ELASTIC: a failed collective returns to the cycle's recovery
-   * point (recover_at, armed while a cycle runs), which shrinks the job */
+  /* HVDSHIM_ELASTIC: a failed collective returns HVD_ENG_RECOVER up to the
+   * cycle, which shrinks the job (recover_why: what failed) */
   int elastic, elastic_min_np;
-  int recover_armed;
   /* elastic: completions are held until the next round succeeds (see
    * hvd_handles_hold): rounds_ok counts this membership's successful
    * rounds, released is the round whose completions were published last */
@@ -214,7 +212,6 @@ struct hvd_engine {
   int ack_rank, ack_size; /* this rank's place in the newest membership (set before anything fails) */
   uint64_t acked;
   char change_msg[600];
-  jmp_buf recover_at;
   char recover_why[600];
   int leave_rank;       /* HVDSHIM_TEST_LEAVE=RANK@CYCLE: the rank that leaves (-1: none) */
   uint64_t leave_cycle; /* and the cycle */
@@ -223,21 +220,23 @@ struct hvd_engine {
 /* ---- engine_done.c: completion and helpers ---- */
 double hvd_eng_now(void);
 double hvd_eng_us(hvd_engine *e, double t); /* microseconds since the engine started */
-/* MPI result: 0, or (a collective failed) the cycle's recovery point in an
- * elastic job, else the job ends naming `what`. */
-int hvd_eng_mpi_check(int rc, const char *what);
-/* The engine whose cycle runs on this thread can recover from a failed
- * collective (HVDSHIM_ELASTIC): set by its thread. */
-void hvd_eng_recovery_thread(hvd_engine *e);
-/* A collective failed with this message: in an elastic job, back to the
- * cycle's recovery point (does not return); else returns, and the caller
- * ends the job (HVD_ENG_COLLECTIVE_FAILED). */
-void hvd_eng_try_recover(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-#define HVD_ENG_COLLECTIVE_FAILED(...) \
-  do {                                 \
-    hvd_eng_try_recover(__VA_ARGS__);  \
-    HVD_FATAL(__VA_ARGS__);            \
-  } while (0)
+/* What a stage of the cycle returns when it runs collectives.
+ * HVD_ENG_RECOVER: a collective failed in an elastic job (HVDSHIM_ELASTIC;
+ * the reason is in e->recover_why); the stage stops where it is and returns
+ * it, and so does every stage above it, up to the cycle, which recovers
+ * (hvd_eng_recover: the survivors shrink the job and go on).  Outside
+ * elastic jobs a failed collective ends the job where it failed. */
+typedef enum { HVD_ENG_OK = 0, HVD_ENG_RECOVER = 1 } hvd_eng_rc;
+#define HVD_ENG_MUST_USE __attribute__((warn_unused_result)) /* an hvd_eng_rc is never dropped */
+/* A collective failed, with this message: HVD_ENG_RECOVER in an elastic
+ * job; else the job ends naming it (does not return).  Called through
+ * HVD_ENG_COLLECTIVE_FAILED, which names the caller's file and line. */
+hvd_eng_rc hvd_eng_failed_at(hvd_engine *e, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5))) HVD_ENG_MUST_USE;
+#define HVD_ENG_COLLECTIVE_FAILED(e, ...) hvd_eng_failed_at((e), __FILE__, __LINE__, __VA_ARGS__)
+/* An MPI result: HVD_ENG_OK, or (it failed) as HVD_ENG_COLLECTIVE_FAILED
+ * with "what failed: MPI's message". */
+hvd_eng_rc hvd_eng_mpi_check(hvd_engine *e, int rc, const char *what) HVD_ENG_MUST_USE;
 /* Grows an engine-thread array to at least n elements (fatal when out of memory). */
 void hvd_eng_grow(void *arr, size_t *cap, size_t n, size_t elem, const char *what);
 void hvd_eng_req_free(hvd_req *r);
@@ -268,14 +267,15 @@ void hvd_psets_retire(hvd_engine *e, int mpi_up);
 const hvd_pset *hvd_pset_get(hvd_engine *e, int id);   /* any thread: the set, or NULL (unknown id) */
 int hvd_pset_member(hvd_engine *e, int id, int rank);  /* rank belongs to set id (0 for an unknown id) */
 int hvd_pset_active(hvd_engine *e, int id);            /* engine thread: members still submitting (not joined) */
-void hvd_pset_execute(hvd_engine *e, hvd_req *r);      /* engine thread: runs an agreed add or remove, finishes r */
+/* engine thread: runs an agreed add or remove, finishes r */
+hvd_eng_rc hvd_pset_execute(hvd_engine *e, hvd_req *r) HVD_ENG_MUST_USE;
 /* With qmu held, before a submission on set `set`: NULL, or why it is refused
  * (a static message for the calling thread). */
 const char *hvd_pset_refuse(hvd_engine *e, const hvd_sig *sig, int device);
 
 /* ---- engine_exec.c ---- */
 /* Runs this cycle's agreed list e->exec[0..nexec). */
-void hvd_eng_execute(hvd_engine *e);
+hvd_eng_rc hvd_eng_execute(hvd_engine *e) HVD_ENG_MUST_USE;
 
 /* ---- engine_members.c: the membership ---- */
 /* Takes `comm` as the engine's communicator: this rank's place in it and on
@@ -294,10 +294,11 @@ void hvd_eng_members_close(hvd_engine *e, int mpi_up);
  * the global one end (their ids stay taken).  0, or -1 with the reason. */
 int hvd_eng_rebuild(hvd_engine *e, MPI_Comm comm, const char *why, char *err, size_t errlen);
 
-/* Engine thread, at the cycle's recovery point after a collective failed
- * (HVDSHIM_ELASTIC): the survivors revoke the communicator, shrink it and
- * rebuild the engine over themselves; below HVDSHIM_ELASTIC_MIN_NP, or when
- * no rank died, the job ends with the reason. */
+/* Engine thread, in the cycle after a stage returned HVD_ENG_RECOVER (a
+ * collective failed, HVDSHIM_ELASTIC): the survivors revoke the
+ * communicator, shrink it and rebuild the engine over themselves; below
+ * HVDSHIM_ELASTIC_MIN_NP, or when no rank died, the job ends with the
+ * reason. */
 void hvd_eng_recover(hvd_engine *e);
 /* Every survivor together, too few left: finalize (bounded), end with code. */
 _Noreturn void hvd_eng_end_survivors(hvd_engine *e, int code);
@@ -341,7 +342,7 @@ void hvd_eng_offer_cached(hvd_engine *e, uint64_t *ready, uint64_t *invalid, dou
 void hvd_eng_take_cached(hvd_engine *e, const uint64_t *ready, const uint64_t *invalid, double now);
 /* Every rank: the outboxes through rank 0's coordinator; the responses join
  * the agreed list. */
-void hvd_eng_slow_path(hvd_engine *e, double now);
+hvd_eng_rc hvd_eng_slow_path(hvd_engine *e, double now) HVD_ENG_MUST_USE;
 
 /* ---- engine_cycle.c ---- */
 /* One cycle (the caller holds `drive`): 1 to go on, 0 when the engine is

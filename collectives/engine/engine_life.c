@@ -193,7 +193,6 @@ hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err
   e->deadlock_s = hvd_cfg_double(HVD_CFG_DEADLOCK_SECONDS);
   e->elastic = (int)hvd_cfg_int(HVD_CFG_ELASTIC);
   e->elastic_min_np = (int)hvd_cfg_int(HVD_CFG_ELASTIC_MIN_NP);
-  e->recover_armed = 0;
   e->shutdown_timeout = hvd_cfg_double(HVD_CFG_SHUTDOWN_TIMEOUT_SECONDS);
   e->stale_age = e->stall_warn / 2 < 1.0 ? e->stall_warn / 2 : 1.0;
   e->wc = (e->cache_cap + 63) / 64;

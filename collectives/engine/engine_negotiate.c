@@ -183,7 +183,7 @@ void hvd_eng_take_cached(hvd_engine *e, const uint64_t *ready, const uint64_t *i
 
 /* ------------------------------------------------------------------ slow path */
 
-void hvd_eng_slow_path(hvd_engine *e, double now) {
+hvd_eng_rc hvd_eng_slow_path(hvd_engine *e, double now) {
   e->stats.slow_rounds++;
   hvd_buf_reset(&e->sendbuf);
   for (size_t i = 0; i < e->nout; i++)
@@ -191,7 +191,9 @@ void hvd_eng_slow_path(hvd_engine *e, double now) {
   e->nout = 0;
   if (e->sendbuf.bad || e->sendbuf.len > INT_MAX) HVD_FATAL("negotiation message too large or out of memory");
   int mylen = (int)e->sendbuf.len;
-  hvd_eng_mpi_check(MPI_Gather(&mylen, 1, MPI_INT, e->lens, 1, MPI_INT, 0, e->comm), "MPI_Gather (negotiation)");
+  if (hvd_eng_mpi_check(e, MPI_Gather(&mylen, 1, MPI_INT, e->lens, 1, MPI_INT, 0, e->comm), "MPI_Gather (negotiation)") !=
+      HVD_ENG_OK)
+    return HVD_ENG_RECOVER;
   size_t total = 0;
   if (e->rank == 0) {
     for (int r = 0; r < e->size; r++) {
@@ -203,18 +205,22 @@ void hvd_eng_slow_path(hvd_engine *e, double now) {
     if (hvd_buf_reserve(&e->gathered, total + 1) != 0) HVD_FATAL("out of memory (negotiation)");
     e->gathered.len = total;
   }
-  hvd_eng_mpi_check(MPI_Gatherv(e->sendbuf.p, mylen, MPI_BYTE, e->gathered.p, e->lens, e->displs, MPI_BYTE, 0, e->comm),
-            "MPI_Gatherv (negotiation)");
+  if (hvd_eng_mpi_check(e, MPI_Gatherv(e->sendbuf.p, mylen, MPI_BYTE, e->gathered.p, e->lens, e->displs, MPI_BYTE, 0,
+                                       e->comm),
+                        "MPI_Gatherv (negotiation)") != HVD_ENG_OK)
+    return HVD_ENG_RECOVER;
   if (e->rank == 0) hvd_coord_round(&e->coord, e->gathered.p, e->lens, e->displs, now, &e->resp);
   int64_t rlen = (int64_t)e->resp.len;
-  hvd_eng_mpi_check(MPI_Bcast(&rlen, 1, MPI_INT64_T, 0, e->comm), "MPI_Bcast (responses)");
+  if (hvd_eng_mpi_check(e, MPI_Bcast(&rlen, 1, MPI_INT64_T, 0, e->comm), "MPI_Bcast (responses)") != HVD_ENG_OK)
+    return HVD_ENG_RECOVER;
   if (rlen > INT_MAX) HVD_FATAL("response list larger than 2 GiB");
   if (e->rank != 0) {
     hvd_buf_reset(&e->resp);
     if (hvd_buf_reserve(&e->resp, (size_t)rlen + 1) != 0) HVD_FATAL("out of memory (responses)");
     e->resp.len = (size_t)rlen;
   }
-  hvd_eng_mpi_check(MPI_Bcast(e->resp.p, (int)rlen, MPI_BYTE, 0, e->comm), "MPI_Bcast (responses)");
+  if (hvd_eng_mpi_check(e, MPI_Bcast(e->resp.p, (int)rlen, MPI_BYTE, 0, e->comm), "MPI_Bcast (responses)") != HVD_ENG_OK)
+    return HVD_ENG_RECOVER;
   e->resp.pos = 0;
   hvd_wire_resp w;
   char name[HVD_NAME_MAX + 1];
@@ -257,4 +263,5 @@ void hvd_eng_slow_path(hvd_engine *e, double now) {
     cache_insert(e, name, &r->sig);
     exec_push(e, r, w.rows);
   }
+  return HVD_ENG_OK;
 }

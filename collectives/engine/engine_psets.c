@@ -125,7 +125,7 @@ const char *hvd_pset_refuse(hvd_engine *e, const hvd_sig *sig, int device) {
 }
 
 /* Every rank, at the same point of the agreed list. */
-void hvd_pset_execute(hvd_engine *e, hvd_req *r) {
+hvd_eng_rc hvd_pset_execute(hvd_engine *e, hvd_req *r) {
   char msg[HVD_NAME_MAX + 256];
   if (r->phantom) /* a rank that finished while adding or removing a set: the others' MPI calls would not match */
     HVD_FATAL("this rank finished (hvd_shutdown or exit) while every rank was %s; end every rank's %s first",
@@ -137,29 +137,33 @@ void hvd_pset_execute(hvd_engine *e, hvd_req *r) {
       snprintf(msg, sizeof msg, "process set remove: process set %d does not exist (never added, or removed)",
                r->sig.root);
       hvd_eng_finish(e, r, HVD_ERR_INVALID, msg, NULL, 0);
-      return;
+      return HVD_ENG_OK;
     }
-    if (p->comm != MPI_COMM_NULL) hvd_eng_mpi_check(MPI_Comm_free(&p->comm), "MPI_Comm_free (process set remove)");
+    if (p->comm != MPI_COMM_NULL &&
+        hvd_eng_mpi_check(e, MPI_Comm_free(&p->comm), "MPI_Comm_free (process set remove)") != HVD_ENG_OK)
+      return HVD_ENG_RECOVER;
     __atomic_store_n(&p->removed, 1, __ATOMIC_RELEASE);
     HVD_DEBUG("process set %d removed", r->sig.root);
     hvd_eng_finish(e, r, HVD_OK, NULL, NULL, 0);
-    return;
+    return HVD_ENG_OK;
   }
   hvd_pset_arg *a = r->buf;
   if (e->npsets >= HVD_MAX_PSETS) {
     snprintf(msg, sizeof msg, "process set add: this job has added %d process sets, the most hvdshim keeps "
              "(removed sets count too)", HVD_MAX_PSETS - 1);
     hvd_eng_finish(e, r, HVD_ERR_INVALID, msg, NULL, 0);
-    return;
+    return HVD_ENG_OK;
   }
   hvd_pset *p = pset_new(e, a->ranks, a->n);
   if (!p) HVD_FATAL("out of memory (process set)");
-  hvd_eng_mpi_check(MPI_Comm_split(e->comm, p->member[e->rank] ? 0 : MPI_UNDEFINED, e->rank, &p->comm),
-                    "MPI_Comm_split (process set add)");
+  if (hvd_eng_mpi_check(e, MPI_Comm_split(e->comm, p->member[e->rank] ? 0 : MPI_UNDEFINED, e->rank, &p->comm),
+                        "MPI_Comm_split (process set add)") != HVD_ENG_OK)
+    return HVD_ENG_RECOVER;
   if (p->comm != MPI_COMM_NULL) MPI_Comm_set_errhandler(p->comm, MPI_ERRORS_RETURN);
   a->id = e->npsets;
   __atomic_store_n(&e->psets[e->npsets], p, __ATOMIC_RELEASE);
   e->npsets++;
   HVD_DEBUG("process set %d added: %d rank(s)", a->id, a->n);
   hvd_eng_finish(e, r, HVD_OK, NULL, NULL, 0);
+  return HVD_ENG_OK;
 }
