@@ -41,6 +41,7 @@
 #include "../collectives/gpu/gpu.h"
 #include "../collectives/hvdshim.h"
 #include "../base/config.h"
+#include "../base/libc.h"
 #include "../base/log.h"
 #include "../base/role.h"
 #include "cuda_hooks.h"
@@ -197,7 +198,7 @@ static void run_actions(native_hook *nh, void **args, int after, unsigned long c
 static void started(void) {
   if (hvd_rank() == 0 || hvd_cfg_int(HVD_CFG_WORKER_STDOUT)) return;
   fflush(stdout);
-  int fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  int fd = hvd_libc()->open("/dev/null", O_WRONLY | O_CLOEXEC);
   if (fd < 0 || dup2(fd, 1) < 0) HVD_WARN("could not silence stdout of rank %d: %s", hvd_rank(), strerror(errno));
   if (fd >= 0) close(fd);
 }
@@ -342,7 +343,7 @@ static void *open_as(const void *caller, const char *file, int flags) {
           char *p = malloc(n);
           if (!p) break;
           snprintf(p, n, "%s/%s", si->dls_serpath[i].dls_name, file);
-          if (access(p, F_OK) == 0) path = p;
+          if (hvd_libc()->access(p, F_OK) == 0) path = p;
           else free(p);
         }
       }

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../base/libc.h"
 #include "../../base/log.h"
 #include "backend_mpi.h"
 
@@ -56,14 +57,14 @@ void hvd_liveness_tick(void) {
 
 static uint64_t pid_namespace(void) {
   struct stat st;
-  return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+  return hvd_libc()->stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
 }
 
 char hvd_process_state(pid_t pid) {
   if (kill(pid, 0) != 0 && errno == ESRCH) return 'D';
   char path[64], buf[256];
   snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  FILE *f = fopen(path, "re");
+  FILE *f = hvd_libc()->fopen(path, "re");
   if (!f) return errno == ENOENT ? 'D' : 'A';
   size_t n = fread(buf, 1, sizeof buf - 1, f);
   fclose(f);
