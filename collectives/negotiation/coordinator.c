@@ -7,8 +7,9 @@
  * warns about names some ranks have waited on for HVDSHIM_STALL_WARNING_
  * SECONDS, and turns the warning into a FATAL response after HVDSHIM_STALL_
  * SHUTDOWN_SECONDS.  An operation on a process set waits for the set's
- * members only; adding or removing a set waits for every rank.  No MPI here: the engine gathers the records and
- * broadcasts the responses (engine_cycle.c slow_path); tests drive it directly
+ * members only; adding or removing a set waits for every rank.  No MPI
+ * here: the engine gathers the records and broadcasts the responses
+ * (engine/engine_negotiate.c, hvd_eng_slow_path); tests drive it directly
  * (tests/unit/unit_tests.c, "coordinator"). */
 #include "coordinator.h"
 

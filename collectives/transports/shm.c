@@ -47,8 +47,9 @@ static struct {
    *   (blocked in hvd_wait, or running the cycle itself) has a core with
    *   nothing else to run:
    *   spinning on it costs no one anything, while sleeping costs a wake-up
-   *   of the core (on a virtual machine, tens to hundreds of us: longer
-   *   than the whole reduction of a small model).  Neither (oversubscribed,
+   *   of the core, which can take longer than the whole reduction of a
+   *   small model (docs/BENCHMARKS.md, "A waited-for cycle spins instead
+   *   of sleeping").  Neither (oversubscribed,
    *   or bound to fewer cores than ranks): a spinning thread would take a
    *   core from a peer, or the engine thread from its own training thread. */
   int always, idle_cores;
