@@ -28,8 +28,12 @@ level() {
     case $_d in */*) _d=${_d%/*} ;; *) echo -1; return ;; esac
   done
 }
+# every folder of the library's sources, listed or not (a subfolder of a
+# listed one takes its level)
+srcdirs=$(cd "$top_srcdir" && find base collectives hooks shim -type f \( -name '*.c' -o -name '*.h' \) |
+  sed 's#/[^/]*$##' | sort -u)
 bad=0
-for dir in $FOLDERS; do
+for dir in $srcdirs; do
   mine=$(level $dir)
   for f in "$top_srcdir/$dir"/*.c "$top_srcdir/$dir"/*.h; do
     [ -f "$f" ] || continue
@@ -42,8 +46,9 @@ for dir in $FOLDERS; do
 done
 # symbols: which folder defines each of the project's (hvd_*: the libc
 # names that shim/ interposes are libc's for everyone else), then who uses them
+objdirs=$(cd "$top_builddir" && find base collectives hooks shim -path '*/.libs/*.o' 2>/dev/null | sed 's#/\.libs/[^/]*$##' | sort -u)
 objs=
-for dir in $FOLDERS; do objs="$objs $(ls "$top_builddir/$dir"/.libs/*.o 2>/dev/null)"; done
+for dir in $objdirs; do objs="$objs $(ls "$top_builddir/$dir"/.libs/*.o)"; done
 [ -n "$(echo $objs)" ] || fail "no built objects under $top_builddir/*/.libs (build first)"
 # one nm over every object for each list (-A: the file on each line; its
 # folder is the one above .libs), then one awk over definitions and uses
@@ -76,12 +81,15 @@ pass "layers $(echo $FOLDERS | sed 's/ / < /g'): no upward include, no upward ca
 interposed=$(awk '/overlay/ && /\/\*/ { on = 1; next } on && (/\/\*/ || /local:/) { on = 0 } on' "$top_srcdir/shim/hvdshim.map" |
   tr -d ' \n' | tr ';' '\n' | grep .)
 [ -n "$interposed" ] || fail "no overlay block found in shim/hvdshim.map"
-direct=
-for o in $objs; do
-  case ${o##*/} in *overlay*) continue ;; esac
-  u=$(nm -u "$o" | awk '{ sub(/@.*/, "", $2); print $2 }' | grep -xF "$interposed" | tr '\n' ' ')
-  [ -n "$u" ] && direct="$direct ${o#$top_builddir/}: $u;"
-done
+# shellcheck disable=SC2086
+direct=$(nm -A -u $objs | awk -v top="$top_builddir/" -v names="$interposed" '
+BEGIN { n = split(names, a, "\n"); for (i = 1; i <= n; i++) libc[a[i]] = 1 }
+{
+  c = index($0, ":"); o = substr($0, 1, c - 1); sym = $NF; sub(/@.*/, "", sym)
+  if (o ~ /overlay[^\/]*$/ || !(sym in libc)) next
+  if (index(o, top) == 1) o = substr(o, length(top) + 1)
+  printf " %s: %s;", o, sym
+}')
 [ -z "$direct" ] || fail "the library's own code calls libc names the overlay interposes (call them through hvd_libc(), base/libc.h):$direct"
 pass "no object but the overlay's calls one of the $(echo "$interposed" | wc -l) libc names it interposes (the library's own file calls go through base/libc.c)"
 
@@ -100,8 +108,7 @@ no_circle() {
 circle=0
 # each folder's objects (between folders, the checks above keep calls
 # downward; the libc names the shim interposes are libc's for the others)
-for dir in $FOLDERS; do
-  ls "$top_builddir/$dir"/.libs/*.o >/dev/null 2>&1 || continue # headers only
+for dir in $objdirs; do
   no_circle "$dir/" "$top_builddir/$dir"
 done
 [ $circle = 0 ] || fail "a circle among the objects of one layer"
