@@ -1,5 +1,5 @@
 """horovod.torch served by hvdshim: Horovod's PyTorch API on hvdshim's engine.
-See the README ("Horovod scripts") for what is served and what is not."""
+See docs/HOROVOD.md for what is served and what is not."""
 from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 from horovod.common.process_sets import (ProcessSet, add_process_set, global_process_set,
                                          remove_process_set)
