@@ -1,4 +1,4 @@
-"""Unit tests of the served horovod package (hooks/python/horovod) that need
+"""Unit tests of the served horovod package (python/horovod) that need
 no MPI: it runs against a stub of libhvdshim.so that plays rank 0 of a
 two-rank job whose other rank submits the same tensors (a sum doubles, an
 allgather repeats this rank's rows), or, with `joined`, has joined (it adds
@@ -12,7 +12,7 @@ import warnings
 
 import torch
 
-sys.path.insert(0, sys.argv.pop(1))  # hooks/python
+sys.path.insert(0, sys.argv.pop(1))  # python/
 from hvdshim_torch import lib  # noqa: E402
 
 _BYTES = {0: 4, 1: 8, 2: 2, 3: 2, 4: 4, 5: 8, 6: 1, 7: 1, 8: 2}

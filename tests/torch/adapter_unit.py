@@ -1,4 +1,4 @@
-"""Unit tests of the PyTorch adapter (hooks/python/hvdshim_torch) that need
+"""Unit tests of the PyTorch adapter (python/hvdshim_torch) that need
 no MPI: the package runs against a stub of libhvdshim.so that plays one rank
 of a job whose other ranks contributed fixed values."""
 import ctypes
@@ -10,7 +10,7 @@ import warnings
 
 import torch
 
-sys.path.insert(0, sys.argv.pop(1))  # hooks/python
+sys.path.insert(0, sys.argv.pop(1))  # python/
 import hvdshim_torch  # noqa: E402
 from hvdshim_torch import data, grads, lib, models, norms, output, resize, rng, roles  # noqa: E402
 from hvdshim_torch.state import _S  # noqa: E402

@@ -66,7 +66,7 @@ for dir in base collectives hooks shim; do
 done
 [ $circle = 0 ] || fail "a circle among the objects of one layer"
 # the served Python packages: no import circle either
-pycircles=$("${PYTHON:-python3}" "$top_srcdir/tests/unit/pyimports.py" "$top_srcdir/hooks/python" horovod hvdshim_torch) ||
+pycircles=$("${PYTHON:-python3}" "$top_srcdir/tests/unit/pyimports.py" "$top_srcdir/python" horovod hvdshim_torch) ||
   fail "could not read the Python packages' imports"
 [ -z "$pycircles" ] || fail "Python modules that import each other in a circle: $pycircles"
 pass "the served Python packages (horovod, hvdshim_torch): no import circle"

@@ -1,5 +1,5 @@
 """The served Python packages import one way: the modules of
-hooks/python/{horovod,hvdshim_torch} (every import, module level or in a
+python/{horovod,hvdshim_torch} (every import, module level or in a
 function) as a graph; prints its circles ("a <-> b; ..."), nothing when
 there is none.  A submodule using its own package is not a circle.
 Usage: pyimports.py ROOT PACKAGE...  (tests/unit/layers.sh)"""
