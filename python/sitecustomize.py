@@ -4,7 +4,8 @@
 #      and take this directory off sys.path;
 #   2. in the rank's own process only, install an import hook that loads the
 #      PyTorch adapter right after `import torch` finishes;
-#   3. serve hvdshim's `horovod` package to `import horovod` (HVDSHIM_HOROVOD);
+#   3. serve the packages beside it: the adapter (hvdshim_torch) and hvdshim's
+#      `horovod` package to `import horovod` (HVDSHIM_HOROVOD);
 #   4. run the sitecustomize this one shadows, if there is one.
 # A process that never imports torch pays for this file and nothing else.
 import os
@@ -87,16 +88,10 @@ def _rng_seed():
 
 
 def _load_adapter():
-    """Import the adapter package from this directory (which is no longer on
-    sys.path) and install it."""
-    import importlib.util
-    pkg = os.path.join(_HERE, "hvdshim_torch")
-    spec = importlib.util.spec_from_file_location("hvdshim_torch", os.path.join(pkg, "__init__.py"),
-                                                  submodule_search_locations=[pkg])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["hvdshim_torch"] = module
-    spec.loader.exec_module(module)
-    module.install(rng_seed=_SEED)
+    """Import the adapter package (served from this directory by
+    _PackageServer: the directory is no longer on sys.path) and install it."""
+    import hvdshim_torch
+    hvdshim_torch.install(rng_seed=_SEED)
 
 
 def _private_serialize_file(rust):
@@ -128,24 +123,27 @@ def _private_serialize_file(rust):
     rust.serialize_file = serialize_file
 
 
-class _HorovodServer:
-    """A meta path finder that serves hvdshim's `horovod` package (beside this
-    file) for `import horovod`: HVDSHIM_HOROVOD=auto serves it when no real
-    Horovod is importable, on always, off never.  Its submodules are found
-    through the package's own path."""
+class _PackageServer:
+    """A meta path finder that serves the packages beside this file: the
+    adapter, hvdshim_torch (loaded after `import torch`, and by the horovod
+    package, which uses its ctypes binding), and hvdshim's `horovod` for
+    `import horovod`: HVDSHIM_HOROVOD=auto serves it when no real Horovod
+    is importable, on always, off never.  Their submodules are found through
+    each package's own path."""
 
     def find_spec(self, name, path=None, target=None):
-        if name != "horovod":
+        if name == "horovod":
+            mode = _setting("HVDSHIM_HOROVOD") or "auto"
+            if mode == "off":
+                return None
+            import importlib.machinery
+            if mode == "auto" and importlib.machinery.PathFinder.find_spec(name, sys.path) is not None:
+                return None  # the real Horovod
+        elif name != "hvdshim_torch":
             return None
-        mode = _setting("HVDSHIM_HOROVOD") or "auto"
-        if mode == "off":
-            return None
-        import importlib.machinery
         import importlib.util
-        if mode == "auto" and importlib.machinery.PathFinder.find_spec(name, sys.path) is not None:
-            return None  # the real Horovod
-        pkg = os.path.join(_HERE, "horovod")
-        return importlib.util.spec_from_file_location("horovod", os.path.join(pkg, "__init__.py"),
+        pkg = os.path.join(_HERE, name)
+        return importlib.util.spec_from_file_location(name, os.path.join(pkg, "__init__.py"),
                                                       submodule_search_locations=[pkg])
 
 
@@ -187,5 +185,5 @@ if _SEED is not None:
     random.seed(_SEED)  # before the script runs: a script that seeds it overrides this
     _ACTIONS["numpy"] = lambda m: m.random.seed(_SEED & 0xFFFFFFFF)
 sys.meta_path.insert(0, _ImportWatcher(_ACTIONS))
-sys.meta_path.insert(0, _HorovodServer())
+sys.meta_path.insert(0, _PackageServer())
 _chain()

@@ -4,13 +4,16 @@ rank process.  It only manipulates Python objects (hooks, samplers, streams,
 random state); every byte of tensor data moves in libhvdshim.so, called
 through ctypes.
 
-  lib        the library through ctypes, logging, collectives
-  state      the adapter's state in this rank
+  capi       libhvdshim.so through ctypes: the one binding (both packages)
+  errors     HvdShimError; the engine's statuses as exceptions
+  collectives  tensors through the engine (Pending, Batch, allreduce, ...)
+  patching   wrapping torch's functions; hooks torch.compile does not trace
+  state      the job's state in this rank (_S)
   lifecycle  engine start on first use; standing aside
   models     first forward of a root module: same parameters everywhere,
              rank 0's broadcast, gradients hooked
-  grads      gradients averaged as they are ready; optimizer steps
-             (closure loss, metrics, hyperparameters from rank 0)
+  gradients/ gradients averaged as they are ready; the loss read after
+             backward; optimizer steps (its __init__ has the map)
   data       DataLoaders sharded by use (HVDSHIM_DATA)
   roles      a loader's role per iteration (sharded or whole) and what len() says
   elastic    ranks dying (HVDSHIM_ELASTIC): the survivors go on
@@ -22,6 +25,6 @@ through ctypes.
 See docs/ARCHITECTURE.md ("PyTorch adapter") for the reasoning.
 """
 from .install import install
-from .lib import HvdShimError
+from .errors import HvdShimError
 
 __all__ = ["install", "HvdShimError"]

@@ -39,7 +39,9 @@ import weakref
 
 import torch
 
-from .lib import HvdShimError, _Pending, _broadcast_bytes, _debug, _warn
+from .capi import debug, warn
+from .errors import HvdShimError
+from .collectives import broadcast_bytes, Pending
 from .state import _S, _warn_once
 from .lifecycle import _start
 from .rng import window_close
@@ -126,8 +128,8 @@ def _broadcast_ints(name, values, what):
     t = torch.frombuffer(buf, dtype=torch.int64) if len(buf) else torch.zeros(0, dtype=torch.int64)
 
     def broadcast():
-        pending = _Pending()
-        _broadcast_bytes(name, t, pending, what)
+        pending = Pending()
+        broadcast_bytes(name, t, pending, what)
         pending.wait()
     retrying(broadcast)
     return buf.tolist()
@@ -763,7 +765,7 @@ def _dealt_iter(loader, orig):
     tag, where = deal
     what = "DataLoader %d (%s)" % (tag, where)
     if _S.rank == 0:
-        _debug("%s: dealt across %d ranks (%s)" % (what, _S.size, _S.data_mode))
+        debug("%s: dealt across %d ranks (%s)" % (what, _S.size, _S.data_mode))
     it = dealt_batches(_agreed_iter(loader, orig))
     skip = take_skip()
     if skip:  # a restarted job (resize.py): the batches the job had used
@@ -821,8 +823,8 @@ def _prepare_loader(loader):
         object.__setattr__(loader, "batch_sampler", _ShardedBatches(bs, tag, _S.data_mode, where, role))
         object.__setattr__(loader, "_hvdshim_role", role)
         if _S.rank == 0:
-            _debug("DataLoader %d (%s): %s across %d ranks when iterated in training"
-                   % (tag, where, _S.data_mode, _S.size))
+            debug("DataLoader %d (%s): %s across %d ranks when iterated in training"
+                  % (tag, where, _S.data_mode, _S.size))
         return
     object.__setattr__(loader, "_hvdshim_alone", (tag, where, reason))
 
@@ -884,7 +886,7 @@ def check_same_batches():
     from .elastic import extremes  # (elastic imports nothing of data)
     hi, lo = (v.tolist() for v in extremes(b"hvdshim.same-batches", mine, "comparing the ranks' first training batches"))
     if hi == lo and lo[2] >= 1 and lo[3] == 1 and _S.rank == 0:
-        _warn("every rank trained on the same batches in its first steps, and no DataLoader was iterated in "
-              "training: the %d ranks compute what one process does, no faster.  hvdshim shards DataLoaders; "
-              "batches a script cuts from its data itself (x[i:i + batch]) are the same on every rank (README, "
-              "'Data')" % _S.size)
+        warn("every rank trained on the same batches in its first steps, and no DataLoader was iterated in "
+             "training: the %d ranks compute what one process does, no faster.  hvdshim shards DataLoaders; "
+             "batches a script cuts from its data itself (x[i:i + batch]) are the same on every rank (README, "
+             "'Data')" % _S.size)

@@ -8,7 +8,7 @@ stand at the same point of the script when they see it.  Then:
     later average divides by them; loaders deal the rest of the epoch over
     them from the next batch on);
   * the step in flight is completed by the survivors from their own
-    gradients (grads.py keeps a copy of each until the step's reduction has
+    gradients (gradients/submit.py keeps a copy of each until the step's reduction has
     completed): the dead ranks' part of that step's batch is lost; a step
     whose gradients were averaged before the death keeps it;
   * any other operation the change failed (a loss average, a loader's
@@ -24,18 +24,20 @@ import sys
 
 import torch
 
-from . import lib as _libmod
-from .lib import _MAX, HvdShimError, _MembershipChanged, _Pending, _allreduce, _following, _is_number, _warn
-from .state import _S
+from . import capi, errors
+from .capi import MAX, warn
+from .errors import HvdShimError, MembershipChanged
+from .collectives import allreduce, Pending
+from .state import _S, is_number
 
 _RETRIES = 64  # changes survived inside one operation: each needs a death, so a bound never reached in practice
 
 
 def follow():
     """At the engine's start, in an elastic job: this adapter takes changes in."""
-    if _libmod._setting("HVDSHIM_ELASTIC") == "1":
-        _libmod._lib.hvd_elastic_follow()
-        _following[0] = True
+    if capi.setting("HVDSHIM_ELASTIC") == "1":
+        capi.LIB.hvd_elastic_follow()
+        errors.following = True
         _S.elastic = True
 
 
@@ -43,8 +45,8 @@ def recover():
     """Take in the changes of ranks since the last call (none: a no-op)."""
     rank, size, lost0 = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
     what = ctypes.create_string_buffer(1024)
-    n = _libmod._lib.hvd_elastic_ack(ctypes.byref(rank), ctypes.byref(size), ctypes.byref(lost0), what,
-                                     ctypes.sizeof(what))
+    n = capi.LIB.hvd_elastic_ack(ctypes.byref(rank), ctypes.byref(size), ctypes.byref(lost0), what,
+                                 ctypes.sizeof(what))
     if n <= 0:
         return
     msg = what.value.decode("utf-8", "replace").split("; the job goes on")[0]
@@ -60,10 +62,10 @@ def recover():
         _take_over()
     if _S.rank == 0:
         back = _S.resume_steps  # a restarted job whose script is not back yet: the step it comes back to
-        _warn("%s: this script goes on from optimizer step %d over %d rank(s) (was %d)%s"
-              % (msg.split(" (")[0], (back or _S.steps) + 1, _S.size, old,
-                 "; rank %d is rank 0 now: the console and the files are its from here on" % old_rank if took
-                 else ""))
+        warn("%s: this script goes on from optimizer step %d over %d rank(s) (was %d)%s"
+             % (msg.split(" (")[0], (back or _S.steps) + 1, _S.size, old,
+                "; rank %d is rank 0 now: the console and the files are its from here on" % old_rank if took
+                else ""))
 
 
 def _rescale_lr(factor):
@@ -80,14 +82,14 @@ def _rescale_lr(factor):
                 if isinstance(v, torch.Tensor):
                     with torch.no_grad():
                         v.mul_(factor)
-                elif _is_number(v):
+                elif is_number(v):
                     group[key] = v * factor
     for ref in _S.schedulers:
         sched = ref()
         if sched is not None and isinstance(getattr(sched, "base_lrs", None), list):
             sched.base_lrs = [v * factor for v in sched.base_lrs]
     if _S.rank == 0:
-        _warn("HVDSHIM_SCALE_LR: learning rates times %g (%d rank(s) now)" % (factor, _S.size))
+        warn("HVDSHIM_SCALE_LR: learning rates times %g (%d rank(s) now)" % (factor, _S.size))
 
 
 def _take_over(resumed=False):
@@ -97,9 +99,9 @@ def _take_over(resumed=False):
     from .output import _PrefixedStream
     _S.took_over = True
     if resumed:
-        _libmod._lib.hvd_overlay_resume()
+        capi.LIB.hvd_overlay_resume()
     else:
-        _libmod._lib.hvd_overlay_promote()
+        capi.LIB.hvd_overlay_promote()
     saved = _S.stdout_saved
     if saved is not None and saved[0] == "fd":
         try:
@@ -109,7 +111,7 @@ def _take_over(resumed=False):
             os.close(saved[1])
             _S.stdout_saved = None
         except OSError as e:
-            _warn("could not take over stdout: %s" % e)
+            warn("could not take over stdout: %s" % e)
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, _PrefixedStream):
             stream._prefix = "[rank 0] "
@@ -122,7 +124,7 @@ def retrying(fn, *args):
     for _ in range(_RETRIES):
         try:
             return fn(*args)
-        except _MembershipChanged:  # (raised only where the adapter follows the changes)
+        except MembershipChanged:  # (raised only where the adapter follows the changes)
             recover()
     raise HvdShimError("hvdshim: the ranks changed %d times during one operation: ending the job" % _RETRIES)
 
@@ -130,8 +132,8 @@ def retrying(fn, *args):
 def redone(step):
     """The step's gradients were averaged again over the survivors."""
     if _S.rank == 0:
-        _warn("optimizer step %d: its gradients averaged again over the %d surviving rank(s), from their own "
-              "(the dead ranks' part of this step's batch is lost)" % (step, _S.size))
+        warn("optimizer step %d: its gradients averaged again over the %d surviving rank(s), from their own "
+             "(the dead ranks' part of this step's batch is lost)" % (step, _S.size))
 
 
 def extremes(name, values, what):
@@ -142,8 +144,8 @@ def extremes(name, values, what):
 
     def once():
         vec.copy_(torch.cat([values, -values]))
-        pending = _Pending()
-        _allreduce(name, vec, _MAX, pending, what)
+        pending = Pending()
+        allreduce(name, vec, MAX, pending, what)
         pending.wait()
     retrying(once)
     n = values.numel()

@@ -6,14 +6,19 @@ import sys
 import weakref
 import torch
 
-from . import lib as _libmod
-from .lib import _debug, _info, _load_library, _setting, _untraced, _wrap, after_import
+from . import capi
+from .capi import debug, info, setting
+from .patching import after_import, untraced, wrap
 from .state import _S, _warn_once
 from .output import _redirect_output, _set_threads, _short_errors, cores_per_rank
 from .lifecycle import HOROVOD, _check_stand_aside, _other_distribution, _stand_aside
-from .grads import (_accumulated_grad, _hooked_grad, note_grad_call, note_zero_grad, _reduce_deferred,
-                    _HAS_POST_ACCUMULATE, _average_loss, _backward_averaging, counted, _note_optimizer, _note_scaled,
-                    _wrap_step)
+from .gradients.accumulation import note_zero_grad
+from .gradients.backward import _B, _average_loss, _backward_averaging, _note_scaled, counted
+from .gradients.hooks import _HAS_POST_ACCUMULATE, _K, _accumulated_grad, _hooked_grad, note_grad_call
+from .gradients.hyperparams import _note_optimizer
+from .gradients.params import _P
+from .gradients.reduction import _reduce_deferred
+from .gradients.step import _wrap_step
 from . import rng as _rng
 from .rng import seed_torch_at_import as _seed_torch
 from .models import (RANDOM_INITS, _count_batch, _forward_pre_hook, adopt_free, converted, hook_forwards,
@@ -32,7 +37,7 @@ def _patch():
             orig(self, *args, **kwargs)
             _prepare_loader(self)
         return __init__
-    _wrap(DataLoader, "__init__", make_loader_init)
+    wrap(DataLoader, "__init__", make_loader_init)
 
     def make_loader_iter(orig):
         def made(self):
@@ -58,13 +63,13 @@ def _patch():
                 it = iteration_made(role, it)
             return it
         return __iter__
-    _wrap(DataLoader, "__iter__", make_loader_iter)
+    wrap(DataLoader, "__iter__", make_loader_iter)
 
     def make_loader_len(orig):
         def __len__(self):
             return _dealt_len(self, orig(self))
         return __len__
-    _wrap(DataLoader, "__len__", make_loader_len)
+    wrap(DataLoader, "__len__", make_loader_len)
 
     def make_add_group(orig):
         def add_param_group(self, param_group):
@@ -74,7 +79,7 @@ def _patch():
             if _S.scale_lr and _S.enabled and "lr" in group:
                 group["lr"] = group["lr"] * _S.size
         return add_param_group
-    _wrap(torch.optim.Optimizer, "add_param_group", make_add_group)
+    wrap(torch.optim.Optimizer, "add_param_group", make_add_group)
 
     # HVDSHIM_SCALE_LR in an elastic job: the schedulers' base_lrs (taken from
     # the scaled lr) are rescaled with it when ranks die (elastic._rescale_lr)
@@ -87,10 +92,10 @@ def _patch():
                 orig(self, *args, **kwargs)
                 _S.schedulers.append(weakref.ref(self))
             return __init__
-        _wrap(base, "__init__", make_scheduler_init)
+        wrap(base, "__init__", make_scheduler_init)
         plateau = getattr(torch.optim.lr_scheduler, "ReduceLROnPlateau", None)
         if _resize._G.tracking and isinstance(plateau, type) and not issubclass(plateau, base):  # torch < 2.2
-            _wrap(plateau, "__init__", make_scheduler_init)
+            wrap(plateau, "__init__", make_scheduler_init)
 
     # ReduceLROnPlateau fed a rank's own loss: it gets the mean over ranks
     # (the loss of the whole epoch, as in the plain run), so every rank's
@@ -102,7 +107,7 @@ def _patch():
             def step(self, metrics, *args, **kwargs):
                 return orig(self, _average_loss(metrics), *args, **kwargs)
             return step
-        _wrap(plateau, "step", make_plateau_step)
+        wrap(plateau, "step", make_plateau_step)
 
     # Hogwild: the script trains a shared model in its own child processes,
     # which hvdshim cannot reach; distributing only the parent would mix a
@@ -117,18 +122,18 @@ def _patch():
                 _check_stand_aside(reason, undistributed=True)
             return orig(self)
         return share_memory
-    _wrap(torch.nn.Module, "share_memory", make_share_memory)
+    wrap(torch.nn.Module, "share_memory", make_share_memory)
 
     # Module.train()/eval(): when the script switches its models (roles.py:
     # a mode set just before a loop, or before len(loader), is its word)
-    switched = _untraced(note_switch)
+    switched = untraced(note_switch)
 
     def make_module_train(orig):
         def train(self, mode=True):
             switched()
             return orig(self, mode)
         return train
-    _wrap(torch.nn.Module, "train", make_module_train)
+    wrap(torch.nn.Module, "train", make_module_train)
 
     _wrap_optimizers()
 
@@ -143,7 +148,7 @@ def _patch():
     for owner in (torch.nn.utils, clip_mod):
         for fn in ("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "get_total_norm"):
             if hasattr(owner, fn) and not getattr(getattr(owner, fn), "hvdshim_reads_grads", False):
-                _wrap(owner, fn, make_needs_grads)
+                wrap(owner, fn, make_needs_grads)
     # GradScaler: unscale_ reads gradients; backward on scale(loss)'s result averages loss
     def make_scale(orig):
         def scale(self, outputs, *args, **kwargs):
@@ -163,11 +168,11 @@ def _patch():
         if not isinstance(scaler, type):
             continue
         if "unscale_" in vars(scaler) and not getattr(scaler.unscale_, "hvdshim_reads_grads", False):
-            _wrap(scaler, "unscale_", make_needs_grads)
+            wrap(scaler, "unscale_", make_needs_grads)
         if "scale" in vars(scaler) and not getattr(scaler.scale, "hvdshim_scale", False):
-            _wrap(scaler, "scale", make_scale)
+            wrap(scaler, "scale", make_scale)
         if _resize._G.tracking and "__init__" in vars(scaler) and not getattr(scaler.__init__, "hvdshim_noted", False):
-            _wrap(scaler, "__init__", make_scaler_init)  # (hosts joining: its state is saved and restored)
+            wrap(scaler, "__init__", make_scaler_init)  # (hosts joining: its state is saved and restored)
 
     # a loss given to backward reads as the mean over ranks afterwards
     # (Tensor.backward calls torch.autograd.backward)
@@ -175,11 +180,11 @@ def _patch():
         run = functools.partial(counted, orig)
 
         def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, *args, **kwargs):
-            if _S.free_pending and not _S.bw_depth:  # (an optimizer's parameters no model holds: followed first)
+            if _S.free_pending and not _K.bw_depth:  # (an optimizer's parameters no model holds: followed first)
                 adopt_free(in_backward=True)
             return _backward_averaging(run, tensors, grad_tensors, retain_graph, create_graph, args, kwargs)
-        return _untraced(backward)
-    _wrap(torch.autograd, "backward", make_backward)
+        return untraced(backward)
+    wrap(torch.autograd, "backward", make_backward)
 
     dist = getattr(torch, "distributed", None)
     if dist is not None and hasattr(dist, "init_process_group"):
@@ -188,25 +193,25 @@ def _patch():
                 _check_stand_aside("torch.distributed.init_process_group was called")
                 return orig(*args, **kwargs)
             return init_process_group
-        _wrap(dist, "init_process_group", make_init_pg)
+        wrap(dist, "init_process_group", make_init_pg)
 
     # modules made from now on reach the forward pre-hook at their first
     # forward (it goes back on for them when it was taken off)
-    made = _untraced(module_made)
+    made = untraced(module_made)
 
     def make_module_init(orig):
         def __init__(self, *args, **kwargs):
             orig(self, *args, **kwargs)
             made(self)
         return __init__
-    _wrap(torch.nn.Module, "__init__", make_module_init)
+    wrap(torch.nn.Module, "__init__", make_module_init)
 
     def make_module_setstate(orig):
         def __setstate__(self, state):
             orig(self, state)
             made(self)
         return __setstate__
-    _wrap(torch.nn.Module, "__setstate__", make_module_setstate)
+    wrap(torch.nn.Module, "__setstate__", make_module_setstate)
 
     # the gradient hooks follow the parameters of a registered model through
     # conversions (to, cuda, double...) and replacements (module.w = Parameter)
@@ -217,18 +222,18 @@ def _patch():
                 return orig(self, *args, **kwargs)
             finally:
                 _S.applying -= 1
-                if _S.applying == 0 and _S.enabled and _S.params:
+                if _S.applying == 0 and _S.enabled and _P.params:
                     converted()
         return _apply
-    _wrap(torch.nn.Module, "_apply", make_apply)
+    wrap(torch.nn.Module, "_apply", make_apply)
 
     def make_register_parameter(orig):
         def register_parameter(self, name, param):
             orig(self, name, param)
-            if param is not None and _S.params and self in _S.known and param not in _S.by_param:
+            if param is not None and _P.params and self in _S.known and param not in _P.by_param:
                 note_new_params()
         return register_parameter
-    _wrap(torch.nn.Module, "register_parameter", make_register_parameter)
+    wrap(torch.nn.Module, "register_parameter", make_register_parameter)
 
     def make_random_init(orig):
         def init(tensor, *args, **kwargs):
@@ -239,46 +244,46 @@ def _patch():
         return init
     for name in RANDOM_INITS:
         if hasattr(torch.nn.init, name):
-            _wrap(torch.nn.init, name, make_random_init)
+            wrap(torch.nn.init, name, make_random_init)
 
     # a hook of the script's on a parameter's gradient sees the average over
     # ranks, as it sees the whole batch's gradient in one process
-    # (grads._hooked_grad, put before the first hook of the script's on each
+    # (hooks._hooked_grad, put before the first hook of the script's on each
     # leaf that takes gradients)
     def averaged_first(ours, marks):
         """Tensor.register_... wrapped: the script's first hook of the kind
         on a leaf that takes gradients gets `ours` put ahead of it (the
-        leaves that have it: the map _S.<marks>)."""
-        ours = _untraced(ours)
+        leaves that have it: the map params._P.<marks>)."""
+        ours = untraced(ours)
 
         def make(orig):
             def register(self, hook):
-                marked = getattr(_S, marks)
+                marked = getattr(_P, marks)
                 if self.is_leaf and self.requires_grad and self not in marked:
                     orig(self, functools.partial(ours, weakref.ref(self)))
                     marked[self] = True
                 return orig(self, hook)
             return register
         return make
-    _wrap(torch.Tensor, "register_hook", averaged_first(_hooked_grad, "early_hooked"))
+    wrap(torch.Tensor, "register_hook", averaged_first(_hooked_grad, "early_hooked"))
     # the same for a hook on the accumulated gradient (torch >= 2.1): an
     # optimizer step fused into backward steps on the average
-    # (grads._accumulated_grad, put before the script's first such hook)
+    # (hooks._accumulated_grad, put before the script's first such hook)
     if _HAS_POST_ACCUMULATE:
-        _wrap(torch.Tensor, "register_post_accumulate_grad_hook", averaged_first(_accumulated_grad, "early_acc"))
+        wrap(torch.Tensor, "register_post_accumulate_grad_hook", averaged_first(_accumulated_grad, "early_acc"))
 
     # gradients taken with torch.autograd.grad are not averaged: a script
     # that trains on them alone is told so
     def make_grad(orig):
         def grad(outputs, inputs, *args, **kwargs):
-            if _S.grad_calls >= 0 and not kwargs.get("create_graph") and not (len(args) > 2 and args[2]):
+            if _K.grad_calls >= 0 and not kwargs.get("create_graph") and not (len(args) > 2 and args[2]):
                 note_grad_call(inputs)
             return orig(outputs, inputs, *args, **kwargs)
         return grad
-    _wrap(torch.autograd, "grad", make_grad)
+    wrap(torch.autograd, "grad", make_grad)
     _norms.install(_S.sync_bn)
-    _S.count_samples = bool(_setting("HVDSHIM_METRICS"))
-    hook_forwards(_untraced(_forward_pre_hook))
+    _S.count_samples = bool(setting("HVDSHIM_METRICS"))
+    hook_forwards(untraced(_forward_pre_hook))
 
 
 def _wrap_optimizers():
@@ -298,15 +303,15 @@ def _wrap_optimizers():
             if not getattr(type(self).step, "hvdshim_step", False):  # (marked: ours, or torch's around ours)
                 _wrap_step(type(self))
         return __init__
-    _wrap(torch.optim.Optimizer, "__init__", make_init)
+    wrap(torch.optim.Optimizer, "__init__", make_init)
 
     def make_zero_grad(orig):
         def zero_grad(self, *args, **kwargs):
             note_zero_grad()
             return orig(self, *args, **kwargs)
         return zero_grad
-    _wrap(torch.optim.Optimizer, "zero_grad", make_zero_grad)
-    _wrap(torch.nn.Module, "zero_grad", make_zero_grad)
+    wrap(torch.optim.Optimizer, "zero_grad", make_zero_grad)
+    wrap(torch.nn.Module, "zero_grad", make_zero_grad)
 
 
 def _import_quiet(name):
@@ -333,10 +338,10 @@ def _observe():
     def post(module, inputs, output):
         depth[0] = max(0, depth[0] - 1)
 
-    _S.hook_handles.append(torch.nn.modules.module.register_module_forward_pre_hook(_untraced(pre)))
-    _S.hook_handles.append(torch.nn.modules.module.register_module_forward_hook(_untraced(post)))
+    _S.hook_handles.append(torch.nn.modules.module.register_module_forward_pre_hook(untraced(pre)))
+    _S.hook_handles.append(torch.nn.modules.module.register_module_forward_hook(untraced(post)))
     _wrap_optimizers()
-    _debug("observing: samples and optimizer steps go to HVDSHIM_METRICS; nothing is distributed")
+    debug("observing: samples and optimizer steps go to HVDSHIM_METRICS; nothing is distributed")
 
 
 def _wrap_accelerate(module):
@@ -350,13 +355,13 @@ def _wrap_accelerate(module):
 
     def make_backward(orig):
         def backward(self, loss, *args, **kwargs):
-            outer, _S.lib_loss = _S.lib_loss, loss if isinstance(loss, torch.Tensor) else None
+            outer, _B.lib_loss = _B.lib_loss, loss if isinstance(loss, torch.Tensor) else None
             try:
                 return orig(self, loss, *args, **kwargs)
             finally:
-                _S.lib_loss = outer
+                _B.lib_loss = outer
         return backward
-    _wrap(acc, "backward", make_backward)
+    wrap(acc, "backward", make_backward)
 
 
 class _HorovodWatcher:
@@ -371,35 +376,35 @@ class _HorovodWatcher:
 # ------------------------------------------------------------------ entry
 def install(rng_seed=None):
     try:
-        _libmod._lib = _load_library()
+        capi.load()
     except (OSError, AttributeError):
         return  # libhvdshim.so is not preloaded in this process
-    if _libmod._lib.hvd_role_now() not in (b"armed", b"active"):
-        if _setting("HVDSHIM_OBSERVE") == "1" and _libmod._lib.hvd_role_now() == b"dormant" and \
+    if capi.LIB.hvd_role_now() not in (b"armed", b"active"):
+        if setting("HVDSHIM_OBSERVE") == "1" and capi.LIB.hvd_role_now() == b"dormant" and \
                 not os.environ.get("HVDSHIM_ACTIVE_PID"):
             _observe()
         return
     os.environ["HVDSHIM_ACTIVE_PID"] = str(os.getpid())  # this process is the rank
     vals = [ctypes.c_int() for _ in range(4)]
-    _libmod._lib.hvd_launch_info(*[ctypes.byref(v) for v in vals])
+    capi.LIB.hvd_launch_info(*[ctypes.byref(v) for v in vals])
     _S.rank, _S.size, _S.local_rank, _S.local_size = (v.value for v in vals)
-    _S.data_mode = _setting("HVDSHIM_DATA") or "shard"
-    _S.data_iterable = _setting("HVDSHIM_DATA_ITERABLE") or "deal"
-    _S.scale_lr = _setting("HVDSHIM_SCALE_LR") == "1"
-    _S.rng_mode = _setting("HVDSHIM_RNG") or "per-rank"
-    _S.check_steps = int(_setting("HVDSHIM_CHECK_STEPS") or 0)
-    _S.accumulate = (_setting("HVDSHIM_ACCUMULATE") or "auto") != "off"
-    _S.bucket = int(_setting("HVDSHIM_BUCKET") or 0)
-    overlap = _setting("HVDSHIM_OVERLAP") or "auto"
+    _S.data_mode = setting("HVDSHIM_DATA") or "shard"
+    _S.data_iterable = setting("HVDSHIM_DATA_ITERABLE") or "deal"
+    _S.scale_lr = setting("HVDSHIM_SCALE_LR") == "1"
+    _S.rng_mode = setting("HVDSHIM_RNG") or "per-rank"
+    _S.check_steps = int(setting("HVDSHIM_CHECK_STEPS") or 0)
+    _S.accumulate = (setting("HVDSHIM_ACCUMULATE") or "auto") != "off"
+    _S.bucket = int(setting("HVDSHIM_BUCKET") or 0)
+    overlap = setting("HVDSHIM_OVERLAP") or "auto"
     _S.overlap = overlap == "on" or (overlap == "auto" and cores_per_rank() >= 2)
-    _S.average_loss = (_setting("HVDSHIM_LOSS") or "average") == "average"
-    _S.grad_op = _libmod._SUM if _setting("HVDSHIM_GRADIENTS") == "sum" else _libmod._AVG
-    _S.shares = _S.data_mode == "split" and _S.grad_op == _libmod._AVG
-    sync_bn = _setting("HVDSHIM_SYNC_BN") or "auto"
-    _S.sync_bn = sync_bn == "on" or (sync_bn == "auto" and _S.data_mode == "split" and _setting("HVDSHIM_ELASTIC") != "1")
+    _S.average_loss = (setting("HVDSHIM_LOSS") or "average") == "average"
+    _S.grad_op = capi.SUM if setting("HVDSHIM_GRADIENTS") == "sum" else capi.AVG
+    _S.shares = _S.data_mode == "split" and _S.grad_op == capi.AVG
+    sync_bn = setting("HVDSHIM_SYNC_BN") or "auto"
+    _S.sync_bn = sync_bn == "on" or (sync_bn == "auto" and _S.data_mode == "split" and setting("HVDSHIM_ELASTIC") != "1")
     if _S.size <= 1:
-        _info("one rank: nothing to distribute")
-        if _setting("HVDSHIM_OBSERVE") == "1":
+        info("one rank: nothing to distribute")
+        if setting("HVDSHIM_OBSERVE") == "1":
             _observe()
         return
     _S.enabled = True
@@ -412,13 +417,13 @@ def install(rng_seed=None):
     if _S.data_mode != "off":
         _S.same_batches = [0.0, 0.0, 0, 1]  # sum, sum of squares, batches, 1 while every one could be read
         _S.compare_batches = True
-    _redirect_output(_setting("HVDSHIM_WORKER_STDOUT") == "1")
+    _redirect_output(setting("HVDSHIM_WORKER_STDOUT") == "1")
     _short_errors()
     _set_threads()
     _patch()
     sys.meta_path.insert(0, _HorovodWatcher())
     after_import("accelerate.accelerator", _wrap_accelerate)
-    _debug("PyTorch %s adapter installed (rank %d of %d, %s gradient hooks, host-memory gradients reduced %s)"
-           % (torch.__version__, _S.rank, _S.size,
-              "post-accumulate" if _HAS_POST_ACCUMULATE else "AccumulateGrad",
-              "during backward" if _S.overlap else "at the end of backward (HVDSHIM_OVERLAP)"))
+    debug("PyTorch %s adapter installed (rank %d of %d, %s gradient hooks, host-memory gradients reduced %s)"
+          % (torch.__version__, _S.rank, _S.size,
+             "post-accumulate" if _HAS_POST_ACCUMULATE else "AccumulateGrad",
+             "during backward" if _S.overlap else "at the end of backward (HVDSHIM_OVERLAP)"))

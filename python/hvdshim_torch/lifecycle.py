@@ -5,8 +5,9 @@ import sys
 
 import torch
 
-from . import lib as _libmod
-from .lib import HvdShimError, _check, _info, _warn
+from . import capi
+from .capi import info, warn
+from .errors import check, HvdShimError
 from .state import _S
 from .output import _restore_output
 
@@ -19,7 +20,7 @@ def _start():
     _check_stand_aside()
     if not _S.enabled:
         return False
-    _check(_libmod._lib.hvd_init(), "starting the engine (hvd_init)")
+    check(capi.LIB.hvd_init(), "starting the engine (hvd_init)")
     _S.started = True
     from .elastic import follow
     follow()
@@ -76,7 +77,7 @@ def _stand_aside(reason, undistributed=False):
         from .output import _silence_stdout
         _silence_stdout()
     elif not undistributed:
-        _libmod._lib.hvd_overlay_off()  # the script's ranks choose their own files (and may meet through one)
+        capi.LIB.hvd_overlay_off()  # the script's ranks choose their own files (and may meet through one)
     if undistributed and _S.rank != 0:
         sys.stdout.flush()
         sys.stderr.write("hvdshim: rank %d: %s: hvdshim cannot distribute this script; rank 0 runs it alone, "
@@ -84,8 +85,8 @@ def _stand_aside(reason, undistributed=False):
         sys.stderr.flush()
         os._exit(0)  # before the script does any of the work: no atexit, no files, no output
     if _S.rank == 0 and undistributed:
-        _warn("%s: hvdshim cannot distribute this script and stands aside; rank 0 runs it alone, undistributed, "
-              "and the other %d rank(s) exit (launch it on one rank, or distribute it in the script)"
-              % (reason, _S.size - 1))
+        warn("%s: hvdshim cannot distribute this script and stands aside; rank 0 runs it alone, undistributed, "
+             "and the other %d rank(s) exit (launch it on one rank, or distribute it in the script)"
+             % (reason, _S.size - 1))
     elif _S.rank == 0:
-        _info("%s: the script distributes itself; hvdshim stands aside" % reason)
+        info("%s: the script distributes itself; hvdshim stands aside" % reason)

@@ -5,11 +5,14 @@ import weakref
 
 import torch
 
-from .lib import HvdShimError, _GRAD_DTYPES, _Pending, _allgather_finish, _allgather_start, _broadcast_bytes, _info
+from .capi import info
+from .errors import HvdShimError
+from .collectives import GRAD_DTYPES, allgather_finish, allgather_start, broadcast_bytes, Pending
 from .state import _S
 from .lifecycle import _check_stand_aside, _start
 from .data import _note_batch, note_root_call
-from .grads import _Param
+from .gradients.hooks import _Param
+from .gradients.params import _P
 
 
 _is_lazy = getattr(torch.nn.parameter, "is_lazy", lambda t: False)
@@ -68,8 +71,8 @@ def _verify_same_everywhere(tag, what, sig):
     """Every rank stops with the same message when any rank's `sig` differs
     from rank 0's."""
     data = torch.tensor(list(sig.encode()) + [0], dtype=torch.uint8)
-    h = _allgather_start(("hvdshim.sig.%s" % tag).encode(), data, "checking %s" % what)
-    allsig = _allgather_finish(h, data, "checking %s" % what)
+    h = allgather_start(("hvdshim.sig.%s" % tag).encode(), data, "checking %s" % what)
+    allsig = allgather_finish(h, data, "checking %s" % what)
     parts = bytes(allsig.tolist()).split(b"\0")[:-1]
     ref = parts[0].decode()
     for r, p in enumerate(parts[1:], start=1):
@@ -91,7 +94,7 @@ def _register_root(module):
         if t.layout != torch.strided:
             raise HvdShimError("hvdshim: %s: '%s' has layout %s; only dense parameters are supported"
                                % (what, n, t.layout))
-        if kind == "p" and t.requires_grad and t.dtype not in _GRAD_DTYPES:
+        if kind == "p" and t.requires_grad and t.dtype not in GRAD_DTYPES:
             raise HvdShimError("hvdshim: %s: parameter '%s' is %s; hvdshim averages float32, float64, float16 and "
                                "bfloat16 gradients (freeze it with requires_grad=False, or keep it out of the model)"
                                % (what, n, str(t.dtype).replace("torch.", "")))
@@ -101,14 +104,14 @@ def _register_root(module):
     if saved is not None:
         module.load_state_dict(saved)
     _rank0_values([("m%d.%s.%s" % (k, kind, n), n, t) for kind, n, t in entries
-                   if t not in _S.by_param])  # (one shared with a model registered earlier has them)
+                   if t not in _P.by_param])  # (one shared with a model registered earlier has them)
     _S.models.append(weakref.ref(module))
     _S.roots.add(module)
     _S.known.update(module.modules())
     _follow_params(module, k)
     if _S.rank == 0:
-        _info("%s: %d parameters and buffers broadcast from rank 0, %d gradients hooked"
-              % (what, len(entries), sum(1 for p in _S.params if p.hooked)))
+        info("%s: %d parameters and buffers broadcast from rank 0, %d gradients hooked"
+             % (what, len(entries), sum(1 for p in _P.params if p.hooked)))
     if _S.free_pending:  # (an optimizer made before this first forward: its other parameters, before they are used)
         adopt_free()
 
@@ -118,13 +121,13 @@ def _rank0_values(named, in_backward=False):
     values (one broadcast each, waited for together).  in_backward: written
     without bumping their version (values a running backward's forward
     used: autograd would refuse them)."""
-    pending, copies = _Pending(), []
+    pending, copies = Pending(), []
     with torch.no_grad():
         for wire, n, t in named:
             buf = t if t.is_contiguous() else t.contiguous()
             if buf is not t:
                 copies.append((buf, t))
-            _broadcast_bytes(wire.encode(), buf, pending, "broadcasting %s" % n)
+            broadcast_bytes(wire.encode(), buf, pending, "broadcasting %s" % n)
         pending.wait()
         for buf, t in copies:
             (t.data if in_backward else t).copy_(buf)
@@ -146,9 +149,9 @@ def reinitialised(t):
     broadcasts it."""
     if not (_S.enabled and _S.started and isinstance(t, torch.Tensor)):
         return
-    prm = _S.by_param.get(t)
+    prm = _P.by_param.get(t)
     if prm is None and t.layout == torch.strided and t.numel():  # its .data, or a part of it
-        prm = next((q for q in _S.params if _within(t, q.ref())), None)
+        prm = next((q for q in _P.params if _within(t, q.ref())), None)
     p = prm.ref() if prm is not None else None
     if p is not None:
         _rank0_values([("hvdshim.init.%s" % prm.name, prm.name, p)])
@@ -170,7 +173,7 @@ def _follow_params(module, k):
         if getattr(m, "sparse", False) is True and isinstance(getattr(m, "weight", None), torch.nn.Parameter):
             sparse.add(m.weight)
     for n, p in module.named_parameters():
-        if p in _S.by_param:
+        if p in _P.by_param:
             continue
         if _is_lazy(p):  # a lazy module not called yet: adopted once it has been (adopt_new)
             _S.adopt = True
@@ -181,10 +184,10 @@ def _follow_params(module, k):
 def _follow(name, p, sparse):
     """Parameter p, followed from now on: its place in the used bitmap, and
     its gradient hook (or a place among the frozen, until unfrozen)."""
-    prm = _Param(len(_S.params), name, p, sparse)
-    _S.by_param[p] = prm
-    _S.params.append(prm)
-    _S.used.append(0)
+    prm = _Param(len(_P.params), name, p, sparse)
+    _P.by_param[p] = prm
+    _P.params.append(prm)
+    _P.used.append(0)
     if p.requires_grad:
         prm.hook()
     else:
@@ -198,7 +201,7 @@ def converted():
     makes new Parameter objects
     (torch.__future__.set_overwrite_module_params_on_conversion) leaves
     parameters to adopt."""
-    for prm in _S.params:
+    for prm in _P.params:
         if prm.moved():
             prm.unhook()
             prm.hook()
@@ -212,7 +215,7 @@ def note_new_params():
     forward pre-hook must see."""
     for ref in _S.models:
         root = ref()
-        if root is not None and any(p not in _S.by_param for p in root.parameters()):
+        if root is not None and any(p not in _P.by_param for p in root.parameters()):
             _S.adopt = True
             if _S.fwd_hook is None and _S.fwd_hook_fn is not None:
                 hook_forwards(_S.fwd_hook_fn)
@@ -226,23 +229,23 @@ def adopt_new():
     its first forward, and are followed from now on; those they replaced
     (freed) are no longer waited for."""
     _S.adopt, _S.recheck = False, True  # (the global forward pre-hook may come off again)
-    for prm in _S.params:
+    for prm in _P.params:
         if prm.hooked and prm.ref() is None:
             prm.unhook()
     for k, ref in enumerate(_S.models):
         root = ref()
         if root is None:
             continue
-        new = [("p", n, p) for n, p in root.named_parameters() if p not in _S.by_param and not _is_lazy(p)]
+        new = [("p", n, p) for n, p in root.named_parameters() if p not in _P.by_param and not _is_lazy(p)]
         _S.adopt = _S.adopt or any(_is_lazy(p) for p in root.parameters())  # (looked for again at the next forward)
         if not new:
             continue
         what = "model %d (%s): parameters set after its first forward" % (k, type(root).__name__)
-        _verify_same_everywhere("m%d.new%d" % (k, len(_S.params)), what, _signature(new))
+        _verify_same_everywhere("m%d.new%d" % (k, len(_P.params)), what, _signature(new))
         _rank0_values([("m%d.new.%s" % (k, n), n, t) for _kind, n, t in new])
         _follow_params(root, k)
         if _S.rank == 0:
-            _info("%s: %s broadcast from rank 0 and followed" % (what, ", ".join(n for _k, n, _p in new)))
+            info("%s: %s broadcast from rank 0 and followed" % (what, ", ".join(n for _k, n, _p in new)))
     if _S.free_pending:
         adopt_free()
 
@@ -268,14 +271,14 @@ def adopt_free(in_backward=False):
         opt = ref()
         for g in (opt.param_groups if opt is not None else ()):
             for p in g["params"]:
-                if isinstance(p, torch.Tensor) and p not in _S.by_param and p not in seen and not _is_lazy(p) \
+                if isinstance(p, torch.Tensor) and p not in _P.by_param and p not in seen and not _is_lazy(p) \
                         and p.device.type in ("cpu", "cuda") and p.layout == torch.strided \
-                        and p.dtype in _GRAD_DTYPES:
+                        and p.dtype in GRAD_DTYPES:
                     seen.add(p)
                     new.append(p)
     if not new or not _start():
         return
-    base = len(_S.params)
+    base = len(_P.params)
     entries = [("p", "free%d" % (base + i), p) for i, p in enumerate(new)]
     what = "the optimizers' parameters that no model holds"
     _verify_same_everywhere("free%d" % base, what, _signature(entries))
@@ -289,8 +292,8 @@ def adopt_free(in_backward=False):
     for _kind, n, p in entries:
         _follow(n, p, False)
     if _S.rank == 0:
-        _info("%d parameter(s) of an optimizer that no model holds (first: shape %s): broadcast from rank 0 and "
-              "followed" % (len(new), tuple(new[0].shape)))
+        info("%d parameter(s) of an optimizer that no model holds (first: shape %s): broadcast from rank 0 and "
+             "followed" % (len(new), tuple(new[0].shape)))
 
 
 def _hook_unfrozen():

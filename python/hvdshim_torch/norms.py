@@ -12,7 +12,7 @@ is normalized by the whole batch's mean and variance; the running
 statistics take the whole batch's (unbiased) variance, as the plain layer's
 would.  The allreduce is differentiable: its backward adds the ranks'
 gradients of the sums (each rank's weighed by its share of the loss where
-split mode weighs them, grads._note_share), so the gradient that flows
+split mode weighs them, loss_shares._note_share), so the gradient that flows
 into the layer's input is the plain run's too (DDP's SyncBatchNorm,
 without converting the model or a process group).
 
@@ -37,7 +37,10 @@ from typing import Optional
 
 import torch
 
-from .lib import _SUM, _allgather_finish, _allgather_start, _allreduce_now
+from .capi import SUM
+from .collectives import allgather_finish, allgather_start, allreduce_now
+from .gradients.loss_shares import _L
+from .gradients.params import _P
 from .state import _S
 
 _ORIG = None  # torch's F.batch_norm
@@ -53,19 +56,19 @@ class _SumOverRanks(torch.autograd.Function):
     def forward(ctx, local, name):
         ctx.name = name
         out = local.detach().clone(memory_format=torch.contiguous_format)
-        _allreduce_now(b"hvdshim.bn.f." + name, out, _SUM, "batch statistics over ranks (HVDSHIM_SYNC_BN)")
+        allreduce_now(b"hvdshim.bn.f." + name, out, SUM, "batch statistics over ranks (HVDSHIM_SYNC_BN)")
         return out
 
     @staticmethod
     def backward(ctx, grad):
         # each rank's gradient on the scale the shim's weighing will give it
         # (times its share s): sent times s, and divided by its own after
-        s = _S.share_s
+        s = _L.share_s
         buf = grad.detach().clone(memory_format=torch.contiguous_format)
         if s != 1.0:
             buf.mul_(s)
-        _allreduce_now(b"hvdshim.bn.b." + ctx.name, buf, _SUM,
-                       "batch statistics' gradients over ranks (HVDSHIM_SYNC_BN)")
+        allreduce_now(b"hvdshim.bn.b." + ctx.name, buf, SUM,
+                      "batch statistics' gradients over ranks (HVDSHIM_SYNC_BN)")
         if s != 1.0 and s != 0.0:  # (0: a slice of padding, whose gradients all count for nothing)
             buf.div_(s)
         return buf, None
@@ -77,7 +80,7 @@ def _name(weight, c):
     on its slice, then waits on another name and the job ends naming both,
     instead of adding two layers' sums), else the call's number since the
     last optimizer step and the channel count."""
-    prm = _S.by_param.get(weight) if weight is not None else None
+    prm = _P.by_param.get(weight) if weight is not None else None
     if prm is not None:
         return prm.bname
     n = _S.bn_calls
@@ -166,7 +169,7 @@ def _renorm_over_ranks(input, weight, max_norm, norm_type):
     what = "the rows an embedding's max_norm renormalizes, over ranks"
     rows = input.detach().reshape(-1).to(torch.int64).unique().cpu()
     name = b"hvdshim.renorm." + _name(weight, weight.shape[-1])
-    every = _allgather_finish(_allgather_start(name, rows, what), rows, what)
+    every = allgather_finish(allgather_start(name, rows, what), rows, what)
     with torch.no_grad():  # (rows two ranks looked up come twice: torch's renorm skips repeats)
         torch.embedding_renorm_(weight, every.to(weight.device), max_norm, norm_type)
     return True

@@ -6,7 +6,8 @@ import sys
 import traceback
 import torch
 
-from .lib import HvdShimError, _debug, _setting, _warn
+from .capi import debug, setting, warn
+from .errors import HvdShimError
 from .state import _S
 
 
@@ -125,7 +126,7 @@ def _silence_stdout():
         os.close(devnull)
         _S.stdout_saved = ("fd", saved)
     except OSError as e:
-        _warn("could not silence stdout of rank %d: %s" % (_S.rank, e))
+        warn("could not silence stdout of rank %d: %s" % (_S.rank, e))
 
 
 def _restore_output():
@@ -159,7 +160,7 @@ def _short_errors():
     inside = (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(torch.__file__)))
 
     def hook(kind, value, tb):
-        if not isinstance(value, HvdShimError) or _setting("HVDSHIM_LOG_LEVEL") == "debug":
+        if not isinstance(value, HvdShimError) or setting("HVDSHIM_LOG_LEVEL") == "debug":
             return previous(kind, value, tb)
         where = ""
         for frame, line in traceback.walk_tb(tb):  # the innermost frame of the script's own code
@@ -192,4 +193,4 @@ def _set_threads():
     n = cores_per_rank()
     if n < torch.get_num_threads():
         torch.set_num_threads(n)
-        _debug("intra-op threads: %d (%d local ranks)" % (n, _S.local_size))
+        debug("intra-op threads: %d (%d local ranks)" % (n, _S.local_size))

@@ -6,7 +6,7 @@ fails under ULFM), so (launcher/grow.c has hvdrun's side):
   * rank 0 runs the discovery script every HVDSHIM_ELASTIC_INTERVAL seconds
     (a thread); when it lists more slots than ranks, rank 0 proposes to grow
     in the round that ends a step's backward, so every rank learns it at the
-    same optimizer step (grads._submit_round);
+    same optimizer step (gradients/reduction._submit_round);
   * at the next call to a loader after that step (its next batch, or its
     next epoch: what the script does between, a scheduler's or a scaler's
     step, a log line, an evaluation, has run), rank 0 saves the job's state
@@ -39,8 +39,12 @@ import weakref
 
 import torch
 
-from . import lib as _libmod
-from .lib import HvdShimError, _Pending, _broadcast_bytes, _info, _setting, _warn
+from . import capi
+from .capi import info, setting, warn
+from .errors import HvdShimError
+from .collectives import broadcast_bytes, Pending
+from .gradients.accumulation import _A
+from .gradients.params import _P
 from .state import _S
 
 
@@ -71,11 +75,11 @@ _G = _Grow()
 def read_settings():
     """The settings of a job that may grow; True when it was started again
     to grow (HVDSHIM_ELASTIC_RESUME)."""
-    _G.discovery = _setting("HVDSHIM_ELASTIC_DISCOVERY") or None
-    _G.max_np = int(_setting("HVDSHIM_ELASTIC_MAX_NP") or 0)
-    _G.interval = float(_setting("HVDSHIM_ELASTIC_INTERVAL") or 1)
-    _G.state_dir = _setting("HVDSHIM_ELASTIC_STATE") or None
-    return _setting("HVDSHIM_ELASTIC_RESUME") == "1"
+    _G.discovery = setting("HVDSHIM_ELASTIC_DISCOVERY") or None
+    _G.max_np = int(setting("HVDSHIM_ELASTIC_MAX_NP") or 0)
+    _G.interval = float(setting("HVDSHIM_ELASTIC_INTERVAL") or 1)
+    _G.state_dir = setting("HVDSHIM_ELASTIC_STATE") or None
+    return setting("HVDSHIM_ELASTIC_RESUME") == "1"
 
 
 def configure():
@@ -135,13 +139,13 @@ def _poll():
                 n = min(n, _G.max_np)
             if n > _S.size:
                 _G.wanted = n
-                _info("the host discovery script lists %d slot(s) for %d rank(s): the job grows at the next "
-                      "optimizer step" % (n, _S.size))
+                info("the host discovery script lists %d slot(s) for %d rank(s): the job grows at the next "
+                     "optimizer step" % (n, _S.size))
                 return
         except (OSError, subprocess.SubprocessError, ValueError) as e:
             if not said:
                 said = True
-                _warn("host discovery script %s: %s (tried again every %g s)" % (_G.discovery, e, _G.interval))
+                warn("host discovery script %s: %s (tried again every %g s)" % (_G.discovery, e, _G.interval))
         time.sleep(_G.interval)
 
 
@@ -202,7 +206,7 @@ def _save(target):
     from .rng import _states, window_close
     window_close()  # (this rank's own states are saved, not the step window's shared ones)
     snap = {
-        "version": 1, "size": _S.size, "steps": _S.steps, "k": _S.k, "windows": list(_S.windows),
+        "version": 1, "size": _S.size, "steps": _S.steps, "k": _A.k, "windows": list(_A.windows),
         "models": [m.state_dict() for m in _live(_S.models)],
         "free": {name: p.detach().cpu() for name, p in _free_followed().items()},
         "optimizers": _state_dicts(_live(_S.optimizers)),
@@ -232,14 +236,14 @@ def write_snapshot(snap):
 def _broadcast_blob(name, blob, what):
     """rank 0's bytes on every rank (None elsewhere)."""
     n = torch.tensor([len(blob) if blob is not None else 0], dtype=torch.int64)
-    pending = _Pending()
-    _broadcast_bytes(name + b".n", n, pending, what)
+    pending = Pending()
+    broadcast_bytes(name + b".n", n, pending, what)
     pending.wait()
     buf = torch.zeros(int(n[0]), dtype=torch.uint8)
     if _S.rank == 0 and blob:
         buf.copy_(torch.frombuffer(bytearray(blob), dtype=torch.uint8))
     if int(n[0]):
-        _broadcast_bytes(name + b".%d" % int(n[0]), buf, pending, what)
+        broadcast_bytes(name + b".%d" % int(n[0]), buf, pending, what)
         pending.wait()
     return buf.numpy().tobytes()
 
@@ -268,9 +272,9 @@ def _never_back():
     if _G.snap is not None and not _G.resumed and _S.enabled:
         where = "DataLoader %d, its iteration %d, %d global batches in" % tuple(_G.snap["target"][:3]) \
             if _G.snap else "its loaders never iterated"
-        _libmod._lib.hvd_abort_job(("the restarted job ended before its script was back where the job stopped (%s): "
-                                    "its loops went another way with the loaders empty; the state stays in %s"
-                                    % (where, _path())).encode())
+        capi.LIB.hvd_abort_job(("the restarted job ended before its script was back where the job stopped (%s): "
+                                "its loops went another way with the loaders empty; the state stays in %s"
+                                % (where, _path())).encode())
 
 
 # ------------------------------------------------------------------ a script on Horovod's elastic API
@@ -313,8 +317,8 @@ def _restore_filters():
 
 def _held_at_exit():
     if _G.held:
-        _libmod._lib.hvd_abort_job(("the restarted job ended before its script called the function decorated with "
-                                    "hvd.elastic.run, which takes the state saved in %s" % _path()).encode())
+        capi.LIB.hvd_abort_job(("the restarted job ended before its script called the function decorated with "
+                                "hvd.elastic.run, which takes the state saved in %s" % _path()).encode())
 
 
 def read_snapshot():
@@ -445,20 +449,20 @@ def _stop(tag, counted):
     if not ok:
         _G.discovery = None
         if _S.rank == 0:
-            _warn("could not save the job's state in %s (%s): the job goes on over %d rank(s) and grows no more"
-                  % (_G.state_dir, err, _S.size))
+            warn("could not save the job's state in %s (%s): the job goes on over %d rank(s) and grows no more"
+                 % (_G.state_dir, err, _S.size))
         return
     if _S.rank == 0:
-        _warn("hosts joined: the job stops after optimizer step %d, its state saved in %s, and starts again over "
-              "%d rank(s) (was %d)" % (_S.steps, _path(), _G.wanted, _S.size))
+        warn("hosts joined: the job stops after optimizer step %d, its state saved in %s, and starts again over "
+             "%d rank(s) (was %d)" % (_S.steps, _path(), _G.wanted, _S.size))
     raise SystemExit(0)  # every rank ends 0 (joined); hvdrun sees the state saved anew
 
 
 # ------------------------------------------------------------------ back where the job stopped
 def _load_all(objs, states, what):
     if len(objs) != len(states):
-        _warn("the restarted script has %d %s, the job that stopped had %d: the first %d take the saved state"
-              % (len(objs), what, len(states), min(len(objs), len(states))))
+        warn("the restarted script has %d %s, the job that stopped had %d: the first %d take the saved state"
+             % (len(objs), what, len(states), min(len(objs), len(states))))
     for o, st in zip(objs, states):
         if st:  # (a disabled GradScaler's is empty, and its load refuses that)
             o.load_state_dict(st)
@@ -471,7 +475,7 @@ def model_state(k):
 
 def _free_followed():
     """{name: tensor} of the free parameters followed now (models.adopt_free)."""
-    return {prm.name: prm.ref() for prm in _S.params if prm.name.startswith("free") and prm.ref() is not None}
+    return {prm.name: prm.ref() for prm in _P.params if prm.name.startswith("free") and prm.ref() is not None}
 
 
 def free_state(name):
@@ -505,8 +509,8 @@ def _arrive():
     _load_all(_live(_S.optimizers), snap["optimizers"], "optimizer(s)")
     _load_all(_live(_S.schedulers), snap["schedulers"], "LR scheduler(s)")
     _load_all(_live(_G.scalers), snap["scalers"], "GradScaler(s)")
-    _S.steps, _S.k, _S.windows = snap["steps"], snap["k"], list(snap["windows"])
-    _libmod._lib.hvd_step_count_set(_S.steps)  # HVDSHIM_METRICS goes on with the job's steps
+    _S.steps, _A.k, _A.windows = snap["steps"], snap["k"], list(snap["windows"])
+    capi.LIB.hvd_step_count_set(_S.steps)  # HVDSHIM_METRICS goes on with the job's steps
     if _S.scale_lr and snap["size"] != _S.size:
         from .elastic import _rescale_lr
         _rescale_lr(_S.size / snap["size"])
@@ -520,8 +524,8 @@ def _arrive():
         from .elastic import _take_over
         _flush_writers()  # what the script wrote before it was back goes nowhere (the private copies)
         _take_over(resumed=True)
-        _warn("the job started again over %d rank(s) (was %d) and goes on from optimizer step %d"
-              % (_S.size, snap["size"], _S.steps + 1))
+        warn("the job started again over %d rank(s) (was %d) and goes on from optimizer step %d"
+             % (_S.size, snap["size"], _S.steps + 1))
 
 
 def _flush_writers():

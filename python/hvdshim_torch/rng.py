@@ -35,7 +35,8 @@ import sys
 
 import torch
 
-from .lib import _Pending, _broadcast_bytes, _debug
+from .capi import debug
+from .collectives import broadcast_bytes, Pending
 from .state import _S
 
 
@@ -80,13 +81,13 @@ def rank0_states(name, cuda=True):
     pickle, broadcast under `name`."""
     blob = pickle.dumps(_states(cuda), protocol=4)
     length = torch.tensor([len(blob)], dtype=torch.int64)
-    pending = _Pending()
-    _broadcast_bytes(name + b".len", length, pending, "broadcasting rank 0's random state size")
+    pending = Pending()
+    broadcast_bytes(name + b".len", length, pending, "broadcasting rank 0's random state size")
     pending.wait()
     buf = torch.zeros(int(length[0]), dtype=torch.uint8)
     if _S.rank == 0:
         buf.copy_(torch.frombuffer(bytearray(blob), dtype=torch.uint8))
-    _broadcast_bytes(name + b".%d" % int(length[0]), buf, pending, "broadcasting rank 0's random state")
+    broadcast_bytes(name + b".%d" % int(length[0]), buf, pending, "broadcasting rank 0's random state")
     pending.wait()
     return pickle.loads(bytes(buf.tolist()))
 
@@ -101,7 +102,7 @@ def take_rank0_states():
         _set_states(st)
     # the step window's shared streams are seeded from this agreed state
     _S.rng_seed = mixed_seed(bytes(st["torch"].tolist()), -1)
-    _debug("random state: rank 0's (torch, random%s)" % (", numpy" if _numpy_random() is not None else ""))
+    debug("random state: rank 0's (torch, random%s)" % (", numpy" if _numpy_random() is not None else ""))
 
 
 def mixed_seed(state_bytes, rank):
@@ -124,7 +125,7 @@ def diverge():
     npr = _numpy_random()
     if npr is not None:
         npr.seed(mixed_seed(pickle.dumps(npr.get_state()), r) & 0xFFFFFFFF)
-    _debug("random state: rank %d's streams are its own from here on" % r)
+    debug("random state: rank %d's streams are its own from here on" % r)
 
 
 def _window_generators():

@@ -12,7 +12,14 @@ import torch
 
 sys.path.insert(0, sys.argv.pop(1))  # python/
 import hvdshim_torch  # noqa: E402
-from hvdshim_torch import data, grads, lib, models, norms, output, resize, rng, roles  # noqa: E402
+from hvdshim_torch import capi, collectives, data, errors, models, norms, output, patching, resize, rng, roles  # noqa: E402
+from hvdshim_torch.gradients import hooks, hyperparams, loss_shares, reduction, replicas, round_vector  # noqa: E402
+from hvdshim_torch.gradients import backward as backward_wrap  # noqa: E402
+from hvdshim_torch.gradients.accumulation import _A  # noqa: E402
+from hvdshim_torch.gradients.backward import _B  # noqa: E402
+from hvdshim_torch.gradients.loss_shares import _L  # noqa: E402
+from hvdshim_torch.gradients.params import _P  # noqa: E402
+from hvdshim_torch.gradients.submit import _H  # noqa: E402
 from hvdshim_torch.state import _S  # noqa: E402
 
 
@@ -31,7 +38,7 @@ class StubLib:
 
     def hvd_allreduce_async(self, name, ptr, n, dtype, op, cb, arg, handle):
         self.calls.append(("allreduce", name, n, op))
-        if self.peer is not None and op == lib._MAX:
+        if self.peer is not None and op == capi.MAX:
             buf = (ctypes.c_double * n).from_address(ptr)
             for i in range(n):
                 buf[i] = max(buf[i], self.peer[i])
@@ -79,16 +86,16 @@ def _one_backward(overlap):
     backward through them, the hooks taken off: its named parameters."""
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
     named = list(model.named_parameters())
-    _S.params = [grads._Param(i, "m0.%s" % n, p, False) for i, (n, p) in enumerate(named)]
-    _S.used, _S.nhooked = bytearray(len(named)), 0
-    _S.submitted, _S.round, _S.sparse, _S.optimizers = set(), None, [], []
-    _S.in_backward, _S.skip_bw, _S.k, _S.bw_window, _S.deferred = False, False, 1, 0, False
-    _S.batch, _S.pending, _S.bucket, _S.overlap, _S.elastic = lib._Batch(), lib._Pending(), 0, overlap, False
+    _P.params = [hooks._Param(i, "m0.%s" % n, p, False) for i, (n, p) in enumerate(named)]
+    _P.used, _P.nhooked = bytearray(len(named)), 0
+    _H.submitted, _H.round, _H.sparse, _S.optimizers = set(), None, [], []
+    _A.in_backward, _A.skip_bw, _A.k, _A.bw_window, _A.deferred = False, False, 1, 0, False
+    _H.batch, _H.pending, _S.bucket, _S.overlap, _S.elastic = collectives.Batch(), collectives.Pending(), 0, overlap, False
     _S.data_mode = "shard"  # (the stub adds no other rank's part of the round)
-    for prm in _S.params:
+    for prm in _P.params:
         prm.hook()
     model(torch.ones(2, 3)).sum().backward()
-    for prm in _S.params:
+    for prm in _P.params:
         prm.handle.remove()
     return named
 
@@ -105,13 +112,13 @@ class Constants(unittest.TestCase):
         names = {torch.float32: "HVD_FLOAT32", torch.float64: "HVD_FLOAT64", torch.float16: "HVD_FLOAT16",
                  torch.bfloat16: "HVD_BFLOAT16", torch.int32: "HVD_INT32", torch.int64: "HVD_INT64",
                  torch.uint8: "HVD_UINT8", torch.int8: "HVD_INT8", torch.int16: "HVD_INT16"}
-        self.assertEqual(set(names), set(lib._HVD_DTYPES))
+        self.assertEqual(set(names), set(collectives.HVD_DTYPES))
         for dt, name in names.items():
-            self.assertEqual(lib._HVD_DTYPES[dt], header[name], name)
-        for attr, name in (("_UINT8", "HVD_UINT8"), ("_INT64", "HVD_INT64"), ("_SUM", "HVD_SUM"), ("_AVG", "HVD_AVG"),
-                           ("_MAX", "HVD_MAX"), ("_ROOT_FIRST_ACTIVE", "HVD_ROOT_FIRST_ACTIVE"),
-                           ("_ERR_TIMEOUT", "HVD_ERR_TIMEOUT")):
-            self.assertEqual(getattr(lib, attr), header[name], name)
+            self.assertEqual(collectives.HVD_DTYPES[dt], header[name], name)
+        for attr, name in (("UINT8", "HVD_UINT8"), ("INT64", "HVD_INT64"), ("SUM", "HVD_SUM"), ("AVG", "HVD_AVG"),
+                           ("MAX", "HVD_MAX"), ("ROOT_FIRST_ACTIVE", "HVD_ROOT_FIRST_ACTIVE"),
+                           ("ERR_TIMEOUT", "HVD_ERR_TIMEOUT")):
+            self.assertEqual(getattr(capi, attr), header[name], name)
 
 
 class Arithmetic(unittest.TestCase):
@@ -240,10 +247,10 @@ class SummedLoss(unittest.TestCase):
             "sum / batch": x.pow(2).sum() / x.shape[0],
         }
         for what, loss in summed.items():
-            self.assertTrue(grads._looks_summed(loss.grad_fn), what)
-        self.assertIsNone(grads._share_of(summed["cross_entropy sum"].grad_fn))
+            self.assertTrue(loss_shares._looks_summed(loss.grad_fn), what)
+        self.assertIsNone(loss_shares._share_of(summed["cross_entropy sum"].grad_fn))
         for what, loss in averaged.items():
-            self.assertFalse(grads._looks_summed(loss.grad_fn), what)
+            self.assertFalse(loss_shares._looks_summed(loss.grad_fn), what)
 
 
     def test_share_of_a_mean(self):
@@ -267,7 +274,7 @@ class SummedLoss(unittest.TestCase):
             "none: a sum less another": (x.sum() - x.pow(2).sum(), None),
         }
         for what, (loss, want) in shares.items():
-            self.assertEqual(grads._share_of(loss.grad_fn), want, what)
+            self.assertEqual(loss_shares._share_of(loss.grad_fn), want, what)
 
 
 class SyncBatchNorm(unittest.TestCase):
@@ -277,8 +284,8 @@ class SyncBatchNorm(unittest.TestCase):
 
     def setUp(self):
         self.stub = StubLib()
-        lib._lib = self.stub
-        _S.enabled, _S.started, _S.sync_bn, _S.bn_calls, _S.share_s = True, True, True, 0, 1.0
+        capi.LIB = self.stub
+        _S.enabled, _S.started, _S.sync_bn, _S.bn_calls, _L.share_s = True, True, True, 0, 1.0
         norms.install(True)
 
     def tearDown(self):
@@ -362,11 +369,11 @@ class EmbeddingMaxNorm(unittest.TestCase):
 
         def finish(h, like, what):
             return torch.cat([h, torch.tensor([5, 7, 1])])
-        self.saved = norms._allgather_start, norms._allgather_finish
-        norms._allgather_start, norms._allgather_finish = start, finish
+        self.saved = norms.allgather_start, norms.allgather_finish
+        norms.allgather_start, norms.allgather_finish = start, finish
 
     def tearDown(self):
-        norms._allgather_start, norms._allgather_finish = self.saved
+        norms.allgather_start, norms.allgather_finish = self.saved
         _S.size = 1
 
     def test_rows_of_every_rank(self):
@@ -422,7 +429,7 @@ class Streams(unittest.TestCase):
 class Rules(unittest.TestCase):
     def setUp(self):
         self.stub = StubLib()
-        lib._lib = self.stub
+        capi.LIB = self.stub
         _S.rank, _S.size, _S.enabled, _S.started = 1, 2, True, True
         _S.optimizers, _S.warned = [], set()
 
@@ -430,10 +437,10 @@ class Rules(unittest.TestCase):
         p = torch.nn.Parameter(torch.zeros(3))
         adam = torch.optim.Adam([p], lr=0.01, betas=(0.9, 0.99), weight_decay=0.0)
         sgd = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.5, momentum=0.9, nesterov=True)
-        grads._note_optimizer(adam)
-        grads._note_optimizer(sgd)
-        grads._note_optimizer(adam)  # once
-        slots = grads._hyper_slots()
+        hyperparams._note_optimizer(adam)
+        hyperparams._note_optimizer(sgd)
+        hyperparams._note_optimizer(adam)  # once
+        slots = hyperparams._hyper_slots()
         keys = [(k, i) for _g, k, i, _v in slots]
         self.assertIn(("betas", 0), keys)
         self.assertIn(("betas", 1), keys)
@@ -443,7 +450,7 @@ class Rules(unittest.TestCase):
         at = keys.index(("lr", None))
         values[at] = 0.02                    # rank 0's lr of the Adam group
         values[keys.index(("betas", 1))] = 0.95
-        grads._apply_hyper(slots, values)
+        hyperparams._apply_hyper(slots, values)
         self.assertEqual(adam.param_groups[0]["lr"], 0.02)
         self.assertEqual(adam.param_groups[0]["betas"], (0.9, 0.95))
         self.assertEqual(sgd.param_groups[0]["lr"], 0.5)
@@ -457,37 +464,37 @@ class Rules(unittest.TestCase):
         that another did; k comes from rank 0; without rank 0 (finished),
         nothing is taken."""
         awkward = [0.1, 1.0 / 3.0, 1e-300, -2.5e-8, 3e38 * 10, float("nan")]
-        self.assertEqual(repr(grads._hyper_values(grads._hyper_pieces(awkward))), repr(tuple(awkward)))
-        for p in grads._hyper_pieces(awkward):
+        self.assertEqual(repr(round_vector.values(round_vector.pieces(awkward))), repr(tuple(awkward)))
+        for p in round_vector.pieces(awkward):
             self.assertEqual(float(torch.tensor([p], dtype=torch.float32) + 0.0), p)  # exact in float32
         model = torch.nn.Linear(2, 1)
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         _S.optimizers = []
-        grads._note_optimizer(opt)
-        _S.params = [grads._Param(i, "m0.%s" % n, p, False) for i, (n, p) in enumerate(model.named_parameters())]
-        _S.used = bytearray([1, 0])
-        _S.submitted, _S.round, _S.accumulate, _S.windows, _S.k = set(), None, True, [4, 4], 1
+        hyperparams._note_optimizer(opt)
+        _P.params = [hooks._Param(i, "m0.%s" % n, p, False) for i, (n, p) in enumerate(model.named_parameters())]
+        _P.used = bytearray([1, 0])
+        _H.submitted, _H.round, _S.accumulate, _A.windows, _A.k = set(), None, True, [4, 4], 1
         _S.rank, _S.data_mode = 0, "shard"
-        grads._submit_round()
-        rank0 = _S.round[0].tolist()
-        _S.round = None
+        reduction._submit_round()
+        rank0 = _H.round[0].tolist()
+        _H.round = None
         _S.rank = 1
         opt.param_groups[0]["lr"] = 0.7  # this rank's own decision
-        _S.used = bytearray([0, 0])
+        _P.used = bytearray([0, 0])
         self.stub.round_peer = rank0
-        grads._reduce_round()
+        reduction._reduce_round()
         self.assertEqual(opt.param_groups[0]["lr"], 0.1)
-        self.assertEqual(_S.k, 4)
+        self.assertEqual(_A.k, 4)
         self.assertIsNotNone(model.weight.grad)  # used on rank 0: this rank submitted zeros for it
         self.assertIsNone(model.bias.grad)
         self.stub.round_peer = [0.0] * len(rank0)  # rank 0 has finished: keep our own
         opt.param_groups[0]["lr"] = 0.7
-        grads._reduce_round()
+        reduction._reduce_round()
         self.assertEqual(opt.param_groups[0]["lr"], 0.7)
-        self.assertEqual(_S.k, 1)
+        self.assertEqual(_A.k, 1)
         _S.data_mode = "split"  # where every rank holds a part of every batch: the job ends, saying why
-        with self.assertRaisesRegex(lib.HvdShimError, "1 of 2 ranks finished the script while this rank still trains"):
-            grads._reduce_round()
+        with self.assertRaisesRegex(errors.HvdShimError, "1 of 2 ranks finished the script while this rank still trains"):
+            reduction._reduce_round()
 
     def test_gradients_go_during_backward_or_all_at_its_end(self):
         """HVDSHIM_OVERLAP on: each gradient is handed over as it is ready
@@ -503,9 +510,9 @@ class Rules(unittest.TestCase):
             self.assertEqual(sorted(n for b, _f in batches for n in b if not n.startswith(b"hvdshim.round")),
                              sorted(names))
             self.assertTrue(batches[-1][0][-1].startswith(b"hvdshim.round."))  # the round goes last
-            self.assertEqual([f for _b, f in batches], [0] * (len(batches) - 1) + [lib._CALLER_WAITS])
+            self.assertEqual([f for _b, f in batches], [0] * (len(batches) - 1) + [capi.BATCH_CALLER_WAITS])
             self.assertEqual(len(batches), len(names) if overlap else 1)
-            self.assertEqual(_S.submitted, set())  # the step's reduction ended
+            self.assertEqual(_H.submitted, set())  # the step's reduction ended
 
     def test_round_and_gradients_waited_for_in_one_call(self):
         """Every gradient handed over with the round (HVDSHIM_OVERLAP off):
@@ -515,14 +522,14 @@ class Rules(unittest.TestCase):
         named = _one_backward(overlap=False)
         self.assertEqual(self.stub.waits, [len(named) + 1])
         for refused_in in (0, 1):
-            a, b = lib._Pending(), lib._Pending()
+            a, b = collectives.Pending(), collectives.Pending()
             (a, b)[refused_in].refused = "averaging something"
-            lib._following[0] = True
+            errors.following = True
             try:
-                with self.assertRaises(lib._MembershipChanged):
+                with self.assertRaises(errors.MembershipChanged):
                     a.wait_with(b)
             finally:
-                lib._following[0] = False
+                errors.following = False
             self.assertEqual((b.items, b.refused, a.items, a.refused), ([], None, [], None))
 
     @unittest.skipIf(not hasattr(torch, "compiler") or "torch._dynamo" in sys.modules,
@@ -533,10 +540,10 @@ class Rules(unittest.TestCase):
         imports torch._dynamo, then the function torch.compiler.disable made,
         and a compiled function calling the hook runs it."""
         calls = []
-        hook = lib._untraced(lambda x: calls.append(1) or x + 1)
+        hook = patching.untraced(lambda x: calls.append(1) or x + 1)
         self.assertNotIn("torch._dynamo", sys.modules)
         self.assertEqual(hook(1), 2)
-        cell = lib._UNTRACED[-1][1]
+        cell = patching._UNTRACED[-1][1]
         plain = cell[0]
         import torch._dynamo  # noqa: F401  what torch.compile does first
         self.assertIsNot(cell[0], plain)
@@ -544,7 +551,7 @@ class Rules(unittest.TestCase):
         compiled = torch.compile(lambda t: hook(t) * 2, backend="eager")
         self.assertEqual(compiled(torch.ones(2)).tolist(), [4.0, 4.0])
         self.assertEqual(len(calls), 2)
-        self.assertFalse(any(isinstance(f, lib._AfterImport) and f.name == "torch._dynamo"
+        self.assertFalse(any(isinstance(f, patching.AfterImport) and f.name == "torch._dynamo"
                              for f in sys.meta_path))  # one shot
 
     def test_cores_per_rank_decides_overlap(self):
@@ -567,8 +574,8 @@ class Rules(unittest.TestCase):
         its source; retain_graph, views, leaves and non-scalar roots are
         left alone; a failed backward takes its item back; a loss averaged so is
         not averaged again by the closure/plateau path."""
-        _S.average_loss, _S.in_backward, _S.scaled, _S.averaged = True, False, None, None
-        _S.batch = lib._Batch()
+        _S.average_loss, _A.in_backward, _B.scaled, _B.averaged = True, False, None, None
+        _H.batch = collectives.Batch()
         self.stub.loss_peer = 3.0
         w = torch.nn.Parameter(torch.tensor([2.0]))
 
@@ -576,14 +583,14 @@ class Rules(unittest.TestCase):
             return [c for c in self.stub.calls if c[0] == "allreduce" and c[1] == b"hvdshim.loss"]
 
         def backward(t, **kw):
-            return grads._backward_averaging(torch.autograd.backward, t, None, kw.get("retain_graph"),
+            return backward_wrap._backward_averaging(torch.autograd.backward, t, None, kw.get("retain_graph"),
                                              kw.get("create_graph", False), (), {})
         loss = (w * 0.5).sum()  # 1.0 here
         backward(loss)
         self.assertEqual(loss.item(), 2.0)
         self.assertEqual(w.grad.item(), 0.5)  # the gradient is backward's own (averaged by the hooks, not here)
         self.assertEqual(len(losses()), 1)
-        self.assertIs(grads._average_loss(loss), loss)
+        self.assertIs(backward_wrap._average_loss(loss), loss)
         self.assertEqual(len(losses()), 1)  # not averaged twice
         kept = (w * 0.5).sum()
         backward(kept, retain_graph=True)  # its node may keep its value for the next pass
@@ -595,11 +602,11 @@ class Rules(unittest.TestCase):
         backward(leaf)
         self.assertEqual(leaf.item(), 4.0)
         vec = w.expand(2) * 1.0
-        grads._backward_averaging(torch.autograd.backward, vec, torch.ones(2), None, False, (), {})
+        backward_wrap._backward_averaging(torch.autograd.backward, vec, torch.ones(2), None, False, (), {})
         self.assertEqual(len(losses()), 1)
         source = (w * 0.25).sum()  # 0.5
         scaled = source * 1024.0
-        grads._note_scaled(source, scaled)
+        backward_wrap._note_scaled(source, scaled)
         backward(scaled)
         self.assertEqual(source.item(), 1.75)
         self.assertEqual(scaled.item(), 512.0)
@@ -607,7 +614,7 @@ class Rules(unittest.TestCase):
         bad.backward()  # its graph is gone: the next backward fails before any gradient
         with self.assertRaises(RuntimeError):
             backward(bad)
-        self.assertEqual(_S.batch.items, [])
+        self.assertEqual(_H.batch.items, [])
         _S.average_loss = False
         off = (w * 0.5).sum()
         backward(off)
@@ -617,17 +624,17 @@ class Rules(unittest.TestCase):
 
     def test_replica_guard_names_first_differing_parameter(self):
         model = torch.nn.Linear(3, 2)
-        _S.params = [grads._Param(i, "m0.%s" % n, p, False) for i, (n, p) in enumerate(model.named_parameters())]
+        _P.params = [hooks._Param(i, "m0.%s" % n, p, False) for i, (n, p) in enumerate(model.named_parameters())]
         _S.check_steps, _S.steps = 5, 5
         sums = [float(p.double().sum()) for p in model.parameters()]
         self.stub.peer = sums + [-s for s in sums]  # the other rank agrees
-        grads._check_replicas()
+        replicas._check_replicas()
         self.stub.peer = [sums[0], sums[1] + 1.0] + [-sums[0], -sums[1]]  # it differs in the bias
         with self.assertRaisesRegex(hvdshim_torch.HvdShimError, "step 5: parameter 'm0.bias' differs"):
-            grads._check_replicas()
+            replicas._check_replicas()
         _S.steps = 6  # not a checking step: no traffic
         n = len(self.stub.calls)
-        grads._check_replicas()
+        replicas._check_replicas()
         self.assertEqual(len(self.stub.calls), n)
 
     def test_rng_streams_per_rank_and_deterministic(self):
@@ -815,7 +822,7 @@ class Lengths(unittest.TestCase):
 
     def setUp(self):
         import weakref
-        lib._lib = StubLib()
+        capi.LIB = StubLib()
         _S.rank, _S.size, _S.enabled, _S.started, _S.data_mode = 1, 2, True, True, "shard"
         _S.loaders, _S.loader_refs, _S.roots = 0, {}, weakref.WeakSet()
         _S.loader_trained, _S.warned, _S.mode_event, _S.data_events = False, set(), -1, 0
@@ -966,7 +973,7 @@ class Resizing(unittest.TestCase):
     """Ranks that change under a loader (elastic) and jobs that grow (resize.py)."""
 
     def setUp(self):
-        lib._lib = StubLib()
+        capi.LIB = StubLib()
         _S.enabled, _S.started, _S.roots = True, True, __import__("weakref").WeakSet()
 
     def tearDown(self):

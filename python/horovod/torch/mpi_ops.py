@@ -1,7 +1,7 @@
 """Horovod's PyTorch collectives on hvdshim's engine.
 
-Every operation is one request to libhvdshim.so (through the adapter's
-ctypes layer, hvdshim_torch.lib): negotiated by name across ranks, fused,
+Every operation is one request to libhvdshim.so (through the one ctypes
+binding, hvdshim_torch.capi): negotiated by name across ranks, fused,
 reduced by MPI (or NCCL for CUDA tensors).  A handle names an operation in
 flight; synchronize() waits for it and returns its output.  Scaling
 (prescale/postscale factors) and compression are arithmetic on the tensor
@@ -9,7 +9,6 @@ before and after; no data moves in Python."""
 import ctypes
 import itertools
 import os
-import sys
 import threading
 import time
 import warnings
@@ -21,64 +20,19 @@ from horovod.common.exceptions import HorovodInternalError
 from horovod.common import process_sets as _process_sets
 from horovod.common.process_sets import _add as _add_process_set, _check as _check_process_set, global_process_set
 from horovod.torch.compression import Compression
+from hvdshim_torch import capi, collectives, errors
 
+_lib = capi.load()
 
-def _adapter_lib():
-    """hvdshim's ctypes layer (the adapter's lib module), loaded from beside
-    this package when `import torch` has not already loaded it."""
-    mod = sys.modules.get("hvdshim_torch.lib")
-    if mod is None:
-        import importlib.util
-        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        pkg = os.path.join(here, "hvdshim_torch")
-        if "hvdshim_torch" not in sys.modules:
-            spec = importlib.util.spec_from_file_location("hvdshim_torch", os.path.join(pkg, "__init__.py"),
-                                                          submodule_search_locations=[pkg])
-            parent = importlib.util.module_from_spec(spec)
-            sys.modules["hvdshim_torch"] = parent
-            spec.loader.exec_module(parent)
-        import importlib
-        mod = importlib.import_module("hvdshim_torch.lib")
-    if mod._lib is None:
-        mod._lib = mod._load_library()
-    return mod
-
-
-_L = _adapter_lib()
-_lib = _L._lib
-for _name, _res, _args in (("hvd_rank", ctypes.c_int, []), ("hvd_size", ctypes.c_int, []),
-                           ("hvd_local_rank", ctypes.c_int, []), ("hvd_local_size", ctypes.c_int, []),
-                           ("hvd_initialized", ctypes.c_int, []), ("hvd_shutdown", None, []),
-                           ("hvd_barrier", ctypes.c_int, [ctypes.c_double]),
-                           ("hvd_join", ctypes.c_int, [ctypes.POINTER(ctypes.c_int)]),
-                           ("hvd_next_shape", None, [ctypes.POINTER(ctypes.c_int64), ctypes.c_int]),
-                           ("hvd_next_process_set", None, [ctypes.c_int]),
-                           ("hvd_process_set_add", ctypes.c_int,
-                            [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(ctypes.c_int)]),
-                           ("hvd_process_set_remove", ctypes.c_int, [ctypes.c_int]),
-                           ("hvd_reducescatter_async", ctypes.c_int,
-                            [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
-                             ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-                             ctypes.POINTER(ctypes.c_int64)]),
-                           ("hvd_alltoall_async", ctypes.c_int,
-                            [ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64), ctypes.c_size_t,
-                             ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.c_void_p, ctypes.c_void_p,
-                             ctypes.POINTER(ctypes.c_int64)]),
-                           ("hvd_timeline_start", ctypes.c_int, [ctypes.c_char_p, ctypes.c_int]),
-                           ("hvd_timeline_stop", ctypes.c_int, []),
-                           ("hvd_test", ctypes.c_int, [ctypes.c_int64, ctypes.POINTER(ctypes.c_int)]),
-                           ("hvd_gpu_status", ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t])):
-    _fn = getattr(_lib, _name)
-    _fn.restype, _fn.argtypes = _res, _args
 
 # ------------------------------------------------------------------ reduction ops
 # Horovod's values for its ops; Adasum is refused.
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
-_ENGINE_OP = {Sum: 0, Average: 1, Min: 2, Max: 3, Product: 4}
+_ENGINE_OP = {Sum: capi.SUM, Average: capi.AVG, Min: capi.MIN, Max: capi.MAX, Product: capi.PROD}
 _OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max", Product: "Product"}
 
-_ENGINE_DTYPE = _L._HVD_DTYPES
-_UINT8 = 6
+_ENGINE_DTYPE = collectives.HVD_DTYPES
+_UINT8 = capi.UINT8
 
 
 def _engine_op(op):
@@ -121,9 +75,9 @@ def init(comm=None, process_sets=None):
         st = _lib.hvd_init()
         if st != 0:
             raise HorovodInternalError("hvd.init failed: %s" % _last_error())
-        if _L._setting("HVDSHIM_ELASTIC") == "1":  # ranks may die: this package takes each change in (_take_change)
+        if capi.setting("HVDSHIM_ELASTIC") == "1":  # ranks may die: this package takes each change in (_take_change)
             _lib.hvd_elastic_follow()
-            _L._following[0] = True
+            errors.following = True
             _state["elastic"] = True
         _state["init"] = True
         global_process_set._global(_lib.hvd_size())
@@ -163,7 +117,7 @@ def _take_change():
     r, n, lost0 = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
     what = ctypes.create_string_buffer(1024)
     changes = _lib.hvd_elastic_ack(ctypes.byref(r), ctypes.byref(n), ctypes.byref(lost0), what,
-                                      ctypes.sizeof(what))
+                                   ctypes.sizeof(what))
     if changes <= 0:
         return 0
     # the engine thread counts the change (what ack returns) before it has
@@ -179,9 +133,9 @@ def _take_change():
     _process_sets._retire_all()
     _cross_info()
     if r.value == 0:
-        _L._warn("%s: hvd.elastic.run restores the state committed last and calls the function again over %d "
-                 "rank(s) (was %d)" % (what.value.decode("utf-8", "replace").split("; the job goes on")[0], n.value,
-                                       before))
+        capi.warn("%s: hvd.elastic.run restores the state committed last and calls the function again over %d "
+                  "rank(s) (was %d)" % (what.value.decode("utf-8", "replace").split("; the job goes on")[0], n.value,
+                                        before))
     return changes
 
 
@@ -247,7 +201,8 @@ class _SetEngine:
         new_id = ctypes.c_int(-1)
         st = _lib.hvd_process_set_add((ctypes.c_int * max(n, 1))(*ranks), n, ctypes.byref(new_id))
         if st != 0:
-            raise (ValueError if st in (1, 2) else HorovodInternalError)("hvd.%s: %s" % (what, _last_error()))
+            kind = ValueError if st in (capi.ERR_INVALID, capi.ERR_MISMATCH) else HorovodInternalError
+            raise kind("hvd.%s: %s" % (what, _last_error()))
         return new_id.value
 
     @staticmethod
@@ -436,7 +391,7 @@ def _submit(fn, what, ename, *args):
     st = fn(ename, *args, ctypes.byref(h))
     if st != 0:
         msg = _last_error()
-        if st == 1:  # HVD_ERR_INVALID: this call's arguments
+        if st == capi.ERR_INVALID:  # this call's arguments
             raise ValueError("hvd.%s: %s" % (what, msg))
         raise HorovodInternalError("hvd.%s: %s" % (what, msg))
     _track(ename, h.value)
@@ -486,7 +441,7 @@ def synchronize(handle):
         if isinstance(h, tuple):  # an allgather: (handle, like, what, out list)
             gh, like, what, out = h
             try:
-                out.append(_L._allgather_finish(gh, like, what))
+                out.append(collectives.allgather_finish(gh, like, what))
             except Exception as e:
                 first_error = first_error or str(e)
             _release(gh)
@@ -602,7 +557,7 @@ def _start_allreduce(buf, name, op, what, psid=0):
     _next(buf.shape, psid)
     if buf.is_cuda:
         return _submit(_lib.hvd_allreduce_gpu_async, what, name, buf.data_ptr(), buf.numel(), dt, eop,
-                       buf.get_device(), _L._stream_of(buf), None, None)
+                       buf.get_device(), collectives.stream_of(buf), None, None)
     return _submit(_lib.hvd_allreduce_async, what, name, buf.data_ptr(), buf.numel(), dt, eop, None, None)
 
 
@@ -836,8 +791,8 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     _claim(ename, what)
     _next(src.shape[1:], psid)
     try:
-        gh = _L._allgather_start(ename, raw, "hvd.allgather")
-    except _L.HvdShimError as e:  # (the engine refused it: a change of ranks, a rank shut down)
+        gh = collectives.allgather_start(ename, raw, "hvd.allgather")
+    except errors.HvdShimError as e:  # (the engine refused it: a change of ranks, a rank shut down)
         raise HorovodInternalError(str(e))
     _track(ename, gh)
     jh, joined, flag = _join_guard(ename, psid, "allgather")
@@ -926,7 +881,7 @@ def _broadcast_async(tensor, output, root_rank, name, process_set, what):
     _next(buf.shape, psid)
     if buf.is_cuda:
         h = _submit(_lib.hvd_broadcast_gpu_async, what, ename, buf.data_ptr(), count, dt, root_rank,
-                    buf.get_device(), _L._stream_of(buf), None, None)
+                    buf.get_device(), collectives.stream_of(buf), None, None)
     else:
         h = _submit(_lib.hvd_broadcast_async, what, ename, buf.data_ptr(), count, dt, root_rank, None, None)
     jh, joined, flag = _join_guard(ename, psid, "broadcast")

@@ -29,8 +29,9 @@ import torch
 
 from horovod.common import elastic as _common
 from horovod.torch.functions import allgather_object, broadcast_object
-from horovod.torch.mpi_ops import _L, _at_init, broadcast_, rank, size
+from horovod.torch.mpi_ops import _at_init, broadcast_, rank, size
 
+from hvdshim_torch import capi
 from hvdshim_torch import resize as _resize
 from hvdshim_torch import rng as _rng
 from hvdshim_torch.state import _S  # (the adapter stood aside: its rank and size are the discovery's reference)
@@ -93,12 +94,12 @@ def grow(state):
     if not ok:
         _resize._G.discovery = None
         if rank() == 0:
-            _L._warn("hosts joined, but the state of hvd.elastic.run could not be saved in %s (%s): the job goes on "
-                     "over %d rank(s) and grows no more" % (_resize._G.state_dir, why, size()))
+            capi.warn("hosts joined, but the state of hvd.elastic.run could not be saved in %s (%s): the job goes on "
+                      "over %d rank(s) and grows no more" % (_resize._G.state_dir, why, size()))
         return False
     if rank() == 0:
-        _L._warn("hosts joined: the job stops at this commit, its hvd.elastic state saved in %s, and starts again "
-                 "over %d rank(s) (was %d)" % (_resize._path(), _resize._G.wanted, size()))
+        capi.warn("hosts joined: the job stops at this commit, its hvd.elastic state saved in %s, and starts again "
+                  "over %d rank(s) (was %d)" % (_resize._path(), _resize._G.wanted, size()))
     raise SystemExit(0)  # every rank ends 0; hvdrun sees the state saved anew
 
 
@@ -121,17 +122,17 @@ def resume(state):
             snap = {"error": "%s: %s" % (type(e).__name__, e)}
     snap = broadcast_object(snap, 0, name="hvdshim.elastic.resume")
     if "error" in snap:
-        _L._lib.hvd_abort_job(("the job started again to grow cannot read the state hvd.elastic.run saved, %s on "
-                               "rank 0's host (%s): rank 0 must run on the host where the job stopped, or "
-                               "HVDSHIM_ELASTIC_STATE be a shared folder" % (_resize._path(), snap["error"])).encode())
+        capi.LIB.hvd_abort_job(("the job started again to grow cannot read the state hvd.elastic.run saved, %s on "
+                                "rank 0's host (%s): rank 0 must run on the host where the job stopped, or "
+                                "HVDSHIM_ELASTIC_STATE be a shared folder" % (_resize._path(), snap["error"])).encode())
     before = snap["size"]
     state._hvdshim_load(snap["state"])
     if rank() < before:
         _rng._set_states(snap["rng"][rank()])
     if rank() == 0:
         _resize.release()
-        _L._warn("the job started again over %d rank(s) (was %d): hvd.elastic.run goes on from the state of the "
-                 "commit where hosts joined" % (size(), before))
+        capi.warn("the job started again over %d rank(s) (was %d): hvd.elastic.run goes on from the state of the "
+                  "commit where hosts joined" % (size(), before))
     return rank() < before
 
 
