@@ -53,7 +53,7 @@ def recover():
     old, old_rank = _S.size, _S.rank
     _S.rank, _S.size = rank.value, size.value
     _S.changes += n
-    for fn in _S.on_change:  # (data._redeal_all: what the loaders' workers were asked for in the old split)
+    for fn in _S.on_change:  # (data/redeal._redeal_all: what the loaders' workers were asked for in the old split)
         fn()
     if _S.scale_lr and _S.size != old:
         _rescale_lr(_S.size / old)

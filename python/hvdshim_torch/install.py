@@ -23,8 +23,12 @@ from . import rng as _rng
 from .rng import seed_torch_at_import as _seed_torch
 from .models import (RANDOM_INITS, _count_batch, _forward_pre_hook, adopt_free, converted, hook_forwards,
                      module_made, note_new_params, reinitialised)
-from .data import _dealt_iter, _dealt_len, _prepare_loader, _warn_if_alone, padded_slices, redealt
-from .roles import iteration_begins, iteration_made, note_switch
+from .data.iterable import _dealt_iter, _dealt_len
+from .data.iteration import _IT, padded_slices
+from .data.loaders import _prepare_loader, _warn_if_alone
+from .data.redeal import redealt
+from .data.roles import iteration_begins, iteration_made, note_switch
+from .data.same_batches import _FP
 from . import norms as _norms
 from . import resize as _resize
 
@@ -45,14 +49,14 @@ def _patch():
             if dealt is not None:
                 return dealt
             _warn_if_alone(self)
-            _S.pads_last = None
+            _IT.pads_last = None
             return padded_slices(redealt(self, orig(self)))
 
         def __iter__(self):
             _rng.window_close()  # (the iterator's seeds drawn from this rank's own state, as the plain run's)
-            _S.whole_batches = True  # (until a dealt iteration's batch comes: data.dealt_batches)
+            _S.whole_batches = True  # (until a dealt iteration's batch comes: iteration.dealt_batches)
             _S.pad_slice = False
-            role = iteration_begins(self)  # (sharded or whole: now, or as a len() just before said: roles.py)
+            role = iteration_begins(self)  # (sharded or whole: now, or as a len() just before said: data/roles.py)
             it = None
             try:
                 if _resize._G.tracking:  # hosts may join (resize.py): the loaders' places are counted
@@ -124,7 +128,7 @@ def _patch():
         return share_memory
     wrap(torch.nn.Module, "share_memory", make_share_memory)
 
-    # Module.train()/eval(): when the script switches its models (roles.py:
+    # Module.train()/eval(): when the script switches its models (data/roles.py:
     # a mode set just before a loop, or before len(loader), is its word)
     switched = untraced(note_switch)
 
@@ -415,8 +419,8 @@ def install(rng_seed=None):
         return
     _seed_torch(_S.rng_mode, rng_seed)
     if _S.data_mode != "off":
-        _S.same_batches = [0.0, 0.0, 0, 1]  # sum, sum of squares, batches, 1 while every one could be read
-        _S.compare_batches = True
+        _FP.same_batches = [0.0, 0.0, 0, 1]  # sum, sum of squares, batches, 1 while every one could be read
+        _FP.compare_batches = True
     _redirect_output(setting("HVDSHIM_WORKER_STDOUT") == "1")
     _short_errors()
     _set_threads()

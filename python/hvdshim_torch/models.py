@@ -10,7 +10,7 @@ from .errors import HvdShimError
 from .collectives import GRAD_DTYPES, allgather_finish, allgather_start, broadcast_bytes, Pending
 from .state import _S
 from .lifecycle import _check_stand_aside, _start
-from .data import _note_batch, note_root_call
+from .data.same_batches import _FP, _note_batch, note_root_call
 from .gradients.hooks import _Param
 from .gradients.params import _P
 
@@ -318,14 +318,14 @@ def _count_samples(module, inputs):
 def _count_batch(module, inputs):
     """A root's forward.  In training mode with gradients enabled it adds
     its batch (the first input's first dimension) to the step's samples, and
-    the batch counts in the first steps' fingerprint (data.py)."""
-    if _S.same_batches is not None:
+    the batch counts in the first steps' fingerprint (same_batches.py)."""
+    if _FP.same_batches is not None:
         note_root_call()
     if module.training and torch.is_grad_enabled():
         x = inputs[0] if inputs else _first_keyword_tensor()
         if isinstance(x, torch.Tensor) and x.dim() > 0:
             _S.samples += x.shape[0]
-            if _S.same_batches is not None and 1 <= _S.reductions < 3:
+            if _FP.same_batches is not None and 1 <= _S.reductions < 3:
                 _note_batch(x)
 
 
@@ -400,10 +400,10 @@ def _unhook_if_done():
     """Take the global forward pre-hook off once every module made so far has
     been seen (registered with a root, or parameterless), no parameter is
     frozen, no samples are counted and the first training batches are
-    compared (data.check_same_batches): a module call with a global hook
+    compared (same_batches.check_same_batches): a module call with a global hook
     takes torch's slow path (the tiny model's 4 calls a step: 15-20 us)."""
     _S.recheck = False
-    if _S.fwd_hook is None or _S.frozen or _S.count_samples or _S.same_batches is not None or _S.adopt:
+    if _S.fwd_hook is None or _S.frozen or _S.count_samples or _FP.same_batches is not None or _S.adopt:
         return
     for m in list(_S.fresh):
         if m in _S.known or m in _S.paramless:

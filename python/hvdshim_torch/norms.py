@@ -21,7 +21,7 @@ while the last DataLoader iteration made is not dealt over the ranks
 (every rank holds whole batches: _S.whole_batches), torch's own runs
 unchanged.  So torch.optim.swa_utils.update_bn, which recomputes the
 running statistics in train mode over a loader iterated under no_grad (not
-dealt, data.py), gets the plain run's statistics (summed over ranks, each
+dealt, data/), gets the plain run's statistics (summed over ranks, each
 batch was counted once per rank: the unbiased variance took the wrong n),
 while a frozen backbone run under no_grad on a training batch still
 normalizes over the whole batch.  Until a dealt batch comes (a script that
@@ -94,7 +94,7 @@ def _synced(x, running_mean, running_var, weight, bias, momentum, eps):
     count = x.numel() // c if c else 0
     local = torch.cat([x.sum(dims, dtype=torch.float64), (x * x).sum(dims, dtype=torch.float64),
                        torch.tensor([float(count)], dtype=torch.float64, device=x.device)])
-    if _S.pad_slice:  # rows repeated to pad a batch shorter than the ranks (data.padding_only): not counted
+    if _S.pad_slice:  # rows repeated to pad a batch shorter than the ranks (dealing.padding_only): not counted
         local = local * 0
     total = _SumOverRanks.apply(local, _name(weight, c))
     n = float(total.detach()[2 * c])

@@ -45,6 +45,9 @@ from .errors import HvdShimError
 from .collectives import broadcast_bytes, Pending
 from .gradients.accumulation import _A
 from .gradients.params import _P
+from .data.epoch_order import _broadcast_ints
+from .data.iteration import _IT
+from .data.loaders import dealt_by_rank
 from .state import _S
 
 
@@ -399,7 +402,6 @@ def iterate(loader, make):
         _stop(tag, None)
     n = _G.iters.get(tag, 0) + 1
     _G.iters[tag] = n
-    from .data import dealt_by_rank
     base = 0
     if _G.snap is not None and not _G.resumed:
         from .lifecycle import _start
@@ -408,18 +410,18 @@ def iterate(loader, make):
         if (tag, n) != (t_tag, t_iter):
             return iter(())  # the script is not back yet: no batch
         _set_draw_state(loader, rng)
-        _S.skip, _S.skip_taken, _S.primer, base = used, False, None, used
+        _IT.skip, _IT.skip_taken, _IT.primer, base = used, False, None, used
         try:
             it = make()
         finally:
-            _S.skip = None
-        if not _S.skip_taken:  # a loader hvdshim does not deal: its batches are read and dropped
+            _IT.skip = None
+        if not _IT.skip_taken:  # a loader hvdshim does not deal: its batches are read and dropped
             for _ in range(used):
                 if next(it, None) is None:
                     break
-        elif _S.primer is not None:  # the last one made is the one the loader uses
-            _S.primer.prime()
-        _S.primer = None
+        elif _IT.primer is not None:  # the last one made is the one the loader uses
+            _IT.primer.prime()
+        _IT.primer = None
         _arrive()
     else:
         rng = _draw_state(loader)
@@ -444,7 +446,6 @@ def _stop(tag, counted):
             _save(target)
         except Exception as e:  # a full disk, an object that cannot be saved: the job goes on as it is
             ok, err = 0, "%s: %s" % (type(e).__name__, e)
-    from .data import _broadcast_ints
     ok = _broadcast_ints(b"hvdshim.grow", [ok], "agreeing to stop for the job to grow")[0]
     if not ok:
         _G.discovery = None

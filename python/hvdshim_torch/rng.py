@@ -23,7 +23,7 @@ every rank starts from one state:
     draws once for the whole batch, so every replica must draw the same.
     The window closes at the end of the step, at a zero_grad, when the
     next backward begins, or at the next training batch or DataLoader
-    iteration (data.dealt_batches, install.py), whichever comes first.
+    iteration (data/iteration.dealt_batches, install.py), whichever comes first.
     Python's `random` and NumPy stay per-rank there (swapping their states
     would cost ~14 us a step).
   * same: the streams stay identical on every rank.  off: none of this.

@@ -47,29 +47,18 @@ class _State:
         self.optimizers = []        # weak references, in creation order (hyperparameters follow rank 0)
         self.steps = 0              # optimizer steps taken (replica guard)
         self.reductions = 0         # reducing backward passes (an agreed count: every rank takes part in each)
-        self.loader_trained = False  # a DataLoader was iterated in training
-        # roles.py: what len(loader) answers and the next iteration keeps
-        self.data_events = 0        # loader iterations made or run out, and outermost backward passes
-        self.mode_event = -1        # data_events at the last Module.train()/eval() (equal: no event since)
         self.whole_batches = True   # no dealt batch since the last loader iteration was made (each rank: whole batches)
-        # the training batches of reducing backward passes 2 and 3, summed
-        # (data.py: every rank training on the same batches is named once);
-        # None once compared, where nothing is compared, or given up (inference)
-        self.same_batches = None
-        self.compare_batches = False  # the comparison is ahead (the same on every rank)
         self.adopt = False          # a registered root has parameters not yet followed (models.adopt_new)
         self.free_pending = False   # an optimizer was made or given a group since the last look for free parameters
         self.applying = 0           # Module._apply depth (conversions: the hooks follow at the outermost)
-        self.root_calls = 0         # root forwards before the first reducing backward (while the above is followed)
         self.check_steps = 0        # HVDSHIM_CHECK_STEPS
         # gradient accumulation (HVDSHIM_ACCUMULATE): k backward passes per optimizer step
         self.accumulate = True      # auto: learn k and reduce once per step
         self.average_loss = True    # HVDSHIM_LOSS=average: a loss given to backward reads as the mean over ranks
-        self.grad_op = 1            # HVDSHIM_GRADIENTS: lib._AVG (average) or lib._SUM (sum)
+        self.grad_op = 1            # HVDSHIM_GRADIENTS: capi.AVG (average) or capi.SUM (sum)
         self.nominal_rows = None    # split mode: the batch size of the loader last dealt (loss_shares._divided_by_batch)
         self.pad_slice = False      # split mode: this rank's slice of the batch in use is padding (a batch of fewer
-                                    # rows than ranks): its share counts for nothing (data.padding_only)
-        self.pads_last = None       # split mode: the padding flags of the batch sampler iteration made last
+                                    # rows than ranks): its share counts for nothing (dealing.padding_only)
         self.sync_bn = False        # HVDSHIM_SYNC_BN: BatchNorm's training statistics over every rank's batch (norms.py)
         self.bn_calls = 0           # its calls since the last optimizer step (their allreduces' names)
         self.shares = False         # split mode, average: each rank's gradient weighed by its share of a mean loss
@@ -80,14 +69,8 @@ class _State:
         self.schedulers = []        # HVDSHIM_SCALE_LR: weakrefs to the LR schedulers made (their base_lrs)
         # hosts joining (resize.py): a job started again to grow
         self.resume_steps = None    # its script is not back yet: the optimizer steps the job had done
-        self.skip = None            # global batches the loader iteration being made skips (data.take_skip)
-        self.skip_taken = False     # data.py took it (it deals this loader)
-        self.primer = None          # the loader iterator made last that can skip ahead (data._Primed)
         self.on_start = []          # called when the engine has started (lifecycle._start)
         self.loader_refs = {}       # loader tag -> the DataLoader (weak)
-        # HVDSHIM_ELASTIC: sharded iterations whose workers were asked ahead (data._Handout)
-        self.live = weakref.WeakSet()
-        self.live_last = None       # the one made last (its DataLoader iterator is linked next)
         self.on_change = []         # called when this rank has taken a change of ranks in (elastic.recover)
 
 

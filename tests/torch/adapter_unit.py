@@ -12,7 +12,10 @@ import torch
 
 sys.path.insert(0, sys.argv.pop(1))  # python/
 import hvdshim_torch  # noqa: E402
-from hvdshim_torch import capi, collectives, data, errors, models, norms, output, patching, resize, rng, roles  # noqa: E402
+from hvdshim_torch import capi, collectives, errors, models, norms, output, patching, resize, rng  # noqa: E402
+from hvdshim_torch.data import dealing, epoch_order, iterable, iteration, loaders, redeal, roles, sharded  # noqa: E402
+from hvdshim_torch.data.redeal import _LIVE  # noqa: E402
+from hvdshim_torch.data.roles import _EV  # noqa: E402
 from hvdshim_torch.gradients import hooks, hyperparams, loss_shares, reduction, replicas, round_vector  # noqa: E402
 from hvdshim_torch.gradients import backward as backward_wrap  # noqa: E402
 from hvdshim_torch.gradients.accumulation import _A  # noqa: E402
@@ -126,35 +129,35 @@ class Arithmetic(unittest.TestCase):
         for n in range(1, 40):
             for size in (1, 2, 3, 4):
                 for batch in (1, 3, 8):
-                    per = [data.shard_indices(range(n), size, r, batch, False) for r in range(size)]
+                    per = [dealing.shard_indices(range(n), size, r, batch, False) for r in range(size)]
                     flat = [i for p in per for b in p for i in b]
                     self.assertEqual(set(flat), set(range(n)))
                     self.assertEqual(len(flat), -(-n // size) * size)  # padded as DistributedSampler
                     self.assertEqual(len({len(p) for p in per}), 1)    # same number of batches everywhere
-                    self.assertEqual(len(per[0]), data.shard_count(n, size, batch, False))
-                    dl = [data.shard_indices(range(n), size, r, batch, True) for r in range(size)]
-                    self.assertEqual(len(dl[0]), data.shard_count(n, size, batch, True))
+                    self.assertEqual(len(per[0]), dealing.shard_count(n, size, batch, False))
+                    dl = [dealing.shard_indices(range(n), size, r, batch, True) for r in range(size)]
+                    self.assertEqual(len(dl[0]), dealing.shard_count(n, size, batch, True))
                     self.assertTrue(all(len(b) == batch for p in dl for b in p))
 
     def test_split_slices_partition_a_batch(self):
         for n in range(1, 30):
             for size in (1, 2, 3, 5):
-                parts = [data.split_slice(list(range(n)), size, r) for r in range(size)]
+                parts = [dealing.split_slice(list(range(n)), size, r) for r in range(size)]
                 if n >= size:
                     self.assertEqual([i for p in parts for i in p], list(range(n)))
                 self.assertTrue(all(p for p in parts))
                 self.assertLessEqual(max(map(len, parts)) - min(map(len, parts)), 1)
                 # the slices that are only padding: together with the others, every row once
-                real = [p for r, p in enumerate(parts) if not data.padding_only(n, size, r)]
+                real = [p for r, p in enumerate(parts) if not dealing.padding_only(n, size, r)]
                 self.assertEqual(sorted(i for p in real for i in p), list(range(n)))
 
     def test_dealt_batches_same_count_every_rank(self):
         batches = [[i, i + 100] for i in range(7)]
-        per = [data.every_nth(batches, 3, r) for r in range(3)]
+        per = [dealing.every_nth(batches, 3, r) for r in range(3)]
         self.assertEqual([len(p) for p in per], [3, 3, 3])
         self.assertEqual(per[0][0], [0, 100])
         self.assertEqual((per[1][2], per[2][2]), ([0, 100], [1, 101]))  # padded from the start
-        self.assertEqual(data.every_nth([], 2, 0), [])
+        self.assertEqual(dealing.every_nth([], 2, 0), [])
 
 
     def test_streams_equal_the_whole_epoch_forms(self):
@@ -166,10 +169,10 @@ class Arithmetic(unittest.TestCase):
             windows = [order[i:i + w] for i in range(0, n, w)]
             for rank in range(size):
                 for drop in (False, True):
-                    self.assertEqual(list(data.shard_stream(iter(windows), size, rank, batch, drop)),
-                                     data.shard_indices(order, size, rank, batch, drop), (n, size, batch, w, rank))
-                self.assertEqual(list(data.every_nth_stream(iter(order), size, rank)),
-                                 data.every_nth(order, size, rank))
+                    self.assertEqual(list(dealing.shard_stream(iter(windows), size, rank, batch, drop)),
+                                     dealing.shard_indices(order, size, rank, batch, drop), (n, size, batch, w, rank))
+                self.assertEqual(list(dealing.every_nth_stream(iter(order), size, rank)),
+                                 dealing.every_nth(order, size, rank))
 
 
     def test_streams_deal_the_rest_over_the_ranks_left(self):
@@ -178,19 +181,19 @@ class Arithmetic(unittest.TestCase):
         every sample not yet taken is taken once (plus the end's padding)."""
         import random
         rnd = random.Random(7)
-        saved = data._place
+        saved = dealing._place
         try:
             for _ in range(200):
                 n, batch, k = rnd.randint(1, 80), rnd.randint(1, 5), rnd.randint(0, 6)
                 order = list(range(n))
                 windows = [order[i:i + 7] for i in range(0, n, 7)]
                 place = {}
-                data._place = lambda: place["now"]
+                dealing._place = lambda: place["now"]
                 taken = {}
                 streams = {}
                 for old in range(3):
                     place["now"] = (3, old)
-                    streams[old] = data.shard_stream(iter(windows), None, None, batch, False)
+                    streams[old] = dealing.shard_stream(iter(windows), None, None, batch, False)
                     taken[old] = []
                     for _b in range(k):
                         nxt = next(streams[old], None)
@@ -207,22 +210,22 @@ class Arithmetic(unittest.TestCase):
                 self.assertEqual(set(seen), set(order), (n, batch, k))
                 self.assertLessEqual(len(seen) - len(set(seen)), 2, (n, batch, k))  # the padding only
                 place["now"] = (2, 0)
-                self.assertEqual(list(data.every_nth_stream(iter(order))), data.every_nth(order, 2, 0))
+                self.assertEqual(list(dealing.every_nth_stream(iter(order))), dealing.every_nth(order, 2, 0))
         finally:
-            data._place = saved
+            dealing._place = saved
 
     def test_slice_batch_cuts_every_rowed_part(self):
         import collections
         P = collections.namedtuple("P", "x ids")
         b = {"x": torch.arange(10).view(5, 2), "names": list("abcde"), "n": 7,
              "p": P(torch.arange(5), [10, 11, 12, 13, 14]), "scalar": torch.tensor(3.0)}
-        got = data.slice_batch(b, 5, data.split_slice(range(5), 2, 1))
+        got = iterable.slice_batch(b, 5, dealing.split_slice(range(5), 2, 1))
         self.assertEqual(got["x"].tolist(), [[6, 7], [8, 9]])
         self.assertEqual(got["names"], ["d", "e"])
         self.assertEqual((got["n"], got["scalar"].item()), (7, 3.0))
         self.assertIsInstance(got["p"], P)
         self.assertEqual((got["p"].x.tolist(), got["p"].ids), ([3, 4], [13, 14]))
-        one = data.slice_batch((torch.arange(1),), 1, data.split_slice(range(1), 2, 1))  # padded
+        one = iterable.slice_batch((torch.arange(1),), 1, dealing.split_slice(range(1), 2, 1))  # padded
         self.assertEqual(one[0].tolist(), [0])
 
 
@@ -683,10 +686,10 @@ class Rules(unittest.TestCase):
         self.assertFalse(torch.equal(torch.rand(4), drawn[0]))
         rng.window_close()
         _S.whole_batches = True
-        batches = list(data.dealt_batches(iter([1, 2])))  # a dealt loader's batches close it
+        batches = list(iteration.dealt_batches(iter([1, 2])))  # a dealt loader's batches close it
         self.assertFalse(_S.whole_batches)  # (and are parts of a batch: BatchNorm syncs)
         rng.window_open()
-        it = data.dealt_batches(iter([1]))
+        it = iteration.dealt_batches(iter([1]))
         self.assertEqual(next(it), 1)
         self.assertIsNone(_S.rng_window)
         _S.rng_mode = "same"
@@ -695,9 +698,9 @@ class Rules(unittest.TestCase):
         self.assertEqual(batches, [1, 2])
 
     def _windowed(self, window):
-        old = data._WINDOW
-        data._WINDOW = window
-        self.addCleanup(setattr, data, "_WINDOW", old)
+        old = epoch_order._WINDOW
+        epoch_order._WINDOW = window
+        self.addCleanup(setattr, epoch_order, "_WINDOW", old)
 
     def test_windows_give_the_same_batches(self):
         """Windows of 5 indices (many broadcasts) deal what one window deals."""
@@ -709,11 +712,11 @@ class Rules(unittest.TestCase):
                     self._windowed(window)
                     _S.data_mode, _S.loaders, _S.roots = mode, 0, __import__("weakref").WeakSet()
                     loader = DataLoader(list(range(23)), batch_size=4, shuffle=False, drop_last=drop)
-                    data._prepare_loader(loader)
+                    loaders._prepare_loader(loader)
                     loader2 = DataLoader(list(range(23)),
                                          batch_sampler=BatchSampler(SequentialSampler(range(23)), 4, drop))
                     loader2.batch_sampler.__class__ = type("Custom", (BatchSampler,), {})  # dealt, not by index
-                    data._prepare_loader(loader2)
+                    loaders._prepare_loader(loader2)
                     got[window] = ([b.tolist() for b in loader], [b.tolist() for b in loader2])
                 self.assertEqual(got[5], got[1 << 16], (mode, drop))
         # rank 1 of 2, split, 23 samples in batches of 4: slices [2:4] of each batch
@@ -728,7 +731,7 @@ class Rules(unittest.TestCase):
             g_plain, g = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
             plain = DataLoader(list(range(32)), batch_size=4, shuffle=True, generator=g_plain)
             loader = DataLoader(list(range(32)), batch_size=4, shuffle=True, generator=g)
-            data._prepare_loader(loader)
+            loaders._prepare_loader(loader)
             for _ in range(2):
                 list(plain)
                 list(loader)
@@ -743,7 +746,7 @@ class Rules(unittest.TestCase):
             _S.data_mode, _S.loaders, _S.roots = mode, 0, __import__("weakref").WeakSet()
             ds = list(range(100))
             loader = DataLoader(ds, batch_size=8, sampler=RandomSampler(ds, replacement=True, num_samples=int(1e10)))
-            data._prepare_loader(loader)
+            loaders._prepare_loader(loader)
             self.assertEqual(len(loader), int(1e10) // 2 // 8 if mode == "shard" else int(1e10) // 8)
             self.stub.calls.clear()
             t0 = time.perf_counter()
@@ -752,7 +755,7 @@ class Rules(unittest.TestCase):
             self.assertEqual(len(first), 50)
             self.assertTrue(all(len(b) == (8 if mode == "shard" else 4) for b in first))
             sizes = [c[2] for c in self.stub.calls if c[0] == "broadcast"]
-            self.assertTrue(sizes and max(sizes) <= 8 * (data._WINDOW + 2), sizes)  # count, more, a window
+            self.assertTrue(sizes and max(sizes) <= 8 * (epoch_order._WINDOW + 2), sizes)  # count, more, a window
 
     def test_sampler_without_len(self):
         from torch.utils.data import DataLoader, Sampler
@@ -767,7 +770,7 @@ class Rules(unittest.TestCase):
         self._windowed(3)
         _S.data_mode, _S.loaders, _S.roots = "shard", 0, __import__("weakref").WeakSet()
         loader = DataLoader(list(range(11)), batch_size=2, sampler=NoLen())
-        data._prepare_loader(loader)
+        loaders._prepare_loader(loader)
         with self.assertRaises(TypeError):
             len(loader)  # as plain: no len
         self.assertEqual([b.tolist() for b in loader], [[1, 3], [5, 7], [9, 0]])  # rank 1, padded from the start
@@ -787,8 +790,8 @@ class Rules(unittest.TestCase):
 
         _S.data_mode, _S.loaders, _S.roots = "shard", 0, __import__("weakref").WeakSet()
         loader = DataLoader(list(range(20)), batch_size=2, sampler=Odd())
-        data._prepare_loader(loader)
-        self.assertIsInstance(loader.batch_sampler, data._ShardedBatches)
+        loaders._prepare_loader(loader)
+        self.assertIsInstance(loader.batch_sampler, sharded._ShardedBatches)
         self.assertEqual(loader.batch_size, 2)
         self.assertEqual(len(loader), 3)  # 10 samples over 2 ranks in batches of 2
         got = [b.tolist() for b in loader]
@@ -825,7 +828,7 @@ class Lengths(unittest.TestCase):
         capi.LIB = StubLib()
         _S.rank, _S.size, _S.enabled, _S.started, _S.data_mode = 1, 2, True, True, "shard"
         _S.loaders, _S.loader_refs, _S.roots = 0, {}, weakref.WeakSet()
-        _S.loader_trained, _S.warned, _S.mode_event, _S.data_events = False, set(), -1, 0
+        _EV.loader_trained, _S.warned, _EV.mode_event, _EV.data_events = False, set(), -1, 0
         self.said = []
         self.addCleanup(setattr, roles, "_warn_once", roles._warn_once)
         roles._warn_once = lambda key, msg: self.said.append(msg)
@@ -833,7 +836,7 @@ class Lengths(unittest.TestCase):
     def loader(self, shuffle=False):
         from torch.utils.data import DataLoader
         loader = DataLoader(list(range(20)), batch_size=2, shuffle=shuffle)
-        data._prepare_loader(loader)
+        loaders._prepare_loader(loader)
         return loader
 
     def switch(self, module, mode):
@@ -862,7 +865,7 @@ class Lengths(unittest.TestCase):
             self.assertEqual((told, _batches(val)), (10, 10))
         told = len(val)  # PyTorch's ImageNet example: len before eval(); the loader evaluated before
         self.switch(model, True)  # (the training before it)
-        _S.data_events += 1
+        _EV.data_events += 1
         told = len(val)
         self.switch(model, False)
         with torch.no_grad():
@@ -890,12 +893,12 @@ class Lengths(unittest.TestCase):
             told = len(train)  # before train(): its past use says
             self.switch(model, True)
             self.assertEqual((told, _batches(train)), (5, 5), epoch)
-            _S.data_events += 1  # (a backward)
+            _EV.data_events += 1  # (a backward)
             self.switch(model, False)
             told = len(train)  # just after eval()
             with torch.no_grad():
                 self.assertEqual((told, _batches(train)), (10, 10), epoch)
-            _S.data_events += 1  # (another loader's evaluation)
+            _EV.data_events += 1  # (another loader's evaluation)
         self.assertEqual(self.said, [])
 
     def test_a_new_loader_beside_a_trained_or_shuffled_one(self):
@@ -904,7 +907,7 @@ class Lengths(unittest.TestCase):
         train, val, more = self.loader(shuffle=True), self.loader(), self.loader(shuffle=True)
         self.assertEqual((len(train), len(val)), (5, 10))  # in order beside a shuffled one: evaluated
         self.assertEqual(_batches(train), 5)
-        _S.data_events += 1
+        _EV.data_events += 1
         self.assertEqual(len(more), 10)  # a loader trains already: a new one is taken to evaluate
         self.switch(model, True)
         self.assertEqual(len(more), 5)  # ... unless asked just after train()
@@ -933,11 +936,11 @@ class Lengths(unittest.TestCase):
         _S.rank = 1
         self.assertEqual(len(self.said), 1)
         self.assertIn("len() was asked before this evaluation began", self.said[0])
-        _S.data_events += 1
+        _EV.data_events += 1
         with torch.no_grad():
             self.assertEqual(_batches(probe), 10)  # not kept across another event
         told = len(probe)
-        _S.data_events += 1  # a backward between len and the loop: the loop decides
+        _EV.data_events += 1  # a backward between len and the loop: the loop decides
         with torch.no_grad():
             self.assertEqual((told, _batches(probe)), (10, 10))
 
@@ -961,12 +964,12 @@ class Lengths(unittest.TestCase):
             def __len__(self):
                 return 20
         loader = DataLoader(Stream(), batch_size=2)
-        data._prepare_loader(loader)
-        self.assertEqual(data._dealt_len(loader, len(loader)), 5)
+        loaders._prepare_loader(loader)
+        self.assertEqual(iterable._dealt_len(loader, len(loader)), 5)
         model = torch.nn.Linear(1, 1)
         _S.roots.add(model)
         self.switch(model, False)
-        self.assertEqual(data._dealt_len(loader, len(loader)), 10)
+        self.assertEqual(iterable._dealt_len(loader, len(loader)), 10)
 
 
 class Resizing(unittest.TestCase):
@@ -987,12 +990,12 @@ class Resizing(unittest.TestCase):
         import itertools
         import weakref
         _S.size, _S.rank, _S.data_mode = 3, 1, mode
-        live = data._Handout()
-        live.items = items = data._Pushback(iter(range(n)))
+        live = redeal._Handout()
+        live.items = items = redeal._Pushback(iter(range(n)))
 
         def handout():  # _by_index_batches' two paths
             if mode == "shard":
-                for run, m, r, full in data._runs(items, batch, None, None):
+                for run, m, r, full in dealing._runs(items, batch, None, None):
                     live.note(run)
                     yield run[r::m]
                 return
@@ -1001,7 +1004,7 @@ class Resizing(unittest.TestCase):
                 if len(glob) < batch:
                     return
                 live.note(glob)
-                yield data.split_slice(glob, *data._place())
+                yield dealing.split_slice(glob, *dealing._place())
 
         class LoaderIter:
             _num_yielded = had
@@ -1040,8 +1043,8 @@ class Resizing(unittest.TestCase):
         iterator (kept alive: the _Handout holds it weakly)."""
         import weakref
         _S.size, _S.rank, _S.data_mode, _S.elastic = 3, 1, mode, True
-        gen = iter(data._ShardedBatches(sampler, 0, mode, "here"))
-        live = _S.live_last
+        gen = iter(sharded._ShardedBatches(sampler, 0, mode, "here"))
+        live = _LIVE.live_last
 
         class LoaderIter:
             _num_yielded = given
@@ -1077,7 +1080,7 @@ class Resizing(unittest.TestCase):
                 self.assertEqual(first, want_first, mode)
                 self.assertEqual(list(gen), want_rest, mode)
             finally:
-                _S.elastic, _S.live_last = False, None
+                _S.elastic, _LIVE.live_last = False, None
 
     def test_batches_put_back_after_the_epoch_was_handed_out(self):
         from torch.utils.data import BatchSampler, SequentialSampler
@@ -1092,11 +1095,11 @@ class Resizing(unittest.TestCase):
             self.assertEqual(live.drop, 2)
             self.assertEqual(list(gen), [[8], [10]])  # global batches 4 and 5, dealt over 2
         finally:
-            _S.elastic, _S.live_last = False, None
+            _S.elastic, _LIVE.live_last = False, None
 
     def test_redealt_iterator_drops_the_old_split(self):
-        live = data._Handout()
-        _S.live_last = None
+        live = redeal._Handout()
+        _LIVE.live_last = None
 
         class LoaderIter:
             def __init__(self):
@@ -1105,7 +1108,7 @@ class Resizing(unittest.TestCase):
             def __next__(self):
                 return next(self.left)
         it = LoaderIter()
-        r = data._Redealt(it, live)
+        r = redeal._Redealt(it, live)
         live.drop = 2
         self.assertEqual(list(iter(lambda: next(r, None), None)), ["new a", "new b"])
 

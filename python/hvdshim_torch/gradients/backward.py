@@ -10,6 +10,7 @@ import torch
 from .. import elastic as _elastic
 from .. import rng as _rng
 from ..collectives import Pending, allreduce
+from ..data.roles import _EV
 from ..errors import MembershipChanged
 from ..state import _S
 from .accumulation import _A
@@ -126,7 +127,7 @@ def counted(orig, *args, **kwargs):
     backward runs when the outermost call returns (a callback queued there
     would end the step's backward with the inner one)."""
     if not _K.bw_depth:
-        _S.data_events += 1  # (a len() answer is no longer kept for the next loader iteration: roles.py)
+        _EV.data_events += 1  # (a len() answer is no longer kept for the next loader iteration: data/roles.py)
         if _S.rng_window is not None:
             _rng.window_close()  # (a script with no optimizer step: its update is done when backward comes again)
     _K.bw_depth += 1

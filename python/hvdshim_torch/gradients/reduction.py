@@ -12,12 +12,13 @@ meanwhile (HVDSHIM_ELASTIC): the survivors start the step's reduction over
 from their own gradients (_start_over)."""
 import torch
 
-from .. import data as _data
 from .. import elastic as _elastic
 from .. import resize as _resize
 from .. import rng as _rng
 from ..capi import SUM, debug
 from ..collectives import Pending
+from ..data import same_batches
+from ..data.same_batches import _FP
 from ..errors import HvdShimError, MembershipChanged
 from ..state import _S
 from . import round_vector
@@ -69,8 +70,8 @@ def _reduce_round():
                     raise
                 _start_over()
         _S.reductions += 1
-        if _S.reductions == 3 and _S.compare_batches:
-            _data.check_same_batches()
+        if _S.reductions == 3 and _FP.compare_batches:
+            same_batches.check_same_batches()
     finally:
         _H.submitted.clear()
         _H.early.clear()

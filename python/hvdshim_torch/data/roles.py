@@ -39,7 +39,17 @@ import weakref
 
 import torch
 
-from .state import _S, _warn_once
+from ..state import _S, _warn_once
+
+
+class _Events:
+    def __init__(self):
+        self.data_events = 0        # loader iterations made or run out, and outermost backward passes
+        self.mode_event = -1        # data_events at the last Module.train()/eval() (equal: no event since)
+        self.loader_trained = False  # a DataLoader was iterated in training
+
+
+_EV = _Events()
 
 _TRAIN, _EVAL = 1, 2
 _RANDOM_SAMPLERS = ("RandomSampler", "SubsetRandomSampler", "WeightedRandomSampler")
@@ -72,7 +82,7 @@ def training_now():
 
 
 def _just_switched():
-    return _S.mode_event == _S.data_events
+    return _EV.mode_event == _EV.data_events
 
 
 def _sampler_kind(loader):
@@ -98,10 +108,10 @@ class Role:
         self.kinds = 0          # _TRAIN | _EVAL: its iterations' own kinds so far
         self.last = 0           # the last iteration's own kind (0: none yet)
         self.then = {}          # kind -> the kind of the iteration that came after the last one of that kind
-        self.held = None        # (sharded, _S.data_events): a len() answer between iterations
+        self.held = None        # (sharded, _EV.data_events): a len() answer between iterations
         self.live = None        # the running iteration's _Live (weak)
         self.sharded = False    # the running (or last) iteration's decision
-        self.ended_at = None    # _S.data_events just after its last iteration ran out
+        self.ended_at = None    # _EV.data_events just after its last iteration ran out
         self.making = None      # the decision while DataLoader.__iter__ makes the iterator
 
     def __getstate__(self):  # (a loader copied or pickled: its role without the references)
@@ -126,7 +136,7 @@ class Role:
         if it is not None and not it.ended:
             return self.sharded
         d = self._predict()
-        self.held = (d, _S.data_events)
+        self.held = (d, _EV.data_events)
         return d
 
     def _predict(self):
@@ -135,12 +145,12 @@ class Role:
         m = models_training()
         if m is not None and _just_switched():
             return m
-        if self.ended_at == _S.data_events:  # its iteration has just run out: len is about that one
+        if self.ended_at == _EV.data_events:  # its iteration has just run out: len is about that one
             return self.sharded
         follows = self._follows()
         if follows is not None:
             return follows
-        if _S.loader_trained:  # another loader trains: a new one is taken to evaluate
+        if _EV.loader_trained:  # another loader trains: a new one is taken to evaluate
             return False
         return not (_sampler_kind(self._loader and self._loader()) == "order" and self._random_beside())
 
@@ -168,7 +178,7 @@ class Role:
         its own evidence."""
         own = self._own()
         d = own
-        if self.held is not None and self.held[1] == _S.data_events and not self.same_count:
+        if self.held is not None and self.held[1] == _EV.data_events and not self.same_count:
             d = self.held[0]
             if d != own and _S.rank == 0:
                 self._say(d)
@@ -203,8 +213,8 @@ class Role:
     def ended(self, live):
         if self.live is not None and self.live() is live:
             self.live = None
-        _S.data_events += 1
-        self.ended_at = _S.data_events
+        _EV.data_events += 1
+        self.ended_at = _EV.data_events
 
 
 class _Live:
@@ -242,12 +252,12 @@ def role_of(loader):
 def iteration_begins(loader):
     """DataLoader.__iter__, before its iterator is made: the loader's role
     decides (None: a loader hvdshim leaves alone); an iteration that trains
-    is noted (data.check_same_batches)."""
+    is noted (same_batches.check_same_batches)."""
     role = role_of(loader)
     trains = role.begin() if role is not None else training_now()
     if trains:
-        _S.loader_trained = True
-    _S.data_events += 1
+        _EV.loader_trained = True
+    _EV.data_events += 1
     return role
 
 
@@ -264,4 +274,4 @@ def iteration_made(role, it):
 def note_switch():
     """Module.train(mode) (eval() included), the outermost call: the models'
     mode is the script's word until the next loader or backward event."""
-    _S.mode_event = _S.data_events
+    _EV.mode_event = _EV.data_events
