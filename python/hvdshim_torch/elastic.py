@@ -17,7 +17,9 @@ Rank 0's death: the survivors renumber in order, and the new rank 0 takes
 over the console (its stdout is no longer silenced) and the files
 (hvd_overlay_promote: its writes are real from then on, and the files it
 has open move to their real paths, so a log opened for append goes on at
-the end of what the old rank 0 wrote)."""
+the end of what the old rank 0 wrote).
+
+Its state: _E."""
 import ctypes
 import os
 import sys
@@ -28,7 +30,17 @@ from . import capi, errors
 from .capi import MAX, warn
 from .errors import HvdShimError, MembershipChanged
 from .collectives import allreduce, Pending
+from .output import _O, _PrefixedStream
 from .state import _S, is_number
+
+
+class _Changes:
+    def __init__(self):
+        self.changes = 0            # changes of ranks taken in
+        self.took_over = False      # this rank became rank 0 after the first one died
+
+
+_E = _Changes()
 
 _RETRIES = 64  # changes survived inside one operation: each needs a death, so a bound never reached in practice
 
@@ -52,12 +64,12 @@ def recover():
     msg = what.value.decode("utf-8", "replace").split("; the job goes on")[0]
     old, old_rank = _S.size, _S.rank
     _S.rank, _S.size = rank.value, size.value
-    _S.changes += n
+    _E.changes += n
     for fn in _S.on_change:  # (data/redeal._redeal_all: what the loaders' workers were asked for in the old split)
         fn()
     if _S.scale_lr and _S.size != old:
         _rescale_lr(_S.size / old)
-    took = lost0.value and _S.rank == 0 and not _S.took_over
+    took = lost0.value and _S.rank == 0 and not _E.took_over
     if took:
         _take_over()
     if _S.rank == 0:
@@ -96,27 +108,26 @@ def _take_over(resumed=False):
     """This rank is rank 0 now (the first one died; or resumed: a restarted
     job's script is back where the job stopped, resize.py): its writes are
     real and its stdout is the job's."""
-    from .output import _PrefixedStream
-    _S.took_over = True
+    _E.took_over = True
     if resumed:
         capi.LIB.hvd_overlay_resume()
     else:
         capi.LIB.hvd_overlay_promote()
-    saved = _S.stdout_saved
+    saved = _O.stdout_saved
     if saved is not None and saved[0] == "fd":
         try:
             if sys.stdout is not None:
                 sys.stdout.flush()  # what it printed before goes where it went (nowhere)
             os.dup2(saved[1], 1)
             os.close(saved[1])
-            _S.stdout_saved = None
+            _O.stdout_saved = None
         except OSError as e:
             warn("could not take over stdout: %s" % e)
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, _PrefixedStream):
             stream._prefix = "[rank 0] "
             stream.redraws = True
-    _S.quiet_console = False
+    _O.quiet_console = False
 
 
 def retrying(fn, *args):

@@ -21,7 +21,7 @@ from .gradients.reduction import _reduce_deferred
 from .gradients.step import _wrap_step
 from . import rng as _rng
 from .rng import seed_torch_at_import as _seed_torch
-from .models import (RANDOM_INITS, _count_batch, _forward_pre_hook, adopt_free, converted, hook_forwards,
+from .models import (_M, RANDOM_INITS, _count_batch, _forward_pre_hook, adopt_free, converted, hook_forwards,
                      module_made, note_new_params, reinitialised)
 from .data.iterable import _dealt_iter, _dealt_len
 from .data.iteration import _IT, padded_slices
@@ -30,6 +30,7 @@ from .data.redeal import redealt
 from .data.roles import iteration_begins, iteration_made, note_switch
 from .data.same_batches import _FP
 from . import norms as _norms
+from . import grow as _grow
 from . import resize as _resize
 
 
@@ -59,7 +60,7 @@ def _patch():
             role = iteration_begins(self)  # (sharded or whole: now, or as a len() just before said: data/roles.py)
             it = None
             try:
-                if _resize._G.tracking:  # hosts may join (resize.py): the loaders' places are counted
+                if _grow._G.tracking:  # hosts may join (resize.py): the loaders' places are counted
                     it = _resize.iterate(self, lambda: made(self))
                 else:
                     it = made(self)
@@ -90,7 +91,7 @@ def _patch():
     base = getattr(torch.optim.lr_scheduler, "LRScheduler", None) or \
         getattr(torch.optim.lr_scheduler, "_LRScheduler", None)
     # Hosts joining (resize.py): every scheduler's state is saved
-    if (_S.scale_lr or _resize._G.tracking) and base is not None:
+    if (_S.scale_lr or _grow._G.tracking) and base is not None:
         def make_scheduler_init(orig):
             def __init__(self, *args, **kwargs):
                 orig(self, *args, **kwargs)
@@ -98,7 +99,7 @@ def _patch():
             return __init__
         wrap(base, "__init__", make_scheduler_init)
         plateau = getattr(torch.optim.lr_scheduler, "ReduceLROnPlateau", None)
-        if _resize._G.tracking and isinstance(plateau, type) and not issubclass(plateau, base):  # torch < 2.2
+        if _grow._G.tracking and isinstance(plateau, type) and not issubclass(plateau, base):  # torch < 2.2
             wrap(plateau, "__init__", make_scheduler_init)
 
     # ReduceLROnPlateau fed a rank's own loss: it gets the mean over ranks
@@ -175,7 +176,7 @@ def _patch():
             wrap(scaler, "unscale_", make_needs_grads)
         if "scale" in vars(scaler) and not getattr(scaler.scale, "hvdshim_scale", False):
             wrap(scaler, "scale", make_scale)
-        if _resize._G.tracking and "__init__" in vars(scaler) and not getattr(scaler.__init__, "hvdshim_noted", False):
+        if _grow._G.tracking and "__init__" in vars(scaler) and not getattr(scaler.__init__, "hvdshim_noted", False):
             wrap(scaler, "__init__", make_scaler_init)  # (hosts joining: its state is saved and restored)
 
     # a loss given to backward reads as the mean over ranks afterwards
@@ -221,12 +222,12 @@ def _patch():
     # conversions (to, cuda, double...) and replacements (module.w = Parameter)
     def make_apply(orig):
         def _apply(self, *args, **kwargs):
-            _S.applying += 1
+            _M.applying += 1
             try:
                 return orig(self, *args, **kwargs)
             finally:
-                _S.applying -= 1
-                if _S.applying == 0 and _S.enabled and _P.params:
+                _M.applying -= 1
+                if _M.applying == 0 and _S.enabled and _P.params:
                     converted()
         return _apply
     wrap(torch.nn.Module, "_apply", make_apply)
@@ -234,7 +235,7 @@ def _patch():
     def make_register_parameter(orig):
         def register_parameter(self, name, param):
             orig(self, name, param)
-            if param is not None and _P.params and self in _S.known and param not in _P.by_param:
+            if param is not None and _P.params and self in _M.known and param not in _P.by_param:
                 note_new_params()
         return register_parameter
     wrap(torch.nn.Module, "register_parameter", make_register_parameter)

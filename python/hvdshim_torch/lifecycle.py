@@ -6,10 +6,13 @@ import sys
 import torch
 
 from . import capi
+from . import grow as _grow
 from .capi import info, warn
-from .errors import check, HvdShimError
+from .elastic import follow
+from .errors import HvdShimError, check
+from .output import _restore_output, _silence_stdout
+from .rng import take_rank0_states
 from .state import _S
-from .output import _restore_output
 
 
 def _start():
@@ -22,9 +25,7 @@ def _start():
         return False
     check(capi.LIB.hvd_init(), "starting the engine (hvd_init)")
     _S.started = True
-    from .elastic import follow
     follow()
-    from .rng import take_rank0_states
     take_rank0_states()
     for fn in _S.on_start:  # (resize.begin)
         fn()
@@ -70,11 +71,9 @@ def _stand_aside(reason, undistributed=False):
         h.remove()
     _S.hook_handles = []
     _S.fwd_hook = _S.fwd_hook_fn = None  # (and it does not come back for a module made later)
-    from . import resize
-    held = resize.stand_aside(reason == HOROVOD)  # (rank 0 of a restarted job on hvd.elastic: held until it is back)
+    held = _grow.stand_aside(reason == HOROVOD)  # (rank 0 of a restarted job on hvd.elastic: held until it is back)
     _restore_output()
     if held:
-        from .output import _silence_stdout
         _silence_stdout()
     elif not undistributed:
         capi.LIB.hvd_overlay_off()  # the script's ranks choose their own files (and may meet through one)

@@ -1,19 +1,39 @@
 """Models: the first forward of a root module checks that every rank has the
-same parameters and buffers, broadcasts rank 0's, and hooks the gradients."""
+same parameters and buffers, broadcasts rank 0's, and hooks the gradients;
+the parameters are followed from then on (conversions, replacements, lazy
+modules, unfreezing, parameters only an optimizer holds, re-initialised
+ones).  A global forward pre-hook sees the module calls while something is
+left to see.
+
+Its state: _M."""
 import sys
 import weakref
 
 import torch
 
 from .capi import info
-from .errors import HvdShimError
-from .collectives import GRAD_DTYPES, allgather_finish, allgather_start, broadcast_bytes, Pending
-from .state import _S
-from .lifecycle import _check_stand_aside, _start
+from .collectives import GRAD_DTYPES, Pending, allgather_finish, allgather_start, broadcast_bytes
 from .data.same_batches import _FP, _note_batch, note_root_call
+from .errors import HvdShimError
 from .gradients.hooks import _Param
 from .gradients.params import _P
+from .lifecycle import _check_stand_aside, _start
+from .resize import free_state, model_state
+from .state import _S
 
+
+class _Models:
+    def __init__(self):
+        self.known = weakref.WeakSet()      # every module of a registered root
+        self.paramless = weakref.WeakSet()  # roots without parameters or buffers
+        self.lazy_wait = weakref.WeakSet()  # the modules of a root in its first forward, registered after it (lazy)
+        self.fresh = weakref.WeakSet()      # modules made and not yet seen known or parameterless
+        self.frozen = []            # _Param not yet hooked (requires_grad False)
+        self.adopt = False          # a registered root has parameters not yet followed (adopt_new)
+        self.applying = 0           # Module._apply depth (conversions: the hooks follow at the outermost)
+
+
+_M = _Models()
 
 _is_lazy = getattr(torch.nn.parameter, "is_lazy", lambda t: False)
 
@@ -39,12 +59,12 @@ def _register_after_forward(module):
     model's first forward."""
     if not _start():
         return
-    _S.lazy_wait.update(module.modules())
+    _M.lazy_wait.update(module.modules())
 
     def registered(mod, inputs, _output):
         handle.remove()
         for m in mod.modules():
-            _S.lazy_wait.discard(m)
+            _M.lazy_wait.discard(m)
         _register_root(mod)
         _count_samples(mod, inputs)
     handle = module.register_forward_hook(registered)
@@ -99,7 +119,6 @@ def _register_root(module):
                                "bfloat16 gradients (freeze it with requires_grad=False, or keep it out of the model)"
                                % (what, n, str(t.dtype).replace("torch.", "")))
     _verify_same_everywhere("m%d" % k, what, _signature(entries))
-    from .resize import model_state
     saved = model_state(k)  # a restarted job: the state it saved (every rank has it)
     if saved is not None:
         module.load_state_dict(saved)
@@ -107,7 +126,7 @@ def _register_root(module):
                    if t not in _P.by_param])  # (one shared with a model registered earlier has them)
     _S.models.append(weakref.ref(module))
     _S.roots.add(module)
-    _S.known.update(module.modules())
+    _M.known.update(module.modules())
     _follow_params(module, k)
     if _S.rank == 0:
         info("%s: %d parameters and buffers broadcast from rank 0, %d gradients hooked"
@@ -176,7 +195,7 @@ def _follow_params(module, k):
         if p in _P.by_param:
             continue
         if _is_lazy(p):  # a lazy module not called yet: adopted once it has been (adopt_new)
-            _S.adopt = True
+            _M.adopt = True
             continue
         _follow("m%d.%s" % (k, n), p, p in sparse)
 
@@ -191,7 +210,7 @@ def _follow(name, p, sparse):
     if p.requires_grad:
         prm.hook()
     else:
-        _S.frozen.append(prm)
+        _M.frozen.append(prm)
 
 
 def converted():
@@ -216,7 +235,7 @@ def note_new_params():
     for ref in _S.models:
         root = ref()
         if root is not None and any(p not in _P.by_param for p in root.parameters()):
-            _S.adopt = True
+            _M.adopt = True
             if _S.fwd_hook is None and _S.fwd_hook_fn is not None:
                 hook_forwards(_S.fwd_hook_fn)
             return
@@ -228,7 +247,7 @@ def adopt_new():
     rank before the same forward) take rank 0's values, as a root's do at
     its first forward, and are followed from now on; those they replaced
     (freed) are no longer waited for."""
-    _S.adopt, _S.recheck = False, True  # (the global forward pre-hook may come off again)
+    _M.adopt, _S.recheck = False, True  # (the global forward pre-hook may come off again)
     for prm in _P.params:
         if prm.hooked and prm.ref() is None:
             prm.unhook()
@@ -237,7 +256,7 @@ def adopt_new():
         if root is None:
             continue
         new = [("p", n, p) for n, p in root.named_parameters() if p not in _P.by_param and not _is_lazy(p)]
-        _S.adopt = _S.adopt or any(_is_lazy(p) for p in root.parameters())  # (looked for again at the next forward)
+        _M.adopt = _M.adopt or any(_is_lazy(p) for p in root.parameters())  # (looked for again at the next forward)
         if not new:
             continue
         what = "model %d (%s): parameters set after its first forward" % (k, type(root).__name__)
@@ -282,7 +301,6 @@ def adopt_free(in_backward=False):
     entries = [("p", "free%d" % (base + i), p) for i, p in enumerate(new)]
     what = "the optimizers' parameters that no model holds"
     _verify_same_everywhere("free%d" % base, what, _signature(entries))
-    from .resize import free_state
     with torch.no_grad():
         for _kind, n, t in entries:
             saved = free_state(n)  # a restarted job: the value it saved (every rank has it)
@@ -298,7 +316,7 @@ def adopt_free(in_backward=False):
 
 def _hook_unfrozen():
     still = []
-    for prm in _S.frozen:
+    for prm in _M.frozen:
         p = prm.ref()
         if p is None:
             continue
@@ -306,7 +324,7 @@ def _hook_unfrozen():
             prm.hook()
         else:
             still.append(prm)
-    _S.frozen = still
+    _M.frozen = still
 
 
 def _count_samples(module, inputs):
@@ -350,21 +368,21 @@ def _first_keyword_tensor():
 
 
 def _forward_pre_hook(module, inputs):
-    if module in _S.known:  # (every forward of every module comes here while it is on: the known ones first)
+    if module in _M.known:  # (every forward of every module comes here while it is on: the known ones first)
         if module in _S.roots:
-            if _S.adopt:
+            if _M.adopt:
                 adopt_new()
             _count_batch(module, inputs)
-            if _S.frozen:  # parameters unfrozen since the last forward
+            if _M.frozen:  # parameters unfrozen since the last forward
                 _hook_unfrozen()
             if _S.recheck:
                 _unhook_if_done()
         return None
-    if not _S.enabled or module in _S.paramless or module in _S.lazy_wait:
+    if not _S.enabled or module in _M.paramless or module in _M.lazy_wait:
         return None
     _S.recheck = True
     if next(module.parameters(), None) is None and next(module.buffers(), None) is None:
-        _S.paramless.add(module)
+        _M.paramless.add(module)
         return None
     _check_stand_aside()
     if _S.enabled and _in_functorch_transform():
@@ -391,7 +409,7 @@ def module_made(module):
     """A module was made (Module.__init__; __setstate__ for copies and
     unpickled ones): its first forward must reach the hook, which goes back
     on if it was off."""
-    _S.fresh.add(module)
+    _M.fresh.add(module)
     if _S.fwd_hook is None and _S.enabled and _S.fwd_hook_fn is not None:
         hook_forwards(_S.fwd_hook_fn)
 
@@ -403,12 +421,12 @@ def _unhook_if_done():
     compared (same_batches.check_same_batches): a module call with a global hook
     takes torch's slow path (the tiny model's 4 calls a step: 15-20 us)."""
     _S.recheck = False
-    if _S.fwd_hook is None or _S.frozen or _S.count_samples or _FP.same_batches is not None or _S.adopt:
+    if _S.fwd_hook is None or _M.frozen or _S.count_samples or _FP.same_batches is not None or _M.adopt:
         return
-    for m in list(_S.fresh):
-        if m in _S.known or m in _S.paramless:
-            _S.fresh.discard(m)
-    if not _S.fresh:
+    for m in list(_M.fresh):
+        if m in _M.known or m in _M.paramless:
+            _M.fresh.discard(m)
+    if not _M.fresh:
         _S.fwd_hook.remove()
         _S.hook_handles = [h for h in _S.hook_handles if h is not _S.fwd_hook]
         _S.fwd_hook = None

@@ -1,5 +1,7 @@
 """Side effects on output: stdout of ranks > 0, prefixed stderr, an uncaught
-hvdshim error in two lines, intra-op threads per rank."""
+hvdshim error in two lines, intra-op threads per rank.
+
+Its state: _O."""
 import logging
 import os
 import sys
@@ -9,6 +11,16 @@ import torch
 from .capi import debug, setting, warn
 from .errors import HvdShimError
 from .state import _S
+
+
+class _Console:
+    def __init__(self):
+        self.stdout_saved = None    # ("fd", descriptor) of a silenced stdout, or ("wrap", stream) of a prefixed one
+        self.stderr_orig = None     # sys.stderr before its lines were prefixed
+        self.quiet_console = False  # console logging below WARNING dropped (ranks other than 0)
+
+
+_O = _Console()
 
 
 class _PrefixedStream:
@@ -89,7 +101,7 @@ def _console_emit(handler, record):
             handler.stream = stream = moved
         except AttributeError:  # (a handler whose stream cannot be set: left as it is)
             pass
-    if _S.quiet_console and record.levelno < logging.WARNING and \
+    if _O.quiet_console and record.levelno < logging.WARNING and \
             (stream is err or stream is sys.stdout or stream is sys.__stderr__ or stream is sys.__stdout__):
         return None
     return _emit(handler, record)
@@ -98,13 +110,13 @@ def _console_emit(handler, record):
 def _redirect_output(worker_stdout):
     prefix = "[rank %d] " % _S.rank
     if sys.stderr is not None:
-        _S.stderr_orig = sys.stderr
+        _O.stderr_orig = sys.stderr
         sys.stderr = _PrefixedStream(sys.stderr, prefix, redraws=_S.rank == 0 or worker_stdout)
-    _S.quiet_console = _S.rank != 0 and not worker_stdout
+    _O.quiet_console = _S.rank != 0 and not worker_stdout
     logging.StreamHandler.emit = _console_emit
     if worker_stdout:  # every rank's stdout, each line prefixed
         if sys.stdout is not None:
-            _S.stdout_saved = ("wrap", sys.stdout)
+            _O.stdout_saved = ("wrap", sys.stdout)
             sys.stdout = _PrefixedStream(sys.stdout, prefix)
         return
     if _S.rank == 0 and _S.resume_steps is None:  # (a restarted job, resize.py: silenced until the script is back)
@@ -115,7 +127,7 @@ def _redirect_output(worker_stdout):
 def _silence_stdout():
     """This rank's stdout (descriptor 1) goes nowhere until _restore_output
     (or elastic._take_over) puts it back."""
-    if _S.stdout_saved is not None:
+    if _O.stdout_saved is not None:
         return
     try:
         if sys.stdout is not None:
@@ -124,18 +136,18 @@ def _silence_stdout():
         saved = os.dup(1)
         os.dup2(devnull, 1)
         os.close(devnull)
-        _S.stdout_saved = ("fd", saved)
+        _O.stdout_saved = ("fd", saved)
     except OSError as e:
         warn("could not silence stdout of rank %d: %s" % (_S.rank, e))
 
 
 def _restore_output():
-    _S.quiet_console = False
-    if _S.stderr_orig is not None:
+    _O.quiet_console = False
+    if _O.stderr_orig is not None:
         sys.stderr.flush()
-        sys.stderr = _S.stderr_orig
-        _S.stderr_orig = None
-    saved, _S.stdout_saved = _S.stdout_saved, None
+        sys.stderr = _O.stderr_orig
+        _O.stderr_orig = None
+    saved, _O.stdout_saved = _O.stdout_saved, None
     if saved is None:
         return
     if saved[0] == "wrap":

@@ -6,7 +6,7 @@ fails under ULFM), so (launcher/grow.c has hvdrun's side):
   * rank 0 runs the discovery script every HVDSHIM_ELASTIC_INTERVAL seconds
     (a thread); when it lists more slots than ranks, rank 0 proposes to grow
     in the round that ends a step's backward, so every rank learns it at the
-    same optimizer step (gradients/reduction._submit_round);
+    same optimizer step (gradients/reduction._submit_round; grow.py);
   * at the next call to a loader after that step (its next batch, or its
     next epoch: what the script does between, a scheduler's or a scaler's
     step, a log line, an evaluation, has run), rank 0 saves the job's state
@@ -30,59 +30,24 @@ computes (a loop that stops early on a loss it averaged over the epoch's
 batches may stop in the empty epochs): if the script ends before it is back,
 the job ends with one line saying so, and the state stays saved."""
 import atexit
-import os
-import subprocess
-import sys
-import threading
-import time
 import weakref
 
 import torch
 
 from . import capi
-from .capi import info, setting, warn
-from .errors import HvdShimError
-from .collectives import broadcast_bytes, Pending
-from .gradients.accumulation import _A
-from .gradients.params import _P
+from . import rng as _rng
+from .capi import warn
+from .collectives import Pending, broadcast_bytes
 from .data.epoch_order import _broadcast_ints
 from .data.iteration import _IT
 from .data.loaders import dealt_by_rank
+from .elastic import _rescale_lr, _take_over
+from .errors import HvdShimError
+from .gradients.accumulation import _A
+from .gradients.params import _P
+from .grow import _G, _flush_writers, _path, _restore_filters, read_settings, watch, write_snapshot
+from .lifecycle import _start
 from .state import _S
-
-
-class _Grow:
-    def __init__(self):
-        self.discovery = None   # rank 0: the script (HVDSHIM_ELASTIC_DISCOVERY), None: not growing
-        self.max_np = 0
-        self.interval = 1.0
-        self.state_dir = None
-        self.tracking = False   # loaders' places and the objects to save are recorded
-        self.wanted = 0         # rank 0: slots the script listed, more than the ranks
-        self.due = False        # every rank: stop at the next call to a loader
-        self.snap = None        # a restarted job: the saved state, until the script is back
-        self.iters = {}         # loader tag -> iterations started
-        self.places = {}        # loader tag -> (iteration, random state at its start)
-        self.scalers = []       # GradScalers (weak), in the order they were made
-        self.filters = None     # a restarted job: the warnings filters, all ignored until the script is back
-        self.left = {}          # model index -> its saved state, for a model registered after the resume
-        self.left_free = {}     # a free parameter's name (models.adopt_free) -> its saved value, likewise
-        self.resumed = False
-        self.watching = False   # rank 0's discovery thread runs
-        self.held = False       # a restarted job on Horovod's elastic API: rank 0's console and files held
-
-
-_G = _Grow()
-
-
-def read_settings():
-    """The settings of a job that may grow; True when it was started again
-    to grow (HVDSHIM_ELASTIC_RESUME)."""
-    _G.discovery = setting("HVDSHIM_ELASTIC_DISCOVERY") or None
-    _G.max_np = int(setting("HVDSHIM_ELASTIC_MAX_NP") or 0)
-    _G.interval = float(setting("HVDSHIM_ELASTIC_INTERVAL") or 1)
-    _G.state_dir = setting("HVDSHIM_ELASTIC_STATE") or None
-    return setting("HVDSHIM_ELASTIC_RESUME") == "1"
 
 
 def configure():
@@ -102,56 +67,6 @@ def configure():
         warnings.simplefilter("ignore")  # the script's warnings before it is back go nowhere, as its output
 
 
-# ------------------------------------------------------------------ rank 0's discovery
-def _slots(out):
-    total = 0
-    for line in out.splitlines():
-        line = line.split("#")[0].strip()
-        if not line:
-            continue
-        host, _, n = line.rpartition(":") if ":" in line else (line, "", "1")
-        try:
-            total += max(0, int(n))
-        except ValueError:
-            raise ValueError("'%s' is not host or host:slots" % line)
-    return total
-
-
-def _plain_env():
-    """This environment without the shim preloaded: the discovery script runs
-    as a plain program (loading MPI in every run of it costs up to 0.4 s of
-    CPU where the MPI links UCX)."""
-    env = dict(os.environ)
-    pre = [p for p in env.get("LD_PRELOAD", "").replace(" ", ":").split(":") if p and "libhvdshim" not in p]
-    if pre:
-        env["LD_PRELOAD"] = ":".join(pre)
-    else:
-        env.pop("LD_PRELOAD", None)
-    return env
-
-
-def _poll():
-    said = False
-    env = _plain_env()
-    while _G.discovery and not _G.wanted:
-        try:
-            out = subprocess.run([_G.discovery], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60,
-                                 check=True, env=env).stdout.decode("utf-8", "replace")
-            n = _slots(out)
-            if _G.max_np:
-                n = min(n, _G.max_np)
-            if n > _S.size:
-                _G.wanted = n
-                info("the host discovery script lists %d slot(s) for %d rank(s): the job grows at the next "
-                     "optimizer step" % (n, _S.size))
-                return
-        except (OSError, subprocess.SubprocessError, ValueError) as e:
-            if not said:
-                said = True
-                warn("host discovery script %s: %s (tried again every %g s)" % (_G.discovery, e, _G.interval))
-        time.sleep(_G.interval)
-
-
 def begin():
     """At the engine's start (every rank together): a restarted job takes the
     saved state; rank 0 of a job that may grow starts polling."""
@@ -159,36 +74,6 @@ def begin():
         _G.snap = _read_state()
         _S.resume_steps = _G.snap["steps"]
     watch()
-
-
-def watch():
-    """Rank 0 of a job that may grow runs the discovery script (a thread;
-    again after a change of ranks made this rank rank 0: a no-op where it
-    runs already)."""
-    if _G.discovery and _S.rank == 0 and not _G.watching:
-        _G.watching = True
-        threading.Thread(target=_poll, name="hvdshim-discovery", daemon=True).start()
-
-
-def wanted():
-    """Rank 0: the discovery script lists more slots than the job has ranks."""
-    return _G.wanted > _S.size
-
-
-def proposal():
-    """Rank 0's entry in the end-of-backward round: 1 to grow."""
-    return 1 if wanted() else 0
-
-
-def agreed(flag):
-    """Every rank, once the round is reduced: rank 0's proposal."""
-    if flag > 0 and _G.discovery and not _G.due:
-        _G.due = True
-
-
-# ------------------------------------------------------------------ the state
-def _path():
-    return os.path.join(_G.state_dir, "snapshot.pt")
 
 
 def _live(refs):
@@ -206,8 +91,7 @@ def _state_dicts(objs):
 
 
 def _save(target):
-    from .rng import _states, window_close
-    window_close()  # (this rank's own states are saved, not the step window's shared ones)
+    _rng.window_close()  # (this rank's own states are saved, not the step window's shared ones)
     snap = {
         "version": 1, "size": _S.size, "steps": _S.steps, "k": _A.k, "windows": list(_A.windows),
         "models": [m.state_dict() for m in _live(_S.models)],
@@ -215,25 +99,13 @@ def _save(target):
         "optimizers": _state_dicts(_live(_S.optimizers)),
         "schedulers": _state_dicts(_live(_S.schedulers)),
         "scalers": _state_dicts(_live(_G.scalers)),
-        "rng": _states(cuda=True),
+        "rng": _rng._states(cuda=True),
         "generators": {tag: [g.get_state() for g in _generators(ref())]
                        for tag, ref in _S.loader_refs.items() if ref() is not None},
         "iters": dict(_G.iters),
         "target": target,
     }
     write_snapshot(snap)
-
-
-def write_snapshot(snap):
-    """snapshot.pt, renewed whole (hvdrun starts the job again when it sees
-    it renewed)."""
-    os.makedirs(_G.state_dir, exist_ok=True)
-    tmp = _path() + ".tmp"
-    with open(tmp, "wb") as f:
-        torch.save(snap, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, _path())
 
 
 def _broadcast_blob(name, blob, what):
@@ -280,61 +152,6 @@ def _never_back():
                                 % (where, _path())).encode())
 
 
-# ------------------------------------------------------------------ a script on Horovod's elastic API
-def stand_aside(horovod):
-    """The adapter stands aside (the script distributes itself): no loader
-    is tracked any more.  In a job started again to grow whose script is on
-    Horovod's elastic API (hvd.elastic.run saved its state, in
-    horovod/torch/elastic/restart.py), rank 0's console and files stay held
-    until hvd.elastic.run is back (release): True on rank 0 there."""
-    resumed = _G.snap is not None
-    _G.tracking, _G.snap, _S.resume_steps = False, None, None
-    _G.held = resumed and horovod and _S.rank == 0
-    if _G.held:
-        atexit.register(_held_at_exit)
-    else:
-        _restore_filters()
-    return _G.held
-
-
-def release():
-    """hvd.elastic.run is back in a restarted job: rank 0 writes for real
-    again (what the script wrote before is dropped; its open files go on at
-    the end of what the job wrote before the restart)."""
-    if not _G.held:
-        return
-    _G.held = False
-    from .elastic import _take_over
-    _flush_writers()
-    _take_over(resumed=True)
-    _restore_filters()
-
-
-def _restore_filters():
-    if _G.filters is not None:
-        import warnings
-        warnings.filters[:] = _G.filters
-        getattr(warnings, "_filters_mutated", lambda: None)()
-        _G.filters = None
-
-
-def _held_at_exit():
-    if _G.held:
-        capi.LIB.hvd_abort_job(("the restarted job ended before its script called the function decorated with "
-                                "hvd.elastic.run, which takes the state saved in %s" % _path()).encode())
-
-
-def read_snapshot():
-    """Rank 0: the state saved when the job stopped (raises OSError)."""
-    with open(_path(), "rb") as f:
-        try:
-            return torch.load(f, map_location="cpu", weights_only=False)
-        except TypeError:  # torch < 1.13's load has no weights_only
-            f.seek(0)
-            return torch.load(f, map_location="cpu")
-
-
-# ------------------------------------------------------------------ loaders
 def _generators(loader):
     """The torch.Generators a loader draws its order from: its own, its
     sampler's, its batch sampler's and that one's sampler's."""
@@ -352,13 +169,11 @@ def _generators(loader):
 def _draw_state(loader):
     """What a loader's epoch is drawn from: the CPU generators' states and
     the loader's own generators'."""
-    from .rng import _states
-    return _states(cuda=False), [g.get_state() for g in _generators(loader)]
+    return _rng._states(cuda=False), [g.get_state() for g in _generators(loader)]
 
 
 def _set_draw_state(loader, st):
-    from .rng import _set_states
-    _set_states(st[0])
+    _rng._set_states(st[0])
     for g, s in zip(_generators(loader), st[1]):
         g.set_state(s)
 
@@ -404,7 +219,6 @@ def iterate(loader, make):
     _G.iters[tag] = n
     base = 0
     if _G.snap is not None and not _G.resumed:
-        from .lifecycle import _start
         _start()  # (a restarted job's state is read there)
         t_tag, t_iter, used, rng = _G.snap["target"]
         if (tag, n) != (t_tag, t_iter):
@@ -459,7 +273,6 @@ def _stop(tag, counted):
     raise SystemExit(0)  # every rank ends 0 (joined); hvdrun sees the state saved anew
 
 
-# ------------------------------------------------------------------ back where the job stopped
 def _load_all(objs, states, what):
     if len(objs) != len(states):
         warn("the restarted script has %d %s, the job that stopped had %d: the first %d take the saved state"
@@ -488,7 +301,6 @@ def free_state(name):
 def _arrive():
     """The script is back at the call where the job stopped: the saved state
     is loaded, and rank 0 writes for real again."""
-    from .rng import _set_states
     snap = _G.snap
     _G.resumed = True
     _S.resume_steps = None
@@ -513,32 +325,18 @@ def _arrive():
     _S.steps, _A.k, _A.windows = snap["steps"], snap["k"], list(snap["windows"])
     capi.LIB.hvd_step_count_set(_S.steps)  # HVDSHIM_METRICS goes on with the job's steps
     if _S.scale_lr and snap["size"] != _S.size:
-        from .elastic import _rescale_lr
         _rescale_lr(_S.size / snap["size"])
-    _set_states(snap["rng"])
+    _rng._set_states(snap["rng"])
     for tag, states in snap["generators"].items():  # the loaders' own generators, but the one back here (drawn)
         loader = _S.loader_refs.get(tag, lambda: None)()
         if loader is not None and tag != snap["target"][0]:
             for g, st in zip(_generators(loader), states):
                 g.set_state(st)
     if _S.rank == 0:
-        from .elastic import _take_over
         _flush_writers()  # what the script wrote before it was back goes nowhere (the private copies)
         _take_over(resumed=True)
         warn("the job started again over %d rank(s) (was %d) and goes on from optimizer step %d"
              % (_S.size, snap["size"], _S.steps + 1))
-
-
-def _flush_writers():
-    """Every Python file object open for writing flushes its buffer."""
-    import gc
-    import io
-    for o in gc.get_objects():
-        try:  # type(), not isinstance(): an object's __class__ may warn (torch.distributed.reduce_op)
-            if issubclass(type(o), io.IOBase) and not o.closed and o.writable():
-                o.flush()
-        except Exception:  # (a stream that cannot say or flush: left as it is)
-            pass
 
 
 def note_scaler(scaler):

@@ -27,6 +27,8 @@ every rank starts from one state:
     Python's `random` and NumPy stay per-rank there (swapping their states
     would cost ~14 us a step).
   * same: the streams stay identical on every rank.  off: none of this.
+
+Its state: _R.
 """
 import hashlib
 import pickle
@@ -38,6 +40,18 @@ import torch
 from .capi import debug
 from .collectives import broadcast_bytes, Pending
 from .state import _S
+
+
+class _Streams:
+    def __init__(self):
+        self.synced = False         # rank 0's states taken (engine start)
+        self.diverged = False       # per-rank streams from the first backward on
+        self.seed = None            # the job's agreed seed of the step window's shared streams (engine start)
+        self.shared = {}            # device -> the shared stream's state, between windows (window_open)
+        self.window = None          # while a window is open: [(device, generator, this rank's own state)]
+
+
+_R = _Streams()
 
 
 def seed_torch_at_import(mode, seed):
@@ -94,14 +108,14 @@ def rank0_states(name, cuda=True):
 
 def take_rank0_states():
     """At engine start: every rank takes rank 0's generator states."""
-    if _S.rng_mode == "off" or _S.rng_synced:
+    if _S.rng_mode == "off" or _R.synced:
         return
-    _S.rng_synced = True
+    _R.synced = True
     st = rank0_states(b"hvdshim.rng")
     if _S.rank != 0:
         _set_states(st)
     # the step window's shared streams are seeded from this agreed state
-    _S.rng_seed = mixed_seed(bytes(st["torch"].tolist()), -1)
+    _R.seed = mixed_seed(bytes(st["torch"].tolist()), -1)
     debug("random state: rank 0's (torch, random%s)" % (", numpy" if _numpy_random() is not None else ""))
 
 
@@ -114,9 +128,9 @@ def mixed_seed(state_bytes, rank):
 def diverge():
     """After the first backward (HVDSHIM_RNG=per-rank): rank r > 0 mixes its
     rank into every generator's state; rank 0's streams are unchanged."""
-    if _S.rng_mode != "per-rank" or _S.rng_diverged:
+    if _S.rng_mode != "per-rank" or _R.diverged:
         return
-    _S.rng_diverged = True
+    _R.diverged = True
     if _S.rank == 0:
         return
     r = _S.rank
@@ -141,7 +155,7 @@ def _window_generators():
 def _first_shared(device):
     """The shared stream's first state on `device`: a generator seeded from
     the job's agreed seed (the same on every rank, its own per device)."""
-    seed = mixed_seed(b"window|%s|%d" % (device.encode(), _S.rng_seed), 0) & ((1 << 63) - 1)
+    seed = mixed_seed(b"window|%s|%d" % (device.encode(), _R.seed), 0) & ((1 << 63) - 1)
     g = torch.Generator(device=device)
     g.manual_seed(seed)
     return g.get_state()
@@ -151,25 +165,25 @@ def window_open():
     """A reducing backward ended (HVDSHIM_RNG=per-rank): torch's generators
     draw from the shared stream until window_close; this rank's own states
     are kept aside."""
-    if _S.rng_mode != "per-rank" or _S.rng_window is not None or _S.rng_seed is None:
+    if _S.rng_mode != "per-rank" or _R.window is not None or _R.seed is None:
         return
     saved = []
     for device, g in _window_generators():
-        shared = _S.rng_shared.get(device)
+        shared = _R.shared.get(device)
         saved.append((device, g, g.get_state()))
         g.set_state(shared if shared is not None else _first_shared(device))
-    _S.rng_window = saved
+    _R.window = saved
 
 
 def window_close():
     """The optimizer step ended (or a zero_grad, the next backward, the next
     training batch): the shared stream is kept for the next window, this
     rank's own states come back."""
-    saved = _S.rng_window
+    saved = _R.window
     if saved is None:
         return
-    _S.rng_window = None
+    _R.window = None
     for device, g, mine in saved:
-        _S.rng_shared[device] = g.get_state()
+        _R.shared[device] = g.get_state()
         g.set_state(mine)
 

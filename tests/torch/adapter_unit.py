@@ -12,7 +12,7 @@ import torch
 
 sys.path.insert(0, sys.argv.pop(1))  # python/
 import hvdshim_torch  # noqa: E402
-from hvdshim_torch import capi, collectives, errors, models, norms, output, patching, resize, rng  # noqa: E402
+from hvdshim_torch import capi, collectives, errors, grow, models, norms, output, patching, resize, rng  # noqa: E402
 from hvdshim_torch.data import dealing, epoch_order, iterable, iteration, loaders, redeal, roles, sharded  # noqa: E402
 from hvdshim_torch.data.redeal import _LIVE  # noqa: E402
 from hvdshim_torch.data.roles import _EV  # noqa: E402
@@ -23,6 +23,7 @@ from hvdshim_torch.gradients.backward import _B  # noqa: E402
 from hvdshim_torch.gradients.loss_shares import _L  # noqa: E402
 from hvdshim_torch.gradients.params import _P  # noqa: E402
 from hvdshim_torch.gradients.submit import _H  # noqa: E402
+from hvdshim_torch.rng import _R  # noqa: E402
 from hvdshim_torch.state import _S  # noqa: E402
 
 
@@ -643,21 +644,21 @@ class Rules(unittest.TestCase):
     def test_rng_streams_per_rank_and_deterministic(self):
         self.assertNotEqual(rng.mixed_seed(b"state", 1), rng.mixed_seed(b"state", 2))
         self.assertEqual(rng.mixed_seed(b"state", 1), rng.mixed_seed(b"state", 1))
-        _S.rng_mode, _S.rng_diverged, _S.rank = "per-rank", False, 0
+        _S.rng_mode, _R.diverged, _S.rank = "per-rank", False, 0
         torch.manual_seed(3)
         before = torch.get_rng_state().clone()
         rng.diverge()  # rank 0: unchanged
         self.assertTrue(torch.equal(before, torch.get_rng_state()))
-        _S.rng_diverged, _S.rank = False, 1
+        _R.diverged, _S.rank = False, 1
         rng.diverge()
         a = torch.rand(3)
         torch.set_rng_state(before)
-        _S.rng_diverged = False
+        _R.diverged = False
         rng.diverge()
         self.assertTrue(torch.equal(a, torch.rand(3)))  # the same mixing every time
         torch.set_rng_state(before)
         self.assertFalse(torch.equal(a, torch.rand(3)))  # and not rank 0's stream
-        _S.rng_mode, _S.rng_diverged = "same", False
+        _S.rng_mode, _R.diverged = "same", False
         torch.set_rng_state(before)
         rng.diverge()
         self.assertTrue(torch.equal(before, torch.get_rng_state()))
@@ -666,11 +667,11 @@ class Rules(unittest.TestCase):
         """Between a reducing backward's end and the step's, torch draws from
         a stream every rank shares; outside, each rank's own stream goes on
         as if the window's draws had not happened."""
-        _S.rng_mode, _S.rng_seed, _S.rng_shared, _S.rng_window = "per-rank", 12345, {}, None
-        self.addCleanup(setattr, _S, "rng_seed", None)
+        _S.rng_mode, _R.seed, _R.shared, _R.window = "per-rank", 12345, {}, None
+        self.addCleanup(setattr, _R, "seed", None)
         drawn = []
         for own in (1, 2):  # two ranks: their own streams differ
-            _S.rng_shared = {}
+            _R.shared = {}
             torch.manual_seed(own)
             rng.window_open()
             rng.window_open()  # (open already: nothing changes)
@@ -691,10 +692,10 @@ class Rules(unittest.TestCase):
         rng.window_open()
         it = iteration.dealt_batches(iter([1]))
         self.assertEqual(next(it), 1)
-        self.assertIsNone(_S.rng_window)
+        self.assertIsNone(_R.window)
         _S.rng_mode = "same"
         rng.window_open()
-        self.assertIsNone(_S.rng_window)  # only per-rank streams have a window
+        self.assertIsNone(_R.window)  # only per-rank streams have a window
         self.assertEqual(batches, [1, 2])
 
     def _windowed(self, window):
@@ -1113,10 +1114,10 @@ class Resizing(unittest.TestCase):
         self.assertEqual(list(iter(lambda: next(r, None), None)), ["new a", "new b"])
 
     def test_discovery_output_slots(self):
-        self.assertEqual(resize._slots("a:2\nb\n# a comment\n\n  c:3  \n"), 6)
-        self.assertEqual(resize._slots(""), 0)
+        self.assertEqual(grow._slots("a:2\nb\n# a comment\n\n  c:3  \n"), 6)
+        self.assertEqual(grow._slots(""), 0)
         with self.assertRaises(ValueError):
-            resize._slots("a:two")
+            grow._slots("a:two")
 
     def test_loader_generators_found(self):
         from torch.utils.data import DataLoader, RandomSampler
@@ -1129,9 +1130,9 @@ class Resizing(unittest.TestCase):
         old = os.environ.get("LD_PRELOAD")
         try:
             os.environ["LD_PRELOAD"] = "/x/libfoo.so:/y/.libs/libhvdshim.so"
-            self.assertEqual(resize._plain_env()["LD_PRELOAD"], "/x/libfoo.so")
+            self.assertEqual(grow._plain_env()["LD_PRELOAD"], "/x/libfoo.so")
             os.environ["LD_PRELOAD"] = "/y/libhvdshim.so"
-            self.assertNotIn("LD_PRELOAD", resize._plain_env())
+            self.assertNotIn("LD_PRELOAD", grow._plain_env())
         finally:
             if old is None:
                 os.environ.pop("LD_PRELOAD", None)

@@ -1,5 +1,5 @@
-"""DataLoaders sharded by use (HVDSHIM_DATA), bottom to top (a module
-imports only those above it in this list):
+"""DataLoaders sharded by use (HVDSHIM_DATA).  Its modules, lowest layer
+first (a module imports only those listed before it: tests/unit/pyimports.py):
 
   roles         a loader's role per iteration (sharded: it trains; whole: it
                 evaluates) and what len(loader) answers

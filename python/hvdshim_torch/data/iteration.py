@@ -29,7 +29,7 @@ def dealt_batches(it):
     syncs over ranks)."""
     it = iter(it)
     while True:
-        if _S.rng_window is not None:
+        if _rng._R.window is not None:
             _rng.window_close()
         try:
             x = next(it)

@@ -24,7 +24,6 @@ class _Fingerprint:
 
 _FP = _Fingerprint()
 
-
 _BEFORE_TRAINING = 64  # root forwards before the first reducing backward after which nothing is compared
 
 

@@ -1,5 +1,6 @@
-"""Gradients averaged over ranks as backward makes them, bottom to top (a
-module imports only those above it in this list):
+"""Gradients averaged over ranks as backward makes them.  Its modules,
+lowest layer first (a module imports only those listed before it:
+tests/unit/pyimports.py):
 
   params        the followed parameters, by index (the used-bitmap's order)
   accumulation  k backward passes per optimizer step: the window, rank 0's proposal

@@ -30,10 +30,7 @@ class _Calls:
 
 _K = _Calls()
 
-
 _HAS_POST_ACCUMULATE = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
-
-
 # torch's own (install.py wraps the method for the script's hooks: _accumulated_grad)
 _POST_ACCUMULATE = getattr(torch.Tensor, "register_post_accumulate_grad_hook", None)
 

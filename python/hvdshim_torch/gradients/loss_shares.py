@@ -42,6 +42,7 @@ class _Shares:
 
 
 _L = _Shares()
+
 # A loss that is a mean is a sum divided by what it is a mean over: the
 # targets that count (cross-entropy with ignore_index or class weights), or
 # the elements (a .mean(), MSE).  The plain run divides the whole batch's
@@ -57,8 +58,6 @@ _L = _Shares()
 # seed: a seed far from 1 would overflow a float16 backward under a
 # GradScaler where the plain run's does not.)
 _SCALINGS = ("MulBackward0", "MulBackward1", "DivBackward0", "DivBackward1", "NegBackward0")
-
-
 _SUMMED = "summed"  # (_loss_kind: a sum over the batch)
 
 

@@ -13,7 +13,7 @@ from their own gradients (_start_over)."""
 import torch
 
 from .. import elastic as _elastic
-from .. import resize as _resize
+from .. import grow as _grow
 from .. import rng as _rng
 from ..capi import SUM, debug
 from ..collectives import Pending
@@ -45,7 +45,7 @@ def _submit_round():
     with the gradients batched so far."""
     slots = _hyper_slots()
     n, m = len(_P.used), len(slots)
-    rank0 = ([v for _g, _k, _i, v in slots], _propose_k(), _resize.proposal()) if _S.rank == 0 else None
+    rank0 = ([v for _g, _k, _i, v in slots], _propose_k(), _grow.proposal()) if _S.rank == 0 else None
     shares = _share_pieces(_L.share) if _S.shares else None  # (split mode: this rank's denominator, if it weighed)
     vec = torch.tensor(round_vector.pack(_P.used, m, rank0, shares), dtype=torch.float32)
     flags = Pending()
@@ -103,7 +103,7 @@ def _reduce_round_once():
     if got.rank0:  # rank 0 took part
         _apply_hyper(slots, got.hyperparameters())
         _adopt_k(got.k)
-        _resize.agreed(got.grow)
+        _grow.agreed(got.grow)
     else:
         _adopt_k(1)
     _H.pending.wait()

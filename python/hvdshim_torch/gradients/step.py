@@ -37,7 +37,7 @@ def _wrap_step(cls):
             finally:
                 _A.in_step -= 1
                 if _A.in_step == 0:
-                    if _S.rng_window is not None:
+                    if _rng._R.window is not None:
                         _rng.window_close()
                     _mark_step()
             if _A.in_step == 0 and _S.enabled and _S.started:
