@@ -60,7 +60,7 @@ global_process_set.process_set_id = 0
 _registry = {}  # id -> ProcessSet, the sets added and not removed (not the global one)
 
 # The engine behind the sets, given by the framework module when it loads
-# (horovod.torch.mpi_ops calls _setup): this module imports no framework, so
+# (horovod.torch.basics calls _setup): this module imports no framework, so
 # the dependency runs one way, framework -> common.
 _engine = None
 

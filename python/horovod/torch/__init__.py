@@ -1,5 +1,25 @@
 """horovod.torch served by hvdshim: Horovod's PyTorch API on hvdshim's engine.
-See the README ("Horovod scripts") for what is served and what is not."""
+See the README ("Horovod scripts") for what is served and what is not.
+
+Its modules, lowest layer first (a module imports only those listed before
+it: tests/unit/pyimports.py); all of them call libhvdshim.so through
+hvdshim_torch.capi, the one binding of hvdshim.h:
+
+  compression      Horovod's Compression (fp16), arithmetic on tensors
+  basics           rank, size, local and cross places, what is built, the
+                   timeline, the engine side of process sets
+  tensors          the reduction ops, tensor checks, prescale/postscale,
+                   the buffer the engine works on
+  handles          operations in flight: handles, names, poll, synchronize,
+                   join, barrier
+  ops              the collectives (allreduce, allgather, broadcast, alltoall,
+                   reducescatter; grouped, async, in place, differentiable)
+  mpi_ops          init, the elastic API's reset; Horovod's module of every
+                   name above
+  functions        broadcast_parameters, broadcast_object, ...
+  optimizer        DistributedOptimizer
+  sync_batch_norm  SyncBatchNorm
+  elastic/         hvd.elastic: run, TorchState, ElasticSampler, growing"""
 from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 from horovod.common.process_sets import (ProcessSet, add_process_set, global_process_set,
                                          remove_process_set)

@@ -8,8 +8,10 @@ import torch
 
 from horovod.common.process_sets import global_process_set
 from horovod.torch.compression import Compression
-from horovod.torch.mpi_ops import (Average, _engine_op, _lib, _optimizers, allreduce_async_, size,
-                                   sparse_allreduce_async, synchronize)
+from horovod.torch.basics import _lib, size
+from horovod.torch.handles import _optimizers, synchronize
+from horovod.torch.ops import allreduce_async_, sparse_allreduce_async
+from horovod.torch.tensors import Average, _engine_op
 
 _HAS_POST_ACCUMULATE = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
 

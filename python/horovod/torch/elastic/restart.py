@@ -29,7 +29,8 @@ import torch
 
 from horovod.common import elastic as _common
 from horovod.torch.functions import allgather_object, broadcast_object
-from horovod.torch.mpi_ops import _at_init, broadcast_, rank, size
+from horovod.torch.basics import _at_init, rank, size
+from horovod.torch.ops import broadcast_
 
 from hvdshim_torch import capi
 from hvdshim_torch import grow as _grow
