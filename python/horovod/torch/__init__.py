@@ -1,5 +1,5 @@
 """horovod.torch served by hvdshim: Horovod's PyTorch API on hvdshim's engine.
-See the README ("Horovod scripts") for what is served and what is not.
+See docs/HOROVOD.md for what is served and what is not.
 
 Its modules, lowest layer first (a module imports only those listed before
 it: tests/unit/pyimports.py); all of them call libhvdshim.so through
