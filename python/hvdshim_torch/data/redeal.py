@@ -130,3 +130,6 @@ def _redeal_all():
     what its loader's workers had been asked for."""
     for live in list(_LIVE.live):
         live.redeal()
+
+
+_S.on_change.append(_redeal_all)  # (elastic is below data: it calls up through this)
