@@ -47,6 +47,10 @@ __attribute__((visibility("default"))) void hvd_overlay_resume(void);
  * with errno.  Exported. */
 #include <stddef.h>
 __attribute__((visibility("default"))) int hvd_overlay_write_path(const char *path, char *out, size_t len);
+/* The file at `path` was written where hvd_overlay_write_path said, by
+ * code the overlay cannot follow: its bytes are tracked from here (freed
+ * once rank 0's file holds them).  Exported. */
+__attribute__((visibility("default"))) void hvd_overlay_written(const char *path);
 /* The overlay folder, or NULL while none has been created. */
 const char *hvd_overlay_root(void);
 

@@ -301,7 +301,7 @@ static int copy_file(const char *src, const char *dst, mode_t mode) {
   int out = L->openat(AT_FDCWD, dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode & 07777);
   int rc = out < 0 ? -1 : 0;
   while (!rc) {
-    ssize_t n = read(in, buf, sizeof buf);
+    ssize_t n = L->read(in, buf, sizeof buf);
     if (n == 0) break;
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -309,7 +309,7 @@ static int copy_file(const char *src, const char *dst, mode_t mode) {
       break;
     }
     for (ssize_t off = 0; off < n;) {
-      ssize_t w = write(out, buf + off, (size_t)(n - off));
+      ssize_t w = L->write(out, buf + off, (size_t)(n - off));
       if (w < 0 && errno == EINTR) continue;
       if (w <= 0) {
         rc = -1;
@@ -319,8 +319,8 @@ static int copy_file(const char *src, const char *dst, mode_t mode) {
     }
   }
   int e = errno;
-  close(in);
-  if (out >= 0) close(out);
+  L->close(in);
+  if (out >= 0) L->close(out);
   errno = e;
   return rc;
 }

@@ -50,6 +50,14 @@ typedef struct {
   int (*bind)(int, const struct sockaddr *, socklen_t);
   int (*connect)(int, const struct sockaddr *, socklen_t);
   char *(*realpath)(const char *, char *);                          /* view */
+  /* the bytes of the copies (overlay_bytes.c) */
+  ssize_t (*read)(int, void *, size_t);                             /* view */
+  ssize_t (*write)(int, const void *, size_t);                      /* view */
+  ssize_t (*pread)(int, void *, size_t, off_t);
+  ssize_t (*pwrite)(int, const void *, size_t, off_t);
+  int (*close)(int);                                                /* view */
+  int (*fallocate)(int, int, off_t, off_t);
+  int (*ftruncate)(int, off_t);
 } hvd_ovl_libc;
 
 /* Starts the view for `rank` (the overlay folder's name carries it), with
