@@ -4,6 +4,8 @@
 # 1. saves/s of a checkpoint loop: plain, as rank 1 with the overlay, as
 #    rank 1 writing real files; ratios to plain.
 # 2. ms per optimizer step at np=2 with the guard every step vs off.
+# 3. s per save and per load of a large checkpoint (OVERLAY_BENCH_MB, 256).
+# 4. ns per os.pread on an fd that is not a copy: plain, as rank 1.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 top=${top_builddir:-$(cd "$here/.." && pwd)}
@@ -22,6 +24,30 @@ for r in $(seq "$ROUNDS"); do
   rm -rf "$TMP/d"; o=$(as_rank1 "$PY" "$B" saves "$TMP/d" | rate)
   rm -rf "$TMP/d"; a=$(as_rank1 HVDSHIM_SAVE_RANKS=all "$PY" "$B" saves "$TMP/d" | rate)
   echo "saves/s plain $p  rank1-overlay $o  rank1-real $a  overlay/plain $(echo "$o $p" | awk '{printf "%.3f", $1/$2}')  overlay/real $(echo "$o $a" | awk '{printf "%.3f", $1/$2}')"
+done
+# 3. a large checkpoint (issue 52): s per save and per load, plain (rank 0's
+#    files), as rank 1 keeping every byte, as rank 1 freeing those rank 0's hold
+MB=${OVERLAY_BENCH_MB:-256}
+big() { sed -n 's/^\(\[rank 1\] \)\{0,1\}s\/save \([0-9.]*\) s\/load \([0-9.]*\).*/\2 \3/p'; }
+for r in $(seq "$ROUNDS"); do
+  rm -rf "$TMP/b" "$TMP/t" && mkdir -p "$TMP/t"
+  p=$("$PY" "$B" bigsaves "$TMP/b" "$MB" | big)
+  if [ $((r % 2)) = 1 ]; then
+    k=$(as_rank1 TMPDIR="$TMP/t" HVDSHIM_PRIVATE_BYTES=0 "$PY" "$B" bigsaves "$TMP/b" "$MB" | big)
+    f=$(as_rank1 TMPDIR="$TMP/t" "$PY" "$B" bigsaves "$TMP/b" "$MB" | big)
+  else
+    f=$(as_rank1 TMPDIR="$TMP/t" "$PY" "$B" bigsaves "$TMP/b" "$MB" | big)
+    k=$(as_rank1 TMPDIR="$TMP/t" HVDSHIM_PRIVATE_BYTES=0 "$PY" "$B" bigsaves "$TMP/b" "$MB" | big)
+  fi
+  echo "$MB MiB: s/save s/load plain $p  rank1-keep-all $k  rank1-free $f" |
+    awk '{printf "%s  save free/plain %.2f  free/keep-all %.2f\n", $0, $10/$5, $10/$7}'
+done
+# 4. an fd call on an fd that is no copy (a training step's I/O): ns per os.pread, plain and as rank 1
+head -c 4096 /dev/zero >"$TMP/f"
+for r in $(seq "$ROUNDS"); do
+  p=$("$PY" "$B" reads "$TMP/f" | sed -n 's/^ns\/read //p')
+  o=$(as_rank1 "$PY" "$B" reads "$TMP/f" | sed -n 's/^\(\[rank 1\] \)\{0,1\}ns\/read //p')
+  echo "ns/read plain $p  rank1 $o"
 done
 step() { HVDSHIM_CHECK_STEPS=$1 "$top/launcher/hvdrun" --oversubscribe -np 2 -- "$PY" "$B" steps 2>/dev/null |
   sed -n 's/^ms\/step //p'; }

@@ -557,7 +557,7 @@ EXPORT int close(int fd) {
 }
 EXPORT int fclose(FILE *f) {
   REAL();
-  if (on && f && !plain_fd(fileno(f))) hvd_ovb_closing(fileno(f));
+  if (on && !plain_fd(fileno(f))) hvd_ovb_closing(fileno(f));
   return fdc.fclose(f);
 }
 EXPORT int dup(int fd) {
@@ -799,7 +799,10 @@ static int link_common(int d1, const char *p1, int d2, const char *p2, int fl, c
   if (r == FAIL) return -1;
   if (r == PASS) return rs == PASS ? real.linkat(d1, p1, d2, p2, fl) : real.linkat(AT_FDCWD, src, d2, p2, fl);
   /* the new name is in the overlay: a link to an overlay file, a copy of a real one */
-  if (rs == MAPPED && real.linkat(AT_FDCWD, src, AT_FDCWD, m, fl) == 0) return 0;
+  if (rs == MAPPED && real.linkat(AT_FDCWD, src, AT_FDCWD, m, fl) == 0) {
+    if (copy_of(src)) hvd_ovb_linked(src);
+    return 0;
+  }
   char a[PATH_MAX];
   if (rs == MAPPED) strcpy(a, src);
   else if (hvd_ovl_absolute(d1, p1, a)) return errno = EXDEV, -1;

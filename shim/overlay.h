@@ -13,8 +13,10 @@
  * Unix sockets named by a path).  /dev, /proc, /sys,
  * /run, anything that is not a regular file, and calls made by MPI, NCCL,
  * CUDA and hvdshim's own code pass through.  The folder is removed at exit,
- * and by a small watcher process if the rank dies without exiting.
- * docs/ARCHITECTURE.md ("Rank-private files") has the reasoning. */
+ * and by a small watcher process if the rank dies without exiting.  Past
+ * HVDSHIM_PRIVATE_BYTES, the blocks of its files that rank 0's real files
+ * hold are freed (overlay_bytes.h).  docs/ARCHITECTURE.md ("Rank-private
+ * files") has the reasoning. */
 #ifndef HVD_OVERLAY_H
 #define HVD_OVERLAY_H
 

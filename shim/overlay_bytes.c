@@ -45,15 +45,15 @@
 /* block states (low bits) and flags */
 enum { PRIV = 0, ZERO = 1, AWAY = 2, LOST = 3, KIND = 3, DIFF = 4, DROPPED = 8 };
 enum { APPEND = 0x80, KINDMASK = 0x03 };
-/* Seconds without a change in rank 0's files (or, where it has none yet,
- * in their folders) after which a wait for them ends: a write over the cap
- * (QUIET_CAP), a read-open (QUIET_READ), a write that found no room before
- * dropping, a block rank 0's file does not hold yet (QUIET_NOSPACE); all ×
- * `quiet`.  A replica waits for rank 0 at its next collective anyway: the
- * wait costs only where rank 0 writes no such file (a name of its own). */
-#define QUIET_CAP (10.0 * quiet)
-#define QUIET_READ (10.0 * quiet)
-#define QUIET_NOSPACE (10.0 * quiet)
+/* Waits for rank 0's files (bmu dropped while sleeping).  A write over the
+ * cap, a read-open or a write that found no room waits only while rank 0
+ * is writing files this rank wrote (one changed in the last QUIET seconds:
+ * a replica would wait for it at its next collective anyway), until they
+ * are QUIET that long; a block rank 0's file does not hold (yet: its
+ * temporary not renamed into place), or no room left while rank 0 writes,
+ * waits until they are QUIET_LONG.  × `quiet` (1; the unit test's less). */
+#define QUIET (2.0 * quiet)
+#define QUIET_LONG (10.0 * quiet)
 #define RECENT 60.0 /* s: rank 0 writing the file of a copy written this recently is progress too */
 
 typedef struct {
@@ -78,6 +78,7 @@ typedef struct hvd_ovb_file {
   int nw, nr, nrw;       /* tracked fds: writers, readers, stdio read-write */
   int inflight;          /* tracked calls between begin and end */
   int unseen, unlinked, warned, dropped;
+  int pinned;            /* keeps every byte (another name links it) */
   int scan_fds, scan_untracked, scan_mapped, scan_fd; /* from the last scan */
   fprint cfp;            /* the counterpart under which the DIFF flags hold */
   double last;           /* last tracked write */
@@ -96,12 +97,11 @@ static hvd_ovb_stats stats;
 static int in_child, no_punch;
 static unsigned char *buf1, *buf2; /* two blocks (under bmu) */
 static long long grown = -1;       /* private bytes added since a cap pass could not get under it (-1: none failed) */
-static uint64_t gave_up_sig;       /* the counterparts when the cap last could not be met */
-static uint64_t full_sig;          /* ... and when TMPDIR last had no room and nothing could be freed */
 
 static int read_full(int fd, unsigned char *b, off_t n, off_t at);
 static uint64_t counterparts(ovf *one);
 static int await_change(ovf *f, uint64_t *last, double *since, double wait);
+static double patience(ovf *one, int writing);
 static long long pass(ovf *one, int drop);
 
 static double now(void) {
@@ -472,7 +472,7 @@ static int write_back_range(ovf *f, size_t b0, long b1) {
     if (cfd < 0) cfd = open_counterpart(f, &p);
     while ((rc = fetch(f, cfd, b)) && errno == ESTALE) {
       if (!since) last = counterparts(f), since = now();
-      if (!await_change(f, &last, &since, QUIET_NOSPACE)) break;
+      if (!await_change(f, &last, &since, QUIET_LONG)) break;
       if (cfd >= 0) L->close(cfd);
       cfd = open_counterpart(f, &p);
     }
@@ -538,7 +538,7 @@ static void scan(void) {
 /* Private bytes of f that a pass may free: the end of the freeable blocks
  * (0: none). */
 static off_t freeable_end(ovf *f) {
-  if (f->unlinked || f->inflight || f->scan_mapped || f->nr || f->nrw || f->scan_untracked) return 0;
+  if (f->unlinked || f->pinned || f->inflight || f->scan_mapped || f->nr || f->nrw || f->scan_untracked) return 0;
   if (!f->nw && !f->scan_fds) return f->size;
   if (f->unseen) return 0;
   off_t lim = f->hi - BS;
@@ -652,6 +652,39 @@ static uint64_t counterparts(ovf *one) {
   return sig;
 }
 
+/* How long to wait for rank 0 while its files do not change: QUIET_LONG
+ * when it is writing one (shorter than this rank's copy, changed in the
+ * last QUIET_LONG s); unless `writing` (only that counts), QUIET when one
+ * of them, or where there is none yet its folder, changed in the last
+ * QUIET s; else 0.  Its files: those of this rank's copies with private
+ * bytes or written lately (`one`'s only), and the files their blocks were
+ * freed against. */
+static double patience_of(const char *path, off_t size, const struct timespec *t, int writing) {
+  struct stat s;
+  char dir[PATH_MAX];
+  int there = L->fstatat(AT_FDCWD, path, &s, 0) == 0 && S_ISREG(s.st_mode);
+  if (!there) {
+    const char *slash = strrchr(path, '/');
+    if (!slash || (size_t)(slash - path) >= sizeof dir) return 0;
+    memcpy(dir, path, (size_t)(slash - path)), dir[slash - path] = 0;
+    if (L->fstatat(AT_FDCWD, dir[0] ? dir : "/", &s, 0) != 0) return 0;
+  }
+  double age = (double)(t->tv_sec - s.st_ctim.tv_sec) + (double)(t->tv_nsec - s.st_ctim.tv_nsec) * 1e-9;
+  if (there && s.st_size < size && age < QUIET_LONG) return QUIET_LONG;
+  return age < QUIET && !writing ? QUIET : 0;
+}
+static double patience(ovf *one, int writing) {
+  struct timespec t;
+  double n = now(), w = 0, x;
+  clock_gettime(CLOCK_REALTIME, &t);
+  for (ovf *f = files; f; f = f->next) {
+    if (one ? f != one : f->unlinked || (f->size <= f->away && n - f->last > RECENT)) continue;
+    if ((x = patience_of(f->path, f->size, &t, writing)) > w) w = x;
+    if (f->src && strcmp(f->src, f->path) && (x = patience_of(f->src, f->size, &t, writing)) > w) w = x;
+  }
+  return w;
+}
+
 /* Waits (bmu dropped) until rank 0's files for f change: 1; or until they
  * have been quiet for `wait` seconds since *since: 0.  *last: their state. */
 static int await_change(ovf *f, uint64_t *last, double *since, double wait) {
@@ -754,15 +787,18 @@ static void start_sweeper(void) {
  * waiting for them while they change. */
 static void over_cap(void) {
   double t = now();
-  if (grown >= 0 && grown < cap / 4) return; /* the last pass could not get under it: not before more came */
+  if (grown >= 0 && grown < (cap / 4 > BS ? cap / 4 : BS)) { /* the last pass failed: not before more came */
+    start_sweeper();
+    return;
+  }
   long long before = priv_total;
   pass(NULL, 0);
   long long mid = priv_total;
   grown = -1;
   if (priv_total <= cap / 2) goto out;
-  uint64_t sig = counterparts(NULL);
-  if (sig != gave_up_sig) settle(NULL, cap / 2, QUIET_CAP, 0);
-  if (priv_total > cap) gave_up_sig = counterparts(NULL), grown = 0, start_sweeper();
+  double w = patience(NULL, 1); /* rank 0 writing one of them now */
+  if (w > 0) settle(NULL, cap / 2, w, 0);
+  if (priv_total > cap) grown = 0, start_sweeper();
 out:
   HVD_DEBUG("private files over HVDSHIM_PRIVATE_BYTES: %lld bytes, %lld after a pass, %lld after %.3f s", before, mid,
             priv_total, now() - t);
@@ -880,8 +916,8 @@ int hvd_ovb_end(hvd_ovb_io *io, ssize_t done, int err) {
   if (io->writing && done < 0 && err == ENOSPC && !in_child) {
     /* room: what rank 0's files hold, waiting while they change (not again until they do), then dropping */
     long long freed = pass(NULL, 0);
-    if (!freed && counterparts(NULL) != full_sig) freed = settle(NULL, -1, QUIET_NOSPACE, 1);
-    if (!freed) full_sig = counterparts(NULL), freed = pass(NULL, 1);
+    if (!freed && patience(NULL, 0) > 0) freed = settle(NULL, -1, QUIET_LONG, 1);
+    if (!freed) freed = pass(NULL, 1);
     r = freed > 0 ? 1 : 2;
   } else if (io->writing && priv_total > cap && !in_child) {
     over_cap();
@@ -956,15 +992,16 @@ int hvd_ovb_truncating(int fd, const char *ov, off_t len) {
  * gone once closed) made of the copy's blocks and rank 0's, the latter
  * checked.  -1 with errno: EIO when bytes are gone, other: no memfd. */
 static int hand_out(ovf *f, int flags) {
-  int whole = !f->nw && !f->nrw && f->size == f->away, cfd, cp = -1, mfd = -1, fd = -1;
+  int whole = !f->nw && !f->nrw && f->size == f->away, cfd = -1, cp = -1, mfd = -1, fd = -1;
   for (size_t b = 0; b < f->nb && whole; b++) whole = kind(f, b) == ZERO || kind(f, b) == AWAY;
   if (buffers()) return -1;
   flags &= O_CLOEXEC | O_NONBLOCK | O_NOATIME | O_NOCTTY;
-  if ((cfd = L->openat(AT_FDCWD, f->path, flags | O_NONBLOCK)) >= 0) {
-    struct stat cs;
-    if (fstat(cfd, &cs) != 0 || !S_ISREG(cs.st_mode) || (whole && cs.st_size != f->size)) L->close(cfd), cfd = -1, whole = 0;
-    else if (!(flags & O_NONBLOCK)) fcntl(cfd, F_SETFL, fcntl(cfd, F_GETFL) & ~O_NONBLOCK);
-  }
+  struct stat cs;
+  /* (a FIFO at the path would block the open: a regular file only) */
+  if (L->fstatat(AT_FDCWD, f->path, &cs, 0) == 0 && S_ISREG(cs.st_mode) &&
+      (cfd = L->openat(AT_FDCWD, f->path, flags)) >= 0 &&
+      (fstat(cfd, &cs) != 0 || !S_ISREG(cs.st_mode) || (whole && cs.st_size != f->size)))
+    L->close(cfd), cfd = -1;
   if (cfd < 0) whole = 0;
   if (!whole && ((mfd = memfd_create("hvdshim-read-back", MFD_CLOEXEC)) < 0 || L->ftruncate(mfd, f->size) ||
                  (f->size > f->away && (cp = open_copy(f)) < 0)))
@@ -1004,14 +1041,15 @@ int hvd_ovb_serve(const char *abs, const char *ov, int flags, int *fd) {
   pthread_mutex_lock(&bmu);
   ovf *f = find(s.st_dev, s.st_ino);
   int rc = HVD_OVB_OWN;
-  if (!f || (!has_freed(f) && (flags < 0 || f->size - f->away < BS))) goto out; /* small and whole: the copy */
+  /* a whole copy smaller than a block (or the cap): itself */
+  if (!f || (!has_freed(f) && (flags < 0 || f->size - f->away < (cap < BS ? cap : BS)))) goto out;
   set_path(f, abs);
   if (s.st_size != f->size) { /* changed unseen */
     if (f->size % BS && kind(f, f->nb - 1) != PRIV && write_back_range(f, f->nb - 1, (long)f->nb - 1)) goto fail;
     resize(f, s.st_size);
   }
   if (flags >= 0 && !f->nw && !f->nrw && !f->inflight && !in_child && f->size > f->away) {
-    settle(f, -1, QUIET_READ, 0); /* free the rest once rank 0's file has it */
+    settle(f, -1, patience(f, 0), 0); /* free the rest once rank 0's file has it (waiting while it writes) */
     if (!find(s.st_dev, s.st_ino)) goto out;
   }
   if (!has_freed(f)) goto out;
@@ -1022,10 +1060,21 @@ int hvd_ovb_serve(const char *abs, const char *ov, int flags, int *fd) {
   }
   uint64_t last = counterparts(f);
   double since = now();
-  while ((*fd = hand_out(f, flags)) < 0 && errno == ESTALE) /* rank 0 behind: its file does not hold them yet */
-    if (!await_change(f, &last, &since, QUIET_NOSPACE)) break;
+  while ((*fd = hand_out(f, flags)) < 0 && errno == ESTALE) { /* rank 0 behind: its file does not hold them yet */
+    if (!await_change(f, &last, &since, QUIET_LONG)) break;
+    if (!f->nw && !f->nrw && !f->inflight && !in_child) pass(f, 0); /* what it holds now */
+  }
   if (*fd >= 0) {
     rc = HVD_OVB_FD;
+    if (f->size != f->away) {
+      struct stat cs;
+      int have = L->fstatat(AT_FDCWD, f->path, &cs, 0) == 0;
+      for (size_t b = 0; b < f->nb; b++)
+        if (kind(f, b) == PRIV)
+          HVD_DEBUG("  private block %zu flags %d; rank 0's size %lld ctime age %.3f; nw %d nr %d nrw %d untr %d map %d inflight %d",
+                    b, f->st[b], have ? (long long)cs.st_size : -1LL, have ? (double)time(NULL) - (double)cs.st_ctim.tv_sec : -1.0,
+                    f->nw, f->nr, f->nrw, f->scan_untracked, f->scan_mapped, f->inflight);
+    }
     HVD_DEBUG("read of %s: %s (%lld of its %lld bytes private)", where(f),
               f->size == f->away ? "rank 0's file" : "a memfd of its bytes and rank 0's", (long long)(f->size - f->away),
               (long long)f->size);
@@ -1067,6 +1116,18 @@ void hvd_ovb_removed(const char *a) {
     if (f->unlinked || strcmp(f->path, a)) continue;
     f->unlinked = 1;
     if (!f->nw && !f->nr && !f->nrw && !f->inflight) free_file(f);
+  }
+  pthread_mutex_unlock(&bmu);
+}
+
+void hvd_ovb_linked(const char *ov) {
+  struct stat s;
+  if (!cap || L->fstatat(AT_FDCWD, ov, &s, 0) != 0) return;
+  pthread_mutex_lock(&bmu);
+  ovf *f = find(s.st_dev, s.st_ino);
+  if (f) {
+    f->pinned = 1; /* its path is one of two names now: removing either must leave the bytes */
+    if (has_freed(f)) write_back_range(f, 0, -1);
   }
   pthread_mutex_unlock(&bmu);
 }

@@ -95,6 +95,9 @@ int hvd_ovb_serve(const char *abs, const char *ov, int flags, int *fd);
 void hvd_ovb_renamed(const char *a, const char *b);
 /* The view removed the copy of a. */
 void hvd_ovb_removed(const char *a);
+/* The copy at `ov` got a second name (a hard link): it holds all its bytes
+ * again and keeps them. */
+void hvd_ovb_linked(const char *ov);
 /* The copy of `abs` (at `ov`) was written by code this layer cannot
  * follow (raw system calls): track it from here. */
 void hvd_ovb_note(const char *abs, const char *ov);

@@ -241,8 +241,8 @@ static void spawn_watcher(void) {
   char *envp[] = {"PATH=/usr/bin:/bin", NULL};
   pid_t pid;
   if (posix_spawn(&pid, "/bin/sh", &fa, &at, argv, envp) == 0) watcher_fd = p[1];
-  else close(p[1]);
-  close(p[0]);
+  else L->close(p[1]);
+  L->close(p[0]);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&at);
 }
@@ -677,6 +677,6 @@ void hvd_ovl_drop(void) {
   pthread_mutex_lock(&mu);
   if (root[0]) nftw(root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
   root[0] = 0, rootlen = 0; /* a write after this makes a new folder (and watcher) */
-  if (watcher_fd >= 0) close(watcher_fd), watcher_fd = -1;
+  if (watcher_fd >= 0) L->close(watcher_fd), watcher_fd = -1;
   pthread_mutex_unlock(&mu);
 }
