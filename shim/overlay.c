@@ -279,8 +279,10 @@ EXPORT FILE *freopen64(const char *path, const char *mode, FILE *f) { return fop
 /* ------------------------------------------------------------ fd calls: the copies' bytes */
 /* Every process but a rank > 0's training program: `on` is 0 and each call
  * is the real one after one load.  There, an fd not opened on a copy
- * (hvd_ovb_of: NULL) passes the same way. */
-static inline int plain_fd(int fd) { return !on || !hvd_ovb_of(fd); }
+ * (hvd_ovb_of: NULL) passes the same way; so does any fd in another
+ * process (a child of vfork, as CPython's subprocess makes, shares the
+ * rank's memory while it dup2s and closes: it must not touch the table). */
+static inline int plain_fd(int fd) { return !on || !hvd_ovb_of(fd) || getpid() != owner; }
 
 /* I/O of len bytes at `at` (-1: the fd's position) on a tracked fd, made
  * by call(fd, c): the bytes layer writes back what it touches first and
@@ -569,13 +571,13 @@ EXPORT int dup(int fd) {
 EXPORT int dup2(int fd, int to) {
   REAL();
   int r = fdc.dup2(fd, to);
-  if (r >= 0 && on && (hvd_ovb_of(fd) || hvd_ovb_of(to))) hvd_ovb_dup(fd, to);
+  if (r >= 0 && on && (hvd_ovb_of(fd) || hvd_ovb_of(to)) && getpid() == owner) hvd_ovb_dup(fd, to);
   return r;
 }
 EXPORT int dup3(int fd, int to, int fl) {
   REAL();
   int r = fdc.dup3(fd, to, fl);
-  if (r >= 0 && on && (hvd_ovb_of(fd) || hvd_ovb_of(to))) hvd_ovb_dup(fd, to);
+  if (r >= 0 && on && (hvd_ovb_of(fd) || hvd_ovb_of(to)) && getpid() == owner) hvd_ovb_dup(fd, to);
   return r;
 }
 /* Every fcntl argument is an int or a pointer, passed in a register of

@@ -103,6 +103,11 @@ static uint64_t counterparts(ovf *one);
 static int await_change(ovf *f, uint64_t *last, double *since, double wait);
 static double patience(ovf *one, int writing);
 static long long pass(ovf *one, int drop);
+static int write_back_range_(ovf *f, size_t b0, long b1, int writing);
+/* The bytes must be the ones written (reads, mappings): */
+static inline int write_back_range(ovf *f, size_t b0, long b1) { return write_back_range_(f, b0, b1, 0); }
+/* ... or they are about to be written over, as rank 0 has: */
+static inline int write_back_over(ovf *f, size_t b0, long b1) { return write_back_range_(f, b0, b1, 1); }
 
 static double now(void) {
   struct timespec t;
@@ -422,13 +427,14 @@ static int free_block(ovf *f, int fd, size_t b, int k, const uint64_t h[2]) {
 static const char *where(const ovf *f) { return f->path; }
 
 /* Bytes of block b that left the copy (AWAY, LOST) from rank 0's file
- * (cfd) into buf1, AWAY ones checked against their hash.  0, or -1 with
- * errno ESTALE: rank 0's file does not hold them (now). */
+ * (cfd) into buf1, AWAY ones checked against their hash.  0; 1 when rank
+ * 0's file has other bytes there (in buf1); or -1 with errno ESTALE when
+ * it has none there (now). */
 static int fetch(ovf *f, int cfd, size_t b) {
   off_t n = blen(f, b), at = (off_t)b * BS;
   uint64_t h[2];
   if (cfd < 0 || buffers() || read_full(cfd, buf1, n, at)) return errno = ESTALE, -1;
-  if (kind(f, b) == ZERO) return is_zero(buf1, (size_t)n) ? 0 : (errno = ESTALE, -1);
+  if (kind(f, b) == ZERO) return is_zero(buf1, (size_t)n) ? 0 : 1;
   if (kind(f, b) == LOST) {
     if (!f->warned++)
       HVD_WARN("%s: some of the bytes this rank wrote were not kept (TMPDIR was full): read from rank 0's file, unchecked",
@@ -436,7 +442,7 @@ static int fetch(ovf *f, int cfd, size_t b) {
     return 0;
   }
   hash128(buf1, (size_t)n, h);
-  return h[0] == f->h[2 * b] && h[1] == f->h[2 * b + 1] ? 0 : (errno = ESTALE, -1);
+  return h[0] == f->h[2 * b] && h[1] == f->h[2 * b + 1] ? 0 : 1;
 }
 
 /* The bytes f's freed blocks held are gone: one line, EIO. */
@@ -450,8 +456,14 @@ static int gone(ovf *f) {
 /* Writes back every block of f not PRIV (all of them when b1 < 0, else
  * those in [b0, b1]) from rank 0's file; when it does not hold them (yet:
  * rank 0 is behind, its temporary not yet renamed), waits while rank 0's
- * files change.  0, or -1 with errno (EIO: the bytes are gone). */
-static int write_back_range(ovf *f, size_t b0, long b1) {
+ * files change.  0, or -1 with errno (EIO: the bytes are gone).
+ * `writing`: the block is about to be written (a seek back, an append to
+ * its tail, a truncation), as rank 0 has written it too: when rank 0's
+ * block has other bytes now (rank 0 ahead: a zip header already written
+ * again after its data), they are the base the write goes over; when rank
+ * 0 has none, the block is lost (kept as the write leaves it, read back
+ * from rank 0's unchecked) rather than the write failing. */
+static int write_back_range_(ovf *f, size_t b0, long b1, int writing) {
   int fd = -1, cfd = -1, rc = 0;
   fprint p;
   uint64_t last = 0;
@@ -470,13 +482,23 @@ static int write_back_range(ovf *f, size_t b0, long b1) {
       break;
     }
     if (cfd < 0) cfd = open_counterpart(f, &p);
-    while ((rc = fetch(f, cfd, b)) && errno == ESTALE) {
+    while ((rc = fetch(f, cfd, b)) < 0 || (rc > 0 && !writing)) {
       if (!since) last = counterparts(f), since = now();
       if (!await_change(f, &last, &since, QUIET_LONG)) break;
       if (cfd >= 0) L->close(cfd);
       cfd = open_counterpart(f, &p);
     }
-    if (rc) {
+    if (rc > 0 && writing) { /* rank 0's block as it is now: the base of this rank's same write */
+      stats.rebased += n;
+      rc = 0;
+    } else if (rc < 0 && writing) {
+      if (!f->warned++)
+        HVD_WARN("%s: bytes this rank wrote and freed are not in rank 0's file any more; written over, the rest of "
+                 "their block is not kept (a read-back gets rank 0's there, unchecked)", where(f));
+      if (kind(f, b) != LOST) set_kind(f, b, PRIV), set_kind(f, b, LOST), stats.lost += n;
+      rc = 0;
+      continue;
+    } else if (rc) {
       rc = gone(f);
       break;
     }
@@ -572,7 +594,7 @@ static long long pass(ovf *one, int drop) {
     struct stat s;
     if (fstat(fd, &s) == 0 && s.st_size != f->size) { /* written where this layer could not see (stdio, a child) */
       if (f->nw || f->scan_fds) f->unseen = 1;
-      if (f->size % BS && kind(f, f->nb - 1) != PRIV) write_back_range(f, f->nb - 1, (long)f->nb - 1);
+      if (f->size % BS && kind(f, f->nb - 1) != PRIV) write_back_over(f, f->nb - 1, (long)f->nb - 1);
       resize(f, s.st_size);
       if (f->unseen) {
         L->close(fd);
@@ -825,7 +847,7 @@ void hvd_ovb_opened(int fd, const char *abs, int k, int flags) {
   if (f) {
     set_path(f, abs);
     if (s.st_size != f->size) { /* emptied (O_TRUNC), or changed unseen */
-      if (s.st_size && f->size % BS && kind(f, f->nb - 1) != PRIV) write_back_range(f, f->nb - 1, (long)f->nb - 1);
+      if (s.st_size && f->size % BS && kind(f, f->nb - 1) != PRIV) write_back_over(f, f->nb - 1, (long)f->nb - 1);
       resize(f, s.st_size);
     }
   } else {
@@ -837,7 +859,7 @@ void hvd_ovb_opened(int fd, const char *abs, int k, int flags) {
     else f->nrw++;
     hvd_ovb_fds[fd] = f;
     fdkind[fd] = (unsigned char)(k | ((flags & O_APPEND) ? APPEND : 0));
-    if (k == HVD_OVB_STDIO_RW && has_freed(f)) write_back_range(f, 0, -1);
+    if (k == HVD_OVB_STDIO_RW && has_freed(f)) write_back_over(f, 0, -1); /* (fopen made it whole before) */
   }
   pthread_mutex_unlock(&bmu);
 }
@@ -881,7 +903,7 @@ int hvd_ovb_begin(int fd, off_t off, size_t len, int writing, hvd_ovb_io *io) {
   }
   int rc = 0;
   size_t tail = f->nb - 1;
-  if (writing && f->size % BS && kind(f, tail) != PRIV && off + (off_t)len > f->size) rc = write_back_range(f, tail, (long)tail);
+  if (writing && f->size % BS && kind(f, tail) != PRIV && off + (off_t)len > f->size) rc = write_back_over(f, tail, (long)tail);
   if (!rc && has_freed(f) && len) {
     size_t b0 = (size_t)(off / BS), b1 = (size_t)((off + (off_t)len - 1) / BS);
     for (size_t b = b0; b <= b1 && b < f->nb && !rc; b++) {
@@ -889,7 +911,7 @@ int hvd_ovb_begin(int fd, off_t off, size_t len, int writing, hvd_ovb_io *io) {
       off_t s = (off_t)b * BS, e = s + blen(f, b);
       if (k == PRIV || (writing && k == LOST)) continue;
       if (writing && s >= off && e <= off + (off_t)len && (e - s == BS || e == f->size)) set_kind(f, b, PRIV); /* all rewritten */
-      else rc = write_back_range(f, b, (long)b);
+      else rc = writing ? write_back_over(f, b, (long)b) : write_back_range(f, b, (long)b);
     }
   }
   if (!rc) {
@@ -977,9 +999,9 @@ int hvd_ovb_truncating(int fd, const char *ov, off_t len) {
   int rc = 0;
   if (f) {
     /* the blocks holding the old end and the new one keep their bytes across the change */
-    if (f->size % BS && kind(f, f->nb - 1) != PRIV) rc = write_back_range(f, f->nb - 1, (long)f->nb - 1);
+    if (f->size % BS && kind(f, f->nb - 1) != PRIV) rc = write_back_over(f, f->nb - 1, (long)f->nb - 1);
     if (!rc && len < f->size && len % BS && kind(f, (size_t)(len / BS)) != PRIV)
-      rc = write_back_range(f, (size_t)(len / BS), (long)(len / BS));
+      rc = write_back_over(f, (size_t)(len / BS), (long)(len / BS));
     if (!rc) resize(f, len);
   }
   pthread_mutex_unlock(&bmu);
@@ -1127,7 +1149,7 @@ void hvd_ovb_linked(const char *ov) {
   ovf *f = find(s.st_dev, s.st_ino);
   if (f) {
     f->pinned = 1; /* its path is one of two names now: removing either must leave the bytes */
-    if (has_freed(f)) write_back_range(f, 0, -1);
+    if (has_freed(f)) write_back_over(f, 0, -1);
   }
   pthread_mutex_unlock(&bmu);
 }
@@ -1138,7 +1160,7 @@ void hvd_ovb_note(const char *abs, const char *ov) {
   pthread_mutex_lock(&bmu);
   ovf *f = track(&s, abs);
   if (f && s.st_size != f->size) {
-    if (f->size % BS && kind(f, f->nb - 1) != PRIV) write_back_range(f, f->nb - 1, (long)f->nb - 1);
+    if (f->size % BS && kind(f, f->nb - 1) != PRIV) write_back_over(f, f->nb - 1, (long)f->nb - 1);
     resize(f, s.st_size);
   }
   if (f && f->hi < f->size) f->hi = f->size;

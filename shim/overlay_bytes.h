@@ -109,6 +109,7 @@ typedef struct {
   long long private_bytes; /* bytes of copies held in the overlay folder */
   long long peak_private;  /* the most it held */
   long long away, zero, dropped, lost, restored; /* bytes freed, written back */
+  long long rebased;                             /* written back from rank 0's file as it is now, to be written over */
   long long served_real, served_memory;          /* read-opens given rank 0's file, a memfd */
 } hvd_ovb_stats;
 void hvd_ovb_get_stats(hvd_ovb_stats *s);
