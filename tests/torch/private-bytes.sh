@@ -13,7 +13,9 @@
 #     the peak of $TMPDIR's use is printed against the checkpoint's size;
 #  2. the negative control: the same with every byte kept
 #     (HVDSHIM_PRIVATE_BYTES=0, the overlay before) fails, out of room.
-# Cost: about 60 s on 2 cores (4 ranks of torch; run 2 stops at its first save).
+# Cost: 80-100 s on this 2-core VM, loaded (4 ranks of torch saving and
+# loading 200 MiB, 4 times plain's work; run 2 stops at its first save).
+# Debian 12 and sid (torch's writer, Python's I/O); not the trixie stacks.
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
 need_torch
