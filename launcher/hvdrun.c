@@ -36,6 +36,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../config.h"
 #include "grow.h"
 #include "libpath.h"
 
@@ -70,8 +71,10 @@ static void usage(FILE *f) {
         "  --max-np N         the most ranks the job grows to\n"
         "  --elastic-timeout T  seconds to wait for the discovery script to list -np slots (600)\n"
         "  --reset-limit K    restarts to grow, at most (0: no limit)\n"
-        "  --verbose          print the command line before running it\n"
+        "  -v, --verbose      print the command line before running it\n"
         "  --dry-run          print the command line and exit\n"
+        "  -h, --help         print this help and exit\n"
+        "  --version          print the version and exit\n"
         "Environment: HVDRUN_MPIRUN, HVDRUN_SRUN, HVDRUN_LIB (what to run and preload); every HVDSHIM_* and\n"
         "HOROVOD_* variable is forwarded to the ranks.\n",
         f);
@@ -300,6 +303,9 @@ int main(int argc, char **argv) {
       dry = 1;
     } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       usage(stdout);
+      return 0;
+    } else if (!strcmp(a, "--version")) {
+      printf("hvdrun (hvdshim) %s\n", PACKAGE_VERSION);
       return 0;
     } else if (!strcmp(a, "--min-np") || !strncmp(a, "--min-np=", 9)) {
       const char *v = a[8] == '=' ? a + 9 : val;

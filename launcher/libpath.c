@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "libpath.h"
 
+#include "../config.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -19,6 +21,18 @@ static char *try_path(char *p, char *looked, size_t n) {
   if (readable(p)) return p;
   free(p);
   return NULL;
+}
+
+static char *joined(const char *dir, const char *name) {
+  char *p;
+  return asprintf(&p, "%s/%s", dir, name) < 0 ? NULL : p;
+}
+
+/* The installed library in DIR: its run-time name (the SONAME), else the
+ * development symlink. */
+static char *in_dir(const char *dir, char *looked, size_t n) {
+  char *r = try_path(joined(dir, HVD_SONAME), looked, n);
+  return r ? r : try_path(joined(dir, "libhvdshim.so"), looked, n);
 }
 
 char *hvd_find_library(const char *libdir, char *looked, size_t n, char *err, size_t errlen) {
@@ -42,11 +56,12 @@ char *hvd_find_library(const char *libdir, char *looked, size_t n, char *err, si
   for (int i = 0; slash && rel[i]; i++) {
     char *d; /* the folder resolved, the name kept (not the .so.0.0.0 it links to) */
     if (asprintf(&d, "%s%s", self, rel[i]) < 0) return NULL;
-    char *real = realpath(d, NULL), *p;
-    if (asprintf(&p, "%s/libhvdshim.so", real ? real : d) < 0) p = NULL;
+    char *real = realpath(d, NULL);
+    /* installed: the run-time name first (a package without the -dev
+     * symlink); the build tree: the name the tests and the docs use */
+    r = i == 0 ? in_dir(real ? real : d, looked, n) : try_path(joined(real ? real : d, "libhvdshim.so"), looked, n);
     free(real), free(d);
-    if ((r = try_path(p, looked, n))) return r;
+    if (r) return r;
   }
-  char *p;
-  return try_path(asprintf(&p, "%s/libhvdshim.so", libdir) < 0 ? NULL : p, looked, n);
+  return in_dir(libdir, looked, n);
 }

@@ -5,6 +5,8 @@
  *                             Python and torch), settings with their values
  *                             and where each came from
  *   hvdshim-info --markdown   the settings table as Markdown (the README's)
+ *   hvdshim-info --man        the settings as roff, for the hvdshim(7) page
+ *   hvdshim-info --version    the version
  *   hvdshim-info --check      validate the environment's settings; exit 1
  *                             with the error line if one is invalid
  *   hvdshim-info --check-hooks [SPEC]
@@ -58,6 +60,55 @@ static void markdown(void) {
            d->scope == HVD_SCOPE_AGREE ? "required" : "-", d->help);
   }
 }
+
+/* s with roff's special characters escaped (a backslash; a leading dot or
+ * quote would start a request). */
+static void roff(const char *s) {
+  if (*s == '.' || *s == '\'') fputs("\\&", stdout);
+  for (; *s; s++) {
+    if (*s == '\\') fputs("\\e", stdout);
+    else if (*s == '-') fputs("\\-", stdout);
+    else putchar(*s);
+  }
+}
+
+/* The settings as roff paragraphs (.TP), for hvdshim(7): one per
+ * setting, its type, default, accepted values and scope, then its help. */
+static void man(void) {
+  for (int i = 0; i < HVD_CFG_COUNT; i++) {
+    const hvd_cfg_desc *d = &hvd_cfg_table[i];
+    char r[128];
+    range(d, r, sizeof r);
+    printf(".TP\n.B ");
+    roff(d->name);
+    printf("\n(%s; default ", type_name(d->type));
+    roff(d->def[0] ? d->def : "empty");
+    printf("; ");
+    roff(r);
+    if (d->alias) {
+      printf("; Horovod's ");
+      roff(d->alias);
+      printf(" too");
+    }
+    if (d->scope == HVD_SCOPE_AGREE) printf("; the same on every rank");
+    printf(")\n.br\n");
+    roff(d->help);
+    printf("\n");
+  }
+}
+
+static const char usage_text[] =
+    "usage: hvdshim-info [--markdown | --man | --check | --check-hooks [SPEC] | --help | --version]\n"
+    "What this build of hvdshim is, what it finds at run time, and its settings with their values.\n"
+    "  (no option)          the version, build options, what is found at run time (the library, MPI,\n"
+    "                       GPU, NCCL, libffi, Python and torch) and every setting with its value\n"
+    "  --markdown           the settings table as Markdown (the README's)\n"
+    "  --man                the settings as roff (the hvdshim(7) manual page's)\n"
+    "  --check              validate the environment's settings; exit 1 with the error line\n"
+    "  --check-hooks [SPEC] parse a hook spec (a file, or the spec text; default $HVDSHIM_HOOKS) and\n"
+    "                       say what each hook does; exit 1 with the error line\n"
+    "  -h, --help           print this help and exit\n"
+    "  --version            print the version and exit\n";
 
 static int check_hooks(const char *value) {
   if (!value || !value[0]) {
@@ -219,13 +270,25 @@ int main(int argc, char **argv) {
     markdown();
     return 0;
   }
+  if (argc > 1 && !strcmp(argv[1], "--man")) {
+    man();
+    return 0;
+  }
+  if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+    fputs(usage_text, stdout);
+    return 0;
+  }
+  if (argc > 1 && !strcmp(argv[1], "--version")) {
+    printf("hvdshim-info (hvdshim) %s\n", PACKAGE_VERSION);
+    return 0;
+  }
   if (argc > 1 && !strcmp(argv[1], "--check")) {
     if (rc) fprintf(stderr, "hvdshim-info: %s\n", err);
     return rc ? 1 : 0;
   }
   if (argc > 1 && !strcmp(argv[1], "--check-hooks")) return check_hooks(argc > 2 ? argv[2] : getenv("HVDSHIM_HOOKS"));
   if (argc > 1) {
-    fprintf(stderr, "usage: hvdshim-info [--markdown | --check | --check-hooks [SPEC]]\n");
+    fprintf(stderr, "hvdshim-info: unknown option '%s'\n%s", argv[1], usage_text);
     return 2;
   }
   printf("hvdshim %s\n", PACKAGE_VERSION);

@@ -3,7 +3,7 @@ DataLoader, SGD) for the fault tests.  It knows nothing of distribution; the
 fault injector below reads the launcher's rank variable only to pick the
 process it breaks, as an outside tool would.
 
-    python fault_train.py [--steps N] [--step-sleep S] [--checksums] [--workers W]
+    python fault_train.py [--steps N] [--step-sleep S] [--checksums] [--workers W [--start METHOD]] [--detached]
                           [--fault KIND --fault-rank R --fault-at K ...]
 
 Prints "step K" to stderr after each optimizer step ("[rank r] " prefixed
@@ -33,6 +33,10 @@ def main():
     ap.add_argument("--step-sleep", type=float, default=0.0)
     ap.add_argument("--checksums", action="store_true")
     ap.add_argument("--workers", type=int, default=0)
+    ap.add_argument("--start", default=None, choices=["fork", "spawn", "forkserver"],
+                    help="how the loader starts its workers (multiprocessing's start method; default: Python's)")
+    ap.add_argument("--detached", action="store_true",
+                    help="start a helper program in a session of its own (it outlives the script unless ended)")
     ap.add_argument("--fault", default="none", choices=["none", "raise", "exit", "sleep", "complex", "stop-on-loss"])
     ap.add_argument("--fault-rank", type=int, default=1)
     ap.add_argument("--fault-at", type=int, default=3)
@@ -53,12 +57,18 @@ def main():
         X[zero] = 0
         Y[zero] = 0
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, Y), batch_size=batch, shuffle=True,
-                                         num_workers=args.workers)
+                                         num_workers=args.workers,
+                                         multiprocessing_context=args.start if args.workers else None)
     bias = args.fault != "stop-on-loss"
     model = nn.Sequential(nn.Linear(8, 16, bias=bias), nn.Tanh(), nn.Linear(16, 1, bias=bias))
     if args.fault == "complex":
         model.register_parameter("phase", nn.Parameter(torch.zeros(3, dtype=torch.complex64)))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    if args.detached:  # as a script starting a monitor or an uploader: a program in a session of its own
+        import subprocess
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def checksum():
         return sum(float(p.detach().double().sum()) for p in model.parameters())

@@ -125,6 +125,16 @@ class Stub:
     def hvd_step_mark(self, samples):
         pass
 
+    def hvd_config_value(self, name):
+        return None
+
+    changes = 0  # hvd_elastic_ack: the changes of ranks a test makes (the place stays rank 0 of 2)
+
+    def hvd_elastic_ack(self, rank, size, lost0, what, n):
+        got, self.changes = self.changes, 0
+        rank._obj.value, size._obj.value, lost0._obj.value = 0, 2, 0
+        return got
+
     def __getattr__(self, name):  # the calls these tests do not make
         if name.startswith("hvd_"):
             return lambda *a: 0
@@ -263,6 +273,117 @@ class Optimizer(unittest.TestCase):
         self.assertTrue(torch.equal(emb.weight.grad.to_dense(), want))  # averaged over 2 equal ranks
 
 
+class Elastic(unittest.TestCase):
+    """hvd.elastic.run's semantics (Horovod 0.28.1's docs/elastic.rst), the
+    engine's side played by the stub."""
+
+    def setUp(self):
+        self.model = torch.nn.Linear(2, 1)
+        self.opt = hvd.DistributedOptimizer(torch.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.5),
+                                            named_parameters=self.model.named_parameters())
+        self.state = hvd.elastic.TorchState(self.model, self.opt, epoch=0, batch=0)
+        self.resets = []
+        self.state.register_reset_callbacks([lambda: self.resets.append(hvd.size())])
+
+    def test_the_function_runs_once_after_a_sync(self):
+        calls = []
+
+        @hvd.elastic.run
+        def train(state, k):
+            calls.append(k)
+            return k + 1
+        self.assertEqual(train(self.state, 4), 5)
+        self.assertEqual((calls, self.resets), ([4], []))
+
+    def test_a_failure_restores_the_commit_resets_and_calls_again(self):
+        calls = []
+        committed = None
+
+        @hvd.elastic.run
+        def train(state):
+            nonlocal committed
+            calls.append(state.epoch)
+            if len(calls) == 1:
+                state.epoch = 1
+                with torch.no_grad():
+                    self.model.weight.fill_(3.0)
+                state.commit()
+                committed = self.model.weight.detach().clone()
+                state.epoch = 2
+                with torch.no_grad():
+                    self.model.weight.fill_(7.0)
+                hvd.allreduce_async(torch.ones(2), name="in.flight")  # never synchronized
+                self.model(torch.ones(1, 2)).sum().backward()  # the optimizer's reductions in flight
+                stub.changes = 1
+                raise hvd.HorovodInternalError("a rank died")
+            hvd.synchronize(hvd.allreduce_async(torch.ones(2), name="in.flight"))  # the name is free again
+            self.opt.zero_grad()  # (no reduction of the failed step is left behind)
+            return state.epoch
+        mpi_ops._state["elastic"] = True  # (as under HVDSHIM_ELASTIC=1: the stub reports the change)
+        try:
+            self.assertEqual(train(self.state), 1)
+        finally:
+            mpi_ops._state["elastic"] = False
+        self.assertEqual(calls, [0, 1])
+        self.assertEqual(self.resets, [2])
+        self.assertTrue(torch.equal(self.model.weight.detach(), committed))
+
+    def test_the_same_failure_again_from_the_same_commit_is_raised(self):
+        calls = []
+
+        @hvd.elastic.run
+        def train(state):
+            calls.append(1)
+            raise hvd.HorovodInternalError("ranks disagree on a tensor")
+        with self.assertRaises(hvd.HorovodInternalError):
+            train(self.state)
+        self.assertEqual((len(calls), self.resets), (2, [2]))  # retried once, as Horovod, then raised
+
+    def test_hosts_updated_resets_without_a_restore(self):
+        calls = []
+
+        @hvd.elastic.run
+        def train(state):
+            calls.append(state.epoch)
+            if len(calls) == 1:
+                state.epoch = 5
+                state.on_hosts_updated(1, 2)  # (Horovod's HostUpdateResult.added)
+                state.commit()
+            return state.epoch
+        self.assertEqual(train(self.state), 5)
+        self.assertEqual((calls, self.resets), ([0, 5], [2]))
+
+    def test_the_state_carried_over_a_restart(self):
+        with torch.no_grad():
+            self.model.weight.fill_(2.0)
+        self.state.epoch = 3
+        self.state.commit()
+        with torch.no_grad():
+            self.model.weight.fill_(4.0)
+        snap = self.state._hvdshim_snapshot()
+        model = torch.nn.Linear(2, 1)
+        fresh = hvd.elastic.TorchState(model, torch.optim.SGD(model.parameters(), lr=0.1), epoch=0, batch=0)
+        fresh._hvdshim_load(snap)
+        self.assertEqual(fresh.epoch, 3)
+        self.assertTrue(torch.equal(model.weight.detach(), torch.full((1, 2), 4.0)))  # as it was
+        fresh.restore()
+        self.assertTrue(torch.equal(model.weight.detach(), torch.full((1, 2), 2.0)))  # as committed
+
+    def test_the_sampler_deals_what_is_left_over_the_ranks(self):
+        sampler = hvd.elastic.ElasticSampler(list(range(10)), shuffle=False)
+        self.assertEqual(list(sampler), [0, 2, 4, 6, 8])  # rank 0 of 2
+        sampler.record_batch(0, 2)  # 2 samples on each of the 2 ranks
+        self.assertEqual(sampler.processed_num, 4)
+        sampler.load_state_dict(sampler.state_dict())
+        self.assertEqual(list(sampler), [4, 6, 8])  # 4..9, padded with 4 to 3 per rank
+        order = list(range(10))
+        import random
+        random.Random(7 + 1).shuffle(order)
+        shuffled = hvd.elastic.ElasticSampler(list(range(10)), seed=7)
+        shuffled.set_epoch(1)
+        self.assertEqual(list(shuffled), order[0::2])
+
+
 class Package(unittest.TestCase):
     def test_in_thread_runs_the_target(self):
         got = []
@@ -274,13 +395,15 @@ class Package(unittest.TestCase):
             in_thread(got.append, args=1)
         in_thread(lambda: 1 / 0, silent=True).join()
 
-    def test_process_sets_import_no_framework(self):
+    def test_common_imports_no_framework(self):
         import ast
         import inspect
-        tree = ast.parse(inspect.getsource(process_sets))
-        names = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
-        names += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
-        self.assertFalse([n for n in names if n.startswith("horovod.torch") or n == "torch"])
+        from horovod.common import elastic
+        for module in (process_sets, elastic):
+            tree = ast.parse(inspect.getsource(module))
+            names = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+            names += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+            self.assertFalse([n for n in names if n.startswith("horovod.torch") or n == "torch"], module.__name__)
 
     def test_removing_the_global_set_returns_false(self):
         self.assertFalse(hvd.remove_process_set(hvd.global_process_set))

@@ -31,9 +31,12 @@ def _start():
 
 
 # ------------------------------------------------------------------ stand aside
+HOROVOD = "Horovod is imported"
+
+
 def _other_distribution():
     if "horovod" in sys.modules or any(m.startswith("horovod.") for m in list(sys.modules)):
-        return "Horovod is imported"
+        return HOROVOD
     dist = getattr(torch, "distributed", None)
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():
@@ -66,8 +69,14 @@ def _stand_aside(reason, undistributed=False):
         h.remove()
     _S.hook_handles = []
     _S.fwd_hook = _S.fwd_hook_fn = None  # (and it does not come back for a module made later)
+    # (rank 0 of a restarted job on hvd.elastic: held until it is back; resize
+    # is above this module and registers itself, so no import goes up)
+    held = _S.on_stand_aside(reason == HOROVOD) if _S.on_stand_aside else False
     _restore_output()
-    if not undistributed:
+    if held:
+        from .output import _silence_stdout
+        _silence_stdout()
+    elif not undistributed:
         _libmod._lib.hvd_overlay_off()  # the script's ranks choose their own files (and may meet through one)
     if undistributed and _S.rank != 0:
         sys.stdout.flush()

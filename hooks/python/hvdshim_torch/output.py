@@ -108,6 +108,14 @@ def _redirect_output(worker_stdout):
         return
     if _S.rank == 0 and _S.resume_steps is None:  # (a restarted job, resize.py: silenced until the script is back)
         return
+    _silence_stdout()
+
+
+def _silence_stdout():
+    """This rank's stdout (descriptor 1) goes nowhere until _restore_output
+    (or elastic._take_over) puts it back."""
+    if _S.stdout_saved is not None:
+        return
     try:
         if sys.stdout is not None:
             sys.stdout.flush()

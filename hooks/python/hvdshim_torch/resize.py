@@ -61,24 +61,33 @@ class _Grow:
         self.left = {}          # model index -> its saved state, for a model registered after the resume
         self.left_free = {}     # a free parameter's name (models.adopt_free) -> its saved value, likewise
         self.resumed = False
+        self.watching = False   # rank 0's discovery thread runs
+        self.held = False       # a restarted job on Horovod's elastic API: rank 0's console and files held
 
 
 _G = _Grow()
 
 
-def configure():
-    """At install: settings."""
+def read_settings():
+    """The settings of a job that may grow; True when it was started again
+    to grow (HVDSHIM_ELASTIC_RESUME)."""
     _G.discovery = _setting("HVDSHIM_ELASTIC_DISCOVERY") or None
     _G.max_np = int(_setting("HVDSHIM_ELASTIC_MAX_NP") or 0)
     _G.interval = float(_setting("HVDSHIM_ELASTIC_INTERVAL") or 1)
     _G.state_dir = _setting("HVDSHIM_ELASTIC_STATE") or None
-    resume = _setting("HVDSHIM_ELASTIC_RESUME") == "1"
+    return _setting("HVDSHIM_ELASTIC_RESUME") == "1"
+
+
+def configure():
+    """At install: settings."""
+    resume = read_settings()
     if (_G.discovery or resume) and not _G.state_dir:
         raise HvdShimError("hvdshim: HVDSHIM_ELASTIC_DISCOVERY and HVDSHIM_ELASTIC_RESUME need HVDSHIM_ELASTIC_STATE "
                            "(a folder for the job's state; hvdrun --host-discovery-script sets all three)")
     _G.tracking = bool(_G.discovery) or resume
     _G.snap = {} if resume else None  # read at the engine's start (begin)
     _S.on_start.append(begin)
+    _S.on_stand_aside = stand_aside
     _S.resume_steps = 0 if resume else None  # (rank 0's stdout is silenced until the script is back: output.py)
     if resume:
         atexit.register(_never_back)
@@ -143,13 +152,26 @@ def begin():
     if _G.snap is not None:
         _G.snap = _read_state()
         _S.resume_steps = _G.snap["steps"]
-    if _G.discovery and _S.rank == 0:
+    watch()
+
+
+def watch():
+    """Rank 0 of a job that may grow runs the discovery script (a thread;
+    again after a change of ranks made this rank rank 0: a no-op where it
+    runs already)."""
+    if _G.discovery and _S.rank == 0 and not _G.watching:
+        _G.watching = True
         threading.Thread(target=_poll, name="hvdshim-discovery", daemon=True).start()
+
+
+def wanted():
+    """Rank 0: the discovery script lists more slots than the job has ranks."""
+    return _G.wanted > _S.size
 
 
 def proposal():
     """Rank 0's entry in the end-of-backward round: 1 to grow."""
-    return 1 if _G.wanted > _S.size else 0
+    return 1 if wanted() else 0
 
 
 def agreed(flag):
@@ -193,6 +215,12 @@ def _save(target):
         "iters": dict(_G.iters),
         "target": target,
     }
+    write_snapshot(snap)
+
+
+def write_snapshot(snap):
+    """snapshot.pt, renewed whole (hvdrun starts the job again when it sees
+    it renewed)."""
     os.makedirs(_G.state_dir, exist_ok=True)
     tmp = _path() + ".tmp"
     with open(tmp, "wb") as f:
@@ -244,6 +272,60 @@ def _never_back():
         _libmod._lib.hvd_abort_job(("the restarted job ended before its script was back where the job stopped (%s): "
                                     "its loops went another way with the loaders empty; the state stays in %s"
                                     % (where, _path())).encode())
+
+
+# ------------------------------------------------------------------ a script on Horovod's elastic API
+def stand_aside(horovod):
+    """The adapter stands aside (the script distributes itself): no loader
+    is tracked any more.  In a job started again to grow whose script is on
+    Horovod's elastic API (hvd.elastic.run saved its state, in
+    horovod/torch/elastic/restart.py), rank 0's console and files stay held
+    until hvd.elastic.run is back (release): True on rank 0 there."""
+    resumed = _G.snap is not None
+    _G.tracking, _G.snap, _S.resume_steps = False, None, None
+    _G.held = resumed and horovod and _S.rank == 0
+    if _G.held:
+        atexit.register(_held_at_exit)
+    else:
+        _restore_filters()
+    return _G.held
+
+
+def release():
+    """hvd.elastic.run is back in a restarted job: rank 0 writes for real
+    again (what the script wrote before is dropped; its open files go on at
+    the end of what the job wrote before the restart)."""
+    if not _G.held:
+        return
+    _G.held = False
+    from .elastic import _take_over
+    _flush_writers()
+    _take_over(resumed=True)
+    _restore_filters()
+
+
+def _restore_filters():
+    if _G.filters is not None:
+        import warnings
+        warnings.filters[:] = _G.filters
+        getattr(warnings, "_filters_mutated", lambda: None)()
+        _G.filters = None
+
+
+def _held_at_exit():
+    if _G.held:
+        _libmod._lib.hvd_abort_job(("the restarted job ended before its script called the function decorated with "
+                                    "hvd.elastic.run, which takes the state saved in %s" % _path()).encode())
+
+
+def read_snapshot():
+    """Rank 0: the state saved when the job stopped (raises OSError)."""
+    with open(_path(), "rb") as f:
+        try:
+            return torch.load(f, map_location="cpu", weights_only=False)
+        except TypeError:  # torch < 1.13's load has no weights_only
+            f.seek(0)
+            return torch.load(f, map_location="cpu")
 
 
 # ------------------------------------------------------------------ loaders
@@ -403,13 +485,10 @@ def _arrive():
     """The script is back at the call where the job stopped: the saved state
     is loaded, and rank 0 writes for real again."""
     from .rng import _set_states
-    import warnings
     snap = _G.snap
     _G.resumed = True
     _S.resume_steps = None
-    if _G.filters is not None:
-        warnings.filters[:] = _G.filters
-        getattr(warnings, "_filters_mutated", lambda: None)()
+    _restore_filters()
     models = _live(_S.models)
     for k, st in enumerate(snap["models"]):
         if k < len(models):

@@ -3,12 +3,16 @@
 
 class HorovodInternalError(RuntimeError):
     """A collective failed: ranks disagree on a tensor, a rank has shut down
-    or died, or MPI failed.  Raised on every rank that takes part."""
+    or died, or MPI failed.  Raised on every rank that takes part; inside a
+    function decorated with hvd.elastic.run, a reset event (the state is
+    restored to its last commit)."""
 
 
 class HostsUpdatedInterrupt(RuntimeError):
-    """Elastic Horovod's signal that the hosts changed (never raised here:
-    hvdshim does not serve elastic training)."""
+    """Hosts joined (hvdrun --host-discovery-script): raised on every rank at
+    the same State.commit() or check_host_updates(); inside hvd.elastic.run,
+    a reset event without a restore.  skip_sync: the hosts were only
+    removed."""
 
     def __init__(self, skip_sync=False):
         super().__init__("hosts updated")

@@ -112,6 +112,14 @@ def remove_process_set(process_set):
     return True
 
 
+def _retire_all():
+    """The ranks changed (elastic): the engine ended every set but the global
+    one; they are no longer added (add them again over the ranks there are)."""
+    for ps in _registry.values():
+        ps.process_set_id = None
+    _registry.clear()
+
+
 def _check(process_set, what):
     """The engine id of the set an operation runs on (0: every rank)."""
     if process_set is None or process_set is global_process_set:

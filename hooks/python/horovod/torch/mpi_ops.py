@@ -11,7 +11,9 @@ import itertools
 import os
 import sys
 import threading
+import time
 import warnings
+import weakref
 
 import torch
 
@@ -98,8 +100,9 @@ def _resolve_op(op, average, default=Average):
 
 
 # ------------------------------------------------------------------ basics
-_state = {"init": False, "cross": None}
+_state = {"init": False, "cross": None, "elastic": False}
 _lock = threading.Lock()
+_at_init = []  # called once the engine has started (horovod.torch.elastic.restart)
 
 
 def init(comm=None, process_sets=None):
@@ -118,12 +121,68 @@ def init(comm=None, process_sets=None):
         st = _lib.hvd_init()
         if st != 0:
             raise HorovodInternalError("hvd.init failed: %s" % _last_error())
+        if _L._setting("HVDSHIM_ELASTIC") == "1":  # ranks may die: this package takes each change in (_take_change)
+            _lib.hvd_elastic_follow()
+            _L._following[0] = True
+            _state["elastic"] = True
         _state["init"] = True
         global_process_set._global(_lib.hvd_size())
     _cross_info()
+    for fn in _at_init:
+        fn()
     for ps in static:  # Horovod's static process sets: added on every rank, in the order given
         if ps.process_set_id is None:
             _add_process_set(ps, "init")
+
+
+def _take_change():
+    """hvd.elastic.run, after a HorovodInternalError, on every rank at the
+    same point (the engine completes each operation on every rank or fails
+    it on every one): every operation this rank has in flight is finished
+    (failed by the change, or done before it) and forgotten, with the
+    DistributedOptimizers' reductions in flight and the numbering of unnamed
+    operations, as Horovod's shutdown() and init() forget them; then, in an
+    elastic job (HVDSHIM_ELASTIC), the change of ranks is taken in: this
+    rank's place among the survivors, the global set's size, process sets
+    other than the global one removed (the engine ended them).  Returns the
+    changes taken in (0: none)."""
+    deadline = time.monotonic() + 10  # (a failed one returns at once; bounded either way)
+    for op in list(_ops.values()):
+        for h in op.handles:
+            eh = h[0] if isinstance(h, tuple) else h
+            if isinstance(eh, int) and eh >= 0:
+                _lib.hvd_wait(eh, max(0.0, deadline - time.monotonic()))
+    _ops.clear()
+    _inflight.clear()
+    _name_of.clear()
+    _auto_names.clear()
+    for opt in list(_optimizers):
+        opt._hvdshim_forget()
+    if not _state["elastic"]:
+        return 0
+    r, n, lost0 = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    what = ctypes.create_string_buffer(1024)
+    changes = _lib.hvd_elastic_ack(ctypes.byref(r), ctypes.byref(n), ctypes.byref(lost0), what,
+                                      ctypes.sizeof(what))
+    if changes <= 0:
+        return 0
+    # the engine thread counts the change (what ack returns) before it has
+    # rebuilt itself over the survivors: the ranks' operations wait for that
+    deadline = time.monotonic() + 60
+    while (_lib.hvd_rank(), _lib.hvd_size()) != (r.value, n.value):
+        if time.monotonic() > deadline:
+            raise HorovodInternalError("hvdshim: the engine has not rebuilt itself over the %d surviving rank(s) after "
+                                       "60 s (%s)" % (n.value, what.value.decode("utf-8", "replace")))
+        time.sleep(0.001)
+    before = global_process_set.size()
+    global_process_set._global(n.value)
+    _process_sets._retire_all()
+    _cross_info()
+    if r.value == 0:
+        _L._warn("%s: hvd.elastic.run restores the state committed last and calls the function again over %d "
+                 "rank(s) (was %d)" % (what.value.decode("utf-8", "replace").split("; the job goes on")[0], n.value,
+                                       before))
+    return changes
 
 
 def _is_world(comm):
@@ -312,6 +371,7 @@ class _Op:
 _ops = {}
 _next_handle = itertools.count(1)
 _auto_names = {}
+_optimizers = weakref.WeakSet()  # the DistributedOptimizers made (their reductions in flight: _take_change)
 
 
 def _last_error():
@@ -775,7 +835,10 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     ename = _name("allgather", name, psid)
     _claim(ename, what)
     _next(src.shape[1:], psid)
-    gh = _L._allgather_start(ename, raw, "hvd.allgather")
+    try:
+        gh = _L._allgather_start(ename, raw, "hvd.allgather")
+    except _L.HvdShimError as e:  # (the engine refused it: a change of ranks, a rank shut down)
+        raise HorovodInternalError(str(e))
     _track(ename, gh)
     jh, joined, flag = _join_guard(ename, psid, "allgather")
     out = []

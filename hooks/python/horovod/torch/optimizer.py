@@ -8,8 +8,8 @@ import torch
 
 from horovod.common.process_sets import global_process_set
 from horovod.torch.compression import Compression
-from horovod.torch.mpi_ops import (Average, _engine_op, _lib, allreduce_async_, size, sparse_allreduce_async,
-                                   synchronize)
+from horovod.torch.mpi_ops import (Average, _engine_op, _lib, _optimizers, allreduce_async_, size,
+                                   sparse_allreduce_async, synchronize)
 
 _HAS_POST_ACCUMULATE = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
 
@@ -65,16 +65,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         # in a larger job; the others never do
         if self.process_set.included() and size() > 1:
             self._register_hooks()
+        _optimizers.add(self)
 
     def load_state_dict(self, *args, **kwargs):
         """Loading a state forgets the reductions in flight and the
         accumulation count, as Horovod's does."""
+        self._hvdshim_forget()
+        self._should_synchronize = True
+        return super(self.__class__, self).load_state_dict(*args, **kwargs)
+
+    def _hvdshim_forget(self):
+        """The reductions in flight and the accumulation count forgotten (also
+        after a failure, hvd.elastic.run: mpi_ops._take_change)."""
         self._handles = {}
         self._synchronized = False
-        self._should_synchronize = True
         for p in self._allreduce_delay:
             self._allreduce_delay[p] = self.backward_passes_per_step
-        return super(self.__class__, self).load_state_dict(*args, **kwargs)
 
     def set_backward_passes_per_step(self, passes):
         self.backward_passes_per_step = passes

@@ -1,0 +1,154 @@
+"""hvd.elastic.TorchState: the models, optimizers and ElasticSamplers of a
+training run (each kept by a handler that saves, restores and syncs it),
+and plain Python objects beside them (ObjectState)."""
+import copy
+
+import torch
+
+from horovod.common.elastic import ObjectState
+from horovod.torch.elastic.sampler import ElasticSampler
+from horovod.torch.functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
+from horovod.torch.mpi_ops import rank
+
+
+class TorchState(ObjectState):
+    """State of a PyTorch training run: every keyword argument becomes an
+    attribute; a model (torch.nn.Module), an optimizer (torch.optim.Optimizer)
+    or an ElasticSampler is kept by its handler (its state_dict is what is
+    committed and synced), anything else as a plain object.  Assigning a
+    new object to a handled attribute commits it."""
+
+    def __init__(self, model=None, optimizer=None, **kwargs):
+        kwargs.update(dict(model=model, optimizer=optimizer))
+        self._handlers, kwargs = _get_handlers(kwargs)
+        for name, handler in self._handlers.items():
+            setattr(self, name, handler.value)
+        super(TorchState, self).__init__(bcast_object=broadcast_object, get_rank=rank, **kwargs)
+
+    def save(self):
+        for handler in self._handlers.values():
+            handler.save()
+        super(TorchState, self).save()
+
+    def restore(self):
+        for handler in self._handlers.values():
+            handler.restore()
+        super(TorchState, self).restore()
+
+    def sync(self):
+        for handler in self._handlers.values():
+            handler.sync()
+        super(TorchState, self).sync()
+
+    def __setattr__(self, name, value):
+        if hasattr(self, name) and name in self._handlers:
+            self._handlers[name].set_value(value)
+        super().__setattr__(name, value)
+
+    def _hvdshim_snapshot(self):
+        snap = super(TorchState, self)._hvdshim_snapshot()
+        snap["handlers"] = {name: h._hvdshim_snapshot() for name, h in self._handlers.items()}
+        return snap
+
+    def _hvdshim_load(self, snap):
+        for name, h in self._handlers.items():
+            if name in snap["handlers"]:
+                h._hvdshim_load(snap["handlers"][name])
+        super(TorchState, self)._hvdshim_load(snap)
+
+
+class StateHandler(object):
+    """Keeps one object of a TorchState: save() copies its state, restore()
+    puts the copy back, sync() gives every rank rank 0's."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def save(self):
+        raise NotImplementedError()
+
+    def restore(self):
+        raise NotImplementedError()
+
+    def sync(self):
+        raise NotImplementedError()
+
+    def set_value(self, value):
+        self.value = value
+        self.save()
+
+    # hvdshim: carried over a restart of the job (hosts joining): the object's
+    # state now and, for the handlers here, the copy last committed
+    def _hvdshim_snapshot(self):
+        return {"live": self.value.state_dict(), "saved": getattr(self, "_saved", None)}
+
+    def _hvdshim_load(self, snap):
+        self.value.load_state_dict(snap["live"])
+        if snap.get("saved") is not None and hasattr(self, "_saved"):
+            self._saved = snap["saved"]
+        else:
+            self.save()
+
+
+class _StateDictHandler(StateHandler):
+    """An object with state_dict()/load_state_dict(): the copy is a deep copy
+    of its state_dict."""
+
+    def __init__(self, value):
+        super().__init__(value)
+        self._saved = copy.deepcopy(self.value.state_dict())
+
+    def save(self):
+        self._saved = copy.deepcopy(self.value.state_dict())
+
+    def restore(self):
+        self.value.load_state_dict(self._saved)
+
+
+class ModelStateHandler(_StateDictHandler):
+    def sync(self):
+        broadcast_parameters(self.value.state_dict(), root_rank=0)
+
+
+class OptimizerStateHandler(_StateDictHandler):
+    def sync(self):
+        broadcast_optimizer_state(self.value, root_rank=0)
+
+
+class SamplerStateHandler(_StateDictHandler):
+    def sync(self):
+        self.value.load_state_dict(broadcast_object(self.value.state_dict()))
+
+
+_handler_registry = [
+    (torch.nn.Module, ModelStateHandler),
+    (torch.optim.Optimizer, OptimizerStateHandler),
+    (ElasticSampler, SamplerStateHandler),
+]
+
+
+def get_handler_registry():
+    return _handler_registry
+
+
+def set_handler_registry(registry):
+    global _handler_registry
+    _handler_registry = registry
+
+
+def _get_handler(v):
+    for kind, handler in _handler_registry:
+        if isinstance(v, kind):
+            return handler(v)
+    return None
+
+
+def _get_handlers(kwargs):
+    handlers, rest = {}, {}
+    for k, v in kwargs.items():
+        h = _get_handler(v)
+        if h is not None:
+            handlers[k] = h
+        else:
+            rest[k] = v
+    return handlers, rest

@@ -1,0 +1,253 @@
+/* The reaper (reaper.h says what it does and why).
+ *
+ * Two processes take part.  The armed rank, in its constructor (one
+ * thread, before main): it becomes a process-group leader where it is not
+ * one, blocks SIGUSR1 across a fork, and appends its token
+ * "PID.START.REAPER" (its pid, its start time in clock ticks since boot,
+ * the reaper's pid) to HVDSHIM_FAMILY.  The reaper, the fork's child:
+ * outside the rank's group, descriptors closed, SIGUSR1 still blocked; it
+ * waits for the rank's end, then reads whether a SIGUSR1 (a clean exit) is
+ * pending, and if not signals the family until none of it is left.  It
+ * touches nothing of the rank's but processes: no file, no descriptor, no
+ * memory that the rank sees.  The family is found in /proc: the members of
+ * the rank's process group, and every process whose environment, as it
+ * was when it executed its program, holds the rank's "PID.START"
+ * (children that only forked, without executing, show the environment of
+ * the rank's own start, which has not the token: they are the group's). */
+#define _GNU_SOURCE
+#include "reaper.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../base/config.h"
+#include "../base/libc.h"
+#include "../base/log.h"
+
+#define FAMILY_ENV "HVDSHIM_FAMILY"
+#define GRACE_MS 2000   /* SIGTERM, then SIGKILL to what is left */
+#define GIVE_UP_MS 10000 /* a process SIGKILL cannot end yet (in uninterruptible sleep): stop there */
+
+static pid_t armed_pid; /* the process the reaper watches (this one, once armed) */
+static pid_t reaper_pid;
+
+/* ------------------------------------------------------------ /proc */
+/* Fields of /proc/PID/stat after the command name: state (field 3), pgrp
+ * (5), start time (22).  0, or -1 when the process is gone. */
+static int read_stat(pid_t pid, char *state, pid_t *pgrp, unsigned long long *start) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+  int fd = hvd_libc()->open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+  if (!p) return -1;
+  char st = 0;
+  long pg = 0;
+  unsigned long long t = 0;
+  /* state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime
+   * priority nice threads itrealvalue starttime */
+  if (sscanf(p + 2, "%c %*d %ld %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &st, &pg,
+             &t) != 3)
+    return -1;
+  if (state) *state = st;
+  if (pgrp) *pgrp = (pid_t)pg;
+  if (start) *start = t;
+  return 0;
+}
+
+/* The environment PID was started with holds HVDSHIM_FAMILY with the entry
+ * KEY ("PID.START") in its list. */
+static int environ_names(pid_t pid, const char *key) {
+  static char buf[1 << 18];
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%ld/environ", (long)pid);
+  int fd = hvd_libc()->open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  size_t len = 0;
+  ssize_t n;
+  while (len < sizeof buf - 1 && (n = read(fd, buf + len, sizeof buf - 1 - len)) > 0) len += (size_t)n;
+  close(fd);
+  buf[len] = 0;
+  size_t klen = strlen(key), plen = strlen(FAMILY_ENV "=");
+  for (size_t i = 0; i < len; i += strlen(buf + i) + 1) {
+    if (strncmp(buf + i, FAMILY_ENV "=", plen)) continue;
+    for (const char *e = buf + i + plen; *e;) { /* "PID.START.REAPER,PID.START.REAPER..." */
+      if (!strncmp(e, key, klen) && e[klen] == '.') return 1;
+      const char *c = strchr(e, ',');
+      if (!c) break;
+      e = c + 1;
+    }
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------ the reaper process */
+static long now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1000L + t.tv_nsec / 1000000L;
+}
+
+static void nap_ms(long ms) {
+  struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&t, &t) != 0 && errno == EINTR) {
+  }
+}
+
+/* Send SIG (0: only count) to every live member of the family of the rank
+ * (RANK, whose process group it led when LEAD).  Returns how many live
+ * members there were (zombies are not members: their parent, maybe init of
+ * a container that never reaps, holds them, not the rank). */
+static int signal_family(pid_t rank, const char *key, int lead, int sig) {
+  if (lead && sig) kill(-rank, sig); /* the group at once, so a fork in flight is not missed */
+  DIR *d = hvd_libc()->opendir("/proc");
+  if (!d) return 0;
+  int n = 0;
+  pid_t me = getpid();
+  struct dirent *e;
+  while ((e = hvd_libc()->readdir(d))) {
+    char *end;
+    long v = strtol(e->d_name, &end, 10);
+    if (*end || v <= 0 || (pid_t)v == me) continue;
+    char st;
+    pid_t pg;
+    if (read_stat((pid_t)v, &st, &pg, NULL) != 0 || st == 'Z' || st == 'X') continue;
+    if (!((lead && pg == rank) || environ_names((pid_t)v, key))) continue;
+    n++;
+    if (sig) kill((pid_t)v, sig);
+  }
+  hvd_libc()->closedir(d);
+  return n;
+}
+
+static void close_all_but_std(void) {
+#ifdef SYS_close_range
+  if (syscall(SYS_close_range, 3U, ~0U, 0U) == 0) return;
+#endif
+  long max = sysconf(_SC_OPEN_MAX);
+  if (max < 0 || max > 65536) max = 65536;
+  for (int fd = 3; fd < max; fd++) close(fd);
+}
+
+__attribute__((noreturn)) static void reap(pid_t rank, unsigned long long start, int lead) {
+  setpgid(0, 0); /* out of the rank's group: neither its signals nor our own kill(-rank) reach us */
+  prctl(PR_SET_NAME, "hvdshim-reaper", 0, 0, 0);
+  int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU};
+  for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) signal(sigs[i], SIG_IGN);
+  int null = hvd_libc()->open("/dev/null", O_RDWR);
+  if (null >= 0) {
+    dup2(null, 0), dup2(null, 1), dup2(null, 2);
+    if (null > 2) close(null);
+  }
+  close_all_but_std(); /* no output pipe, MPI socket or lock of the rank's held open */
+  int pfd = -1;
+#ifdef SYS_pidfd_open
+  pfd = (int)syscall(SYS_pidfd_open, rank, 0);
+#endif
+  if (getppid() == rank) {
+    if (pfd >= 0) {
+      struct pollfd p = {.fd = pfd, .events = POLLIN};
+      while (poll(&p, 1, -1) < 0 && errno == EINTR) {
+      }
+    } else {
+      while (getppid() == rank) nap_ms(200); /* no pidfd (Linux before 5.3): the parent changes at its end */
+    }
+  }
+  sigset_t usr1;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  struct timespec zero = {0, 0};
+  if (sigtimedwait(&usr1, NULL, &zero) == SIGUSR1) syscall(SYS_exit_group, 0); /* a clean exit */
+  char key[64];
+  snprintf(key, sizeof key, "%ld.%llu", (long)rank, start);
+  long t0 = now_ms();
+  int sig = SIGTERM;
+  while (signal_family(rank, key, lead, sig) > 0) {
+    long t = now_ms() - t0;
+    if (t > GIVE_UP_MS) break;
+    sig = t > GRACE_MS ? SIGKILL : 0;
+    nap_ms(50);
+  }
+  syscall(SYS_exit_group, 0);
+  __builtin_unreachable();
+}
+
+/* ------------------------------------------------------------ the rank's side */
+/* A leader of its own process group, where it is not one and can become
+ * one without taking the terminal's foreground from the user's shell. */
+static int lead_group(void) {
+  if (getpgrp() == getpid()) return 1;
+  for (int fd = 0; fd <= 2; fd++)
+    if (isatty(fd) && tcgetpgrp(fd) == getpgrp()) return 0; /* in the terminal's foreground: stay there */
+  return setpgid(0, 0) == 0;
+}
+
+/* The reaper of this same process, forked by its image before an exec. */
+static pid_t own_reaper(pid_t self, unsigned long long start) {
+  const char *f = getenv(FAMILY_ENV);
+  char key[64];
+  int klen = snprintf(key, sizeof key, "%ld.%llu.", (long)self, start);
+  for (const char *e = f; e && *e;) {
+    if (!strncmp(e, key, (size_t)klen)) {
+      long r = strtol(e + klen, NULL, 10);
+      return r > 0 && kill((pid_t)r, 0) == 0 ? (pid_t)r : 0;
+    }
+    const char *c = strchr(e, ',');
+    if (!c) break;
+    e = c + 1;
+  }
+  return 0;
+}
+
+void hvd_reaper_arm(void) {
+  pid_t self = getpid();
+  if (armed_pid == self || !hvd_cfg_int(HVD_CFG_REAP)) return;
+  unsigned long long start;
+  if (read_stat(self, NULL, NULL, &start) != 0) return; /* no /proc: nothing a reaper could find */
+  pid_t found = own_reaper(self, start);
+  if (found) {
+    reaper_pid = found, armed_pid = self;
+    return;
+  }
+  int lead = lead_group();
+  sigset_t usr1, old;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  sigprocmask(SIG_BLOCK, &usr1, &old); /* a note sent before the reaper runs stays pending */
+  pid_t c = fork();
+  if (c == 0) reap(self, start, lead);
+  sigprocmask(SIG_SETMASK, &old, NULL);
+  if (c < 0) {
+    HVD_WARN("cannot start the process that ends this rank's children if it dies (fork: %s): they may outlive it",
+             strerror(errno));
+    return;
+  }
+  reaper_pid = c, armed_pid = self;
+  const char *f = getenv(FAMILY_ENV);
+  char v[4096];
+  if (snprintf(v, sizeof v, "%s%s%ld.%llu.%ld", f && *f ? f : "", f && *f ? "," : "", (long)self, start, (long)c) <
+      (int)sizeof v)
+    setenv(FAMILY_ENV, v, 1);
+  HVD_DEBUG("reaper %ld watches this rank (pid %ld, %s its process group)", (long)c, (long)self,
+            lead ? "leading" : "not leading");
+}
+
+void hvd_reaper_note_exit(int status) {
+  if (status == 0 && reaper_pid > 0 && getpid() == armed_pid) kill(reaper_pid, SIGUSR1);
+}

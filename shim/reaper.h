@@ -1,0 +1,40 @@
+/* The reaper: every process a rank started ends when the rank ends
+ * abnormally (HVDSHIM_REAP=1, the default).
+ *
+ * A rank's loader workers, multiprocessing's forkserver and resource
+ * tracker, a Pool, `subprocess` children: when the rank is SIGKILLed (an
+ * OOM kill, a segfault, a test, a dead host's peer aborting the job) they
+ * are reparented to init, live on, and keep the rank's output pipes open,
+ * so a launcher that counts a process as gone only when its pipes close
+ * (Open MPI 5 and 6) never ends the job; one that does not (Open MPI 4)
+ * ends it and leaves them behind.  The armed rank forks, in its
+ * constructor, a small process outside its process group that waits for
+ * the rank's end (a pidfd; its parent's change where there is none) and
+ * then ends the rank's family:
+ *   - the rank's process group (the rank leads one: Open MPI makes every
+ *     rank a group leader, and the constructor makes the rank one where
+ *     the launcher did not, unless it owns the terminal's foreground);
+ *   - every process whose environment names the rank (HVDSHIM_FAMILY, set
+ *     here and inherited by every program the rank or its children
+ *     execute: spawn and forkserver workers, subprocesses that made a
+ *     session of their own).
+ * SIGTERM first, SIGKILL to what is left 2 s later.
+ * A rank that exits with status 0 (exit, return from main, os._exit(0))
+ * tells its reaper so first (SIGUSR1), and its family is left alone, as
+ * after a plain run: what Python leaves running on purpose (a background
+ * upload started in a session of its own) outlives it.  The reaper holds
+ * no descriptor of the rank's (its output goes to /dev/null) and ends once
+ * the family is gone. */
+#ifndef HVD_REAPER_H
+#define HVD_REAPER_H
+
+/* In an armed rank process's constructor: fork the reaper, or, in the
+ * same process after an exec (a wrapper shell's `exec python`), find the
+ * one its earlier image forked.  Idempotent. */
+void hvd_reaper_arm(void);
+/* The armed process is ending with STATUS (its exit handler and _exit):
+ * status 0 tells the reaper to leave the family alone.  Async-signal-safe;
+ * nothing in any other process. */
+void hvd_reaper_note_exit(int status);
+
+#endif

@@ -1,0 +1,163 @@
+#!/bin/sh
+# Horovod's elastic API on the served package: elastic_hvd.py (an elastic
+# script in the style of Horovod's examples/elastic/pytorch: ElasticSampler,
+# TorchState, a commit every 2 batches, a reset callback that scales the
+# learning rate by hvd.size(), float64), each run against the single-process
+# emulation of what Horovod's semantics prescribe (elastic_hvd.py --emulate:
+# the state restored to the last commit, then trained over the ranks there
+# are), tolerance 1e-12 (float64; measured 0 to 1e-15).
+#   fixed size (every stack): under hvdrun -np 2 the decorated function runs
+#     once; the weights equal the emulation at 2 ranks, and where Horovod
+#     0.28.1 itself is importable (Debian 12) the printed lines and the
+#     weights are real Horovod's (tolerance 0);
+#   a rank's death (ULFM: hvdrun --min-np 2; sid): rank 2, then rank 0,
+#     SIGKILLed mid-epoch at np=3: status 0, the survivors restore the last
+#     commit, the reset callback runs once, the function is called twice,
+#     every sample of the epoch not committed is processed once after the
+#     restore (and none committed is), the weights equal the emulation; the
+#     emulation of no rollback (the zero-code elastic's way) differs;
+#   hosts joining (hvdrun --host-discovery-script, 2 -> 3; sid): the job
+#     stops at the commit after the discovery script lists a third slot and
+#     starts again over 3; the reset callback runs once, the new rank trains
+#     from the commit, every sample of that epoch is processed once over both
+#     jobs, the weights equal the emulation.
+# ELASTIC_TORCH=mpi (trixie's Open MPI 5, check-stacks) runs the fixed-size
+# case only: the death and the join are the served package's Python over
+# the engine's recovery and hvdrun's restart, which tests/mpi/elastic.sh and
+# tests/torch/grow.sh test there.  ELASTIC_HVD=all runs the join where the MPI
+# has no ULFM too (it needs none).
+. "$(dirname "$0")/../lib.sh"
+need_mpirun
+need_torch
+S="$top_srcdir/tests/horovod/elastic_hvd.py"
+HVDRUN="$top_builddir/launcher/hvdrun"
+[ -n "${MPIRUN:-}" ] && export HVDRUN_MPIRUN="$MPIRUN"
+export OMP_NUM_THREADS=1
+warm_start
+emulate() { # OUT PHASES: the single-process emulation's weights in OUT
+  py "$S" --emulate "$2" --save "$1" >"$TMP/emu.out" 2>&1 || { cat "$TMP/emu.out"; fail "the emulation $2 failed"; }
+}
+# samples LOG_PREFIX EPOCH SIZE PHASE_BEFORE PHASE_AFTER BATCH: in EPOCH, the
+# samples processed in PHASE_BEFORE ("job J call C") at batches before BATCH
+# and those processed in PHASE_AFTER: disjoint, all of the epoch together,
+# each after-sample once but for the padding the ElasticSampler adds for SIZE
+# ranks; none processed in PHASE_BEFORE at BATCH or later is kept (checked by
+# the weights)
+samples() {
+  "$PYTHON" - "$@" <<'PY'
+import glob, sys
+prefix, epoch, size, before, after, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], int(sys.argv[6])
+done, redone = set(), []
+for name in glob.glob(prefix + ".*"):
+    for line in open(name):
+        f = line.split()
+        phase, e, b, idx = " ".join(f[0:4]), int(f[7]), int(f[9]), [int(i) for i in f[11].split(",")]
+        if e != epoch:
+            continue
+        if phase == before and b < batch:
+            done.update(idx)
+        elif phase == after:
+            redone += idx
+n = 96
+rest = n - len(done)
+pad = (-rest) % size
+assert not done & set(redone), "samples processed before the change processed again: %s" % sorted(done & set(redone))[:8]
+assert done | set(redone) == set(range(n)), "samples never processed: %s" % sorted(set(range(n)) - done - set(redone))[:8]
+assert len(redone) == rest + pad, "%d processed after the change, %d left (+%d padding)" % (len(redone), rest, pad)
+print("%d samples before, %d after (%d padding), each once" % (len(done), rest, pad))
+PY
+}
+
+# --- fixed size: the function runs once, as on Horovod under mpirun
+HVDRUN_LIB="$LIB" timeout -k 5 120 "$HVDRUN" -np 2 --oversubscribe "$PYTHON" "$S" --save "$TMP/fixed.pt" \
+  >"$TMP/fixed.out" 2>&1 </dev/null || { cat "$TMP/fixed.out"; fail "np=2: the elastic script failed"; }
+grep -q "^calls 1 resets 0$" "$TMP/fixed.out" || { cat "$TMP/fixed.out"; fail "np=2: the function was not called once"; }
+emulate "$TMP/emu2.pt" 2
+same "$TMP/fixed.pt" "$TMP/emu2.pt" 1e-12 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "np=2: the weights differ from the emulation"; }
+pass "np=2, fixed size: hvd.elastic.run calls the function once; weights = the emulation ($(cat "$TMP/cmp"))"
+REAL="$top_srcdir/../shared/reference/horovod-0.28.1"
+if [ -d "$REAL/horovod" ] && PYTHONPATH="$REAL" "$PYTHON" -c 'import horovod.torch' >/dev/null 2>&1; then
+  PYTHONPATH="$REAL" T=120 mpi 2 -x PYTHONPATH -x OMP_NUM_THREADS "$PYTHON" "$S" --save "$TMP/real.pt" \
+    >"$TMP/real.out" 2>&1 || { cat "$TMP/real.out"; fail "real Horovod np=2 failed"; }
+  grep -E '^(Train|calls|final)' "$TMP/real.out" >"$TMP/real.lines"
+  grep -E '^(Train|calls|final)' "$TMP/fixed.out" >"$TMP/fixed.lines"
+  [ -s "$TMP/real.lines" ] && cmp -s "$TMP/real.lines" "$TMP/fixed.lines" ||
+    { diff "$TMP/real.lines" "$TMP/fixed.lines"; fail "np=2: the printed lines differ from real Horovod's"; }
+  same "$TMP/real.pt" "$TMP/fixed.pt" 0 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "np=2: the weights differ from real Horovod's"; }
+  pass "np=2, fixed size: the same $(wc -l <"$TMP/real.lines") printed lines and weights as real Horovod 0.28.1 ($(cat "$TMP/cmp"))"
+else
+  echo "SKIP (comparison with real Horovod): $REAL is not importable here (it is built for the Debian 12 host)"
+fi
+
+ulfm=0
+nm -D "$top_builddir/.libs/libhvdshim.so" 2>/dev/null | grep -q " U MPIX_Comm_shrink" && ulfm=1
+if [ "${ELASTIC_TORCH:-all}" = mpi ]; then
+  echo "SKIP (a rank's death, hosts joining): ELASTIC_TORCH=mpi: left to sid"
+  exit 0
+fi
+
+# --- a rank's death: KILL SURVIVOR0 RESET(epoch batch processed)
+dies() {
+  _kill=$1 _r0=$2 _e=$3 _b=$4 _p=$5
+  rm -f "$TMP"/log.*
+  rc=0
+  HVDRUN_LIB="$LIB" timeout -k 5 180 "$HVDRUN" -np 3 --oversubscribe --min-np 2 "$PYTHON" "$S" --kill "$_kill" \
+    --log "$TMP/log" --save "$TMP/dies.pt" >"$TMP/dies.out" 2>&1 </dev/null || rc=$?
+  [ $rc = 0 ] || { cat "$TMP/dies.out"; fail "np=3, rank ${_kill%%:*} killed: status $rc"; }
+  grep -q "^reset: size 2 epoch $_e batch $_b processed $_p$" "$TMP/dies.out" &&
+    [ "$(grep -c '^reset:' "$TMP/dies.out")" = 1 ] && grep -q "^calls 2 resets 1$" "$TMP/dies.out" ||
+    { cat "$TMP/dies.out"; fail "np=3, rank ${_kill%%:*} killed: not one restore to the commit at epoch $_e batch $_b"; }
+  grep -q "hvd.elastic.run restores the state committed last and calls the function again over 2 rank(s) (was 3)" \
+    "$TMP/dies.out" || { cat "$TMP/dies.out"; fail "np=3, rank ${_kill%%:*} killed: no line saying so"; }
+  samples "$TMP/log" "$_e" 2 "job 1 call 1" "job 1 call 2" "$_b" >"$TMP/samples" 2>&1 ||
+    { cat "$TMP/samples"; fail "np=3, rank ${_kill%%:*} killed: the epoch's samples"; }
+  emulate "$TMP/emu.pt" "3;2@$_e:$_b:$_p"
+  same "$TMP/dies.pt" "$TMP/emu.pt" 1e-12 >"$TMP/cmp" ||
+    { cat "$TMP/cmp"; fail "np=3, rank ${_kill%%:*} killed: the weights differ from the emulation"; }
+  # the negative control: the rolled-back steps kept (no restore) is another run
+  emulate "$TMP/keep.pt" "3;2@$_e:$((${_kill##*:})):$(((${_kill##*:}) * 12))"
+  same "$TMP/dies.pt" "$TMP/keep.pt" 1e-6 >/dev/null &&
+    fail "np=3, rank ${_kill%%:*} killed: the emulation without the restore is the same run (the test cannot tell)"
+  pass "np=3 under hvdrun --min-np 2, rank ${_kill%%:*} SIGKILLed at epoch $_e batch ${_kill##*:}: status 0, rank $_r0's state restored to the commit at batch $_b, the reset callback once, the function called twice, $(cat "$TMP/samples"); weights = the emulation ($(cat "$TMP/cmp")), not the one without the restore"
+}
+if [ $ulfm = 1 ]; then
+  dies 2:1:5 0 1 4 48
+  dies 0:1:3 1 1 2 24
+else
+  echo "SKIP (a rank's death): this MPI has no ULFM fault tolerance (hvdrun --min-np needs Open MPI 5+)"
+fi
+
+# --- hosts joining: 2 -> 3 once rank 0 has epoch 1's batch 2
+if [ $ulfm = 1 ] || [ "${ELASTIC_HVD:-}" = all ]; then
+  cat >"$TMP/disc.sh" <<EOD
+#!/bin/sh
+[ -f "$TMP/grow" ] && echo localhost:3 || echo localhost:2
+EOD
+  chmod +x "$TMP/disc.sh"
+  rm -f "$TMP"/log.* "$TMP/grow"
+  minnp=
+  [ $ulfm = 1 ] && minnp="--min-np 2"
+  rc=0
+  # shellcheck disable=SC2086
+  HVDRUN_LIB="$LIB" HVDSHIM_ELASTIC_INTERVAL=0.2 timeout -k 5 240 "$HVDRUN" -np 2 --oversubscribe $minnp --max-np 3 \
+    --host-discovery-script "$TMP/disc.sh" "$PYTHON" "$S" --grow-file "$TMP/grow" --grow-at 1:2 --pause 0.05 \
+    --log "$TMP/log" --save "$TMP/join.pt" >"$TMP/join.out" 2>&1 </dev/null || rc=$?
+  [ $rc = 0 ] || { cat "$TMP/join.out"; fail "2 -> 3: status $rc"; }
+  grep -q "hvdrun: the job stopped to grow; starting it again over 3 rank(s) (was 2)" "$TMP/join.out" &&
+    grep -q "the job started again over 3 rank(s) (was 2): hvd.elastic.run goes on" "$TMP/join.out" ||
+    { cat "$TMP/join.out"; fail "2 -> 3: the job did not grow"; }
+  at=$(sed -n 's/^reset: size 3 epoch \([0-9]*\) batch \([0-9]*\) processed \([0-9]*\)$/\1 \2 \3/p' "$TMP/join.out")
+  # shellcheck disable=SC2086
+  set -- $at
+  [ $# = 3 ] && [ "$(grep -c '^reset:' "$TMP/join.out")" = 1 ] && grep -q "^calls 1 resets 1$" "$TMP/join.out" ||
+    { cat "$TMP/join.out"; fail "2 -> 3: not one reset callback in the restarted job"; }
+  grep -q "^job 2 call 1 size 3 epoch $1 batch $2 " "$TMP/log.2" ||
+    { cat "$TMP/join.out" "$TMP/log.2"; fail "2 -> 3: the new rank did not go on from the commit (epoch $1, batch $2)"; }
+  samples "$TMP/log" "$1" 3 "job 1 call 1" "job 2 call 1" "$2" >"$TMP/samples" 2>&1 ||
+    { cat "$TMP/samples"; fail "2 -> 3: the epoch's samples"; }
+  emulate "$TMP/emu.pt" "2;3@$1:$2:$3"
+  same "$TMP/join.pt" "$TMP/emu.pt" 1e-12 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "2 -> 3: the weights differ from the emulation"; }
+  pass "hosts joining, 2 -> 3$([ -n "$minnp" ] && echo " under --min-np 2"): HostsUpdatedInterrupt at the commit of epoch $1 batch $2, the job restarted over 3, the reset callback once, the new rank from that commit, $(cat "$TMP/samples"); weights = the emulation ($(cat "$TMP/cmp"))"
+else
+  echo "SKIP (hosts joining): run on sid (ELASTIC_HVD=all runs it here)"
+fi
