@@ -79,6 +79,7 @@ typedef struct hvd_ovb_file {
   int inflight;          /* tracked calls between begin and end */
   int unseen, unlinked, warned, dropped;
   int pinned;            /* keeps every byte (another name links it) */
+  int solo;              /* rank 0 made no file for it while this rank waited: no more waits until it is emptied */
   int scan_fds, scan_untracked, scan_mapped, scan_fd; /* from the last scan */
   fprint cfp;            /* the counterpart under which the DIFF flags hold */
   double last;           /* last tracked write */
@@ -200,6 +201,7 @@ static void set_kind(ovf *f, size_t b, int k) {
  * and not PRIV (its length changes). */
 static void resize(ovf *f, off_t size) {
   if (size < f->size) {
+    f->solo = 0; /* written again (O_TRUNC): rank 0 may be behind this time */
     for (size_t b = (size_t)((size + BS - 1) / BS); b < f->nb; b++) set_kind(f, b, PRIV);
     if (size % BS && kind(f, (size_t)(size / BS)) != PRIV) set_kind(f, (size_t)(size / BS), PRIV);
   }
@@ -805,9 +807,37 @@ static void start_sweeper(void) {
   pthread_attr_destroy(&a);
 }
 
-/* The private bytes are over the cap: free what rank 0's copies hold,
- * waiting for them while they change. */
-static void over_cap(void) {
+/* Rank 0 is writing none of the files of this rank's copies, and the
+ * copy `f` being written holds more private bytes than a writer keeps (two
+ * blocks): rank 0 is behind (it has not begun this save yet: the ranks left
+ * their last collective at different times) or never writes such a file (a
+ * name of this rank's own).  Waits while rank 0's file for f, or where
+ * there is none its folder, changes, QUIET_LONG at most without a change,
+ * until f is down to two blocks; once rank 0 writes, as settle does.  No
+ * change at all: f is this rank's own, not waited for again until it is
+ * emptied. */
+#define LAGGING(f) (!(f)->solo && !(f)->unlinked && (f)->size - (f)->away > 2 * BS)
+static void await_rank0(ovf *f) {
+  dev_t dev = f->dev;
+  ino_t ino = f->ino;
+  uint64_t last = counterparts(f);
+  double since = now(), w;
+  int changed = 0;
+  while (priv_total > cap / 2 && find(dev, ino) == f && LAGGING(f)) {
+    if ((w = patience(NULL, 1)) > 0) {
+      settle(NULL, cap / 2, w, 0);
+      return;
+    }
+    if (!await_change(f, &last, &since, QUIET_LONG)) break;
+    changed = 1;
+    pass(NULL, 0);
+  }
+  if (!changed && find(dev, ino) == f) f->solo = 1;
+}
+
+/* The private bytes are over the cap (f: the copy written, or NULL): free
+ * what rank 0's copies hold, waiting for them while they change. */
+static void over_cap(ovf *f) {
   double t = now();
   if (grown >= 0 && grown < (cap / 4 > BS ? cap / 4 : BS)) { /* the last pass failed: not before more came */
     start_sweeper();
@@ -820,6 +850,7 @@ static void over_cap(void) {
   if (priv_total <= cap / 2) goto out;
   double w = patience(NULL, 1); /* rank 0 writing one of them now */
   if (w > 0) settle(NULL, cap / 2, w, 0);
+  else if (f && LAGGING(f)) await_rank0(f); /* rank 0 behind */
   if (priv_total > cap) grown = 0, start_sweeper();
 out:
   HVD_DEBUG("private files over HVDSHIM_PRIVATE_BYTES: %lld bytes, %lld after a pass, %lld after %.3f s", before, mid,
@@ -942,7 +973,7 @@ int hvd_ovb_end(hvd_ovb_io *io, ssize_t done, int err) {
     if (!freed) freed = pass(NULL, 1);
     r = freed > 0 ? 1 : 2;
   } else if (io->writing && priv_total > cap && !in_child) {
-    over_cap();
+    over_cap(f);
   }
   if (f->unlinked && !f->nw && !f->nr && !f->nrw && !f->inflight) free_file(f);
   pthread_mutex_unlock(&bmu);
@@ -1126,7 +1157,7 @@ void hvd_ovb_renamed(const char *a, const char *b) {
     char p[PATH_MAX];
     if (snprintf(p, sizeof p, "%s%s", b, f->path + na) < (int)sizeof p) set_path(f, p);
   }
-  if (priv_total > cap && !in_child) over_cap(); /* a file is complete, often (a temporary renamed into place) */
+  if (priv_total > cap && !in_child) over_cap(NULL); /* a file is complete, often (a temporary renamed into place) */
   pthread_mutex_unlock(&bmu);
 }
 
@@ -1164,7 +1195,7 @@ void hvd_ovb_note(const char *abs, const char *ov) {
     resize(f, s.st_size);
   }
   if (f && f->hi < f->size) f->hi = f->size;
-  if (f && priv_total > cap && !in_child) over_cap();
+  if (f && priv_total > cap && !in_child) over_cap(f);
   pthread_mutex_unlock(&bmu);
 }
 

@@ -7,7 +7,8 @@
  * (rank 0's, as ranks are replicas) holds the same bytes at the same place
  * ("away").  Freeing starts when the process's private bytes pass
  * HVDSHIM_PRIVATE_BYTES, and then writes wait for rank 0's copy to catch
- * up (while it changes) until they are back under half of it; a read-open
+ * up (while it changes; to begin, when rank 0 is behind) until they are
+ * back under half of it; a read-open
  * of a copy with freed blocks gets rank 0's file when every block is away
  * and checks out against its hash, else the away blocks are written back
  * first; a write or an O_RDWR read over an away block writes it back

@@ -206,6 +206,10 @@ for name in $stacks; do
   # engine, whose MPI calls the engine suites test on Open MPI 5: it runs on
   # Open MPI 4 and 6 and on MPICH, not again on trixie's Open MPI (63 s).
   [ "$name" = trixie ] && tests=$(echo "$tests" | tr ' ' '\n' | grep -v -E '^tests/torch/grow\.sh$|^tests/horovod/suite\.sh$' | tr '\n' ' ')
+  # The private files' bytes at checkpoint sizes (np=4, 200 MiB, 2 minutes):
+  # Debian 12; on sid torch 2.14's writer and the Trainer's checkpoints are
+  # freed and read back in tests/torch/hf.sh (every byte, a 1-byte cap)
+  [ "$suite" = sid ] && tests=$(echo "$tests" | tr ' ' '\n' | grep -v -x 'tests/torch/private-bytes\.sh' | tr '\n' ' ')
   [ "$which" = mpich ] && tests=$(echo "$tests" | tr ' ' '\n' | grep -E '^tests/(unit|mpi|torch|horovod|gpu)/|^tests/launcher/hvdrun' |
     grep -v -E '^tests/torch/(split|fidelity)\.sh$|^tests/horovod/recipes\.sh$' | tr '\n' ' ')
   # trixie's Open MPI 5 runs elastic.sh's engine cases and, of its PyTorch

@@ -9,13 +9,18 @@
 #     temporary os.replace'd into last.pt, loaded back; the rank's own
 #     random state, loaded back; a log appended), 3 epochs: the job
 #     succeeds, every read-back is exact (the script compares each), the
-#     ranks agree, the real files are rank 0's, no overlay folder is left;
-#     the peak of $TMPDIR's use is printed against the checkpoint's size;
+#     ranks agree, the real files are rank 0's, no overlay folder is left,
+#     $TMPDIR never filled (no rank fell back to dropping bytes); the peak
+#     of $TMPDIR's use is printed against the checkpoint's size;
 #  2. the negative control: the same with every byte kept
-#     (HVDSHIM_PRIVATE_BYTES=0, the overlay before) fails, out of room.
-# Cost: 80-100 s on this 2-core VM, loaded (4 ranks of torch saving and
-# loading 200 MiB, 4 times plain's work; run 2 stops at its first save).
-# Debian 12 and sid (torch's writer, Python's I/O); not the trixie stacks.
+#     (HVDSHIM_PRIVATE_BYTES=0, the overlay before) fails, out of room;
+#  3. rank 0's real path full (a 1 MiB tmpfs): plain's error on rank 0, the
+#     job ends non-zero, plain's partial file left, no rank > 0 failed.
+# Cost: 120-150 s on this 2-core VM, loaded (4 ranks of torch saving and
+# loading 200 MiB 6 times each: 4 times plain's 20-36 s; run 2 stops at its
+# first save; run 3, 20 s).  Debian 12 only (check-stacks: sid's torch
+# writer and the Trainer's checkpoints are tests/torch/hf.sh's, with every
+# byte freed).
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
 need_torch
@@ -61,6 +66,7 @@ mib() { awk -v b="$1" 'BEGIN { printf "%.0f", b / 1048576 }'; }
 # 1. the default
 T=400 run ok EPOCHS=3 || { grep -v "debug" "$TMP/ok.out" | tail -40; fail "np=4, ${MB} MiB checkpoints, a ${SIZE} MiB TMPDIR: the job failed"; }
 grep -q "overlay folder was left" "$TMP/ok.out" && fail "an overlay folder was left behind"
+grep "TMPDIR is full" "$TMP/ok.out" && fail "TMPDIR filled up: ranks > 0 held more than their cap while rank 0 wrote (peak $(cat "$TMP/ok.peak") bytes)"
 [ "$(grep -c '^\[rank [0-3]\] checksum' "$TMP/ok.out")" = 4 ] &&
   [ "$(grep '^\[rank [0-3]\] checksum' "$TMP/ok.out" | awk '{print $3}' | sort -u | wc -l)" = 1 ] ||
   { grep checksum "$TMP/ok.out"; fail "the ranks' checksums: expected 4, all equal"; }
@@ -76,3 +82,31 @@ pass "np=4, 3 epochs of a ${MB} MiB checkpoint (2 saves, 2 read-backs each) in a
 T=400 run all EPOCHS=1 HVDSHIM_PRIVATE_BYTES=0 && { tail -20 "$TMP/all.out"; fail "negative control: HVDSHIM_PRIVATE_BYTES=0 succeeded in a ${SIZE} MiB TMPDIR"; }
 grep -qi "no space left\|failed writing" "$TMP/all.out" || { grep -v debug "$TMP/all.out" | tail -20; fail "negative control: failed, but not out of room"; }
 pass "negative control: every byte kept (HVDSHIM_PRIVATE_BYTES=0) fails out of room, as the overlay did before"
+
+# 3. rank 0's real path full (a 1 MiB tmpfs; TMPDIR elsewhere): the script
+# gets plain's error on rank 0 and the job ends non-zero; what is left at
+# the path is plain's partial file, and no rank > 0 failed
+mkdir "$TMP/full" "$TMP/full-tmp"
+CODE='import torch; torch.save({"w": torch.zeros(1 << 20)}, "ck.pt")'
+export CODE
+# shellcheck disable=SC2016
+LIB="$LIB" MPIRUN="$MPIRUN" MPI_KIND="$MPI_KIND" unshare -m sh -c "$shim_def"'
+  mount -t tmpfs -o size=1M tmpfs "$TMP/full" || exit 90
+  cd "$TMP/full" || exit 90
+  timeout 60 "$PYTHON" -c "$CODE" >"$TMP/full-plain.out" 2>&1
+  echo "$? $(stat -c %s ck.pt 2>/dev/null)" >"$TMP/full.plain"
+  rm -f ck.pt
+  TMPDIR="$TMP/full-tmp" T=120 shim 2 "$PYTHON" -c "$CODE" >"$TMP/full-shim.out" 2>&1
+  echo "$? $(stat -c %s ck.pt 2>/dev/null)" >"$TMP/full.shim"' || fail "rank 0's disk full: no mount namespace"
+read -r prc psize <"$TMP/full.plain"
+read -r src ssize <"$TMP/full.shim"
+want=$(grep -m1 "^RuntimeError: " "$TMP/full-plain.out")
+[ "$prc" != 0 ] && [ -n "$want" ] || { cat "$TMP/full-plain.out"; fail "rank 0's disk full: plain did not fail as expected"; }
+[ "$src" != 0 ] && grep -q -F -x "[rank 0] $want" "$TMP/full-shim.out" ||
+  { tail -30 "$TMP/full-shim.out"; fail "rank 0's disk full: the job (status $src) did not end with plain's error: $want"; }
+grep "^\[rank [1-9]\].*Error" "$TMP/full-shim.out" && fail "rank 0's disk full: a rank > 0 failed too"
+[ "$ssize" = "$psize" ] || fail "rank 0's disk full: ${ssize:-no} file of ${psize:-no} bytes left (plain leaves ${psize:-none})"
+i=0
+while ls -d "$TMP/full-tmp"/hvdshim-rank* >/dev/null 2>&1 && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+ls -d "$TMP/full-tmp"/hvdshim-rank* 2>/dev/null && fail "rank 0's disk full: an overlay folder was left behind"
+pass "rank 0's disk full: the job ends (status $src; plain $prc) with plain's error on rank 0 ($want), the ranks > 0 did not fail; left at the path: plain's partial file ($psize bytes), no overlay folder"

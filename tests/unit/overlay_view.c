@@ -4,15 +4,18 @@
  * shim/overlay.c hands them the real ones.  A fixture folder of real files
  * is made first; the view then runs as rank 3 with its overlay folder
  * under a private TMPDIR.  The bytes tests write "rank 0's" files in the
- * fixture and the rank's copies through the calls overlay.c makes around
- * a tracked write (begin, the write, end). */
+ * fixture (or from a thread, for a rank 0 behind) and the rank's copies
+ * through the calls overlay.c makes around a tracked write (begin, the
+ * write, end). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -535,6 +538,67 @@ static void test_bytes_rank0_ahead(void) {
   free(d);
 }
 
+/* Rank 0 behind (it leaves the last collective later and has not begun the
+ * save): a write over the cap waits for rank 0's file to appear and catch
+ * up, so the copy keeps about the cap, not the file.  A file rank 0 never
+ * writes (a name of this rank's own) is waited for once, then kept. */
+typedef struct {
+  const char *path;
+  const unsigned char *d;
+  size_t n;
+} late_writer;
+static double mono(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+static void *rank0_late(void *arg) {
+  late_writer *w = arg;
+  struct timespec late = {0, 100 * 1000 * 1000}, step = {0, 2 * 1000 * 1000};
+  nanosleep(&late, NULL); /* half of the longest wait (0.2 s here) */
+  int fd = open(w->path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  for (size_t o = 0; fd >= 0 && o < w->n; o += MB / 2) {
+    if (write(fd, w->d + o, w->n - o < MB / 2 ? w->n - o : MB / 2) < 0) break;
+    nanosleep(&step, NULL);
+  }
+  if (fd >= 0) close(fd);
+  return NULL;
+}
+static void test_bytes_rank0_behind(void) {
+  char ov[PATH_MAX];
+  unsigned char *d = pattern(16 * MB, 11);
+  late_writer w = {in_real("behind.bin"), d, 16 * MB};
+  pthread_t t;
+  int fd = open_copy_w("behind.bin", O_WRONLY | O_CREAT | O_TRUNC, ov);
+  CHECK_INT(pthread_create(&t, NULL, rank0_late, &w), 0);
+  long long most = 0;
+  for (size_t o = 0; o < 16 * MB; o += MB / 2) {
+    CHECK_INT(tw(fd, d + o, MB / 2, -1), MB / 2);
+    if (allocated(ov) > most) most = allocated(ov);
+  }
+  pthread_join(t, NULL);
+  CHECK(most <= 6 * MB); /* the cap and a block or two, not the 16 MiB */
+  tclose(fd);
+  int how;
+  unsigned char *b = read_back("behind.bin", 16 * MB, &how);
+  CHECK_INT(how, HVD_OVB_FD);
+  CHECK(b && !memcmp(b, d, 16 * MB));
+  free(b);
+  /* no file of rank 0's ever (nor one like it beside it): one wait, then every byte kept */
+  free(d);
+  d = pattern(16 * MB, 12);
+  fd = open_copy_w("own-name.bin", O_WRONLY | O_CREAT | O_TRUNC, ov);
+  double t0 = mono();
+  for (size_t o = 0; o < 16 * MB; o += MB / 2) CHECK_INT(tw(fd, d + o, MB / 2, -1), MB / 2);
+  double took = mono() - t0;
+  CHECK(took < 0.4); /* one wait of 0.2 s (10 s unscaled), not one per write */
+  CHECK(allocated(ov) >= 15 * MB);
+  tclose(fd);
+  CHECK_INT(hvd_ovl_remove(in_real("own-name.bin"), 0), 0);
+  hvd_ovb_removed(in_real("own-name.bin"));
+  free(d);
+}
+
 /* A temporary renamed into place: freed against rank 0's file at the new
  * name; or, rank 0 ahead (its temporary renamed already), against that
  * file while it is written.  Rank 0's file changing after: EIO.  A removal
@@ -698,6 +762,7 @@ int main(int argc, char **argv) {
       {"bytes: a block rank 0's lacks stays", test_bytes_differ},
       {"bytes: zeros, a seek back, an append", test_bytes_zeros_seek_append},
       {"bytes: a seek back where rank 0 is ahead, or gone", test_bytes_rank0_ahead},
+      {"bytes: a write waits for rank 0 behind", test_bytes_rank0_behind},
       {"bytes: rename, a changed file, removal", test_bytes_rename_remove},
       {"bytes: TMPDIR full", test_bytes_full},
       {"view: the folder is removed", test_drop},
