@@ -1,7 +1,7 @@
-/* Unit tests of the overlay's path logic (shim/overlay_view.c) and of its
- * bytes (shim/overlay_bytes.c), with no preload and no interposed table:
+/* Unit tests of the overlay's path logic (hooks/overlay_view.c) and of its
+ * bytes (hooks/overlay_bytes.c), with no preload and no interposed table:
  * this program links them alone and hands them libc's own functions, as
- * shim/overlay.c hands them the real ones.  A fixture folder of real files
+ * hooks/overlay.c hands them the real ones.  A fixture folder of real files
  * is made first; the view then runs as rank 3 with its overlay folder
  * under a private TMPDIR.  The bytes tests write "rank 0's" files in the
  * fixture (or from a thread, for a rank 0 behind) and the rank's copies
@@ -21,8 +21,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../shim/overlay_bytes.h"
-#include "../../shim/overlay_view.h"
+#include "../../hooks/overlay_bytes.h"
+#include "../../hooks/overlay_view.h"
 #include "check.h"
 
 static const hvd_ovl_libc libc_calls = {

@@ -1,4 +1,4 @@
-/* The overlay's bytes (internal to shim/overlay*.c): which bytes of the
+/* The overlay's bytes (internal to hooks/overlay*.c): which bytes of the
  * files this process writes in its overlay folder stay there.
  *
  * A file a rank > 0 writes in the overlay ("its copy") is cut in blocks of

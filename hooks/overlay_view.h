@@ -1,4 +1,4 @@
-/* The overlay's path logic (internal to shim/overlay*.c; see overlay.h for
+/* The overlay's path logic (internal to hooks/overlay*.c; see overlay.h for
  * what the overlay does): this process's view of the file system while the
  * overlay is on.  It owns the overlay folder, the whiteouts, the real files
  * seen, the merged folder listings, and the decision of which path a call
