@@ -980,11 +980,8 @@ void hvd_overlay_arm(int rank, int resuming) {
   const char *v = hvd_cfg_str(HVD_CFG_SAVE_RANKS);
   if (v && !strcmp(v, "all")) return;
   REAL();
-  Dl_info self;
-  const void *self_base = NULL;
-  if (dladdr((void *)hvd_overlay_arm, &self)) self_base = self.dli_fbase;
   owner = getpid();
-  hvd_ovl_init(&real, rank, self_base);
+  hvd_ovl_init(&real, rank);
   hvd_ovb_init(&real, (long long)hvd_cfg_int(HVD_CFG_PRIVATE_BYTES), 1.0);
   atexit(cleanup_at_exit);
   on = 1;

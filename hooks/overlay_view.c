@@ -37,7 +37,6 @@
 static const hvd_ovl_libc *L; /* the real calls */
 static volatile int dirty;    /* a folder was made or a whiteout recorded: lookups needed */
 static int my_rank;
-static const void *self_base; /* libhvdshim.so: its own calls pass through */
 static char root[PATH_MAX];   /* the overlay folder, "" until the first write */
 static size_t rootlen;
 static int watcher_fd = -1;   /* write end of the watcher's pipe */
@@ -49,10 +48,9 @@ static size_t nwo, capwo;
 static char *seen[1024];      /* real files this process saw exist (stat/access), a ring */
 static size_t nseen;
 
-void hvd_ovl_init(const hvd_ovl_libc *libc, int rank, const void *self) {
+void hvd_ovl_init(const hvd_ovl_libc *libc, int rank) {
   L = libc;
   my_rank = rank;
-  self_base = self;
   clock_gettime(CLOCK_REALTIME, &t0);
 }
 
@@ -135,16 +133,16 @@ int hvd_ovl_excluded_path(const char *a) {
   return strstr(a, "/pymp-") != NULL;
 }
 
-/* Calls made by the MPI runtime, NCCL, CUDA or hvdshim itself write their own
- * files (shared-memory segments, session folders): never redirected. */
+/* Calls made by the MPI runtime, NCCL or CUDA write their own files
+ * (shared-memory segments, session folders): never redirected.  (hvdshim's
+ * own file calls never come here: they go to the real libc, base/libc.c.) */
 int hvd_ovl_excluded_caller(const void *ret) {
   static const char *const libs[] = {"libmpi", "libopen-", "libpmix", "libprrte", "libprte", "libhwloc", "libuc",
                                      "libfabric", "libpsm", "libnccl", "libcuda", "libnvidia", "libibverbs",
-                                     "librdmacm", "libevent", "libmunge", "libpmi", "libhvdshim"};
+                                     "librdmacm", "libevent", "libmunge", "libpmi"};
   static const char *const dirs[] = {"/openmpi/", "/pmix/", "/prrte/", "/mpich/", "/ucx/"};
   Dl_info i;
   if (!ret || !dladdr(ret, &i) || !i.dli_fname) return 0;
-  if (i.dli_fbase == self_base) return 1;
   const char *b = strrchr(i.dli_fname, '/');
   b = b ? b + 1 : i.dli_fname;
   for (size_t k = 0; k < sizeof libs / sizeof *libs; k++)

@@ -62,10 +62,8 @@ typedef struct {
 
 /* Starts the view for `rank` (the overlay folder's name carries it), with
  * the real calls in `libc` (kept by pointer: it must outlive the view).
- * `self_base`: the load address of the object whose own calls pass through
- * (libhvdshim.so), or NULL.  The view's start time (which files another
- * process made since) is now. */
-void hvd_ovl_init(const hvd_ovl_libc *libc, int rank, const void *self_base);
+ * The view's start time (which files another process made since) is now. */
+void hvd_ovl_init(const hvd_ovl_libc *libc, int rank);
 /* The overlay folder, or NULL while none has been made. */
 const char *hvd_ovl_root(void);
 /* Removes the overlay folder and stops its watcher; a write after this
@@ -87,8 +85,8 @@ int hvd_ovl_absolute(int dirfd, const char *path, char *out);
 /* Never redirected: /dev, /proc, /sys, /run, and Python multiprocessing's
  * own folders (".../pymp-..."). */
 int hvd_ovl_excluded_path(const char *abs);
-/* Never redirected: calls made from MPI, NCCL, CUDA or hvdshim itself
- * (`ret`: the caller's return address; NULL is nobody's). */
+/* Never redirected: calls made from MPI, NCCL or CUDA (`ret`: the
+ * caller's return address; NULL is nobody's). */
 int hvd_ovl_excluded_caller(const void *ret);
 
 /* ---- which path a call goes to ---- */

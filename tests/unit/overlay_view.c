@@ -746,7 +746,7 @@ int main(int argc, char **argv) {
   setenv("TMPDIR", tmp_dir, 1);
   struct timespec pause = {0, 20 * 1000 * 1000};
   nanosleep(&pause, NULL); /* the fixture is older than the view (file times are coarse) */
-  hvd_ovl_init(&libc_calls, 3, NULL);
+  hvd_ovl_init(&libc_calls, 3);
   hvd_ovb_init(&libc_calls, 4 * MB, 0.02); /* waits for "rank 0" 50 times shorter */
   nanosleep(&pause, NULL);
   static const check_test tests[] = {
