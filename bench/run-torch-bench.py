@@ -56,7 +56,15 @@ ap.add_argument("--kinds", default="shim2,ddp2,shim1,plain",
 ap.add_argument("--horovod", metavar="DIR", default=os.path.join(top, "..", "shared", "reference", "horovod-0.28.1"),
                 help="a directory holding a real Horovod package, for the kinds hvdN")
 ap.add_argument("--accumulate", type=int, default=1, metavar="K", help="K backward passes per optimizer step")
+ap.add_argument("--script", choices=["bench", "ordinary"], default="bench",
+                help="bench: bench/torch_train.py's models; ordinary: bench/ordinary_train.py, an ordinary short-step "
+                "training script (its loader, clipping, scheduler and evaluations; --steps are each rank's steps a "
+                "run, --models is ignored)")
 args = ap.parse_args()
+if args.script == "ordinary":
+    args.models = "ordinary"
+    if args.accumulate != 1:
+        sys.exit("--script ordinary: --accumulate is not supported")
 
 env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 mpirun = ["mpirun", "--oversubscribe", "-x", "OMP_NUM_THREADS"]
@@ -82,11 +90,24 @@ def limit(n, cmd, e):
     return sum(rates)
 
 
+def command(model, ranks):
+    """The script's command line for a job of `ranks` ranks (an ordinary
+    script's dataset holds each rank's steps, so every kind runs as many
+    steps a rank)."""
+    if model == "ordinary":
+        return [args.python, os.path.join(here, "ordinary_train.py"), "--batch", str(args.batch),
+                "--samples", str(args.steps * args.batch * ranks // 3), "--epochs", "3"]
+    return [args.python, script, "--model", model, "--steps", str(args.steps), "--accumulate", str(args.accumulate),
+            "--batch", str(args.batch)]
+
+
 def run(kind, model):
-    common = [args.python, script, "--model", model, "--steps", str(args.steps), "--accumulate", str(args.accumulate),
-              "--batch", str(args.batch)]
     e = dict(env)
     kind, _, extra = kind.partition("@")
+    digits = re.search(r"\d+$", kind)
+    common = command(model, int(digits.group()) if digits and not kind.startswith("limit") else 1)
+    if model == "ordinary" and (kind.startswith("floor") or kind.startswith("mpi")):
+        sys.exit("%s: the floor kinds need bench/torch_train.py's models (not --script ordinary)" % kind)
     extra_x = []
     for pair in filter(None, extra.split("+")):
         name, value = pair.split("=", 1)

@@ -270,7 +270,7 @@ HVD_EXPORT void hvd_get_stats(hvd_stats_t *stats);
 
 /* One training step has ended on this rank (its gradients are reduced):
  * `samples` is the number this rank processed in it, or -1 when unknown.
- * Rank 0 writes a line to the HVDSHIM_METRICS file (see the README's
+ * Rank 0 writes a line to the HVDSHIM_METRICS file (see docs/OBSERVABILITY.md's
  * schema), and autotune measures throughput in steps.  Framework adapters
  * and native hooks call it; a program using the C API may too.  Before
  * hvd_init: a no-op, except with HVDSHIM_OBSERVE=1 (one plain process,

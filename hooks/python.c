@@ -6,7 +6,7 @@
  * constructor prepends the directory holding hvdshim's sitecustomize.py to
  * PYTHONPATH.  That sitecustomize restores PYTHONPATH and sys.path, chains
  * to any sitecustomize the user already has, and installs an import hook
- * that loads the adapter (hvdshim_torch.py) right after `import torch`.
+ * that loads the adapter (python/hvdshim_torch/) right after `import torch`.
  * Processes that are not Python, and every dormant process, are untouched.
  * Why sitecustomize rather than an audit hook: docs/ARCHITECTURE.md. */
 #define _GNU_SOURCE

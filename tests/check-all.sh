@@ -69,6 +69,26 @@ for name in fuzz check-sanitize; do
   [ $rc -ne 0 ] && [ "$f" -eq 0 ] && { show 30 "check-all-$name.log"; f=1; }
   part $name
 done
+# make distcheck: the tarball builds outside its tree (VPATH, the sources
+# read-only), installs and uninstalls, and passes a subset of make check
+# there (the whole of it ran above, in this tree): the unit tests, the
+# install and manual-page checks, one multi-rank engine test and one PyTorch
+# end-to-end test
+DISTCHECK_TESTS="tests/unit/unit_tests tests/unit/overlay_view tests/unit/settings-page.sh tests/unit/install.sh tests/tools/man.sh tests/mpi/shm.sh tests/torch/shard.sh"
+t0=$(date +%s)
+$MAKE distcheck TESTS="$DISTCHECK_TESTS" >check-all-distcheck.log 2>&1
+rc=$?
+p=0 f=0 s=0
+if [ $rc = 0 ] && grep -a -q 'archives ready for distribution' check-all-distcheck.log; then
+  p=1
+  echo "distcheck: passed ($(echo $DISTCHECK_TESTS | wc -w) test scripts in the tarball's VPATH build, $(($(date +%s) - t0)) s)"
+else
+  f=1
+  grep -a -E '^(FAIL|ERROR):' check-all-distcheck.log
+  show 30 check-all-distcheck.log
+  echo "distcheck: FAILED"
+fi
+part distcheck
 # the current Debian stacks in chroots (HVDSHIM_CHECK_STACKS=0 leaves them out):
 # each stack's lines, then its total "check-stacks: all stacks: N passed, ..."
 if [ "${HVDSHIM_CHECK_STACKS:-1}" != 0 ]; then

@@ -4,7 +4,7 @@
  *                             time (the library, MPI, CUDA, NCCL, libffi,
  *                             Python and torch), settings with their values
  *                             and where each came from
- *   hvdshim-info --markdown   the settings table as Markdown (the README's)
+ *   hvdshim-info --markdown   the settings table as Markdown (docs/SETTINGS.md's)
  *   hvdshim-info --man        the settings as roff, for the hvdshim(7) page
  *   hvdshim-info --version    the version
  *   hvdshim-info --check      validate the environment's settings; exit 1
@@ -102,7 +102,7 @@ static const char usage_text[] =
     "What this build of hvdshim is, what it finds at run time, and its settings with their values.\n"
     "  (no option)          the version, build options, what is found at run time (the library, MPI,\n"
     "                       GPU, NCCL, libffi, Python and torch) and every setting with its value\n"
-    "  --markdown           the settings table as Markdown (the README's)\n"
+    "  --markdown           the settings table as Markdown (docs/SETTINGS.md's)\n"
     "  --man                the settings as roff (the hvdshim(7) manual page's)\n"
     "  --check              validate the environment's settings; exit 1 with the error line\n"
     "  --check-hooks [SPEC] parse a hook spec (a file, or the spec text; default $HVDSHIM_HOOKS) and\n"

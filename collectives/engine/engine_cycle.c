@@ -15,11 +15,14 @@
  *     whose name is in the response cache with the same signature only sets
  *     its cache bit; any other goes to the outbox for the coordinator.
  *  2. One MPI_Allreduce(BAND) over a vector of 64-bit words:
- *       [~flags][~shutdown-rank bits][ready cache bits][~invalid cache bits]
+ *       [~flags][ready cache bits][~invalid cache bits]
  *     (OR is computed as ~AND(~x)).  Bits set on every rank are ready
  *     everywhere; an invalid bit (a cached request waiting too long on some
  *     rank, i.e. a possible stall) sends that entry back through the
- *     coordinator so the stall inspector can name the missing ranks.
+ *     coordinator so the stall inspector can name the missing ranks.  Its
+ *     size is fixed by the cache's capacity, whatever the number of ranks:
+ *     which ranks have joined (one bit a rank) goes in a second round,
+ *     only in cycles where some rank is joined (F_JOINED).
  *  3. If any rank has outbox requests (or rank 0 must broadcast a fatal
  *     error): the slow path.  Requests are gathered to rank 0, which keeps a
  *     table name -> per-rank signature; a name reported by every rank becomes
@@ -43,8 +46,8 @@
  *
  * Join.  A rank that stops (hvd_shutdown, or the program's normal exit)
  * takes no new submissions, drains its pending work for up to
- * HVDSHIM_SHUTDOWN_TIMEOUT_SECONDS, then raises its bit in the joined-rank
- * words of the control vector.  From that cycle on it takes part in every
+ * HVDSHIM_SHUTDOWN_TIMEOUT_SECONDS, then raises F_JOINED and its bit in the
+ * joined-rank words (the second round).  From that cycle on it takes part in every
  * operation the others agree on without contributing (a "phantom" request:
  * the identity of the reduction, zero rows, a receive-only buffer), its cache
  * bits count as ready, the coordinator counts it as present, and averages
@@ -72,7 +75,7 @@
 
 /* F_STOPPED: a rank has stopped for good (hvd_shutdown); F_RUNNING: a rank
  * is not stuck (below), so a deadlock is not declared */
-enum { F_SLOW = 1, F_STOPPED = 2, F_RUNNING = 4 };
+enum { F_SLOW = 1, F_STOPPED = 2, F_RUNNING = 4, F_JOINED = 8 /* this rank has joined */ };
 
 /* Stuck: this rank waits on hvdshim (a user thread in a wait, or one that
  * ended less than a second ago) and has submitted nothing for
@@ -119,13 +122,20 @@ static hvd_eng_rc control_allreduce(hvd_engine *e, uint64_t *v) {
   }
 }
 
-/* Words 1..wr of the control vector hold ~joined bits: after the BAND a
- * cleared bit means that rank has joined.  *last: the highest rank that
- * joined in this cycle (unchanged when none did). */
-static int agree_joined(hvd_engine *e, const uint64_t *v, int *last) {
+/* The joined ranks' round (a cycle where some rank has joined): wr words
+ * of ~joined bits, BAND over the ranks; a cleared bit means that rank has
+ * joined.  *last: the highest rank that joined in this cycle (unchanged
+ * when none did).  The count of joined ranks, or -1 when the round failed. */
+static int agree_joined(hvd_engine *e, int *last) {
+  uint64_t *jv = e->vec + e->nwords;
+  for (int w = 0; w < e->wr; w++) jv[w] = ~(uint64_t)0;
+  if (e->joined_self) jv[e->rank / 64] &= ~((uint64_t)1 << (e->rank % 64));
+  if (hvd_eng_mpi_check(e, MPI_Allreduce(MPI_IN_PLACE, jv, e->wr, MPI_UINT64_T, MPI_BAND, e->comm),
+                        "MPI_Allreduce (joined ranks)") != HVD_ENG_OK)
+    return -1;
   int n = 0;
   for (int r = 0; r < e->size; r++) {
-    int j = !(v[1 + r / 64] & ((uint64_t)1 << (r % 64)));
+    int j = !(jv[r / 64] & ((uint64_t)1 << (r % 64)));
     if (j && !e->joined[r]) *last = r;
     e->joined[r] = (uint8_t)j;
     n += j;
@@ -298,10 +308,9 @@ static hvd_eng_rc run(hvd_engine *e, int *go_on) {
   if (e->nout > 0 || (e->rank == 0 && e->coord.fatal_msg)) flags |= F_SLOW;
   if (e->stopped_self) flags |= F_STOPPED;
   if (e->deadlock_s <= 0 || !stuck(e, now)) flags |= F_RUNNING;
+  if (e->joined_self) flags |= F_JOINED;
   v[0] = ~flags;
-  for (int w = 0; w < e->wr; w++) v[1 + w] = ~(uint64_t)0;
-  if (e->joined_self) v[1 + e->rank / 64] &= ~((uint64_t)1 << (e->rank % 64));
-  uint64_t *ready = v + 1 + e->wr, *invalid = ready + e->wc;
+  uint64_t *ready = v + 1, *invalid = ready + e->wc;
   hvd_eng_offer_cached(e, ready, invalid, now);
   if (e->autotune) {
     v[e->tw] = e->rank == 0 ? (uint64_t)e->tuner.fusion : ~(uint64_t)0;
@@ -317,7 +326,14 @@ static hvd_eng_rc run(hvd_engine *e, int *go_on) {
   hvd_liveness_tick();
   flags = ~v[0];
   int before = e->njoined;
-  e->njoined = agree_joined(e, v, &e->last_joined);
+  if (flags & F_JOINED) { /* some rank has joined: which ones (every rank agrees to ask) */
+    int n = agree_joined(e, &e->last_joined);
+    if (n < 0) return HVD_ENG_RECOVER;
+    e->njoined = n;
+  } else if (e->njoined) { /* (no rank is joined any more) */
+    memset(e->joined, 0, (size_t)e->size);
+    e->njoined = 0;
+  }
   if (e->njoined == e->size && !(flags & F_STOPPED)) { /* every rank is in hvd_join: it returns everywhere */
     hvd_liveness_busy(0);
     end_join(e);

@@ -146,7 +146,7 @@ int hvd_eng_queued_locked(hvd_engine *e, double t_submit, int was_empty, int bat
    * lock from the submitting thread for each.  No wake-up here: a caller
    * that waits at once runs the cycle itself where it can, and an engine
    * thread woken for nothing takes the core a peer rank needs
-   * (docs/BENCHMARKS.md, "Operations submitted alone").  One with a
+   * (docs/BENCHMARKS.md, "Small operations").  One with a
    * callback, which nobody waits for, wakes the engine at once. */
   if (!was_empty && !e->gathering) return 0;
   if (batching) return 1;

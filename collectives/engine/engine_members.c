@@ -58,10 +58,13 @@ static void free_by_size(hvd_engine *e) {
 
 int hvd_eng_members_open(hvd_engine *e, char *err, size_t errlen) {
   enum { NONE, STATE, SHM, WATCHDOG } done = NONE;
+  /* the control vector's size does not depend on the ranks: the joined
+   * ranks' bits (wr words) go in a round of their own, only while a rank
+   * is joined (engine_cycle.c) */
   e->wr = (e->size + 63) / 64;
-  e->tw = 1 + e->wr + 2 * e->wc;
+  e->tw = 1 + 2 * e->wc;
   e->nwords = e->tw + (e->autotune ? 2 : 0);
-  e->vec = calloc((size_t)e->nwords, sizeof *e->vec);
+  e->vec = calloc((size_t)(e->nwords + e->wr), sizeof *e->vec);
   e->lens = calloc((size_t)e->size * 2, sizeof *e->lens);
   e->displs = e->lens ? e->lens + e->size : NULL;
   e->joined = calloc((size_t)e->size, 1);

@@ -2,7 +2,7 @@
  * one object per hvd_step_mark.  The engine opens it at start and closes it
  * at stop, counts the steps, and hvd_step_mark (any thread) hands it each
  * step's counters.  An observer: it calls nothing of the engine's.  Schema:
- * README "Metrics". */
+ * docs/OBSERVABILITY.md, "Metrics". */
 #ifndef HVD_METRICS_H
 #define HVD_METRICS_H
 

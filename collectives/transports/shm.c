@@ -48,9 +48,8 @@ static struct {
    *   nothing else to run:
    *   spinning on it costs no one anything, while sleeping costs a wake-up
    *   of the core, which can take longer than the whole reduction of a
-   *   small model (docs/BENCHMARKS.md, "A waited-for cycle spins instead
-   *   of sleeping").  Neither (oversubscribed,
-   *   or bound to fewer cores than ranks): a spinning thread would take a
+   *   small model (docs/BENCHMARKS.md, "What a barrier costs").  Neither
+   *   (oversubscribed, or bound to fewer cores than ranks): a spinning thread would take a
    *   core from a peer, or the engine thread from its own training thread. */
   int always, idle_cores;
   int (*waiters)(void); /* user threads waiting for the engine now (given at start) */

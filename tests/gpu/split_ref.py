@@ -1,6 +1,6 @@
 """The single-process reference of a HVDSHIM_DATA=split run over N ranks
 (tests/gpu/device.sh): each global batch is cut in N contiguous parts as the
-shim cuts it (hvdshim_torch.data.split_slice), each part's gradients are
+shim cuts it (hvdshim_torch.data.dealing.split_slice), each part's gradients are
 computed alone, exactly as one rank computes them (same shapes, so the same
 kernels and rounding), and their average becomes the gradient the optimizer
 sees.  Only the reference run uses this; the run under the shim is the

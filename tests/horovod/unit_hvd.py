@@ -1,4 +1,4 @@
-"""Unit tests of the served horovod package (hooks/python/horovod) that need
+"""Unit tests of the served horovod package (python/horovod) that need
 no MPI: it runs against a stub of libhvdshim.so that plays rank 0 of a
 two-rank job whose other rank submits the same tensors (a sum doubles, an
 allgather repeats this rank's rows), or, with `joined`, has joined (it adds
@@ -12,11 +12,11 @@ import warnings
 
 import torch
 
-sys.path.insert(0, sys.argv.pop(1))  # hooks/python
-from hvdshim_torch import lib  # noqa: E402
+sys.path.insert(0, sys.argv.pop(1))  # python/
+from hvdshim_torch import capi, collectives  # noqa: E402
 
 _BYTES = {0: 4, 1: 8, 2: 2, 3: 2, 4: 4, 5: 8, 6: 1, 7: 1, 8: 2}
-_TORCH = {v: k for k, v in lib._HVD_DTYPES.items()}
+_TORCH = {v: k for k, v in collectives.HVD_DTYPES.items()}
 
 
 def _view(ptr, count, dtype):
@@ -26,8 +26,8 @@ def _view(ptr, count, dtype):
 
 
 class Stub:
-    """Operations complete when waited for.  Attribute assignment is free, as
-    on ctypes functions (mpi_ops sets restype and argtypes)."""
+    """Operations complete when waited for.  Its functions take attributes, as
+    ctypes functions do (capi.LIB holds it: nothing declares them)."""
 
     def __init__(self):
         self.joined = False
@@ -142,7 +142,7 @@ class Stub:
 
 
 stub = Stub()
-lib._lib = stub
+capi.LIB = stub
 import horovod.torch as hvd  # noqa: E402
 from horovod.common import process_sets  # noqa: E402
 from horovod.runner.util.threads import in_thread  # noqa: E402

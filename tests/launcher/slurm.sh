@@ -5,7 +5,7 @@
 # trainer with a 2x batch:
 #   salloc -n 2 hvdrun -np 2 ...    (hvdrun runs srun inside the allocation)
 #   srun -n 2 --mpi=pmix --export=ALL,LD_PRELOAD=libhvdshim.so ...
-#   sbatch of the README's script
+#   sbatch of docs/LAUNCHER.md's script
 # Skips, with the reason, where the daemons are not installed (apt-get
 # install slurmctld slurmd slurm-client munge) or cannot start (not root).
 . "$(dirname "$0")/../lib.sh"
@@ -84,7 +84,7 @@ timeout -k 5 120 srun -n 2 --mpi=pmix --export=ALL,LD_PRELOAD="$LIB" "$BIN/train
   --out "$TMP/srun.bin" </dev/null >"$TMP/srun.log" 2>&1 || { cat "$TMP/srun.log"; fail "srun -n 2"; }
 same "$TMP/ref.bin" "$TMP/srun.bin" || fail "srun differs from the plain run"
 pass "srun -n 2 --mpi=pmix --export=ALL,LD_PRELOAD=...: same result"
-# 3. the README's sbatch script
+# 3. the sbatch script of docs/LAUNCHER.md
 cat >"$TMP/job.sh" <<EOF
 #!/bin/sh
 #SBATCH --ntasks=2

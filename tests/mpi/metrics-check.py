@@ -1,4 +1,4 @@
-"""Check an HVDSHIM_METRICS file against the schema in the README.
+"""Check an HVDSHIM_METRICS file against the schema in docs/OBSERVABILITY.md.
 
     python3 metrics-check.py FILE [key=value ...]
 
@@ -9,7 +9,7 @@ number of lines; exits 1 naming the first violation."""
 import json
 import sys
 
-SCHEMA = {  # key: allowed types (README "Metrics")
+SCHEMA = {  # key: allowed types (docs/OBSERVABILITY.md, "Metrics")
     "step": (int,), "time": (float,), "t": (float,), "wall_s": (float,),
     "samples": (int, type(None)), "ranks": (int,), "bytes_reduced": (int,),
     "tensors": (int,), "fusion_buffers": (int,), "blocked_s": (float,),

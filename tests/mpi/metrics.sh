@@ -1,6 +1,6 @@
 #!/bin/sh
 # HVDSHIM_METRICS: rank 0 writes one JSON object per step, with the schema
-# of the README (tests/mpi/metrics-check.py), for the C API (engine_test
+# of docs/OBSERVABILITY.md (tests/mpi/metrics-check.py), for the C API (engine_test
 # marks its steps), the native example (a hooked call that reduces is a
 # step) and the PyTorch example (an optimizer step; samples from the batch).
 . "$(dirname "$0")/../lib.sh"

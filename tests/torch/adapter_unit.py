@@ -1,4 +1,4 @@
-"""Unit tests of the PyTorch adapter (hooks/python/hvdshim_torch) that need
+"""Unit tests of the PyTorch adapter (python/hvdshim_torch) that need
 no MPI: the package runs against a stub of libhvdshim.so that plays one rank
 of a job whose other ranks contributed fixed values."""
 import ctypes
@@ -10,9 +10,20 @@ import warnings
 
 import torch
 
-sys.path.insert(0, sys.argv.pop(1))  # hooks/python
+sys.path.insert(0, sys.argv.pop(1))  # python/
 import hvdshim_torch  # noqa: E402
-from hvdshim_torch import data, grads, lib, models, norms, output, resize, rng, roles  # noqa: E402
+from hvdshim_torch import capi, collectives, errors, grow, models, norms, output, patching, resize, rng  # noqa: E402
+from hvdshim_torch.data import dealing, epoch_order, iterable, iteration, loaders, redeal, roles, sharded  # noqa: E402
+from hvdshim_torch.data.redeal import _LIVE  # noqa: E402
+from hvdshim_torch.data.roles import _EV  # noqa: E402
+from hvdshim_torch.gradients import hooks, hyperparams, loss_shares, reduction, replicas, round_vector  # noqa: E402
+from hvdshim_torch.gradients import backward as backward_wrap  # noqa: E402
+from hvdshim_torch.gradients.accumulation import _A  # noqa: E402
+from hvdshim_torch.gradients.backward import _B  # noqa: E402
+from hvdshim_torch.gradients.loss_shares import _L  # noqa: E402
+from hvdshim_torch.gradients.params import _P  # noqa: E402
+from hvdshim_torch.gradients.submit import _H  # noqa: E402
+from hvdshim_torch.rng import _R  # noqa: E402
 from hvdshim_torch.state import _S  # noqa: E402
 
 
@@ -31,7 +42,7 @@ class StubLib:
 
     def hvd_allreduce_async(self, name, ptr, n, dtype, op, cb, arg, handle):
         self.calls.append(("allreduce", name, n, op))
-        if self.peer is not None and op == lib._MAX:
+        if self.peer is not None and op == capi.MAX:
             buf = (ctypes.c_double * n).from_address(ptr)
             for i in range(n):
                 buf[i] = max(buf[i], self.peer[i])
@@ -79,16 +90,16 @@ def _one_backward(overlap):
     backward through them, the hooks taken off: its named parameters."""
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
     named = list(model.named_parameters())
-    _S.params = [grads._Param(i, "m0.%s" % n, p, False) for i, (n, p) in enumerate(named)]
-    _S.used, _S.nhooked = bytearray(len(named)), 0
-    _S.submitted, _S.round, _S.sparse, _S.optimizers = set(), None, [], []
-    _S.in_backward, _S.skip_bw, _S.k, _S.bw_window, _S.deferred = False, False, 1, 0, False
-    _S.batch, _S.pending, _S.bucket, _S.overlap, _S.elastic = lib._Batch(), lib._Pending(), 0, overlap, False
+    _P.params = [hooks._Param(i, "m0.%s" % n, p, False) for i, (n, p) in enumerate(named)]
+    _P.used, _P.nhooked = bytearray(len(named)), 0
+    _H.submitted, _H.round, _H.sparse, _S.optimizers = set(), None, [], []
+    _A.in_backward, _A.skip_bw, _A.k, _A.bw_window, _A.deferred = False, False, 1, 0, False
+    _H.batch, _H.pending, _S.bucket, _S.overlap, _S.elastic = collectives.Batch(), collectives.Pending(), 0, overlap, False
     _S.data_mode = "shard"  # (the stub adds no other rank's part of the round)
-    for prm in _S.params:
+    for prm in _P.params:
         prm.hook()
     model(torch.ones(2, 3)).sum().backward()
-    for prm in _S.params:
+    for prm in _P.params:
         prm.handle.remove()
     return named
 
@@ -105,13 +116,13 @@ class Constants(unittest.TestCase):
         names = {torch.float32: "HVD_FLOAT32", torch.float64: "HVD_FLOAT64", torch.float16: "HVD_FLOAT16",
                  torch.bfloat16: "HVD_BFLOAT16", torch.int32: "HVD_INT32", torch.int64: "HVD_INT64",
                  torch.uint8: "HVD_UINT8", torch.int8: "HVD_INT8", torch.int16: "HVD_INT16"}
-        self.assertEqual(set(names), set(lib._HVD_DTYPES))
+        self.assertEqual(set(names), set(collectives.HVD_DTYPES))
         for dt, name in names.items():
-            self.assertEqual(lib._HVD_DTYPES[dt], header[name], name)
-        for attr, name in (("_UINT8", "HVD_UINT8"), ("_INT64", "HVD_INT64"), ("_SUM", "HVD_SUM"), ("_AVG", "HVD_AVG"),
-                           ("_MAX", "HVD_MAX"), ("_ROOT_FIRST_ACTIVE", "HVD_ROOT_FIRST_ACTIVE"),
-                           ("_ERR_TIMEOUT", "HVD_ERR_TIMEOUT")):
-            self.assertEqual(getattr(lib, attr), header[name], name)
+            self.assertEqual(collectives.HVD_DTYPES[dt], header[name], name)
+        for attr, name in (("UINT8", "HVD_UINT8"), ("INT64", "HVD_INT64"), ("SUM", "HVD_SUM"), ("AVG", "HVD_AVG"),
+                           ("MAX", "HVD_MAX"), ("ROOT_FIRST_ACTIVE", "HVD_ROOT_FIRST_ACTIVE"),
+                           ("ERR_TIMEOUT", "HVD_ERR_TIMEOUT")):
+            self.assertEqual(getattr(capi, attr), header[name], name)
 
 
 class Arithmetic(unittest.TestCase):
@@ -119,35 +130,35 @@ class Arithmetic(unittest.TestCase):
         for n in range(1, 40):
             for size in (1, 2, 3, 4):
                 for batch in (1, 3, 8):
-                    per = [data.shard_indices(range(n), size, r, batch, False) for r in range(size)]
+                    per = [dealing.shard_indices(range(n), size, r, batch, False) for r in range(size)]
                     flat = [i for p in per for b in p for i in b]
                     self.assertEqual(set(flat), set(range(n)))
                     self.assertEqual(len(flat), -(-n // size) * size)  # padded as DistributedSampler
                     self.assertEqual(len({len(p) for p in per}), 1)    # same number of batches everywhere
-                    self.assertEqual(len(per[0]), data.shard_count(n, size, batch, False))
-                    dl = [data.shard_indices(range(n), size, r, batch, True) for r in range(size)]
-                    self.assertEqual(len(dl[0]), data.shard_count(n, size, batch, True))
+                    self.assertEqual(len(per[0]), dealing.shard_count(n, size, batch, False))
+                    dl = [dealing.shard_indices(range(n), size, r, batch, True) for r in range(size)]
+                    self.assertEqual(len(dl[0]), dealing.shard_count(n, size, batch, True))
                     self.assertTrue(all(len(b) == batch for p in dl for b in p))
 
     def test_split_slices_partition_a_batch(self):
         for n in range(1, 30):
             for size in (1, 2, 3, 5):
-                parts = [data.split_slice(list(range(n)), size, r) for r in range(size)]
+                parts = [dealing.split_slice(list(range(n)), size, r) for r in range(size)]
                 if n >= size:
                     self.assertEqual([i for p in parts for i in p], list(range(n)))
                 self.assertTrue(all(p for p in parts))
                 self.assertLessEqual(max(map(len, parts)) - min(map(len, parts)), 1)
                 # the slices that are only padding: together with the others, every row once
-                real = [p for r, p in enumerate(parts) if not data.padding_only(n, size, r)]
+                real = [p for r, p in enumerate(parts) if not dealing.padding_only(n, size, r)]
                 self.assertEqual(sorted(i for p in real for i in p), list(range(n)))
 
     def test_dealt_batches_same_count_every_rank(self):
         batches = [[i, i + 100] for i in range(7)]
-        per = [data.every_nth(batches, 3, r) for r in range(3)]
+        per = [dealing.every_nth(batches, 3, r) for r in range(3)]
         self.assertEqual([len(p) for p in per], [3, 3, 3])
         self.assertEqual(per[0][0], [0, 100])
         self.assertEqual((per[1][2], per[2][2]), ([0, 100], [1, 101]))  # padded from the start
-        self.assertEqual(data.every_nth([], 2, 0), [])
+        self.assertEqual(dealing.every_nth([], 2, 0), [])
 
 
     def test_streams_equal_the_whole_epoch_forms(self):
@@ -159,10 +170,10 @@ class Arithmetic(unittest.TestCase):
             windows = [order[i:i + w] for i in range(0, n, w)]
             for rank in range(size):
                 for drop in (False, True):
-                    self.assertEqual(list(data.shard_stream(iter(windows), size, rank, batch, drop)),
-                                     data.shard_indices(order, size, rank, batch, drop), (n, size, batch, w, rank))
-                self.assertEqual(list(data.every_nth_stream(iter(order), size, rank)),
-                                 data.every_nth(order, size, rank))
+                    self.assertEqual(list(dealing.shard_stream(iter(windows), size, rank, batch, drop)),
+                                     dealing.shard_indices(order, size, rank, batch, drop), (n, size, batch, w, rank))
+                self.assertEqual(list(dealing.every_nth_stream(iter(order), size, rank)),
+                                 dealing.every_nth(order, size, rank))
 
 
     def test_streams_deal_the_rest_over_the_ranks_left(self):
@@ -171,19 +182,19 @@ class Arithmetic(unittest.TestCase):
         every sample not yet taken is taken once (plus the end's padding)."""
         import random
         rnd = random.Random(7)
-        saved = data._place
+        saved = dealing._place
         try:
             for _ in range(200):
                 n, batch, k = rnd.randint(1, 80), rnd.randint(1, 5), rnd.randint(0, 6)
                 order = list(range(n))
                 windows = [order[i:i + 7] for i in range(0, n, 7)]
                 place = {}
-                data._place = lambda: place["now"]
+                dealing._place = lambda: place["now"]
                 taken = {}
                 streams = {}
                 for old in range(3):
                     place["now"] = (3, old)
-                    streams[old] = data.shard_stream(iter(windows), None, None, batch, False)
+                    streams[old] = dealing.shard_stream(iter(windows), None, None, batch, False)
                     taken[old] = []
                     for _b in range(k):
                         nxt = next(streams[old], None)
@@ -200,22 +211,22 @@ class Arithmetic(unittest.TestCase):
                 self.assertEqual(set(seen), set(order), (n, batch, k))
                 self.assertLessEqual(len(seen) - len(set(seen)), 2, (n, batch, k))  # the padding only
                 place["now"] = (2, 0)
-                self.assertEqual(list(data.every_nth_stream(iter(order))), data.every_nth(order, 2, 0))
+                self.assertEqual(list(dealing.every_nth_stream(iter(order))), dealing.every_nth(order, 2, 0))
         finally:
-            data._place = saved
+            dealing._place = saved
 
     def test_slice_batch_cuts_every_rowed_part(self):
         import collections
         P = collections.namedtuple("P", "x ids")
         b = {"x": torch.arange(10).view(5, 2), "names": list("abcde"), "n": 7,
              "p": P(torch.arange(5), [10, 11, 12, 13, 14]), "scalar": torch.tensor(3.0)}
-        got = data.slice_batch(b, 5, data.split_slice(range(5), 2, 1))
+        got = iterable.slice_batch(b, 5, dealing.split_slice(range(5), 2, 1))
         self.assertEqual(got["x"].tolist(), [[6, 7], [8, 9]])
         self.assertEqual(got["names"], ["d", "e"])
         self.assertEqual((got["n"], got["scalar"].item()), (7, 3.0))
         self.assertIsInstance(got["p"], P)
         self.assertEqual((got["p"].x.tolist(), got["p"].ids), ([3, 4], [13, 14]))
-        one = data.slice_batch((torch.arange(1),), 1, data.split_slice(range(1), 2, 1))  # padded
+        one = iterable.slice_batch((torch.arange(1),), 1, dealing.split_slice(range(1), 2, 1))  # padded
         self.assertEqual(one[0].tolist(), [0])
 
 
@@ -240,10 +251,10 @@ class SummedLoss(unittest.TestCase):
             "sum / batch": x.pow(2).sum() / x.shape[0],
         }
         for what, loss in summed.items():
-            self.assertTrue(grads._looks_summed(loss.grad_fn), what)
-        self.assertIsNone(grads._share_of(summed["cross_entropy sum"].grad_fn))
+            self.assertTrue(loss_shares._looks_summed(loss.grad_fn), what)
+        self.assertIsNone(loss_shares._share_of(summed["cross_entropy sum"].grad_fn))
         for what, loss in averaged.items():
-            self.assertFalse(grads._looks_summed(loss.grad_fn), what)
+            self.assertFalse(loss_shares._looks_summed(loss.grad_fn), what)
 
 
     def test_share_of_a_mean(self):
@@ -267,7 +278,7 @@ class SummedLoss(unittest.TestCase):
             "none: a sum less another": (x.sum() - x.pow(2).sum(), None),
         }
         for what, (loss, want) in shares.items():
-            self.assertEqual(grads._share_of(loss.grad_fn), want, what)
+            self.assertEqual(loss_shares._share_of(loss.grad_fn), want, what)
 
 
 class SyncBatchNorm(unittest.TestCase):
@@ -277,8 +288,8 @@ class SyncBatchNorm(unittest.TestCase):
 
     def setUp(self):
         self.stub = StubLib()
-        lib._lib = self.stub
-        _S.enabled, _S.started, _S.sync_bn, _S.bn_calls, _S.share_s = True, True, True, 0, 1.0
+        capi.LIB = self.stub
+        _S.enabled, _S.started, _S.sync_bn, _S.bn_calls, _L.share_s = True, True, True, 0, 1.0
         norms.install(True)
 
     def tearDown(self):
@@ -362,11 +373,11 @@ class EmbeddingMaxNorm(unittest.TestCase):
 
         def finish(h, like, what):
             return torch.cat([h, torch.tensor([5, 7, 1])])
-        self.saved = norms._allgather_start, norms._allgather_finish
-        norms._allgather_start, norms._allgather_finish = start, finish
+        self.saved = norms.allgather_start, norms.allgather_finish
+        norms.allgather_start, norms.allgather_finish = start, finish
 
     def tearDown(self):
-        norms._allgather_start, norms._allgather_finish = self.saved
+        norms.allgather_start, norms.allgather_finish = self.saved
         _S.size = 1
 
     def test_rows_of_every_rank(self):
@@ -422,7 +433,7 @@ class Streams(unittest.TestCase):
 class Rules(unittest.TestCase):
     def setUp(self):
         self.stub = StubLib()
-        lib._lib = self.stub
+        capi.LIB = self.stub
         _S.rank, _S.size, _S.enabled, _S.started = 1, 2, True, True
         _S.optimizers, _S.warned = [], set()
 
@@ -430,10 +441,10 @@ class Rules(unittest.TestCase):
         p = torch.nn.Parameter(torch.zeros(3))
         adam = torch.optim.Adam([p], lr=0.01, betas=(0.9, 0.99), weight_decay=0.0)
         sgd = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.5, momentum=0.9, nesterov=True)
-        grads._note_optimizer(adam)
-        grads._note_optimizer(sgd)
-        grads._note_optimizer(adam)  # once
-        slots = grads._hyper_slots()
+        hyperparams._note_optimizer(adam)
+        hyperparams._note_optimizer(sgd)
+        hyperparams._note_optimizer(adam)  # once
+        slots = hyperparams._hyper_slots()
         keys = [(k, i) for _g, k, i, _v in slots]
         self.assertIn(("betas", 0), keys)
         self.assertIn(("betas", 1), keys)
@@ -443,7 +454,7 @@ class Rules(unittest.TestCase):
         at = keys.index(("lr", None))
         values[at] = 0.02                    # rank 0's lr of the Adam group
         values[keys.index(("betas", 1))] = 0.95
-        grads._apply_hyper(slots, values)
+        hyperparams._apply_hyper(slots, values)
         self.assertEqual(adam.param_groups[0]["lr"], 0.02)
         self.assertEqual(adam.param_groups[0]["betas"], (0.9, 0.95))
         self.assertEqual(sgd.param_groups[0]["lr"], 0.5)
@@ -457,37 +468,37 @@ class Rules(unittest.TestCase):
         that another did; k comes from rank 0; without rank 0 (finished),
         nothing is taken."""
         awkward = [0.1, 1.0 / 3.0, 1e-300, -2.5e-8, 3e38 * 10, float("nan")]
-        self.assertEqual(repr(grads._hyper_values(grads._hyper_pieces(awkward))), repr(tuple(awkward)))
-        for p in grads._hyper_pieces(awkward):
+        self.assertEqual(repr(round_vector.values(round_vector.pieces(awkward))), repr(tuple(awkward)))
+        for p in round_vector.pieces(awkward):
             self.assertEqual(float(torch.tensor([p], dtype=torch.float32) + 0.0), p)  # exact in float32
         model = torch.nn.Linear(2, 1)
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         _S.optimizers = []
-        grads._note_optimizer(opt)
-        _S.params = [grads._Param(i, "m0.%s" % n, p, False) for i, (n, p) in enumerate(model.named_parameters())]
-        _S.used = bytearray([1, 0])
-        _S.submitted, _S.round, _S.accumulate, _S.windows, _S.k = set(), None, True, [4, 4], 1
+        hyperparams._note_optimizer(opt)
+        _P.params = [hooks._Param(i, "m0.%s" % n, p, False) for i, (n, p) in enumerate(model.named_parameters())]
+        _P.used = bytearray([1, 0])
+        _H.submitted, _H.round, _S.accumulate, _A.windows, _A.k = set(), None, True, [4, 4], 1
         _S.rank, _S.data_mode = 0, "shard"
-        grads._submit_round()
-        rank0 = _S.round[0].tolist()
-        _S.round = None
+        reduction._submit_round()
+        rank0 = _H.round[0].tolist()
+        _H.round = None
         _S.rank = 1
         opt.param_groups[0]["lr"] = 0.7  # this rank's own decision
-        _S.used = bytearray([0, 0])
+        _P.used = bytearray([0, 0])
         self.stub.round_peer = rank0
-        grads._reduce_round()
+        reduction._reduce_round()
         self.assertEqual(opt.param_groups[0]["lr"], 0.1)
-        self.assertEqual(_S.k, 4)
+        self.assertEqual(_A.k, 4)
         self.assertIsNotNone(model.weight.grad)  # used on rank 0: this rank submitted zeros for it
         self.assertIsNone(model.bias.grad)
         self.stub.round_peer = [0.0] * len(rank0)  # rank 0 has finished: keep our own
         opt.param_groups[0]["lr"] = 0.7
-        grads._reduce_round()
+        reduction._reduce_round()
         self.assertEqual(opt.param_groups[0]["lr"], 0.7)
-        self.assertEqual(_S.k, 1)
+        self.assertEqual(_A.k, 1)
         _S.data_mode = "split"  # where every rank holds a part of every batch: the job ends, saying why
-        with self.assertRaisesRegex(lib.HvdShimError, "1 of 2 ranks finished the script while this rank still trains"):
-            grads._reduce_round()
+        with self.assertRaisesRegex(errors.HvdShimError, "1 of 2 ranks finished the script while this rank still trains"):
+            reduction._reduce_round()
 
     def test_gradients_go_during_backward_or_all_at_its_end(self):
         """HVDSHIM_OVERLAP on: each gradient is handed over as it is ready
@@ -503,9 +514,9 @@ class Rules(unittest.TestCase):
             self.assertEqual(sorted(n for b, _f in batches for n in b if not n.startswith(b"hvdshim.round")),
                              sorted(names))
             self.assertTrue(batches[-1][0][-1].startswith(b"hvdshim.round."))  # the round goes last
-            self.assertEqual([f for _b, f in batches], [0] * (len(batches) - 1) + [lib._CALLER_WAITS])
+            self.assertEqual([f for _b, f in batches], [0] * (len(batches) - 1) + [capi.BATCH_CALLER_WAITS])
             self.assertEqual(len(batches), len(names) if overlap else 1)
-            self.assertEqual(_S.submitted, set())  # the step's reduction ended
+            self.assertEqual(_H.submitted, set())  # the step's reduction ended
 
     def test_round_and_gradients_waited_for_in_one_call(self):
         """Every gradient handed over with the round (HVDSHIM_OVERLAP off):
@@ -515,14 +526,14 @@ class Rules(unittest.TestCase):
         named = _one_backward(overlap=False)
         self.assertEqual(self.stub.waits, [len(named) + 1])
         for refused_in in (0, 1):
-            a, b = lib._Pending(), lib._Pending()
+            a, b = collectives.Pending(), collectives.Pending()
             (a, b)[refused_in].refused = "averaging something"
-            lib._following[0] = True
+            errors.following = True
             try:
-                with self.assertRaises(lib._MembershipChanged):
+                with self.assertRaises(errors.MembershipChanged):
                     a.wait_with(b)
             finally:
-                lib._following[0] = False
+                errors.following = False
             self.assertEqual((b.items, b.refused, a.items, a.refused), ([], None, [], None))
 
     @unittest.skipIf(not hasattr(torch, "compiler") or "torch._dynamo" in sys.modules,
@@ -533,10 +544,10 @@ class Rules(unittest.TestCase):
         imports torch._dynamo, then the function torch.compiler.disable made,
         and a compiled function calling the hook runs it."""
         calls = []
-        hook = lib._untraced(lambda x: calls.append(1) or x + 1)
+        hook = patching.untraced(lambda x: calls.append(1) or x + 1)
         self.assertNotIn("torch._dynamo", sys.modules)
         self.assertEqual(hook(1), 2)
-        cell = lib._UNTRACED[-1][1]
+        cell = patching._UNTRACED[-1][1]
         plain = cell[0]
         import torch._dynamo  # noqa: F401  what torch.compile does first
         self.assertIsNot(cell[0], plain)
@@ -544,7 +555,7 @@ class Rules(unittest.TestCase):
         compiled = torch.compile(lambda t: hook(t) * 2, backend="eager")
         self.assertEqual(compiled(torch.ones(2)).tolist(), [4.0, 4.0])
         self.assertEqual(len(calls), 2)
-        self.assertFalse(any(isinstance(f, lib._AfterImport) and f.name == "torch._dynamo"
+        self.assertFalse(any(isinstance(f, patching.AfterImport) and f.name == "torch._dynamo"
                              for f in sys.meta_path))  # one shot
 
     def test_cores_per_rank_decides_overlap(self):
@@ -567,8 +578,8 @@ class Rules(unittest.TestCase):
         its source; retain_graph, views, leaves and non-scalar roots are
         left alone; a failed backward takes its item back; a loss averaged so is
         not averaged again by the closure/plateau path."""
-        _S.average_loss, _S.in_backward, _S.scaled, _S.averaged = True, False, None, None
-        _S.batch = lib._Batch()
+        _S.average_loss, _A.in_backward, _B.scaled, _B.averaged = True, False, None, None
+        _H.batch = collectives.Batch()
         self.stub.loss_peer = 3.0
         w = torch.nn.Parameter(torch.tensor([2.0]))
 
@@ -576,14 +587,14 @@ class Rules(unittest.TestCase):
             return [c for c in self.stub.calls if c[0] == "allreduce" and c[1] == b"hvdshim.loss"]
 
         def backward(t, **kw):
-            return grads._backward_averaging(torch.autograd.backward, t, None, kw.get("retain_graph"),
+            return backward_wrap._backward_averaging(torch.autograd.backward, t, None, kw.get("retain_graph"),
                                              kw.get("create_graph", False), (), {})
         loss = (w * 0.5).sum()  # 1.0 here
         backward(loss)
         self.assertEqual(loss.item(), 2.0)
         self.assertEqual(w.grad.item(), 0.5)  # the gradient is backward's own (averaged by the hooks, not here)
         self.assertEqual(len(losses()), 1)
-        self.assertIs(grads._average_loss(loss), loss)
+        self.assertIs(backward_wrap._average_loss(loss), loss)
         self.assertEqual(len(losses()), 1)  # not averaged twice
         kept = (w * 0.5).sum()
         backward(kept, retain_graph=True)  # its node may keep its value for the next pass
@@ -595,11 +606,11 @@ class Rules(unittest.TestCase):
         backward(leaf)
         self.assertEqual(leaf.item(), 4.0)
         vec = w.expand(2) * 1.0
-        grads._backward_averaging(torch.autograd.backward, vec, torch.ones(2), None, False, (), {})
+        backward_wrap._backward_averaging(torch.autograd.backward, vec, torch.ones(2), None, False, (), {})
         self.assertEqual(len(losses()), 1)
         source = (w * 0.25).sum()  # 0.5
         scaled = source * 1024.0
-        grads._note_scaled(source, scaled)
+        backward_wrap._note_scaled(source, scaled)
         backward(scaled)
         self.assertEqual(source.item(), 1.75)
         self.assertEqual(scaled.item(), 512.0)
@@ -607,7 +618,7 @@ class Rules(unittest.TestCase):
         bad.backward()  # its graph is gone: the next backward fails before any gradient
         with self.assertRaises(RuntimeError):
             backward(bad)
-        self.assertEqual(_S.batch.items, [])
+        self.assertEqual(_H.batch.items, [])
         _S.average_loss = False
         off = (w * 0.5).sum()
         backward(off)
@@ -617,37 +628,37 @@ class Rules(unittest.TestCase):
 
     def test_replica_guard_names_first_differing_parameter(self):
         model = torch.nn.Linear(3, 2)
-        _S.params = [grads._Param(i, "m0.%s" % n, p, False) for i, (n, p) in enumerate(model.named_parameters())]
+        _P.params = [hooks._Param(i, "m0.%s" % n, p, False) for i, (n, p) in enumerate(model.named_parameters())]
         _S.check_steps, _S.steps = 5, 5
         sums = [float(p.double().sum()) for p in model.parameters()]
         self.stub.peer = sums + [-s for s in sums]  # the other rank agrees
-        grads._check_replicas()
+        replicas._check_replicas()
         self.stub.peer = [sums[0], sums[1] + 1.0] + [-sums[0], -sums[1]]  # it differs in the bias
         with self.assertRaisesRegex(hvdshim_torch.HvdShimError, "step 5: parameter 'm0.bias' differs"):
-            grads._check_replicas()
+            replicas._check_replicas()
         _S.steps = 6  # not a checking step: no traffic
         n = len(self.stub.calls)
-        grads._check_replicas()
+        replicas._check_replicas()
         self.assertEqual(len(self.stub.calls), n)
 
     def test_rng_streams_per_rank_and_deterministic(self):
         self.assertNotEqual(rng.mixed_seed(b"state", 1), rng.mixed_seed(b"state", 2))
         self.assertEqual(rng.mixed_seed(b"state", 1), rng.mixed_seed(b"state", 1))
-        _S.rng_mode, _S.rng_diverged, _S.rank = "per-rank", False, 0
+        _S.rng_mode, _R.diverged, _S.rank = "per-rank", False, 0
         torch.manual_seed(3)
         before = torch.get_rng_state().clone()
         rng.diverge()  # rank 0: unchanged
         self.assertTrue(torch.equal(before, torch.get_rng_state()))
-        _S.rng_diverged, _S.rank = False, 1
+        _R.diverged, _S.rank = False, 1
         rng.diverge()
         a = torch.rand(3)
         torch.set_rng_state(before)
-        _S.rng_diverged = False
+        _R.diverged = False
         rng.diverge()
         self.assertTrue(torch.equal(a, torch.rand(3)))  # the same mixing every time
         torch.set_rng_state(before)
         self.assertFalse(torch.equal(a, torch.rand(3)))  # and not rank 0's stream
-        _S.rng_mode, _S.rng_diverged = "same", False
+        _S.rng_mode, _R.diverged = "same", False
         torch.set_rng_state(before)
         rng.diverge()
         self.assertTrue(torch.equal(before, torch.get_rng_state()))
@@ -656,11 +667,11 @@ class Rules(unittest.TestCase):
         """Between a reducing backward's end and the step's, torch draws from
         a stream every rank shares; outside, each rank's own stream goes on
         as if the window's draws had not happened."""
-        _S.rng_mode, _S.rng_seed, _S.rng_shared, _S.rng_window = "per-rank", 12345, {}, None
-        self.addCleanup(setattr, _S, "rng_seed", None)
+        _S.rng_mode, _R.seed, _R.shared, _R.window = "per-rank", 12345, {}, None
+        self.addCleanup(setattr, _R, "seed", None)
         drawn = []
         for own in (1, 2):  # two ranks: their own streams differ
-            _S.rng_shared = {}
+            _R.shared = {}
             torch.manual_seed(own)
             rng.window_open()
             rng.window_open()  # (open already: nothing changes)
@@ -676,21 +687,21 @@ class Rules(unittest.TestCase):
         self.assertFalse(torch.equal(torch.rand(4), drawn[0]))
         rng.window_close()
         _S.whole_batches = True
-        batches = list(data.dealt_batches(iter([1, 2])))  # a dealt loader's batches close it
+        batches = list(iteration.dealt_batches(iter([1, 2])))  # a dealt loader's batches close it
         self.assertFalse(_S.whole_batches)  # (and are parts of a batch: BatchNorm syncs)
         rng.window_open()
-        it = data.dealt_batches(iter([1]))
+        it = iteration.dealt_batches(iter([1]))
         self.assertEqual(next(it), 1)
-        self.assertIsNone(_S.rng_window)
+        self.assertIsNone(_R.window)
         _S.rng_mode = "same"
         rng.window_open()
-        self.assertIsNone(_S.rng_window)  # only per-rank streams have a window
+        self.assertIsNone(_R.window)  # only per-rank streams have a window
         self.assertEqual(batches, [1, 2])
 
     def _windowed(self, window):
-        old = data._WINDOW
-        data._WINDOW = window
-        self.addCleanup(setattr, data, "_WINDOW", old)
+        old = epoch_order._WINDOW
+        epoch_order._WINDOW = window
+        self.addCleanup(setattr, epoch_order, "_WINDOW", old)
 
     def test_windows_give_the_same_batches(self):
         """Windows of 5 indices (many broadcasts) deal what one window deals."""
@@ -702,11 +713,11 @@ class Rules(unittest.TestCase):
                     self._windowed(window)
                     _S.data_mode, _S.loaders, _S.roots = mode, 0, __import__("weakref").WeakSet()
                     loader = DataLoader(list(range(23)), batch_size=4, shuffle=False, drop_last=drop)
-                    data._prepare_loader(loader)
+                    loaders._prepare_loader(loader)
                     loader2 = DataLoader(list(range(23)),
                                          batch_sampler=BatchSampler(SequentialSampler(range(23)), 4, drop))
                     loader2.batch_sampler.__class__ = type("Custom", (BatchSampler,), {})  # dealt, not by index
-                    data._prepare_loader(loader2)
+                    loaders._prepare_loader(loader2)
                     got[window] = ([b.tolist() for b in loader], [b.tolist() for b in loader2])
                 self.assertEqual(got[5], got[1 << 16], (mode, drop))
         # rank 1 of 2, split, 23 samples in batches of 4: slices [2:4] of each batch
@@ -721,7 +732,7 @@ class Rules(unittest.TestCase):
             g_plain, g = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
             plain = DataLoader(list(range(32)), batch_size=4, shuffle=True, generator=g_plain)
             loader = DataLoader(list(range(32)), batch_size=4, shuffle=True, generator=g)
-            data._prepare_loader(loader)
+            loaders._prepare_loader(loader)
             for _ in range(2):
                 list(plain)
                 list(loader)
@@ -736,7 +747,7 @@ class Rules(unittest.TestCase):
             _S.data_mode, _S.loaders, _S.roots = mode, 0, __import__("weakref").WeakSet()
             ds = list(range(100))
             loader = DataLoader(ds, batch_size=8, sampler=RandomSampler(ds, replacement=True, num_samples=int(1e10)))
-            data._prepare_loader(loader)
+            loaders._prepare_loader(loader)
             self.assertEqual(len(loader), int(1e10) // 2 // 8 if mode == "shard" else int(1e10) // 8)
             self.stub.calls.clear()
             t0 = time.perf_counter()
@@ -745,7 +756,7 @@ class Rules(unittest.TestCase):
             self.assertEqual(len(first), 50)
             self.assertTrue(all(len(b) == (8 if mode == "shard" else 4) for b in first))
             sizes = [c[2] for c in self.stub.calls if c[0] == "broadcast"]
-            self.assertTrue(sizes and max(sizes) <= 8 * (data._WINDOW + 2), sizes)  # count, more, a window
+            self.assertTrue(sizes and max(sizes) <= 8 * (epoch_order._WINDOW + 2), sizes)  # count, more, a window
 
     def test_sampler_without_len(self):
         from torch.utils.data import DataLoader, Sampler
@@ -760,7 +771,7 @@ class Rules(unittest.TestCase):
         self._windowed(3)
         _S.data_mode, _S.loaders, _S.roots = "shard", 0, __import__("weakref").WeakSet()
         loader = DataLoader(list(range(11)), batch_size=2, sampler=NoLen())
-        data._prepare_loader(loader)
+        loaders._prepare_loader(loader)
         with self.assertRaises(TypeError):
             len(loader)  # as plain: no len
         self.assertEqual([b.tolist() for b in loader], [[1, 3], [5, 7], [9, 0]])  # rank 1, padded from the start
@@ -780,8 +791,8 @@ class Rules(unittest.TestCase):
 
         _S.data_mode, _S.loaders, _S.roots = "shard", 0, __import__("weakref").WeakSet()
         loader = DataLoader(list(range(20)), batch_size=2, sampler=Odd())
-        data._prepare_loader(loader)
-        self.assertIsInstance(loader.batch_sampler, data._ShardedBatches)
+        loaders._prepare_loader(loader)
+        self.assertIsInstance(loader.batch_sampler, sharded._ShardedBatches)
         self.assertEqual(loader.batch_size, 2)
         self.assertEqual(len(loader), 3)  # 10 samples over 2 ranks in batches of 2
         got = [b.tolist() for b in loader]
@@ -815,10 +826,10 @@ class Lengths(unittest.TestCase):
 
     def setUp(self):
         import weakref
-        lib._lib = StubLib()
+        capi.LIB = StubLib()
         _S.rank, _S.size, _S.enabled, _S.started, _S.data_mode = 1, 2, True, True, "shard"
         _S.loaders, _S.loader_refs, _S.roots = 0, {}, weakref.WeakSet()
-        _S.loader_trained, _S.warned, _S.mode_event, _S.data_events = False, set(), -1, 0
+        _EV.loader_trained, _S.warned, _EV.mode_event, _EV.data_events = False, set(), -1, 0
         self.said = []
         self.addCleanup(setattr, roles, "_warn_once", roles._warn_once)
         roles._warn_once = lambda key, msg: self.said.append(msg)
@@ -826,7 +837,7 @@ class Lengths(unittest.TestCase):
     def loader(self, shuffle=False):
         from torch.utils.data import DataLoader
         loader = DataLoader(list(range(20)), batch_size=2, shuffle=shuffle)
-        data._prepare_loader(loader)
+        loaders._prepare_loader(loader)
         return loader
 
     def switch(self, module, mode):
@@ -855,7 +866,7 @@ class Lengths(unittest.TestCase):
             self.assertEqual((told, _batches(val)), (10, 10))
         told = len(val)  # PyTorch's ImageNet example: len before eval(); the loader evaluated before
         self.switch(model, True)  # (the training before it)
-        _S.data_events += 1
+        _EV.data_events += 1
         told = len(val)
         self.switch(model, False)
         with torch.no_grad():
@@ -883,12 +894,12 @@ class Lengths(unittest.TestCase):
             told = len(train)  # before train(): its past use says
             self.switch(model, True)
             self.assertEqual((told, _batches(train)), (5, 5), epoch)
-            _S.data_events += 1  # (a backward)
+            _EV.data_events += 1  # (a backward)
             self.switch(model, False)
             told = len(train)  # just after eval()
             with torch.no_grad():
                 self.assertEqual((told, _batches(train)), (10, 10), epoch)
-            _S.data_events += 1  # (another loader's evaluation)
+            _EV.data_events += 1  # (another loader's evaluation)
         self.assertEqual(self.said, [])
 
     def test_a_new_loader_beside_a_trained_or_shuffled_one(self):
@@ -897,7 +908,7 @@ class Lengths(unittest.TestCase):
         train, val, more = self.loader(shuffle=True), self.loader(), self.loader(shuffle=True)
         self.assertEqual((len(train), len(val)), (5, 10))  # in order beside a shuffled one: evaluated
         self.assertEqual(_batches(train), 5)
-        _S.data_events += 1
+        _EV.data_events += 1
         self.assertEqual(len(more), 10)  # a loader trains already: a new one is taken to evaluate
         self.switch(model, True)
         self.assertEqual(len(more), 5)  # ... unless asked just after train()
@@ -926,11 +937,11 @@ class Lengths(unittest.TestCase):
         _S.rank = 1
         self.assertEqual(len(self.said), 1)
         self.assertIn("len() was asked before this evaluation began", self.said[0])
-        _S.data_events += 1
+        _EV.data_events += 1
         with torch.no_grad():
             self.assertEqual(_batches(probe), 10)  # not kept across another event
         told = len(probe)
-        _S.data_events += 1  # a backward between len and the loop: the loop decides
+        _EV.data_events += 1  # a backward between len and the loop: the loop decides
         with torch.no_grad():
             self.assertEqual((told, _batches(probe)), (10, 10))
 
@@ -954,19 +965,19 @@ class Lengths(unittest.TestCase):
             def __len__(self):
                 return 20
         loader = DataLoader(Stream(), batch_size=2)
-        data._prepare_loader(loader)
-        self.assertEqual(data._dealt_len(loader, len(loader)), 5)
+        loaders._prepare_loader(loader)
+        self.assertEqual(iterable._dealt_len(loader, len(loader)), 5)
         model = torch.nn.Linear(1, 1)
         _S.roots.add(model)
         self.switch(model, False)
-        self.assertEqual(data._dealt_len(loader, len(loader)), 10)
+        self.assertEqual(iterable._dealt_len(loader, len(loader)), 10)
 
 
 class Resizing(unittest.TestCase):
     """Ranks that change under a loader (elastic) and jobs that grow (resize.py)."""
 
     def setUp(self):
-        lib._lib = StubLib()
+        capi.LIB = StubLib()
         _S.enabled, _S.started, _S.roots = True, True, __import__("weakref").WeakSet()
 
     def tearDown(self):
@@ -980,12 +991,12 @@ class Resizing(unittest.TestCase):
         import itertools
         import weakref
         _S.size, _S.rank, _S.data_mode = 3, 1, mode
-        live = data._Handout()
-        live.items = items = data._Pushback(iter(range(n)))
+        live = redeal._Handout()
+        live.items = items = redeal._Pushback(iter(range(n)))
 
         def handout():  # _by_index_batches' two paths
             if mode == "shard":
-                for run, m, r, full in data._runs(items, batch, None, None):
+                for run, m, r, full in dealing._runs(items, batch, None, None):
                     live.note(run)
                     yield run[r::m]
                 return
@@ -994,7 +1005,7 @@ class Resizing(unittest.TestCase):
                 if len(glob) < batch:
                     return
                 live.note(glob)
-                yield data.split_slice(glob, *data._place())
+                yield dealing.split_slice(glob, *dealing._place())
 
         class LoaderIter:
             _num_yielded = had
@@ -1033,13 +1044,14 @@ class Resizing(unittest.TestCase):
         iterator (kept alive: the _Handout holds it weakly)."""
         import weakref
         _S.size, _S.rank, _S.data_mode, _S.elastic = 3, 1, mode, True
-        gen = iter(data._ShardedBatches(sampler, 0, mode, "here"))
-        live = _S.live_last
+        gen = iter(sharded._ShardedBatches(sampler, 0, mode, "here"))
+        live = _LIVE.live_last
 
         class LoaderIter:
             _num_yielded = given
         it = LoaderIter()
         live.loader_iter = weakref.ref(it)
+        _LIVE.live.add(live)  # (as the loader's _Redealt iterator adds it)
         return gen, live, it
 
     def test_custom_batch_sampler_batches_dealt_again(self):
@@ -1065,12 +1077,13 @@ class Resizing(unittest.TestCase):
                 gen, live, _it = self._iteration(Pairs(), mode, 1)
                 first = [next(gen) for _ in range(2)]
                 _S.size, _S.rank = 2, 0
-                live.redeal()
+                for fn in _S.on_change:  # what elastic.recover runs after a change (data/redeal registers itself)
+                    fn()
                 self.assertEqual(live.drop, 1, mode)
                 self.assertEqual(first, want_first, mode)
                 self.assertEqual(list(gen), want_rest, mode)
             finally:
-                _S.elastic, _S.live_last = False, None
+                _S.elastic, _LIVE.live_last = False, None
 
     def test_batches_put_back_after_the_epoch_was_handed_out(self):
         from torch.utils.data import BatchSampler, SequentialSampler
@@ -1085,11 +1098,11 @@ class Resizing(unittest.TestCase):
             self.assertEqual(live.drop, 2)
             self.assertEqual(list(gen), [[8], [10]])  # global batches 4 and 5, dealt over 2
         finally:
-            _S.elastic, _S.live_last = False, None
+            _S.elastic, _LIVE.live_last = False, None
 
     def test_redealt_iterator_drops_the_old_split(self):
-        live = data._Handout()
-        _S.live_last = None
+        live = redeal._Handout()
+        _LIVE.live_last = None
 
         class LoaderIter:
             def __init__(self):
@@ -1098,15 +1111,15 @@ class Resizing(unittest.TestCase):
             def __next__(self):
                 return next(self.left)
         it = LoaderIter()
-        r = data._Redealt(it, live)
+        r = redeal._Redealt(it, live)
         live.drop = 2
         self.assertEqual(list(iter(lambda: next(r, None), None)), ["new a", "new b"])
 
     def test_discovery_output_slots(self):
-        self.assertEqual(resize._slots("a:2\nb\n# a comment\n\n  c:3  \n"), 6)
-        self.assertEqual(resize._slots(""), 0)
+        self.assertEqual(grow._slots("a:2\nb\n# a comment\n\n  c:3  \n"), 6)
+        self.assertEqual(grow._slots(""), 0)
         with self.assertRaises(ValueError):
-            resize._slots("a:two")
+            grow._slots("a:two")
 
     def test_loader_generators_found(self):
         from torch.utils.data import DataLoader, RandomSampler
@@ -1119,9 +1132,9 @@ class Resizing(unittest.TestCase):
         old = os.environ.get("LD_PRELOAD")
         try:
             os.environ["LD_PRELOAD"] = "/x/libfoo.so:/y/.libs/libhvdshim.so"
-            self.assertEqual(resize._plain_env()["LD_PRELOAD"], "/x/libfoo.so")
+            self.assertEqual(grow._plain_env()["LD_PRELOAD"], "/x/libfoo.so")
             os.environ["LD_PRELOAD"] = "/y/libhvdshim.so"
-            self.assertNotIn("LD_PRELOAD", resize._plain_env())
+            self.assertNotIn("LD_PRELOAD", grow._plain_env())
         finally:
             if old is None:
                 os.environ.pop("LD_PRELOAD", None)

@@ -34,7 +34,7 @@ pass "adapter loaded on import torch (static libpython: $PYTHON)"
 # an installed layout, moved elsewhere: the library finds ../share/hvdshim/python
 mkdir -p "$TMP/prefix/lib" "$TMP/prefix/share/hvdshim/python"
 cp "$LIB" "$TMP/prefix/lib/libhvdshim.so"
-cp -r "$top_srcdir"/hooks/python/sitecustomize.py "$top_srcdir"/hooks/python/hvdshim_torch "$TMP/prefix/share/hvdshim/python/"
+cp -r "$top_srcdir"/python/sitecustomize.py "$top_srcdir"/python/hvdshim_torch "$TMP/prefix/share/hvdshim/python/"
 HVDSHIM_LOG_LEVEL=debug LIB="$TMP/prefix/lib/libhvdshim.so" shim 2 "$PYTHON" "$TMP/probe.py" torch >"$TMP/out" 2>&1 ||
   { cat "$TMP/out"; fail "probe with the installed layout failed"; }
 grep -q "python: bootstrap from $TMP/prefix/lib/../share/hvdshim/python" "$TMP/out" && grep -q "adapter=True" "$TMP/out" ||

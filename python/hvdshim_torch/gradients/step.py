@@ -1,0 +1,53 @@
+"""Optimizer.step wrapped (every optimizer class's own): accumulated
+gradients reduced first, a closure's loss averaged over ranks, one line of
+HVDSHIM_METRICS and the window of backward passes ended per step, the
+replica guard."""
+from .. import capi
+from .. import rng as _rng
+from ..patching import wrap
+from ..state import _S
+from .accumulation import _A, _end_window
+from .backward import _average_loss
+from .reduction import _reduce_deferred
+from .replicas import _check_replicas
+
+
+def _mark_step():
+    """An optimizer step ended: one line of HVDSHIM_METRICS, a tick for autotune."""
+    if (_S.enabled and _S.started) or _S.observe:
+        capi.LIB.hvd_step_mark(_S.samples if _S.samples else -1)
+    _S.samples = 0
+
+
+def _wrap_step(cls):
+    def make_step(orig):
+        def step(self, closure=None, *args, **kwargs):
+            if _A.in_step == 0:
+                _reduce_deferred("the optimizer step")
+            _A.in_step += 1
+            try:
+                if closure is None:  # (not passed on: a script's own optimizer may take none)
+                    result = orig(self, *args, **kwargs)
+                elif not _S.enabled:
+                    result = orig(self, closure, *args, **kwargs)
+                else:
+                    def averaged():
+                        return _average_loss(closure())
+                    result = orig(self, averaged, *args, **kwargs)
+            finally:
+                _A.in_step -= 1
+                if _A.in_step == 0:
+                    if _rng._R.window is not None:
+                        _rng.window_close()
+                    _mark_step()
+            if _A.in_step == 0 and _S.enabled and _S.started:
+                _end_window()
+                _S.steps += 1
+                _S.bn_calls = 0
+                _check_replicas()
+            return result
+        step.hvdshim_step = True
+        return step
+    orig = wrap(cls, "step", make_step)
+    if getattr(orig, "hooked", False):  # torch's profiling wrapper, which a class gets once (Optimizer.__init__)
+        cls.step.hooked = True

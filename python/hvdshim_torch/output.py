@@ -1,0 +1,208 @@
+"""Side effects on output: stdout of ranks > 0, prefixed stderr, an uncaught
+hvdshim error in two lines, intra-op threads per rank.
+
+Its state: _O."""
+import logging
+import os
+import sys
+import traceback
+import torch
+
+from .capi import debug, setting, warn
+from .errors import HvdShimError
+from .state import _S
+
+
+class _Console:
+    def __init__(self):
+        self.stdout_saved = None    # ("fd", descriptor) of a silenced stdout, or ("wrap", stream) of a prefixed one
+        self.stderr_orig = None     # sys.stderr before its lines were prefixed
+        self.quiet_console = False  # console logging below WARNING dropped (ranks other than 0)
+
+
+_O = _Console()
+
+
+class _PrefixedStream:
+    """Text stream wrapper: every line starts with a prefix and reaches the
+    file in one write (so lines of different ranks interleave whole).  A
+    line redrawn in place (carriage returns: a progress bar, tqdm's) has the
+    prefix after each return.  Where `redraws` is False (ranks other than
+    0) such a line is dropped whole: N ranks' bars fighting over one
+    terminal line are noise, and rank 0's shows the same progress."""
+
+    def __init__(self, stream, prefix, redraws=True):
+        self._stream = stream
+        self._prefix = prefix
+        self.redraws = redraws
+        self._partial = ""
+        self._mid = False  # part of the current line is out (a flush), the cursor past its start
+        self._dropping = False  # the current line is a redraw, dropped
+
+    def _line(self, text, ends):
+        """What to write for `text`, a piece of one line (`ends`: the line ends after it)."""
+        if not self.redraws and (self._dropping or "\r" in text):
+            out = "\n" if self._mid and not self._dropping else ""  # (what went out of it before: ended)
+            self._dropping, self._mid = not ends, False
+            return out
+        parts = text.split("\r")
+        out = "\r".join(self._prefix + part if part and (i or not self._mid) else part for i, part in enumerate(parts))
+        if ends:
+            self._mid = False
+            return out + "\n"
+        if text:
+            self._mid = not text.endswith("\r")
+        return out
+
+    def write(self, text):
+        if not text:
+            return 0
+        lines = (self._partial + text).split("\n")
+        self._partial = lines.pop()
+        out = "".join([self._line(line, True) for line in lines])
+        if out:
+            self._stream.write(out)
+            self._stream.flush()
+        return len(text)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        if self._partial:
+            out, self._partial = self._line(self._partial, False), ""
+            if out:
+                self._stream.write(out)
+        self._stream.flush()
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+_emit = logging.StreamHandler.emit
+
+
+def _console_emit(handler, record):
+    """logging.StreamHandler.emit under the shim: a console handler made
+    before the adapter (logging configured before `import torch`) writes
+    through the prefixed stderr too; on ranks other than 0, its records
+    below WARNING are dropped (every rank logs the same progress: the
+    loss it reads is averaged), as their stdout is.  File handlers are left
+    alone."""
+    stream, err = handler.stream, sys.stderr
+    moved = None
+    if isinstance(err, _PrefixedStream) and stream is err._stream:
+        moved = err
+    elif isinstance(stream, _PrefixedStream) and stream is not err:  # (the adapter stood aside since)
+        moved = stream._stream
+    if moved is not None:
+        try:
+            handler.stream = stream = moved
+        except AttributeError:  # (a handler whose stream cannot be set: left as it is)
+            pass
+    if _O.quiet_console and record.levelno < logging.WARNING and \
+            (stream is err or stream is sys.stdout or stream is sys.__stderr__ or stream is sys.__stdout__):
+        return None
+    return _emit(handler, record)
+
+
+def _redirect_output(worker_stdout):
+    prefix = "[rank %d] " % _S.rank
+    if sys.stderr is not None:
+        _O.stderr_orig = sys.stderr
+        sys.stderr = _PrefixedStream(sys.stderr, prefix, redraws=_S.rank == 0 or worker_stdout)
+    _O.quiet_console = _S.rank != 0 and not worker_stdout
+    logging.StreamHandler.emit = _console_emit
+    if worker_stdout:  # every rank's stdout, each line prefixed
+        if sys.stdout is not None:
+            _O.stdout_saved = ("wrap", sys.stdout)
+            sys.stdout = _PrefixedStream(sys.stdout, prefix)
+        return
+    if _S.rank == 0 and _S.resume_steps is None:  # (a restarted job, resize.py: silenced until the script is back)
+        return
+    _silence_stdout()
+
+
+def _silence_stdout():
+    """This rank's stdout (descriptor 1) goes nowhere until _restore_output
+    (or elastic._take_over) puts it back."""
+    if _O.stdout_saved is not None:
+        return
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        saved = os.dup(1)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+        _O.stdout_saved = ("fd", saved)
+    except OSError as e:
+        warn("could not silence stdout of rank %d: %s" % (_S.rank, e))
+
+
+def _restore_output():
+    _O.quiet_console = False
+    if _O.stderr_orig is not None:
+        sys.stderr.flush()
+        sys.stderr = _O.stderr_orig
+        _O.stderr_orig = None
+    saved, _O.stdout_saved = _O.stdout_saved, None
+    if saved is None:
+        return
+    if saved[0] == "wrap":
+        sys.stdout.flush()
+        sys.stdout = saved[1]
+    else:
+        try:
+            sys.stdout.flush()
+        except Exception:
+            pass
+        os.dup2(saved[1], 1)
+        os.close(saved[1])
+
+
+def _short_errors():
+    """An hvdshim error the script does not catch ends its rank with two
+    lines: the message and the script's line that led to it, not a
+    traceback through torch and the adapter on every rank
+    (HVDSHIM_LOG_LEVEL=debug keeps Python's traceback).  Other exceptions,
+    and a hook the script installs itself, are left alone."""
+    previous = sys.excepthook
+    inside = (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(torch.__file__)))
+
+    def hook(kind, value, tb):
+        if not isinstance(value, HvdShimError) or setting("HVDSHIM_LOG_LEVEL") == "debug":
+            return previous(kind, value, tb)
+        where = ""
+        for frame, line in traceback.walk_tb(tb):  # the innermost frame of the script's own code
+            name = os.path.abspath(frame.f_code.co_filename)
+            if not name.startswith(inside) and not name.startswith("<"):
+                where = "%s:%d, in %s" % (frame.f_code.co_filename, line, frame.f_code.co_name)
+        msg = str(value) if str(value).startswith("hvdshim") else "hvdshim: %s" % value
+        try:
+            sys.stderr.write("%s\n  (raised at %s; HVDSHIM_LOG_LEVEL=debug prints the traceback)\n"
+                             % (msg, where or "hvdshim's own code"))
+            sys.stderr.flush()
+        except Exception:
+            previous(kind, value, tb)
+    sys.excepthook = hook
+
+
+def cores_per_rank():
+    """The cores this rank can count on: its affinity (a launcher that binds
+    gives one core), at most the host's cores shared by its ranks."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, (os.cpu_count() or 1) // max(1, _S.local_size)))
+
+
+def _set_threads():
+    if _S.local_size <= 1 or any(os.environ.get(v) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")):
+        return
+    n = cores_per_rank()
+    if n < torch.get_num_threads():
+        torch.set_num_threads(n)
+        debug("intra-op threads: %d (%d local ranks)" % (n, _S.local_size))
