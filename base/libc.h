@@ -4,8 +4,10 @@
  * code calls these instead, resolved once past the library (dlsym
  * RTLD_NEXT), and the overlay never sees the library's own files (output
  * files, /proc, the hook spec, /dev/null).  Only the overlay's interposed
- * names are here; tests/unit/layers.sh checks that no other object of the
- * library calls one of them directly. */
+ * names are here, those that name a path; tests/unit/layers.sh checks that
+ * no other object of the library calls one of them directly (the overlay's
+ * fd calls pass every fd not opened on a private copy: the library's own
+ * fd calls stay plain). */
 #ifndef HVD_BASE_LIBC_H
 #define HVD_BASE_LIBC_H
 

@@ -111,13 +111,25 @@ def _private_serialize_file(rust):
     where.restype = ctypes.c_int
     where.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
 
+    try:
+        written = ctypes.CDLL(None).hvd_overlay_written  # its bytes are freed once rank 0's file holds them
+        written.restype = None
+        written.argtypes = [ctypes.c_char_p]
+    except AttributeError:
+        written = None
+
     def serialize_file(tensor_dict, filename, *args, **kwargs):
         buf = ctypes.create_string_buffer(4096)
         r = where(os.fsencode(os.fspath(filename)), buf, len(buf))
         if r < 0:
             e = ctypes.get_errno()
             raise OSError(e, os.strerror(e), os.fspath(filename))
-        return real(tensor_dict, os.fsdecode(buf.value) if r == 1 else filename, *args, **kwargs)
+        if r != 1:
+            return real(tensor_dict, filename, *args, **kwargs)
+        out = real(tensor_dict, os.fsdecode(buf.value), *args, **kwargs)
+        if written is not None:
+            written(os.fsencode(os.fspath(filename)))
+        return out
 
     serialize_file.__doc__ = real.__doc__
     rust.serialize_file = serialize_file

@@ -38,7 +38,7 @@
 #include "../hooks/native.h"
 #include "../hooks/python.h"
 #include "adapter_api.h"
-#include "overlay.h"
+#include "../hooks/overlay.h"
 #include "reaper.h"
 
 static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;

@@ -189,6 +189,7 @@ for name in $stacks; do
   # adapter-unit, elastic); not the adapter's other behaviours (side effects,
   # observation, accumulation, injection, the loaders' dealing, fidelity's
   # data and decision cases, examples, split's step-for-step arithmetic,
+  # the private files' bytes at checkpoint sizes (libc and torch's writers),
   # Horovod's recipes) nor the tools, which are Python over torch and run
   # on the torch versions either side of trixie's 2.6 (CI's time: split and
   # the recipes were 3.5 minutes there).  MPICH: the same without the native and fault suites
@@ -197,7 +198,7 @@ for name in $stacks; do
   # difference from trixie's Open MPI run is torch's arithmetic, the same
   # torch 2.6 (split, fidelity, Horovod's recipes: 4.5 minutes of CI).
   [ "$suite" = trixie ] && tests=$(echo "$tests" | tr ' ' '\n' |
-    grep -v -E '^tests/torch/(side-effects|observe|accumulate|injection|examples|hf|endless|iterable|fidelity-data|split)\.sh$|^tests/horovod/recipes\.sh$|^tests/tools/' | tr '\n' ' ')
+    grep -v -E '^tests/torch/(side-effects|observe|accumulate|injection|examples|hf|endless|iterable|fidelity-data|split|private-bytes)\.sh$|^tests/horovod/recipes\.sh$|^tests/tools/' | tr '\n' ' ')
   # Hosts joining (grow.sh) restarts jobs through hvdrun and the plain
   # launcher (no ULFM): Open MPI 4 (Debian 12), 6 (sid) and Hydra (MPICH)
   # run it; trixie's Open MPI 5 launches as sid's does (prterun).  Horovod's
@@ -205,6 +206,10 @@ for name in $stacks; do
   # engine, whose MPI calls the engine suites test on Open MPI 5: it runs on
   # Open MPI 4 and 6 and on MPICH, not again on trixie's Open MPI (63 s).
   [ "$name" = trixie ] && tests=$(echo "$tests" | tr ' ' '\n' | grep -v -E '^tests/torch/grow\.sh$|^tests/horovod/suite\.sh$' | tr '\n' ' ')
+  # The private files' bytes at checkpoint sizes (np=4, 200 MiB, 2 minutes):
+  # Debian 12; on sid torch 2.14's writer and the Trainer's checkpoints are
+  # freed and read back in tests/torch/hf.sh (every byte, a 1-byte cap)
+  [ "$suite" = sid ] && tests=$(echo "$tests" | tr ' ' '\n' | grep -v -x 'tests/torch/private-bytes\.sh' | tr '\n' ' ')
   [ "$which" = mpich ] && tests=$(echo "$tests" | tr ' ' '\n' | grep -E '^tests/(unit|mpi|torch|horovod|gpu)/|^tests/launcher/hvdrun' |
     grep -v -E '^tests/torch/(split|fidelity)\.sh$|^tests/horovod/recipes\.sh$' | tr '\n' ' ')
   # trixie's Open MPI 5 runs elastic.sh's engine cases and, of its PyTorch

@@ -11,7 +11,9 @@
 #    training_step calls model.train(), the model still in eval mode from
 #    the evaluation: the loader's past says it trains);
 #  - use_cpu=True: Accelerate starts torch.distributed itself from the MPI
-#    environment; the shim stands aside and the run completes.
+#    environment; the shim stands aside and the run completes;
+#  - checkpoints (save_total_limit=2, load_best_model_at_end, save_pretrained
+#    and from_pretrained) with rank 1 freeing its private copies' bytes.
 # Skips where transformers and accelerate are not installed (Debian 12 has
 # neither; make check-stacks runs this in the sid chroot).
 . "$(dirname "$0")/../lib.sh"
@@ -66,6 +68,29 @@ PY
   pass "$kind, split at np=2: same weights as plain ($(cat "$TMP/cmp")), $logged, one set of logs, saved once, 16 samples a step"
   ls -d "$TMPDIR"/hvdshim-rank* >/dev/null 2>&1 && { sleep 1; ls -d "$TMPDIR"/hvdshim-rank* 2>/dev/null && fail "overlay left"; }
 done
+# checkpoints (issue 52): the Trainer saving every 4 steps (safetensors, the
+# optimizer, the rank's own random state), keeping the last 2, the best
+# loaded back at the end, then save_pretrained and from_pretrained; split at
+# np=2 with HVDSHIM_PRIVATE_BYTES=1 (rank 1 frees every byte of its copies
+# that rank 0's files hold): plain's weights and checkpoint folders, every
+# rank reloads what it saved, rank 1 freed bytes and read some back from
+# rank 0's files
+py "$H" trainer --checkpoints --out "$TMP/ck-plain" --batch 16 >"$TMP/plain.out" 2>&1 || { cat "$TMP/plain.out"; fail "plain trainer --checkpoints"; }
+HVDSHIM_DATA=split HVDSHIM_PRIVATE_BYTES=1 HVDSHIM_LOG_LEVEL=debug HVDSHIM_WORKER_STDOUT=1 T=240 \
+  shim 2 "$PYTHON" "$H" trainer --checkpoints --out "$TMP/ck-split" --batch 16 >"$TMP/out" 2>&1 ||
+  { grep -v 'debug (torch' "$TMP/out"; fail "trainer --checkpoints, split at np=2"; }
+weights "$TMP/ck-plain" "$TMP/ck-split" >"$TMP/cmp" || { cat "$TMP/cmp"; fail "trainer --checkpoints: split differs from plain"; }
+[ "$(cd "$TMP/ck-split" && find . -type f | sort | tr '\n' ' ')" = "$(cd "$TMP/ck-plain" && find . -type f | sort | tr '\n' ' ')" ] ||
+  { (cd "$TMP/ck-split" && find . -type f | sort) >"$TMP/a"; (cd "$TMP/ck-plain" && find . -type f | sort) >"$TMP/b"
+    diff "$TMP/b" "$TMP/a"; fail "trainer --checkpoints: other files than plain's"; }
+for r in 0 1; do
+  c=$(sed -n "s/^\[rank $r\] checksum //p" "$TMP/out") && [ -n "$c" ] && grep -q "^\[rank $r\] reloaded $c\$" "$TMP/out" ||
+    { grep "checksum\|reloaded" "$TMP/out"; fail "trainer --checkpoints: rank $r did not reload what it saved"; }
+done
+freed=$(sed -n "s/^hvdshim\[1\]: .*rank-private files: .* freed \([0-9]*\) bytes rank 0's files held.*given rank 0's file \([0-9]*\), a memfd \([0-9]*\)/\1 \2 \3/p" "$TMP/out")
+set -- $freed
+[ "${1:-0}" -gt 0 ] && [ "${2:-0}" -gt 0 ] || { grep "rank-private files" "$TMP/out"; fail "trainer --checkpoints: rank 1 freed ${1:-0} bytes, read ${2:-0} back from rank 0's files"; }
+pass "trainer, checkpoints every 4 steps keeping 2, best loaded at the end, save_pretrained/from_pretrained, split at np=2 with HVDSHIM_PRIVATE_BYTES=1: plain's weights ($(cat "$TMP/cmp")) and files, each rank reloads its own; rank 1 freed $1 bytes, read-backs from rank 0's files $2, from memory $3"
 # shard (default): each rank trains on half the batches, the replicas agree
 HVDSHIM_WORKER_STDOUT=1 HVDSHIM_METRICS="$TMP/shard.jsonl" T=240 shim 2 "$PYTHON" "$H" trainer --out "$TMP/shard" \
   --batch 8 --eval-each-epoch >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "trainer, shard at np=2"; }

@@ -2,13 +2,17 @@
 built from a config (no download) trained on synthetic data, either with
 Trainer(...).train() or with a plain Accelerator().prepare(...) loop.
 
-    python hf_train.py trainer|accelerate --out DIR [--batch B] [--use-cpu] [--eval-each-epoch]
+    python hf_train.py trainer|accelerate --out DIR [--batch B] [--use-cpu] [--eval-each-epoch] [--checkpoints]
 
 Prints the Trainer's log lines (or "step N loss L"), then "checksum C" (the
 sum of the weights) on stderr, and saves the model to DIR (save_model, or
 accelerator.save_model).  --eval-each-epoch: the Trainer also evaluates
 after every epoch (eval_strategy="epoch") and prints "epoch E trained I..."
-(the indices of the samples the epoch's steps read)."""
+(the indices of the samples the epoch's steps read).  --checkpoints
+(trainer): a checkpoint every 4 steps keeping the last 2 (save_total_limit),
+evaluated, the best loaded back at the end (load_best_model_at_end), then
+the model saved with save_pretrained and read back with from_pretrained
+("reloaded C")."""
 import argparse
 import sys
 
@@ -58,11 +62,11 @@ def trainer(args):
     import inspect
     from transformers import Trainer, TrainerCallback, TrainingArguments
     model = tiny_bert()
-    more, extra = {}, {}
+    more, extra = {"save_strategy": "no"}, {}
+    key = "eval_strategy" if "eval_strategy" in inspect.signature(TrainingArguments).parameters \
+        else "evaluation_strategy"
     if args.eval_each_epoch:
-        key = "eval_strategy" if "eval_strategy" in inspect.signature(TrainingArguments).parameters \
-            else "evaluation_strategy"
-        more = {key: "epoch", "per_device_eval_batch_size": args.batch}
+        more = {"save_strategy": "no", key: "epoch", "per_device_eval_batch_size": args.batch}
 
         class Trained(TrainerCallback):
             def on_epoch_end(self, _args, state, control, **kw):
@@ -70,13 +74,23 @@ def trainer(args):
                       flush=True)
                 Read.read.clear()
         extra = {"eval_dataset": Synthetic(40), "callbacks": [Trained()]}
+    if args.checkpoints:
+        more = {"save_strategy": "steps", "save_steps": 4, "save_total_limit": 2, key: "steps", "eval_steps": 4,
+                "load_best_model_at_end": True, "metric_for_best_model": "loss"}
+        extra = {"eval_dataset": Synthetic(32)}
     targs = TrainingArguments(output_dir=args.out, per_device_train_batch_size=args.batch, num_train_epochs=2,
-                              learning_rate=1e-3, logging_steps=4, save_strategy="no", report_to=[], seed=0,
+                              learning_rate=1e-3, logging_steps=4, report_to=[], seed=0,
                               disable_tqdm=True, use_cpu=args.use_cpu, dataloader_num_workers=0, **more)
     t = Trainer(model=model, args=targs, train_dataset=Read(args.samples), **extra)
     t.train()
     t.save_model(args.out)
-    print("checksum %.9f" % checksum(model), file=sys.stderr, flush=True)
+    print("checksum %.9f" % checksum(t.model), file=sys.stderr, flush=True)
+    if args.checkpoints:
+        import os
+        from transformers import BertForSequenceClassification
+        t.model.save_pretrained(os.path.join(args.out, "final"))
+        back = BertForSequenceClassification.from_pretrained(os.path.join(args.out, "final"))
+        print("reloaded %.9f" % checksum(back), file=sys.stderr, flush=True)
 
 
 def accelerate(args):
@@ -110,6 +124,7 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--samples", type=int, default=128)
     ap.add_argument("--use-cpu", action="store_true")
+    ap.add_argument("--checkpoints", action="store_true")
     ap.add_argument("--eval-each-epoch", action="store_true")
     args = ap.parse_args()
     {"trainer": trainer, "accelerate": accelerate}[args.kind](args)

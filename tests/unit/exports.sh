@@ -1,7 +1,7 @@
 #!/bin/sh
 # Only the public API (hvd_*), the interposed MPI and CUDA runtime entry
 # points, and the libc file calls of the rank-private overlay
-# (shim/overlay.c, listed in shim/hvdshim.map) and _exit leave the library
+# (hooks/overlay.c, listed in shim/hvdshim.map) and _exit leave the library
 # (-fvisibility=hidden plus the version script).
 . "$(dirname "$0")/../lib.sh"
 command -v nm >/dev/null || skip "nm not found (binutils)"

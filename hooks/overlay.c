@@ -11,9 +11,14 @@
  *   writes   open/fopen for writing, creat, mkdir, rename, link, symlink,
  *            chmod, truncate, utimensat, bind of a Unix socket;
  *   reads    open/fopen for reading, the stat family, access, opendir and
- *            the listing calls, realpath, connect of a Unix socket. */
+ *            the listing calls, realpath, connect of a Unix socket.
+ * The fds opened on the overlay's copies are tracked, and the fd calls
+ * (read/write and their p/v forms, sendfile, copy_file_range, mmap,
+ * ftruncate, fallocate, close, dup, fcntl's F_DUPFD, fclose) hand I/O on
+ * them to overlay_bytes.c, which frees the bytes rank 0's files hold. */
 #define _GNU_SOURCE
 #include "overlay.h"
+#include "overlay_bytes.h"
 #include "overlay_view.h"
 
 #include <dirent.h>
@@ -27,8 +32,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/un.h>
@@ -42,6 +50,25 @@
 
 /* ------------------------------------------------------------ real calls */
 static hvd_ovl_libc real;
+static struct { /* the fd calls the view does not make */
+  ssize_t (*readv)(int, const struct iovec *, int);
+  ssize_t (*writev)(int, const struct iovec *, int);
+  ssize_t (*preadv)(int, const struct iovec *, int, off_t);
+  ssize_t (*pwritev)(int, const struct iovec *, int, off_t);
+  ssize_t (*preadv2)(int, const struct iovec *, int, off_t, int);
+  ssize_t (*pwritev2)(int, const struct iovec *, int, off_t, int);
+  ssize_t (*read_chk)(int, void *, size_t, size_t);
+  ssize_t (*pread_chk)(int, void *, size_t, off_t, size_t);
+  ssize_t (*sendfile)(int, int, off_t *, size_t);
+  ssize_t (*copy_file_range)(int, off_t *, int, off_t *, size_t, unsigned);
+  void *(*mmap)(void *, size_t, int, int, int, off_t);
+  int (*posix_fallocate)(int, off_t, off_t);
+  int (*dup)(int);
+  int (*dup2)(int, int);
+  int (*dup3)(int, int, int);
+  int (*fcntl)(int, int, ...);
+  int (*fclose)(FILE *);
+} fdc;
 static pthread_once_t resolved = PTHREAD_ONCE_INIT;
 
 static void *next_fn(const char *name) { return dlsym(RTLD_NEXT, name); }
@@ -72,9 +99,36 @@ static void resolve(void) {
   GET(real.bind, "bind");
   GET(real.connect, "connect");
   GET(real.realpath, "realpath");
+  GET(real.read, "read");
+  GET(real.write, "write");
+  GET(real.pread, "pread64");
+  GET(real.pwrite, "pwrite64");
+  GET(real.close, "close");
+  GET(real.fallocate, "fallocate64");
+  GET(real.ftruncate, "ftruncate64");
+  GET(fdc.readv, "readv");
+  GET(fdc.writev, "writev");
+  GET(fdc.preadv, "preadv64");
+  GET(fdc.pwritev, "pwritev64");
+  GET(fdc.preadv2, "preadv64v2");
+  GET(fdc.pwritev2, "pwritev64v2");
+  GET(fdc.read_chk, "__read_chk");
+  GET(fdc.pread_chk, "__pread64_chk");
+  GET(fdc.sendfile, "sendfile64");
+  GET(fdc.copy_file_range, "copy_file_range");
+  GET(fdc.mmap, "mmap64");
+  GET(fdc.posix_fallocate, "posix_fallocate64");
+  GET(fdc.dup, "dup");
+  GET(fdc.dup2, "dup2");
+  GET(fdc.dup3, "dup3");
+  GET(fdc.fcntl, "fcntl");
+  GET(fdc.fclose, "fclose");
 #undef GET
 }
 #define REAL() pthread_once(&resolved, resolve)
+/* Resolved before main: the fd calls (write in a signal handler) need no
+ * first-call work after this. */
+__attribute__((constructor)) static void resolve_early(void) { REAL(); }
 
 /* Before glibc 2.33 there is no fstatat symbol; the system call is the same. */
 static int fstatat_(int dirfd, const char *path, struct stat *st, int flags) {
@@ -87,9 +141,17 @@ static volatile int on; /* the overlay is active in this process */
 static pid_t owner;     /* the rank process (forked children share the view, not the cleanup) */
 
 enum { MAPPED = HVD_OVL_MAPPED, PASS = HVD_OVL_PASS, FAIL = HVD_OVL_FAIL };
+static const char *copy_of(const char *m);
 static int map_read(int dirfd, const char *path, char *out) { return hvd_ovl_map_read(dirfd, path, out, NULL); }
 
 const char *hvd_overlay_root(void) { return hvd_ovl_root(); }
+
+void hvd_overlay_written(const char *path) {
+  REAL();
+  char m[PATH_MAX];
+  const char *abs;
+  if (on && hvd_ovl_nonempty(path) && map_read(AT_FDCWD, path, m) == MAPPED && (abs = copy_of(m))) hvd_ovb_note(abs, m);
+}
 
 int hvd_overlay_write_path(const char *path, char *out, size_t len) {
   REAL();
@@ -104,6 +166,14 @@ int hvd_overlay_write_path(const char *path, char *out, size_t len) {
 }
 
 /* ------------------------------------------------------------ open, fopen */
+/* The real path an overlay path m (root + real path) stands for, or NULL
+ * when m is not in the overlay folder. */
+static const char *copy_of(const char *m) {
+  const char *r = hvd_ovl_root();
+  size_t n = r ? strlen(r) : 0;
+  return n && !strncmp(m, r, n) && m[n] == '/' ? m + n : NULL;
+}
+
 static int open_common(int dirfd, const char *path, int flags, mode_t mode, const void *caller) {
   REAL();
   if (!on) return real.openat(dirfd, path, flags, mode);
@@ -112,7 +182,17 @@ static int open_common(int dirfd, const char *path, int flags, mode_t mode, cons
   int wr = !tmpfile && !(flags & O_PATH) && ((flags & O_ACCMODE) != O_RDONLY || (flags & (O_CREAT | O_TRUNC)));
   int r = wr ? hvd_ovl_map_write(dirfd, path, flags, caller, m) : map_read(dirfd, path, m);
   if (r == FAIL) return -1;
-  return r == PASS ? real.openat(dirfd, path, flags, mode) : real.openat(AT_FDCWD, m, flags, mode);
+  if (r == PASS) return real.openat(dirfd, path, flags, mode);
+  const char *abs = hvd_ovb_enabled() && !tmpfile && !(flags & O_PATH) ? copy_of(m) : NULL;
+  int fd;
+  if (abs && !wr) { /* a read: rank 0's file when it holds every byte of the copy, else the copy made whole */
+    int s = hvd_ovb_serve(abs, m, flags, &fd);
+    if (s == HVD_OVB_FAIL) return -1;
+    if (s == HVD_OVB_FD) return fd;
+  }
+  fd = real.openat(AT_FDCWD, m, flags, mode);
+  if (fd >= 0 && abs) hvd_ovb_opened(fd, abs, wr ? HVD_OVB_WRITER : HVD_OVB_READER, flags);
+  return fd;
 }
 
 #define MODE_ARG(flags)                                                                \
@@ -157,23 +237,372 @@ EXPORT int creat64(const char *path, mode_t mode) {
 static FILE *fopen_common(const char *path, const char *mode, FILE *re, const void *caller) {
   REAL();
   char m[PATH_MAX];
-  int r = PASS;
+  int r = PASS, wr = 0, flags = 0;
   if (on && hvd_ovl_nonempty(path) && mode) {
-    int wr = strpbrk(mode, "wa+") != NULL;
-    int flags = (mode[0] == 'w' ? O_CREAT | O_TRUNC : mode[0] == 'a' ? O_CREAT : 0) | (strchr(mode, 'x') ? O_EXCL : 0);
+    wr = strpbrk(mode, "wa+") != NULL;
+    flags = (mode[0] == 'w' ? O_CREAT | O_TRUNC : mode[0] == 'a' ? O_CREAT : 0) | (strchr(mode, 'x') ? O_EXCL : 0);
     r = wr ? hvd_ovl_map_write(AT_FDCWD, path, flags | O_WRONLY, caller, m) : map_read(AT_FDCWD, path, m);
     if (r == FAIL) {
       if (re) fclose(re); /* freopen closes the stream even when it fails */
       return NULL;
     }
   }
-  const char *use = r == MAPPED ? m : path;
-  return re ? real.freopen(use, mode, re) : real.fopen(use, mode);
+  if (re && on && hvd_ovb_of(fileno(re))) hvd_ovb_closing(fileno(re)); /* freopen closes its fd */
+  const char *abs = r == MAPPED && hvd_ovb_enabled() ? copy_of(m) : NULL;
+  /* stdio reads of the copy are not seen: it holds all its bytes first (or, for a read-only fopen, rank 0's file
+   * holds them) */
+  int stdio_reads = !wr || strchr(mode, '+');
+  if (abs && stdio_reads && !(flags & O_TRUNC)) {
+    int fd = -1, rflags = O_RDONLY | (strchr(mode, 'e') ? O_CLOEXEC : 0);
+    int s = hvd_ovb_serve(abs, m, wr || re ? -1 : rflags, &fd);
+    if (s == HVD_OVB_FAIL) {
+      if (re) fclose(re);
+      return NULL;
+    }
+    if (s == HVD_OVB_FD) {
+      FILE *f = fdopen(fd, "r");
+      if (!f) close(fd);
+      return f;
+    }
+  }
+  FILE *f = re ? real.freopen(r == MAPPED ? m : path, mode, re) : real.fopen(r == MAPPED ? m : path, mode);
+  if (f && abs)
+    hvd_ovb_opened(fileno(f), abs, !wr ? HVD_OVB_READER : stdio_reads ? HVD_OVB_STDIO_RW : HVD_OVB_WRITER,
+                   flags | (mode[0] == 'a' ? O_APPEND : 0));
+  return f;
 }
 EXPORT FILE *fopen(const char *path, const char *mode) { return fopen_common(path, mode, NULL, CALLER); }
 EXPORT FILE *fopen64(const char *path, const char *mode) { return fopen_common(path, mode, NULL, CALLER); }
 EXPORT FILE *freopen(const char *path, const char *mode, FILE *f) { return fopen_common(path, mode, f, CALLER); }
 EXPORT FILE *freopen64(const char *path, const char *mode, FILE *f) { return fopen_common(path, mode, f, CALLER); }
+
+/* ------------------------------------------------------------ fd calls: the copies' bytes */
+/* Every process but a rank > 0's training program: `on` is 0 and each call
+ * is the real one after one load.  There, an fd not opened on a copy
+ * (hvd_ovb_of: NULL) passes the same way; so does any fd in another
+ * process (a child of vfork, as CPython's subprocess makes, shares the
+ * rank's memory while it dup2s and closes: it must not touch the table). */
+static inline int plain_fd(int fd) { return !on || !hvd_ovb_of(fd) || getpid() != owner; }
+
+/* I/O of len bytes at `at` (-1: the fd's position) on a tracked fd, made
+ * by call(fd, c): the bytes layer writes back what it touches first and
+ * counts it after; a write that found no room is made again once room was
+ * made, or keeps no bytes (can_lose) when none can be. */
+static ssize_t tracked_io(int fd, off_t at, size_t len, int writing, int can_lose, ssize_t (*call)(int, void *),
+                          void *c) {
+  hvd_ovb_io io;
+  for (int tries = 0;; tries++) {
+    if (hvd_ovb_begin(fd, at, len, writing, &io)) return -1;
+    ssize_t n = call(fd, c);
+    int e = errno;
+    if (!io.f) return n;
+    int r = hvd_ovb_end(&io, n, e);
+    if (r == 1 && tries < 4) continue;
+    if (r == 2 && can_lose) return hvd_ovb_lose(fd, &io, at >= 0);
+    errno = e;
+    return n;
+  }
+}
+
+typedef struct {
+  void *buf;
+  size_t n, chk;
+  off_t at;
+  const struct iovec *iov;
+  int cnt, fl;
+} rw_args;
+static ssize_t do_read(int fd, void *c) { rw_args *a = c; return real.read(fd, a->buf, a->n); }
+static ssize_t do_read_chk(int fd, void *c) { rw_args *a = c; return fdc.read_chk(fd, a->buf, a->n, a->chk); }
+static ssize_t do_pread(int fd, void *c) { rw_args *a = c; return real.pread(fd, a->buf, a->n, a->at); }
+static ssize_t do_pread_chk(int fd, void *c) { rw_args *a = c; return fdc.pread_chk(fd, a->buf, a->n, a->at, a->chk); }
+static ssize_t do_readv(int fd, void *c) { rw_args *a = c; return fdc.readv(fd, a->iov, a->cnt); }
+static ssize_t do_preadv(int fd, void *c) { rw_args *a = c; return fdc.preadv(fd, a->iov, a->cnt, a->at); }
+static ssize_t do_preadv2(int fd, void *c) { rw_args *a = c; return fdc.preadv2(fd, a->iov, a->cnt, a->at, a->fl); }
+static ssize_t do_writev(int fd, void *c) { rw_args *a = c; return fdc.writev(fd, a->iov, a->cnt); }
+static ssize_t do_pwritev(int fd, void *c) { rw_args *a = c; return fdc.pwritev(fd, a->iov, a->cnt, a->at); }
+static ssize_t do_pwritev2(int fd, void *c) { rw_args *a = c; return fdc.pwritev2(fd, a->iov, a->cnt, a->at, a->fl); }
+
+static size_t iov_len(const struct iovec *iov, int cnt) {
+  size_t n = 0;
+  for (int i = 0; iov && i < cnt; i++) n += iov[i].iov_len;
+  return n;
+}
+
+/* A write to a tracked fd, in pieces of at most 16 MiB (torch writes a
+ * tensor in one call; the bytes layer keeps to its cap between pieces):
+ * the bytes written, a short count when a later piece failed, or -1. */
+#define PIECE ((size_t)16 << 20)
+static ssize_t tracked_write(int fd, const struct iovec *iov, int cnt, off_t at, int fl, int v2) {
+  size_t total = iov_len(iov, cnt), done = 0;
+  for (;;) {
+    struct iovec sub[64];
+    int n = 0;
+    size_t want = 0, skip = done;
+    for (int i = 0; i < cnt && n < 64 && want < PIECE; i++) {
+      size_t l = iov[i].iov_len, take;
+      if (skip >= l) {
+        skip -= l;
+        continue;
+      }
+      take = l - skip < PIECE - want ? l - skip : PIECE - want;
+      sub[n].iov_base = (char *)iov[i].iov_base + skip, sub[n].iov_len = take;
+      n++, want += take, skip = 0;
+    }
+    rw_args a = {.iov = sub, .cnt = n, .at = at >= 0 ? at + (off_t)done : -1, .fl = fl};
+    ssize_t r = tracked_io(fd, a.at, want, 1, 1, v2 ? do_pwritev2 : at >= 0 ? do_pwritev : do_writev, &a);
+    if (r < 0) return done ? (ssize_t)done : -1;
+    done += (size_t)r;
+    if ((size_t)r < want || done >= total) return (ssize_t)done;
+  }
+}
+
+EXPORT ssize_t read(int fd, void *buf, size_t n) {
+  REAL();
+  if (plain_fd(fd)) return real.read(fd, buf, n);
+  rw_args a = {.buf = buf, .n = n};
+  return tracked_io(fd, -1, n, 0, 0, do_read, &a);
+}
+ssize_t __read_chk(int fd, void *buf, size_t n, size_t len);
+EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t len) {
+  REAL();
+  if (plain_fd(fd)) return fdc.read_chk(fd, buf, n, len);
+  rw_args a = {.buf = buf, .n = n, .chk = len};
+  return tracked_io(fd, -1, n, 0, 0, do_read_chk, &a);
+}
+static ssize_t pread_common(int fd, void *buf, size_t n, off_t at) {
+  REAL();
+  if (plain_fd(fd)) return real.pread(fd, buf, n, at);
+  rw_args a = {.buf = buf, .n = n, .at = at};
+  return tracked_io(fd, at, n, 0, 0, do_pread, &a);
+}
+EXPORT ssize_t pread(int fd, void *buf, size_t n, off_t at) { return pread_common(fd, buf, n, at); }
+EXPORT ssize_t pread64(int fd, void *buf, size_t n, off64_t at) { return pread_common(fd, buf, n, (off_t)at); }
+ssize_t __pread64_chk(int fd, void *buf, size_t n, off64_t at, size_t len);
+ssize_t __pread_chk(int fd, void *buf, size_t n, off_t at, size_t len);
+static ssize_t pread_chk_common(int fd, void *buf, size_t n, off_t at, size_t len) {
+  REAL();
+  if (plain_fd(fd)) return fdc.pread_chk(fd, buf, n, at, len);
+  rw_args a = {.buf = buf, .n = n, .at = at, .chk = len};
+  return tracked_io(fd, at, n, 0, 0, do_pread_chk, &a);
+}
+EXPORT ssize_t __pread64_chk(int fd, void *buf, size_t n, off64_t at, size_t len) {
+  return pread_chk_common(fd, buf, n, (off_t)at, len);
+}
+EXPORT ssize_t __pread_chk(int fd, void *buf, size_t n, off_t at, size_t len) {
+  return pread_chk_common(fd, buf, n, at, len);
+}
+EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt) {
+  REAL();
+  if (plain_fd(fd)) return fdc.readv(fd, iov, cnt);
+  rw_args a = {.iov = iov, .cnt = cnt};
+  return tracked_io(fd, -1, iov_len(iov, cnt), 0, 0, do_readv, &a);
+}
+static ssize_t preadv_common(int fd, const struct iovec *iov, int cnt, off_t at) {
+  REAL();
+  if (plain_fd(fd)) return fdc.preadv(fd, iov, cnt, at);
+  rw_args a = {.iov = iov, .cnt = cnt, .at = at};
+  return tracked_io(fd, at, iov_len(iov, cnt), 0, 0, do_preadv, &a);
+}
+EXPORT ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t at) { return preadv_common(fd, iov, cnt, at); }
+EXPORT ssize_t preadv64(int fd, const struct iovec *iov, int cnt, off64_t at) {
+  return preadv_common(fd, iov, cnt, (off_t)at);
+}
+static ssize_t preadv2_common(int fd, const struct iovec *iov, int cnt, off_t at, int fl) {
+  REAL();
+  if (plain_fd(fd)) return fdc.preadv2(fd, iov, cnt, at, fl);
+  rw_args a = {.iov = iov, .cnt = cnt, .at = at, .fl = fl};
+  return tracked_io(fd, at, iov_len(iov, cnt), 0, 0, do_preadv2, &a);
+}
+EXPORT ssize_t preadv2(int fd, const struct iovec *iov, int cnt, off_t at, int fl) {
+  return preadv2_common(fd, iov, cnt, at, fl);
+}
+EXPORT ssize_t preadv64v2(int fd, const struct iovec *iov, int cnt, off64_t at, int fl) {
+  return preadv2_common(fd, iov, cnt, (off_t)at, fl);
+}
+
+EXPORT ssize_t write(int fd, const void *buf, size_t n) {
+  REAL();
+  if (plain_fd(fd)) return real.write(fd, buf, n);
+  struct iovec v = {(void *)buf, n};
+  return tracked_write(fd, &v, 1, -1, 0, 0);
+}
+static ssize_t pwrite_common(int fd, const void *buf, size_t n, off_t at) {
+  REAL();
+  if (plain_fd(fd)) return real.pwrite(fd, buf, n, at);
+  struct iovec v = {(void *)buf, n};
+  return tracked_write(fd, &v, 1, at, 0, 0);
+}
+EXPORT ssize_t pwrite(int fd, const void *buf, size_t n, off_t at) { return pwrite_common(fd, buf, n, at); }
+EXPORT ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t at) { return pwrite_common(fd, buf, n, (off_t)at); }
+EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt) {
+  REAL();
+  if (plain_fd(fd)) return fdc.writev(fd, iov, cnt);
+  return tracked_write(fd, iov, cnt, -1, 0, 0);
+}
+static ssize_t pwritev_common(int fd, const struct iovec *iov, int cnt, off_t at) {
+  REAL();
+  if (plain_fd(fd)) return fdc.pwritev(fd, iov, cnt, at);
+  return tracked_write(fd, iov, cnt, at, 0, 0);
+}
+EXPORT ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t at) { return pwritev_common(fd, iov, cnt, at); }
+EXPORT ssize_t pwritev64(int fd, const struct iovec *iov, int cnt, off64_t at) {
+  return pwritev_common(fd, iov, cnt, (off_t)at);
+}
+static ssize_t pwritev2_common(int fd, const struct iovec *iov, int cnt, off_t at, int fl) {
+  REAL();
+  if (plain_fd(fd)) return fdc.pwritev2(fd, iov, cnt, at, fl);
+  return tracked_write(fd, iov, cnt, at, fl, 1);
+}
+EXPORT ssize_t pwritev2(int fd, const struct iovec *iov, int cnt, off_t at, int fl) {
+  return pwritev2_common(fd, iov, cnt, at, fl);
+}
+EXPORT ssize_t pwritev64v2(int fd, const struct iovec *iov, int cnt, off64_t at, int fl) {
+  return pwritev2_common(fd, iov, cnt, (off_t)at, fl);
+}
+
+/* In-kernel copies: the source's blocks are written back first, the
+ * destination's counted as a write (never "lost": the source must move on
+ * as well). */
+typedef struct {
+  int in;
+  off_t *off_in, *off_out;
+  size_t n;
+  unsigned fl;
+} copy_args;
+static ssize_t do_sendfile(int out, void *c) { copy_args *a = c; return fdc.sendfile(out, a->in, a->off_in, a->n); }
+static ssize_t do_copy_range(int out, void *c) {
+  copy_args *a = c;
+  return fdc.copy_file_range(a->in, a->off_in, out, a->off_out, a->n, a->fl);
+}
+static ssize_t copy_common(int in, off_t *off_in, int out, off_t *off_out, size_t n, unsigned fl, int range) {
+  copy_args a = {in, off_in, off_out, n, fl};
+  hvd_ovb_io rio = {0};
+  if (!plain_fd(in) && hvd_ovb_begin(in, off_in ? *off_in : -1, n, 0, &rio)) return -1;
+  ssize_t r = !plain_fd(out) ? tracked_io(out, off_out ? *off_out : -1, n, 1, 0, range ? do_copy_range : do_sendfile, &a)
+                             : (range ? do_copy_range : do_sendfile)(out, &a);
+  int e = errno;
+  hvd_ovb_end(&rio, r, e);
+  errno = e;
+  return r;
+}
+static ssize_t sendfile_common(int out, int in, off_t *off, size_t n) {
+  REAL();
+  if (plain_fd(out) && plain_fd(in)) return fdc.sendfile(out, in, off, n);
+  return copy_common(in, off, out, NULL, n, 0, 0);
+}
+EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t n) { return sendfile_common(out, in, off, n); }
+EXPORT ssize_t sendfile64(int out, int in, off64_t *off, size_t n) { return sendfile_common(out, in, (off_t *)off, n); }
+EXPORT ssize_t copy_file_range(int in, off64_t *off_in, int out, off64_t *off_out, size_t n, unsigned fl) {
+  REAL();
+  if (plain_fd(out) && plain_fd(in)) return fdc.copy_file_range(in, off_in, out, off_out, n, fl);
+  return copy_common(in, (off_t *)off_in, out, (off_t *)off_out, n, fl, 1);
+}
+
+/* A mapping sees the copy's bytes: they are all written back first, and no
+ * block is freed while a mapping exists. */
+static void *mmap_common(void *addr, size_t len, int prot, int fl, int fd, off_t off) {
+  REAL();
+  if (!plain_fd(fd) && !(fl & MAP_ANONYMOUS) && hvd_ovb_mapping(fd)) return MAP_FAILED;
+  return fdc.mmap(addr, len, prot, fl, fd, off);
+}
+EXPORT void *mmap(void *addr, size_t len, int prot, int fl, int fd, off_t off) {
+  return mmap_common(addr, len, prot, fl, fd, off);
+}
+EXPORT void *mmap64(void *addr, size_t len, int prot, int fl, int fd, off64_t off) {
+  return mmap_common(addr, len, prot, fl, fd, (off_t)off);
+}
+
+static int ftruncate_common(int fd, off_t len) {
+  REAL();
+  if (!plain_fd(fd) && hvd_ovb_truncating(fd, NULL, len)) return -1;
+  return real.ftruncate(fd, len);
+}
+EXPORT int ftruncate(int fd, off_t len) { return ftruncate_common(fd, len); }
+EXPORT int ftruncate64(int fd, off64_t len) { return ftruncate_common(fd, (off_t)len); }
+/* Changing a copy's bytes or size in place (punching, zeroing, shifting,
+ * allocating past its end): its blocks are written back first, its new
+ * size taken after. */
+static int reshaped(int fd, int rc) {
+  struct stat st;
+  if (rc == 0 && fstat(fd, &st) == 0) hvd_ovb_truncating(fd, NULL, st.st_size);
+  return rc;
+}
+static int fallocate_common(int fd, int mode, off_t off, off_t len) {
+  REAL();
+  if (plain_fd(fd)) return real.fallocate(fd, mode, off, len);
+  if (hvd_ovb_mapping(fd)) return -1;
+  return reshaped(fd, real.fallocate(fd, mode, off, len));
+}
+EXPORT int fallocate(int fd, int mode, off_t off, off_t len) { return fallocate_common(fd, mode, off, len); }
+EXPORT int fallocate64(int fd, int mode, off64_t off, off64_t len) {
+  return fallocate_common(fd, mode, (off_t)off, (off_t)len);
+}
+static int posix_fallocate_common(int fd, off_t off, off_t len) {
+  REAL();
+  if (plain_fd(fd)) return fdc.posix_fallocate(fd, off, len);
+  if (hvd_ovb_mapping(fd)) return errno;
+  int rc = fdc.posix_fallocate(fd, off, len);
+  reshaped(fd, rc);
+  return rc;
+}
+EXPORT int posix_fallocate(int fd, off_t off, off_t len) { return posix_fallocate_common(fd, off, len); }
+EXPORT int posix_fallocate64(int fd, off64_t off, off64_t len) {
+  return posix_fallocate_common(fd, (off_t)off, (off_t)len);
+}
+
+/* fds made and unmade: the tracking follows dup, dup2, dup3, F_DUPFD,
+ * close and fclose (libstdc++'s ofstream closes its file with fclose). */
+EXPORT int close(int fd) {
+  REAL();
+  if (!plain_fd(fd)) hvd_ovb_closing(fd);
+  return real.close(fd);
+}
+EXPORT int fclose(FILE *f) {
+  REAL();
+  if (on && !plain_fd(fileno(f))) hvd_ovb_closing(fileno(f));
+  return fdc.fclose(f);
+}
+EXPORT int dup(int fd) {
+  REAL();
+  int r = fdc.dup(fd);
+  if (r >= 0 && !plain_fd(fd)) hvd_ovb_dup(fd, r);
+  return r;
+}
+EXPORT int dup2(int fd, int to) {
+  REAL();
+  int r = fdc.dup2(fd, to);
+  if (r >= 0 && on && (hvd_ovb_of(fd) || hvd_ovb_of(to)) && getpid() == owner) hvd_ovb_dup(fd, to);
+  return r;
+}
+EXPORT int dup3(int fd, int to, int fl) {
+  REAL();
+  int r = fdc.dup3(fd, to, fl);
+  if (r >= 0 && on && (hvd_ovb_of(fd) || hvd_ovb_of(to)) && getpid() == owner) hvd_ovb_dup(fd, to);
+  return r;
+}
+/* Every fcntl argument is an int or a pointer, passed in a register of
+ * pointer size (glibc's own fcntl reads it the same way). */
+static int fcntl_common(int fd, int cmd, void *arg) {
+  REAL();
+  int r = fdc.fcntl(fd, cmd, arg);
+  if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) && !plain_fd(fd)) hvd_ovb_dup(fd, r);
+  return r;
+}
+EXPORT int fcntl(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  void *arg = va_arg(ap, void *);
+  va_end(ap);
+  return fcntl_common(fd, cmd, arg);
+}
+int fcntl64(int fd, int cmd, ...);
+EXPORT int fcntl64(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  void *arg = va_arg(ap, void *);
+  va_end(ap);
+  return fcntl_common(fd, cmd, arg);
+}
 
 /* ------------------------------------------------------------ realpath */
 /* A name that exists only in this rank's overlay: the view walks it (see
@@ -281,6 +710,7 @@ static int truncate_common(const char *p, off_t len, const void *caller) {
   char m[PATH_MAX];
   int r = on && hvd_ovl_nonempty(p) ? map_modify(AT_FDCWD, p, caller, m) : PASS;
   if (r == FAIL) return -1;
+  if (r == MAPPED && copy_of(m) && hvd_ovb_truncating(-1, m, len)) return -1;
   return real.truncate(r == PASS ? p : m, len);
 }
 EXPORT int truncate(const char *p, off_t len) { return truncate_common(p, len, CALLER); }
@@ -305,7 +735,9 @@ static int remove_common(int d, const char *p, int flags, const void *caller) {
   REAL();
   char a[PATH_MAX];
   if (passes(d, p, a, caller)) return real.unlinkat(d, p, flags);
-  return hvd_ovl_remove(a, flags);
+  int rc = hvd_ovl_remove(a, flags);
+  if (rc == 0) hvd_ovb_removed(a);
+  return rc;
 }
 EXPORT int unlink(const char *p) { return remove_common(AT_FDCWD, p, 0, CALLER); }
 EXPORT int unlinkat(int d, const char *p, int fl) { return remove_common(d, p, fl, CALLER); }
@@ -331,7 +763,9 @@ static int rename_common(int d1, const char *p1, int d2, const char *p2, unsigne
   REAL();
   char a[PATH_MAX], b[PATH_MAX];
   if (passes(d1, p1, a, caller) || passes(d2, p2, b, caller)) return real.renameat2(d1, p1, d2, p2, fl);
-  return hvd_ovl_rename(a, b, fl);
+  int rc = hvd_ovl_rename(a, b, fl);
+  if (rc == 0) hvd_ovb_renamed(a, b);
+  return rc;
 }
 EXPORT int rename(const char *a, const char *b) { return rename_common(AT_FDCWD, a, AT_FDCWD, b, 0, CALLER); }
 EXPORT int renameat(int d1, const char *a, int d2, const char *b) { return rename_common(d1, a, d2, b, 0, CALLER); }
@@ -367,7 +801,10 @@ static int link_common(int d1, const char *p1, int d2, const char *p2, int fl, c
   if (r == FAIL) return -1;
   if (r == PASS) return rs == PASS ? real.linkat(d1, p1, d2, p2, fl) : real.linkat(AT_FDCWD, src, d2, p2, fl);
   /* the new name is in the overlay: a link to an overlay file, a copy of a real one */
-  if (rs == MAPPED && real.linkat(AT_FDCWD, src, AT_FDCWD, m, fl) == 0) return 0;
+  if (rs == MAPPED && real.linkat(AT_FDCWD, src, AT_FDCWD, m, fl) == 0) {
+    if (copy_of(src)) hvd_ovb_linked(src);
+    return 0;
+  }
   char a[PATH_MAX];
   if (rs == MAPPED) strcpy(a, src);
   else if (hvd_ovl_absolute(d1, p1, a)) return errno = EXDEV, -1;
@@ -473,6 +910,14 @@ EXPORT void seekdir(DIR *d, long pos) {
 void hvd_overlay_cleanup(void) {
   if (!on || getpid() != owner || !hvd_ovl_root()) return;
   REAL();
+  if (hvd_ovb_enabled()) {
+    hvd_ovb_stats st;
+    hvd_ovb_get_stats(&st);
+    HVD_DEBUG("rank-private files: at most %lld bytes kept; freed %lld bytes rank 0's files held, %lld of zeros, "
+              "%lld dropped, %lld not kept; %lld written back; read-opens given rank 0's file %lld, a memfd %lld",
+              st.peak_private, st.away, st.zero, st.dropped, st.lost, st.restored, st.served_real, st.served_memory);
+  }
+  hvd_ovb_drop();
   hvd_ovl_drop();
 }
 
@@ -535,11 +980,9 @@ void hvd_overlay_arm(int rank, int resuming) {
   const char *v = hvd_cfg_str(HVD_CFG_SAVE_RANKS);
   if (v && !strcmp(v, "all")) return;
   REAL();
-  Dl_info self;
-  const void *self_base = NULL;
-  if (dladdr((void *)hvd_overlay_arm, &self)) self_base = self.dli_fbase;
   owner = getpid();
-  hvd_ovl_init(&real, rank, self_base);
+  hvd_ovl_init(&real, rank);
+  hvd_ovb_init(&real, (long long)hvd_cfg_int(HVD_CFG_PRIVATE_BYTES), 1.0);
   atexit(cleanup_at_exit);
   on = 1;
 }

@@ -37,7 +37,6 @@
 static const hvd_ovl_libc *L; /* the real calls */
 static volatile int dirty;    /* a folder was made or a whiteout recorded: lookups needed */
 static int my_rank;
-static const void *self_base; /* libhvdshim.so: its own calls pass through */
 static char root[PATH_MAX];   /* the overlay folder, "" until the first write */
 static size_t rootlen;
 static int watcher_fd = -1;   /* write end of the watcher's pipe */
@@ -49,10 +48,9 @@ static size_t nwo, capwo;
 static char *seen[1024];      /* real files this process saw exist (stat/access), a ring */
 static size_t nseen;
 
-void hvd_ovl_init(const hvd_ovl_libc *libc, int rank, const void *self) {
+void hvd_ovl_init(const hvd_ovl_libc *libc, int rank) {
   L = libc;
   my_rank = rank;
-  self_base = self;
   clock_gettime(CLOCK_REALTIME, &t0);
 }
 
@@ -135,16 +133,16 @@ int hvd_ovl_excluded_path(const char *a) {
   return strstr(a, "/pymp-") != NULL;
 }
 
-/* Calls made by the MPI runtime, NCCL, CUDA or hvdshim itself write their own
- * files (shared-memory segments, session folders): never redirected. */
+/* Calls made by the MPI runtime, NCCL or CUDA write their own files
+ * (shared-memory segments, session folders): never redirected.  (hvdshim's
+ * own file calls never come here: they go to the real libc, base/libc.c.) */
 int hvd_ovl_excluded_caller(const void *ret) {
   static const char *const libs[] = {"libmpi", "libopen-", "libpmix", "libprrte", "libprte", "libhwloc", "libuc",
                                      "libfabric", "libpsm", "libnccl", "libcuda", "libnvidia", "libibverbs",
-                                     "librdmacm", "libevent", "libmunge", "libpmi", "libhvdshim"};
+                                     "librdmacm", "libevent", "libmunge", "libpmi"};
   static const char *const dirs[] = {"/openmpi/", "/pmix/", "/prrte/", "/mpich/", "/ucx/"};
   Dl_info i;
   if (!ret || !dladdr(ret, &i) || !i.dli_fname) return 0;
-  if (i.dli_fbase == self_base) return 1;
   const char *b = strrchr(i.dli_fname, '/');
   b = b ? b + 1 : i.dli_fname;
   for (size_t k = 0; k < sizeof libs / sizeof *libs; k++)
@@ -241,8 +239,8 @@ static void spawn_watcher(void) {
   char *envp[] = {"PATH=/usr/bin:/bin", NULL};
   pid_t pid;
   if (posix_spawn(&pid, "/bin/sh", &fa, &at, argv, envp) == 0) watcher_fd = p[1];
-  else close(p[1]);
-  close(p[0]);
+  else L->close(p[1]);
+  L->close(p[0]);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&at);
 }
@@ -301,7 +299,7 @@ static int copy_file(const char *src, const char *dst, mode_t mode) {
   int out = L->openat(AT_FDCWD, dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode & 07777);
   int rc = out < 0 ? -1 : 0;
   while (!rc) {
-    ssize_t n = read(in, buf, sizeof buf);
+    ssize_t n = L->read(in, buf, sizeof buf);
     if (n == 0) break;
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -309,7 +307,7 @@ static int copy_file(const char *src, const char *dst, mode_t mode) {
       break;
     }
     for (ssize_t off = 0; off < n;) {
-      ssize_t w = write(out, buf + off, (size_t)(n - off));
+      ssize_t w = L->write(out, buf + off, (size_t)(n - off));
       if (w < 0 && errno == EINTR) continue;
       if (w <= 0) {
         rc = -1;
@@ -319,8 +317,8 @@ static int copy_file(const char *src, const char *dst, mode_t mode) {
     }
   }
   int e = errno;
-  close(in);
-  if (out >= 0) close(out);
+  L->close(in);
+  if (out >= 0) L->close(out);
   errno = e;
   return rc;
 }
@@ -677,6 +675,6 @@ void hvd_ovl_drop(void) {
   pthread_mutex_lock(&mu);
   if (root[0]) nftw(root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
   root[0] = 0, rootlen = 0; /* a write after this makes a new folder (and watcher) */
-  if (watcher_fd >= 0) close(watcher_fd), watcher_fd = -1;
+  if (watcher_fd >= 0) L->close(watcher_fd), watcher_fd = -1;
   pthread_mutex_unlock(&mu);
 }

@@ -13,8 +13,10 @@
  * Unix sockets named by a path).  /dev, /proc, /sys,
  * /run, anything that is not a regular file, and calls made by MPI, NCCL,
  * CUDA and hvdshim's own code pass through.  The folder is removed at exit,
- * and by a small watcher process if the rank dies without exiting.
- * docs/ARCHITECTURE.md ("Rank-private files") has the reasoning. */
+ * and by a small watcher process if the rank dies without exiting.  Past
+ * HVDSHIM_PRIVATE_BYTES, the blocks of its files that rank 0's real files
+ * hold are freed (overlay_bytes.h).  docs/ARCHITECTURE.md ("Rank-private
+ * files") has the reasoning. */
 #ifndef HVD_OVERLAY_H
 #define HVD_OVERLAY_H
 
@@ -47,6 +49,10 @@ __attribute__((visibility("default"))) void hvd_overlay_resume(void);
  * with errno.  Exported. */
 #include <stddef.h>
 __attribute__((visibility("default"))) int hvd_overlay_write_path(const char *path, char *out, size_t len);
+/* The file at `path` was written where hvd_overlay_write_path said, by
+ * code the overlay cannot follow: its bytes are tracked from here (freed
+ * once rank 0's file holds them).  Exported. */
+__attribute__((visibility("default"))) void hvd_overlay_written(const char *path);
 /* The overlay folder, or NULL while none has been created. */
 const char *hvd_overlay_root(void);
 

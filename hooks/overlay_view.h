@@ -1,4 +1,4 @@
-/* The overlay's path logic (internal to shim/overlay*.c; see overlay.h for
+/* The overlay's path logic (internal to hooks/overlay*.c; see overlay.h for
  * what the overlay does): this process's view of the file system while the
  * overlay is on.  It owns the overlay folder, the whiteouts, the real files
  * seen, the merged folder listings, and the decision of which path a call
@@ -50,14 +50,20 @@ typedef struct {
   int (*bind)(int, const struct sockaddr *, socklen_t);
   int (*connect)(int, const struct sockaddr *, socklen_t);
   char *(*realpath)(const char *, char *);                          /* view */
+  /* the bytes of the copies (overlay_bytes.c) */
+  ssize_t (*read)(int, void *, size_t);                             /* view */
+  ssize_t (*write)(int, const void *, size_t);                      /* view */
+  ssize_t (*pread)(int, void *, size_t, off_t);
+  ssize_t (*pwrite)(int, const void *, size_t, off_t);
+  int (*close)(int);                                                /* view */
+  int (*fallocate)(int, int, off_t, off_t);
+  int (*ftruncate)(int, off_t);
 } hvd_ovl_libc;
 
 /* Starts the view for `rank` (the overlay folder's name carries it), with
  * the real calls in `libc` (kept by pointer: it must outlive the view).
- * `self_base`: the load address of the object whose own calls pass through
- * (libhvdshim.so), or NULL.  The view's start time (which files another
- * process made since) is now. */
-void hvd_ovl_init(const hvd_ovl_libc *libc, int rank, const void *self_base);
+ * The view's start time (which files another process made since) is now. */
+void hvd_ovl_init(const hvd_ovl_libc *libc, int rank);
 /* The overlay folder, or NULL while none has been made. */
 const char *hvd_ovl_root(void);
 /* Removes the overlay folder and stops its watcher; a write after this
@@ -79,8 +85,8 @@ int hvd_ovl_absolute(int dirfd, const char *path, char *out);
 /* Never redirected: /dev, /proc, /sys, /run, and Python multiprocessing's
  * own folders (".../pymp-..."). */
 int hvd_ovl_excluded_path(const char *abs);
-/* Never redirected: calls made from MPI, NCCL, CUDA or hvdshim itself
- * (`ret`: the caller's return address; NULL is nobody's). */
+/* Never redirected: calls made from MPI, NCCL or CUDA (`ret`: the
+ * caller's return address; NULL is nobody's). */
 int hvd_ovl_excluded_caller(const void *ret);
 
 /* ---- which path a call goes to ---- */
