@@ -15,13 +15,13 @@
  * is what a native hook (a device pointer handed to a hooked function) orders
  * the engine's work after.  The PyTorch adapter passes its stream
  * explicitly.  The shim's own CUDA calls go through the table in
- * collectives/gpu.c, never through these symbols.  In every process (dormant
+ * collectives/gpu/gpu.c, never through these symbols.  In every process (dormant
  * included) the hooks only pass through.
  *
  * Finding the real function: the runtime a framework loads is often not in
  * the global scope (a Python extension pulls libcudart in with RTLD_LOCAL),
  * where dlsym(RTLD_NEXT) cannot see it.  So the loaded objects are searched
- * for a libcudart (collectives/dlload.c, shared with the GPU path's loader)
+ * for a libcudart (base/dlload.c, shared with the GPU path's loader)
  * and the symbol is taken from it. */
 #define _GNU_SOURCE
 #include "cuda_hooks.h"

@@ -33,7 +33,7 @@
  *     insertions and evictions happen while walking that list, so the cache
  *     stays identical on every rank.  Consecutive allreduces of one dtype
  *     (and compatible op) are grouped up to HVDSHIM_FUSION_THRESHOLD bytes
- *     and reduced (backend_mpi.c); then handles complete.
+ *     and reduced (the backend: shared memory or MPI, engine_exec.c); then handles complete.
  *  5. Rank 0 runs the stall inspector over its table.
  *
  * Autotune (HVDSHIM_AUTOTUNE=1).  Fusion threshold and cycle time change
