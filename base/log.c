@@ -73,6 +73,6 @@ void hvd_fatal_at(const char *file, int line, const char *fmt, ...) {
   vwrite_line(HVD_LOG_ERROR, file, line, fmt, ap);
   va_end(ap);
   if (abort_hook) abort_hook(1);
-  syscall(SYS_exit_group, 1); /* not _exit: the shim interposes it (shim/lifecycle.c) */
+  syscall(SYS_exit_group, 1); /* not _exit: the shim interposes it (hooks/exit.c) */
   __builtin_unreachable();
 }

@@ -1,5 +1,6 @@
 /* Safe output files.  See outfile.h. */
 #include "outfile.h"
+#include "libc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,7 +11,7 @@
 
 int hvd_open_output(const char *path, int keep, char *err, size_t errlen) {
   /* O_NONBLOCK: a FIFO planted at the path must not block the open */
-  int fd = open(path, (keep ? O_RDWR : O_WRONLY) | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);
+  int fd = hvd_libc()->open(path, (keep ? O_RDWR : O_WRONLY) | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);
   if (fd < 0) {
     if (errno == ELOOP)
       snprintf(err, errlen, "cannot open '%s': it is a symbolic link (refused: hvdshim never writes through one)", path);

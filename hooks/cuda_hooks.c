@@ -36,7 +36,8 @@
 #include "../base/config.h"
 #include "../base/log.h"
 #include "../base/role.h"
-#include "../collectives/dlload.h"
+#include "../base/dlload.h"
+#include "../base/libc.h"
 
 /* ------------------------------------------------------------------ pinning */
 
@@ -65,12 +66,12 @@ int hvd_pin_pick(const char *user, int ngpus, int local_rank, int local_size, ch
 }
 
 int hvd_pin_count_gpus(void) {
-  DIR *d = opendir("/proc/driver/nvidia/gpus");
+  DIR *d = hvd_libc()->opendir("/proc/driver/nvidia/gpus");
   if (!d) return 0;
   int n = 0;
-  for (struct dirent *e; (e = readdir(d));)
+  for (struct dirent *e; (e = hvd_libc()->readdir(d));)
     if (e->d_name[0] != '.') n++;
-  closedir(d);
+  hvd_libc()->closedir(d);
   return n;
 }
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/libc.h"
 #include "hvdshim.h"
 /* ------------------------------------------------------------------ evaluation */
 
@@ -107,7 +108,7 @@ int hvd_hookspec_read(const char *value, char **text, size_t *len, const char **
     return 0;
   }
   *where = value;
-  FILE *f = fopen(value, "rb");
+  FILE *f = hvd_libc()->fopen(value, "rb");
   if (!f) {
     snprintf(err, errlen, "HVDSHIM_HOOKS: cannot read the hook spec '%s': %s (the value is a file, or the spec "
              "itself when it contains '(')", value, strerror(errno));

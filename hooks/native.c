@@ -7,10 +7,9 @@
  *   constructor (armed rank, one thread, engine not started)
  *     -> read and parse the spec (an error ends the process with one line);
  *        build a libffi call interface per prototype;
- *        scan every loaded object's relocations (PLT: JUMP_SLOT; -fno-plt:
- *        GLOB_DAT) for the named symbols and write the closure's address
- *        into each slot (a full-RELRO page is made writable for the write
- *        and read-only again); the `dlopen` slots get a wrapper too;
+ *        visit every loaded object's GOT/PLT slots naming a function
+ *        (got.c) and write the closure's address into each slot naming a
+ *        hooked one; the `dlopen` slots get a wrapper too;
  *        warn about each named symbol no loaded object calls through a slot.
  *   dlopen (any thread, through a patched slot)
  *     -> the real dlopen, searched as if called from the caller's object
@@ -24,13 +23,12 @@
  * A slot holds a pointer, written with one aligned store: a thread calling
  * through it concurrently sees the old or the new target, both correct.
  * Forked children and finished ranks call straight through. */
-#define _GNU_SOURCE /* dladdr1, dlinfo, dlvsym, dl_iterate_phdr */
+#define _GNU_SOURCE /* dladdr1, dlinfo */
 #include "../config.h"
 #include "native.h"
 
 #include <dlfcn.h>
 #include <errno.h>
-#include <elf.h>
 #include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
@@ -38,27 +36,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
-#include "../collectives/gpu.h"
+#include "../collectives/gpu/gpu.h"
 #include "../collectives/hvdshim.h"
 #include "../base/config.h"
+#include "../base/libc.h"
 #include "../base/log.h"
 #include "../base/role.h"
 #include "cuda_hooks.h"
+#include "got.h"
 #include "hookspec.h"
 
 #if defined(HVD_HAVE_FFI) && (defined(__x86_64__) || defined(__aarch64__))
 #include <ffi.h>
-
-#if defined(__x86_64__)
-#define HVD_R_JUMP_SLOT R_X86_64_JUMP_SLOT
-#define HVD_R_GLOB_DAT R_X86_64_GLOB_DAT
-#else
-#define HVD_R_JUMP_SLOT R_AARCH64_JUMP_SLOT
-#define HVD_R_GLOB_DAT R_AARCH64_GLOB_DAT
-#endif
 
 #define MAX_TARGETS 8 /* distinct definitions of one name (RTLD_LOCAL libraries) */
 
@@ -81,10 +72,6 @@ struct native_hook {
   int slots;           /* GOT slots pointing at this hook (under N.mu) */
 };
 
-typedef struct {
-  uintptr_t base, dyn;
-} seen_obj;
-
 static struct {
   hvd_hookspec spec;
   const char *where;
@@ -92,14 +79,9 @@ static struct {
   native_hook *hooks;
   int n;
   pthread_mutex_t mu; /* scanning and patching */
-  uintptr_t self_base;
   void *(*real_dlopen)(const char *, int);
-  seen_obj *seen;
-  size_t nseen, capseen;
-  unsigned long long adds, subs;
   int dlopen_slots;
   int cudart; /* a CUDA runtime is loaded: device pointers are possible */
-  long page;
 } N = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static void *wrap_dlopen(const char *file, int flags);
@@ -216,7 +198,7 @@ static void run_actions(native_hook *nh, void **args, int after, unsigned long c
 static void started(void) {
   if (hvd_rank() == 0 || hvd_cfg_int(HVD_CFG_WORKER_STDOUT)) return;
   fflush(stdout);
-  int fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  int fd = hvd_libc()->open("/dev/null", O_WRONLY | O_CLOEXEC);
   if (fd < 0 || dup2(fd, 1) < 0) HVD_WARN("could not silence stdout of rank %d: %s", hvd_rank(), strerror(errno));
   if (fd >= 0) close(fd);
 }
@@ -255,124 +237,7 @@ static void on_call(ffi_cif *cif, void *ret, void **args, void *ud) {
   run_actions(nh, argv, 1, call);
 }
 
-/* ------------------------------------------------------------------ ELF */
-
-typedef struct {
-  uintptr_t base;
-  const char *name;
-  const ElfW(Sym) *symtab;
-  const char *strtab;
-  const ElfW(Rela) *rel[2];
-  size_t nrel[2];
-  const ElfW(Half) *versym;
-  const ElfW(Verneed) *verneed;
-  size_t nverneed;
-  uintptr_t relro_lo, relro_hi; /* pages made read-only after relocation */
-  uintptr_t lo, hi;             /* the object's mapped range */
-} object;
-
-/* Dynamic entries hold addresses: relocated in place by ld.so for most
- * objects, link-time values for a few (the vDSO). */
-static uintptr_t dyn_ptr(const object *o, ElfW(Addr) v) { return v < o->base ? o->base + v : v; }
-
-static int read_object(struct dl_phdr_info *info, object *o) {
-  memset(o, 0, sizeof *o);
-  o->base = info->dlpi_addr;
-  o->name = info->dlpi_name && info->dlpi_name[0] ? info->dlpi_name : "the executable";
-  const ElfW(Dyn) *dyn = NULL;
-  o->lo = UINTPTR_MAX;
-  for (int i = 0; i < info->dlpi_phnum; i++) {
-    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-    uintptr_t a = o->base + ph->p_vaddr;
-    if (ph->p_type == PT_DYNAMIC) dyn = (const ElfW(Dyn) *)a;
-    if (ph->p_type == PT_GNU_RELRO) {
-      uintptr_t pg = (uintptr_t)N.page;
-      o->relro_lo = a & ~(pg - 1);
-      o->relro_hi = (a + ph->p_memsz) & ~(pg - 1);
-    }
-    if (ph->p_type == PT_LOAD) {
-      if (a < o->lo) o->lo = a;
-      if (a + ph->p_memsz > o->hi) o->hi = a + ph->p_memsz;
-    }
-  }
-  if (!dyn) return -1;
-  size_t pltrelsz = 0, relasz = 0;
-  uintptr_t jmprel = 0, rela = 0;
-  long pltrel = DT_RELA;
-  for (const ElfW(Dyn) *d = dyn; d->d_tag != DT_NULL; d++) {
-    switch (d->d_tag) {
-    case DT_SYMTAB: o->symtab = (const ElfW(Sym) *)dyn_ptr(o, d->d_un.d_ptr); break;
-    case DT_STRTAB: o->strtab = (const char *)dyn_ptr(o, d->d_un.d_ptr); break;
-    case DT_JMPREL: jmprel = dyn_ptr(o, d->d_un.d_ptr); break;
-    case DT_PLTRELSZ: pltrelsz = d->d_un.d_val; break;
-    case DT_PLTREL: pltrel = (long)d->d_un.d_val; break;
-    case DT_RELA: rela = dyn_ptr(o, d->d_un.d_ptr); break;
-    case DT_RELASZ: relasz = d->d_un.d_val; break;
-    case DT_VERSYM: o->versym = (const ElfW(Half) *)dyn_ptr(o, d->d_un.d_ptr); break;
-    case DT_VERNEED: o->verneed = (const ElfW(Verneed) *)dyn_ptr(o, d->d_un.d_ptr); break;
-    case DT_VERNEEDNUM: o->nverneed = d->d_un.d_val; break;
-    default: break;
-    }
-  }
-  if (!o->symtab || !o->strtab) return -1;
-  if (jmprel && pltrel == DT_RELA) o->rel[0] = (const ElfW(Rela) *)jmprel, o->nrel[0] = pltrelsz / sizeof(ElfW(Rela));
-  if (rela) o->rel[1] = (const ElfW(Rela) *)rela, o->nrel[1] = relasz / sizeof(ElfW(Rela));
-  return 0;
-}
-
-/* The version an undefined symbol asks for ("" for none). */
-static const char *needed_version(const object *o, size_t symidx) {
-  if (!o->versym || !o->verneed) return "";
-  ElfW(Half) idx = o->versym[symidx] & 0x7fff;
-  if (idx < 2) return "";
-  const ElfW(Verneed) *vn = o->verneed;
-  for (size_t i = 0; i < o->nverneed; i++) {
-    const ElfW(Vernaux) *va = (const ElfW(Vernaux) *)((const char *)vn + vn->vn_aux);
-    for (unsigned j = 0; j < vn->vn_cnt; j++) {
-      if (va->vna_other == idx) return o->strtab + va->vna_name;
-      va = (const ElfW(Vernaux) *)((const char *)va + va->vna_next);
-    }
-    if (!vn->vn_next) break;
-    vn = (const ElfW(Verneed) *)((const char *)vn + vn->vn_next);
-  }
-  return "";
-}
-
-/* Is `addr` a real definition of `name` (not a canonical PLT entry of a
- * non-PIE executable, whose symbol is undefined with a value)? */
-static int defines(void *addr, const char *name) {
-  Dl_info di;
-  const ElfW(Sym) *sym = NULL;
-  if (!addr || !dladdr1(addr, &di, (void **)&sym, RTLD_DL_SYMENT) || !sym || !di.dli_sname) return 0;
-  return sym->st_shndx != SHN_UNDEF && !strcmp(di.dli_sname, name) && (void *)di.dli_saddr == addr;
-}
-
-typedef struct {
-  const char *name, *version;
-  void *found;
-} def_search;
-
-static int search_object(struct dl_phdr_info *info, size_t size, void *data) {
-  (void)size;
-  def_search *s = data;
-  if (s->found || info->dlpi_addr == N.self_base || !info->dlpi_name || !info->dlpi_name[0]) return 0;
-  void *h = N.real_dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
-  if (!h) return 0;
-  void *p = s->version[0] ? dlvsym(h, s->name, s->version) : dlsym(h, s->name);
-  dlclose(h);
-  if (defines(p, s->name)) s->found = p;
-  return 0;
-}
-
-/* The definition a call through a slot reaches: the global scope first, then
- * each object's own scope (libraries loaded RTLD_LOCAL). */
-static void *definition(const char *name, const char *version) {
-  void *p = version[0] ? dlvsym(RTLD_DEFAULT, name, version) : dlsym(RTLD_DEFAULT, name);
-  if (defines(p, name)) return p;
-  def_search s = {name, version, NULL};
-  dl_iterate_phdr(search_object, &s);
-  return s.found;
-}
+/* ------------------------------------------------------------------ slots */
 
 static void *target_for(native_hook *nh, void *orig) {
   for (int i = 0; i < nh->ntg; i++)
@@ -399,109 +264,56 @@ static int ours(void *p) {
   return 0;
 }
 
-/* 0 (a writable slot), 1 (a RELRO page, made writable for the store and
- * read-only again), or -1 (mprotect failed). */
-static int write_slot(const object *o, void **slot, void *value) {
-  uintptr_t a = (uintptr_t)slot;
-  if (a >= o->relro_lo && a < o->relro_hi) {
-    void *pg = (void *)(a & ~((uintptr_t)N.page - 1));
-    if (mprotect(pg, (size_t)N.page, PROT_READ | PROT_WRITE) != 0) return -1;
-    __atomic_store_n(slot, value, __ATOMIC_RELEASE);
-    mprotect(pg, (size_t)N.page, PROT_READ);
-    return 1;
-  }
-  __atomic_store_n(slot, value, __ATOMIC_RELEASE);
-  return 0;
+static void object_seen(const char *object, void *ctx) {
+  (void)ctx;
+  if (strstr(object, "libcudart.so")) N.cudart = 1;
 }
 
-static void patch_object(struct dl_phdr_info *info) {
-  object o;
-  if (read_object(info, &o) != 0) return;
-  if (strstr(o.name, "libcudart.so")) N.cudart = 1;
-  for (int t = 0; t < 2; t++) {
-    for (size_t i = 0; i < o.nrel[t]; i++) {
-      const ElfW(Rela) *r = &o.rel[t][i];
-      unsigned type = (unsigned)ELF64_R_TYPE(r->r_info);
-      size_t symidx = ELF64_R_SYM(r->r_info);
-      if ((type != HVD_R_JUMP_SLOT && type != HVD_R_GLOB_DAT) || symidx == 0) continue;
-      const char *sname = o.strtab + o.symtab[symidx].st_name;
-      void **slot = (void **)(o.base + r->r_offset);
-      if (!strcmp(sname, "dlopen")) {
-        if (*slot != (void *)wrap_dlopen && write_slot(&o, slot, (void *)wrap_dlopen) >= 0) N.dlopen_slots++;
-        continue;
-      }
-      for (int k = 0; k < N.n; k++) {
-        native_hook *nh = &N.hooks[k];
-        const hvd_hs_hook *h = nh->spec;
-        if (strcmp(sname, h->name)) continue;
-        void *cur = *slot; /* checked after the name: most relocations name other symbols */
-        if (ours(cur)) break;
-        if (h->version[0] && strcmp(needed_version(&o, symidx), h->version)) continue;
-        /* a bound slot outside its own object already names the definition */
-        void *orig = (uintptr_t)cur >= o.lo && (uintptr_t)cur < o.hi ? NULL : cur;
-        if (!defines(orig, h->name)) orig = definition(h->name, h->version);
-        if (!orig) {
-          HVD_WARN("hook %s: %s calls it, but no loaded object defines it; not hooked there", h->name, o.name);
-          break;
-        }
-        void *code = target_for(nh, orig);
-        if (!code) {
-          HVD_WARN("hook %s: cannot make a libffi closure (or more than %d definitions); %s not hooked", h->name,
-                   MAX_TARGETS, o.name);
-          break;
-        }
-        int ro = write_slot(&o, slot, code);
-        if (ro < 0) {
-          HVD_WARN("hook %s: cannot make the GOT of %s writable (%s); not hooked there", h->name, o.name,
-                   strerror(errno));
-          break;
-        }
-        nh->slots++;
-        HVD_DEBUG("hook %s: patched a %s slot in %s%s", h->name, type == HVD_R_JUMP_SLOT ? "PLT" : "GOT", o.name,
-                  ro ? " (read-only RELRO page)" : "");
-        break;
-      }
+/* A slot naming dlopen gets the wrapper; one naming a hooked function (and
+ * the version the spec asks for) gets the closure for the definition the
+ * slot reaches. */
+static void patch_slot(const hvd_got_slot *s, void *ctx) {
+  (void)ctx;
+  if (!strcmp(s->symbol, "dlopen")) {
+    if (*s->slot != (void *)wrap_dlopen && hvd_got_write(s, (void *)wrap_dlopen) >= 0) N.dlopen_slots++;
+    return;
+  }
+  for (int k = 0; k < N.n; k++) {
+    native_hook *nh = &N.hooks[k];
+    const hvd_hs_hook *h = nh->spec;
+    if (strcmp(s->symbol, h->name)) continue;
+    void *cur = *s->slot; /* checked after the name: most relocations name other symbols */
+    if (ours(cur)) break;
+    if (h->version[0] && strcmp(hvd_got_version(s), h->version)) continue;
+    /* a bound slot outside its own object already names the definition */
+    void *orig = hvd_got_unbound(s, cur) ? NULL : cur;
+    if (!hvd_got_defines(orig, h->name)) orig = hvd_got_definition(h->name, h->version);
+    if (!orig) {
+      HVD_WARN("hook %s: %s calls it, but no loaded object defines it; not hooked there", h->name, s->object);
+      break;
     }
+    void *code = target_for(nh, orig);
+    if (!code) {
+      HVD_WARN("hook %s: cannot make a libffi closure (or more than %d definitions); %s not hooked", h->name,
+               MAX_TARGETS, s->object);
+      break;
+    }
+    int ro = hvd_got_write(s, code);
+    if (ro < 0) {
+      HVD_WARN("hook %s: cannot make the GOT of %s writable (%s); not hooked there", h->name, s->object,
+               strerror(errno));
+      break;
+    }
+    nh->slots++;
+    HVD_DEBUG("hook %s: patched a %s slot in %s%s", h->name, s->plt ? "PLT" : "GOT", s->object,
+              ro ? " (read-only RELRO page)" : "");
+    break;
   }
-}
-
-static int scan_cb(struct dl_phdr_info *info, size_t size, void *data) {
-  (void)data;
-  if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
-    if (info->dlpi_subs != N.subs) N.nseen = 0; /* something was unloaded: check everything again */
-    N.adds = info->dlpi_adds, N.subs = info->dlpi_subs;
-  }
-  if (info->dlpi_addr == N.self_base && N.self_base) return 0;
-  const ElfW(Dyn) *dyn = NULL;
-  for (int i = 0; i < info->dlpi_phnum; i++)
-    if (info->dlpi_phdr[i].p_type == PT_DYNAMIC) dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
-  for (size_t i = 0; i < N.nseen; i++)
-    if (N.seen[i].base == info->dlpi_addr && N.seen[i].dyn == (uintptr_t)dyn) return 0;
-  if (N.nseen == N.capseen) {
-    size_t nc = N.capseen ? N.capseen * 2 : 64;
-    seen_obj *ns = realloc(N.seen, nc * sizeof *ns);
-    if (!ns) return 0;
-    N.seen = ns, N.capseen = nc;
-  }
-  N.seen[N.nseen].base = info->dlpi_addr;
-  N.seen[N.nseen].dyn = (uintptr_t)dyn;
-  N.nseen++;
-  patch_object(info);
-  return 0;
-}
-
-static int counters_cb(struct dl_phdr_info *info, size_t size, void *data) {
-  unsigned long long *c = data;
-  if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs)
-    c[0] = info->dlpi_adds, c[1] = info->dlpi_subs;
-  return 1; /* the counters are the same in every entry */
 }
 
 static void scan(int force) {
   pthread_mutex_lock(&N.mu);
-  unsigned long long c[2] = {~0ULL, ~0ULL};
-  dl_iterate_phdr(counters_cb, c);
-  if (force || c[0] != N.adds || c[1] != N.subs) dl_iterate_phdr(scan_cb, NULL);
+  hvd_got_scan(force, object_seen, patch_slot, NULL);
   pthread_mutex_unlock(&N.mu);
 }
 
@@ -531,7 +343,7 @@ static void *open_as(const void *caller, const char *file, int flags) {
           char *p = malloc(n);
           if (!p) break;
           snprintf(p, n, "%s/%s", si->dls_serpath[i].dls_name, file);
-          if (access(p, F_OK) == 0) path = p;
+          if (hvd_libc()->access(p, F_OK) == 0) path = p;
           else free(p);
         }
       }
@@ -555,7 +367,7 @@ static void *wrap_dlopen(const char *file, int flags) {
 /* Why a named function has no slot here, as one sentence. */
 static void why_unreached(const native_hook *nh, char *buf, size_t n) {
   const char *name = nh->spec->name;
-  void *def = definition(name, nh->spec->version);
+  void *def = hvd_got_definition(name, nh->spec->version);
   Dl_info di;
   if (def && dladdr(def, &di) && di.dli_fname) {
     snprintf(buf, n, "hook %s: defined in %s, but no loaded object calls it through a GOT/PLT entry: calls made "
@@ -608,11 +420,6 @@ void hvd_native_arm(hvd_status_t (*start)(void)) {
     HVD_FATAL("%s", hvd_hookspec_error(N.where, err, msg, sizeof msg));
   }
   free(text);
-  N.page = sysconf(_SC_PAGESIZE);
-  Dl_info self;
-  if (dladdr((void *)hvd_native_arm, &self)) N.self_base = (uintptr_t)self.dli_fbase;
-  /* dli_fbase is the lowest mapped address; dlpi_addr the load bias: for a
-   * shared library both are the same (first segment at vaddr 0). */
   N.real_dlopen = (void *(*)(const char *, int))dlsym(RTLD_NEXT, "dlopen");
   if (!N.real_dlopen) N.real_dlopen = dlopen;
   N.hooks = calloc((size_t)N.spec.n, sizeof *N.hooks);

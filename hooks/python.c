@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../base/libc.h"
 #include "../base/log.h"
 #include "python.h"
 
@@ -30,7 +31,7 @@
 static int has_bootstrap(const char *dir) {
   char path[PATH_MAX];
   if (!*dir || snprintf(path, sizeof path, "%s/sitecustomize.py", dir) >= (int)sizeof path) return 0;
-  return access(path, R_OK) == 0;
+  return hvd_libc()->access(path, R_OK) == 0;
 }
 
 /* Where the Python files are, first match wins.  A library in a build

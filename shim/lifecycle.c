@@ -29,10 +29,11 @@
 #include "../base/config.h"
 #include "../base/log.h"
 #include "../base/role.h"
-#include "../collectives/engine.h"
-#include "../collectives/handles.h"
+#include "../collectives/engine/engine.h"
+#include "../collectives/engine/handles.h"
 #include "../collectives/hvdshim.h"
 #include "../hooks/cuda_hooks.h"
+#include "../hooks/exit_hooks.h"
 #include "../hooks/mpi_hooks.h"
 #include "../hooks/native.h"
 #include "../hooks/python.h"
@@ -123,6 +124,8 @@ static int env_true(const char *name) { /* a BOOL setting read before the settin
   return v && (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcasecmp(v, "on"));
 }
 
+static void exiting(int status); /* _exit's handler (below) */
+
 /* The armed process's last exit handler: its reaper learns a clean exit. */
 static void note_exit(int status, void *arg) {
   (void)arg;
@@ -131,6 +134,7 @@ static void note_exit(int status, void *arg) {
 
 __attribute__((constructor)) static void hvd_shim_ctor(void) {
   hvd_mpi_hooks_on_finalize(hvd_shutdown); /* the program's MPI_Finalize stops the engine first */
+  hvd_exit_hooks_on_exit(exiting);         /* and its _exit joins or ends the job as exit does */
   if (getauxval(AT_SECURE)) { /* setuid/setgid: never act on the environment */
     hvd_role_set(HVD_ROLE_DISABLED);
     return;
@@ -196,14 +200,15 @@ static void at_exit(int status, void *arg) {
   hvd_shutdown();
 }
 
-/* _exit and _Exit skip on_exit handlers (Python's os._exit(0) ends many
- * scripts, and every DataLoader worker).  In the active rank process, status
- * 0 joins as exit(0) does, so the job ends 0 when every rank ended 0; any
- * other status ends the job.  Everywhere else, and once the fatal path has
- * begun (MPI_Abort may end through _exit), it is the plain system call. */
+/* _exit and _Exit (hooks/exit.c) skip on_exit handlers (Python's os._exit(0)
+ * ends many scripts, and every DataLoader worker).  In the active rank
+ * process, status 0 joins as exit(0) does, so the job ends 0 when every rank
+ * ended 0; any other status ends the job.  Everywhere else, and once the
+ * fatal path has begun (MPI_Abort may end through _exit), the process ends
+ * with only this rank's private files removed and its reaper told. */
 static volatile int exit_started;
 
-__attribute__((visibility("default"), noreturn)) void _exit(int status) {
+static void exiting(int status) {
   if (!exit_started && !hvd_fatal_started && hvd_shim_role() == HVD_ROLE_ACTIVE && getpid() == active_pid) {
     exit_started = 1;
     if (status != 0)
@@ -213,11 +218,7 @@ __attribute__((visibility("default"), noreturn)) void _exit(int status) {
   }
   if (!hvd_fatal_started) hvd_overlay_cleanup();
   hvd_reaper_note_exit(status);
-  syscall(SYS_exit_group, status);
-  __builtin_unreachable();
 }
-
-__attribute__((visibility("default"), noreturn)) void _Exit(int status) { _exit(status); }
 
 /* After a failed start that left up the MPI hvdshim initialized (it is not
  * finalized: the other ranks may not have failed, and finalizing would wait

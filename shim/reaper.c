@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "../base/config.h"
+#include "../base/libc.h"
 #include "../base/log.h"
 
 #define FAMILY_ENV "HVDSHIM_FAMILY"
@@ -51,7 +52,7 @@ static unsigned long long launcher_start;
 static int read_stat_ppid(pid_t pid, char *state, pid_t *ppid, pid_t *pgrp, unsigned long long *start) {
   char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = hvd_libc()->open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
   ssize_t n = read(fd, buf, sizeof buf - 1);
   close(fd);
@@ -83,7 +84,7 @@ static int read_stat(pid_t pid, char *state, pid_t *pgrp, unsigned long long *st
 static int is_launcher(pid_t pid) {
   char path[64], comm[32] = "";
   snprintf(path, sizeof path, "/proc/%ld/comm", (long)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = hvd_libc()->open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   ssize_t n = read(fd, comm, sizeof comm - 1);
   close(fd);
@@ -126,7 +127,7 @@ static int environ_names(pid_t pid, const char *key) {
   static char buf[1 << 18];
   char path[64];
   snprintf(path, sizeof path, "/proc/%ld/environ", (long)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = hvd_libc()->open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   size_t len = 0;
   ssize_t n;
@@ -165,12 +166,12 @@ static void nap_ms(long ms) {
  * a container that never reaps, holds them, not the rank). */
 static int signal_family(pid_t rank, const char *key, int lead, int sig) {
   if (lead && sig) kill(-rank, sig); /* the group at once, so a fork in flight is not missed */
-  DIR *d = opendir("/proc");
+  DIR *d = hvd_libc()->opendir("/proc");
   if (!d) return 0;
   int n = 0;
   pid_t me = getpid();
   struct dirent *e;
-  while ((e = readdir(d))) {
+  while ((e = hvd_libc()->readdir(d))) {
     char *end;
     long v = strtol(e->d_name, &end, 10);
     if (*end || v <= 0 || (pid_t)v == me) continue;
@@ -181,22 +182,22 @@ static int signal_family(pid_t rank, const char *key, int lead, int sig) {
     n++;
     if (sig) kill((pid_t)v, sig);
   }
-  closedir(d);
+  hvd_libc()->closedir(d);
   return n;
 }
 
 /* SIGKILL to PARENT's children. */
 static void kill_children(pid_t parent) {
-  DIR *d = opendir("/proc");
+  DIR *d = hvd_libc()->opendir("/proc");
   if (!d) return;
   struct dirent *e;
-  while ((e = readdir(d))) {
+  while ((e = hvd_libc()->readdir(d))) {
     char *end;
     long v = strtol(e->d_name, &end, 10);
     pid_t pp;
     if (!*end && v > 0 && read_stat_ppid((pid_t)v, NULL, &pp, NULL, NULL) == 0 && pp == parent) kill((pid_t)v, SIGKILL);
   }
-  closedir(d);
+  hvd_libc()->closedir(d);
 }
 
 static void close_all_but_std(void) {
@@ -213,7 +214,7 @@ __attribute__((noreturn)) static void reap(pid_t rank, unsigned long long start,
   prctl(PR_SET_NAME, "hvdshim-reaper", 0, 0, 0);
   int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU};
   for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) signal(sigs[i], SIG_IGN);
-  int null = open("/dev/null", O_RDWR);
+  int null = hvd_libc()->open("/dev/null", O_RDWR);
   if (null >= 0) {
     dup2(null, 0), dup2(null, 1), dup2(null, 2);
     if (null > 2) close(null);

@@ -1,4 +1,4 @@
-/* libFuzzer harness for the negotiation record parser (collectives/wire.c):
+/* libFuzzer harness for the negotiation record parser (collectives/negotiation/wire.c):
  * the bytes rank 0 gathers from every rank and the response list every rank
  * receives.  A corrupt or truncated message must be refused (non-zero),
  * never read out of bounds; what parses must stay inside the buffer.

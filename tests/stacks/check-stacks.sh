@@ -14,6 +14,9 @@
 #                 and sid's 2.14)
 #   sid           Python 3.14, torch 2.14, Open MPI 6.0   unit, engine, PyTorch (with HuggingFace
 #                                                         transformers and accelerate), launcher, fault suites
+#   package       the Debian packages built here (tools/build-deb.sh, lintian clean) and installed
+#                 with apt into a Debian 12 chroot that never saw the sources: the bundled example
+#                 under /usr/bin/hvdrun, hvdshim-info, man; then purged (tests/stacks/package.sh)
 #
 # Each stack builds the project inside its chroot against that chroot's own
 # Python, torch and MPI (a copy of the sources) and runs its suites; one
@@ -31,7 +34,7 @@
 #   and unpacking (about 5 minutes) are done when the stacks' turn comes
 # Environment: HVDSHIM_STACKS_CACHE  where the chroots live and are reused
 #                                    (default BUILDDIR/stacks-cache; about 2 GB each)
-#              HVDSHIM_STACKS        the stacks to run (default "trixie trixie-mpich sid")
+#              HVDSHIM_STACKS        the stacks to run (default "trixie trixie-mpich sid package")
 #              HVDSHIM_STACKS_TIME   seconds one stack's suites may take (default 2400)
 #              HVDSHIM_CHECK_JOBS    test scripts run at once (make -j; default: the cores,
 #                                    nproc): a script is idle a third of its time
@@ -43,7 +46,7 @@ prepare=0
 src=$(cd "${1:?usage: check-stacks.sh SRCDIR BUILDDIR}" && pwd)
 build=$(cd "${2:?usage: check-stacks.sh SRCDIR BUILDDIR}" && pwd)
 cache=${HVDSHIM_STACKS_CACHE:-$build/stacks-cache}
-stacks=${HVDSHIM_STACKS:-trixie trixie-mpich sid}
+stacks=${HVDSHIM_STACKS:-trixie trixie-mpich sid package}
 limit=${HVDSHIM_STACKS_TIME:-2400}
 jobs=${HVDSHIM_CHECK_JOBS:-$(nproc 2>/dev/null || echo 1)}
 tool="$src/tools/stack-chroot.sh"
@@ -99,6 +102,28 @@ mounted=""
 trap 'for d in $mounted; do sh "$tool" umount "$d"; done' EXIT INT TERM
 
 for name in $stacks; do
+  # the Debian packages, installed as a user would (tests/stacks/package.sh)
+  if [ "$name" = package ]; then
+    t0=$(date +%s)
+    case " $mounted " in *" $cache/bookworm-package "*) ;; *) mounted="$mounted $cache/bookworm-package" ;; esac
+    if [ $prepare = 1 ]; then
+      if sh "$src/tests/stacks/package.sh" --prepare "$src" "$build" "$cache" >"$cache/package.prepare.log" 2>&1; then
+        say "package: chroot ready in $(($(date +%s) - t0)) s"
+      else
+        tail -5 "$cache/package.prepare.log"
+        say "package FAILED: could not build its Debian 12 chroot (log: $cache/package.chroot.log)"
+      fi
+      continue
+    fi
+    sh "$src/tests/stacks/package.sh" "$src" "$build" "$cache" >"$cache/package.log" 2>&1
+    grep '^package: \(PASS\|FAIL\|SKIPPED\)' "$cache/package.log" | sed 's/^package: /  package: /'
+    grep -v '^package: ' "$cache/package.log" | head -40 | sed 's/^/  package: | /'
+    line=$(sed -n 's/^package: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped$/\1 \2 \3/p' "$cache/package.log")
+    set -- ${line:-0 1 0}
+    pass=$((pass + $1)) fail=$((fail + $2)) skip=$((skip + $3))
+    say "package (Debian packages built here, installed into a Debian 12 chroot): $1 passed, $2 failed, $3 skipped ($(($(date +%s) - t0)) s)"
+    continue
+  fi
   case $name in
     # the trixie chroot serves both trixie stacks: it holds both MPIs
     trixie) suite=trixie mpicc=mpicc.openmpi mpi="Open MPI:openmpi-bin" extra="mpich libmpich-dev" which=all ;;

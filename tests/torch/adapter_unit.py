@@ -12,7 +12,7 @@ import torch
 
 sys.path.insert(0, sys.argv.pop(1))  # hooks/python
 import hvdshim_torch  # noqa: E402
-from hvdshim_torch import data, grads, lib, models, norms, output, resize, rng  # noqa: E402
+from hvdshim_torch import data, grads, lib, models, norms, output, resize, rng, roles  # noqa: E402
 from hvdshim_torch.state import _S  # noqa: E402
 
 
@@ -791,9 +791,175 @@ class Rules(unittest.TestCase):
             self.assertEqual([b.tolist() for b in loader], [[1, 3], [5, 7], [9, 11], [13, 15], [17, 19]])
         model = torch.nn.Linear(1, 1)
         _S.roots.add(model)
-        model.eval()  # every known model in eval: whole
+        model.eval()  # every known model in eval, just switched: whole
+        roles.note_switch()
         self.assertEqual(len(loader), 5)
 
+
+def _iterate(loader):
+    """DataLoader.__iter__ as install.py patches it: the loader's role decides
+    as the iterator is made, and follows it until it runs out."""
+    from torch.utils.data import DataLoader
+    role = roles.iteration_begins(loader)
+    return roles.iteration_made(role, DataLoader.__iter__(loader))
+
+
+def _batches(loader):
+    return sum(1 for _ in _iterate(loader))
+
+
+class Lengths(unittest.TestCase):
+    """len(loader) and the batches of the iteration that follows agree
+    (roles.py), at rank 1 of 2 in shard mode: 20 samples in batches of 2 are
+    10 batches whole, 5 sharded."""
+
+    def setUp(self):
+        import weakref
+        lib._lib = StubLib()
+        _S.rank, _S.size, _S.enabled, _S.started, _S.data_mode = 1, 2, True, True, "shard"
+        _S.loaders, _S.loader_refs, _S.roots = 0, {}, weakref.WeakSet()
+        _S.loader_trained, _S.warned, _S.mode_event, _S.data_events = False, set(), -1, 0
+        self.said = []
+        self.addCleanup(setattr, roles, "_warn_once", roles._warn_once)
+        roles._warn_once = lambda key, msg: self.said.append(msg)
+
+    def loader(self, shuffle=False):
+        from torch.utils.data import DataLoader
+        loader = DataLoader(list(range(20)), batch_size=2, shuffle=shuffle)
+        data._prepare_loader(loader)
+        return loader
+
+    def switch(self, module, mode):
+        module.train(mode)
+        roles.note_switch()
+
+    def test_wrapper_in_train_mode_inner_model_in_eval(self):
+        inner = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+        task = torch.nn.Module()
+        task.model, task.loss = inner, torch.nn.MSELoss()
+        _S.roots.add(task)
+        self.assertTrue(roles.training_now())
+        inner.eval()  # the wrapper holds no parameter of its own: its mode does not count
+        self.assertFalse(roles.training_now())
+        inner[0].weight.requires_grad_(False)
+        inner[0].bias.requires_grad_(False)  # nothing trainable: any model in training mode
+        self.assertTrue(roles.training_now())
+
+    def test_len_before_inference_mode_kept_for_the_loop(self):
+        model = torch.nn.Linear(1, 1)
+        _S.roots.add(model)
+        val = self.loader()
+        self.switch(model, False)
+        told = len(val)  # timm: eval(), len, then inference_mode
+        with torch.inference_mode():
+            self.assertEqual((told, _batches(val)), (10, 10))
+        told = len(val)  # PyTorch's ImageNet example: len before eval(); the loader evaluated before
+        self.switch(model, True)  # (the training before it)
+        _S.data_events += 1
+        told = len(val)
+        self.switch(model, False)
+        with torch.no_grad():
+            self.assertEqual((told, _batches(val)), (10, 10))
+        self.assertEqual(self.said, [])
+
+    def test_len_inside_and_right_after_the_loop(self):
+        train = self.loader(shuffle=True)
+        inside = set()
+        it = _iterate(train)
+        for _ in it:
+            with torch.no_grad():  # a progress print under no_grad
+                inside.add(len(train))
+                inside.add(len(it))
+        self.assertEqual(inside, {5})
+        with torch.no_grad():
+            self.assertEqual(len(train), 10)  # under no_grad: what an evaluation would be
+        self.assertEqual(len(train), 5)  # right after it ran out (a running loss / len(loader))
+
+    def test_training_loader_evaluated_then_trained_again(self):
+        model = torch.nn.Linear(1, 1)
+        _S.roots.add(model)
+        train = self.loader(shuffle=True)
+        for epoch in range(2):
+            told = len(train)  # before train(): its past use says
+            self.switch(model, True)
+            self.assertEqual((told, _batches(train)), (5, 5), epoch)
+            _S.data_events += 1  # (a backward)
+            self.switch(model, False)
+            told = len(train)  # just after eval()
+            with torch.no_grad():
+                self.assertEqual((told, _batches(train)), (10, 10), epoch)
+            _S.data_events += 1  # (another loader's evaluation)
+        self.assertEqual(self.said, [])
+
+    def test_a_new_loader_beside_a_trained_or_shuffled_one(self):
+        model = torch.nn.Linear(1, 1)
+        _S.roots.add(model)
+        train, val, more = self.loader(shuffle=True), self.loader(), self.loader(shuffle=True)
+        self.assertEqual((len(train), len(val)), (5, 10))  # in order beside a shuffled one: evaluated
+        self.assertEqual(_batches(train), 5)
+        _S.data_events += 1
+        self.assertEqual(len(more), 10)  # a loader trains already: a new one is taken to evaluate
+        self.switch(model, True)
+        self.assertEqual(len(more), 5)  # ... unless asked just after train()
+
+    def test_iterator_made_before_train_is_called(self):
+        """The HuggingFace Trainer makes the epoch's iterator, then calls
+        model.train() in training_step: the model is in eval mode then, from
+        from_pretrained or from the last evaluation."""
+        model = torch.nn.Linear(1, 1)
+        train, val = self.loader(shuffle=True), self.loader()
+        self.switch(model, False)  # from_pretrained: no model known yet
+        self.assertEqual((len(train), _batches(train)), (5, 5))
+        _S.roots.add(model)
+        for epoch in range(2):
+            self.switch(model, False)  # evaluation_loop
+            self.assertEqual(_batches(val), 10)
+            self.assertEqual((len(train), _batches(train)), (5, 5), epoch)  # not just switched: its past says
+        self.assertEqual(self.said, [])
+
+    def test_kept_answer_wins_and_is_said_once(self):
+        probe = self.loader(shuffle=True)
+        told = len(probe)  # taken for training
+        _S.rank = 0  # (rank 0 says it)
+        with torch.no_grad():
+            self.assertEqual((told, _batches(probe)), (5, 5))
+        _S.rank = 1
+        self.assertEqual(len(self.said), 1)
+        self.assertIn("len() was asked before this evaluation began", self.said[0])
+        _S.data_events += 1
+        with torch.no_grad():
+            self.assertEqual(_batches(probe), 10)  # not kept across another event
+        told = len(probe)
+        _S.data_events += 1  # a backward between len and the loop: the loop decides
+        with torch.no_grad():
+            self.assertEqual((told, _batches(probe)), (10, 10))
+
+    def test_split_holds_nothing(self):
+        _S.data_mode = "split"
+        probe = self.loader(shuffle=True)
+        told = len(probe)
+        with torch.no_grad():
+            got = [b.tolist() for b in _iterate(probe)]
+        self.assertEqual((told, len(got)), (10, 10))
+        self.assertTrue(all(len(b) == 2 for b in got))  # whole batches: the evaluation is whole
+        self.assertEqual(self.said, [])
+
+    def test_iterable_dataset_dealt(self):
+        from torch.utils.data import DataLoader, IterableDataset
+
+        class Stream(IterableDataset):
+            def __iter__(self):
+                return iter(range(20))
+
+            def __len__(self):
+                return 20
+        loader = DataLoader(Stream(), batch_size=2)
+        data._prepare_loader(loader)
+        self.assertEqual(data._dealt_len(loader, len(loader)), 5)
+        model = torch.nn.Linear(1, 1)
+        _S.roots.add(model)
+        self.switch(model, False)
+        self.assertEqual(data._dealt_len(loader, len(loader)), 10)
 
 
 class Resizing(unittest.TestCase):

@@ -76,6 +76,50 @@ for w in before after; do
 done
 pass "no_grad evaluation of a shuffled loader: the plain run's metric ($(grep '^before' "$TMP/plain.out"))"
 
+# --- len(loader) and the batches that follow agree (fidelity.py lengths: a
+# wrapper module holding the loss, len before or after eval()/train() and
+# inference_mode/no_grad, inside and after the loop, a schedule sized from
+# len at setup, the training loader evaluated too).  Sharded: every loop's
+# told, inside and iterated counts equal on both ranks; evaluations whole
+# (the plain run's counts), training 4 of the plain run's 8 batches, the
+# schedule's lr the plain run's at every epoch's end (it is sized from the
+# sharded len); the shuffled loader evaluated before any model ran (len
+# taken for training, kept) is sharded, 3 of 5, with one warning.  (Split
+# mode keeps no answer, the count being the same: adapter_unit.py.)  Costs
+# one plain run and one np=2 launch (Debian 12: 5 s; sid: 15 s, nearly all
+# the launch).
+run_plain lengths
+cp "$TMP/plain.out" "$TMP/plain-len.out"
+HVDSHIM_WORKER_STDOUT=1 run_shim 2 "$PYTHON" "$F" lengths
+"$PYTHON" - "$TMP/plain-len.out" "$TMP/shim.out" <<'PY' || { cat "$TMP/plain-len.out" "$TMP/shim.out"; fail "lengths: len(loader) and the batches disagree"; }
+import re, sys
+loop = re.compile(r"(?:\[rank (\d)\] )?(\S+(?: \d+)?) iterated (\d+) told (\d+) inside (\S+) after (\d+) last (\d+)$")
+def read(path):
+    loops, lines = {}, {}
+    for line in open(path):
+        line = line.rstrip("\n")
+        m = loop.match(line)
+        if m:
+            loops[(int(m.group(1) or 0), m.group(2))] = (int(m.group(3)), int(m.group(4)), m.group(5), int(m.group(6)), int(m.group(7)))
+        m = re.match(r"(?:\[rank (\d)\] )?(lr|sizes) (.*)", line)
+        if m:
+            lines.setdefault((int(m.group(1) or 0), m.group(2)), []).append(m.group(3))
+    return loops, lines
+(plain, plines), (shim, slines) = read(sys.argv[1]), read(sys.argv[2])
+assert len(plain) == 14 and set(shim) == {(r, t) for r in (0, 1) for _, t in plain}, sorted(shim)
+for (r, tag), (n, told, inside, after, last) in sorted(shim.items()):
+    want = 3 if tag == "probe" else 4 if tag.startswith("train ") else plain[(0, tag)][0]
+    assert (n, told, inside, last) == (want, want, str(want), 1), (r, tag, shim[(r, tag)], want)
+    assert after == (5 if tag == "probe" else n), (r, tag, after)  # (after the probe: the next evaluation, whole)
+for r in (0, 1):
+    assert slines[(r, "lr")] == plines[(0, "lr")], (r, slines[(r, "lr")])
+    assert slines[(r, "sizes")] == ["train 4 val 5 test 4"], slines[(r, "sizes")]
+said = [l for l in open(sys.argv[2]) if "len() was asked" in l]
+assert len(said) == 1 and "DataLoader 3 (made at fidelity.py" in said[0] and "before this evaluation" in said[0], said
+print("ok")
+PY
+pass "len(loader) = the batches that follow (wrapper module, len before/after eval() and inference_mode, inside and after the loop, schedule from len, training loader evaluated), np=2: 14 loops agree on both ranks, evaluations whole, training sharded, lr = plain's"
+
 # --- DataLoader workers from a forkserver, batches passed by file descriptor
 # (the workers bind in the multiprocessing folder the rank made: it must be
 # real, not in the rank's overlay; Python 3.14's default start method).

@@ -349,6 +349,83 @@ elif args.case == "early-stop":
     print("stopped at epoch %d loss %.4f best %.4f" % (epoch, total, best))
     finish(model)
 
+elif args.case == "lengths":
+    # len(loader) against the batches that follow, as trainers use it: the
+    # model inside a wrapper module that holds the loss (timm's train.py
+    # style: the wrapper stays in train mode while the inner model
+    # evaluates), len asked before the loop on either side of eval()/train()
+    # and of inference_mode/no_grad (timm's order, and PyTorch's ImageNet
+    # example's: len first), inside it and after it, a schedule sized from
+    # len at setup, the training loader evaluated too, an evaluation before
+    # any training, and a shuffled loader evaluated before any model ran.
+    # Each loop prints: TAG iterated N told M inside I after A last L.
+    class Task(nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model, self.loss = model, nn.BCEWithLogitsLoss()
+
+        def forward(self, x, y):
+            return self.loss(self.model(x), y)
+
+    torch.manual_seed(0)
+    model = mlp()
+    task = Task(model)
+    train = DataLoader(TensorDataset(*data(60)), batch_size=8, shuffle=True)
+    val = DataLoader(TensorDataset(*data(36, seed=1)), batch_size=8)
+    test = DataLoader(TensorDataset(*data(28, seed=2)), batch_size=8)
+    probe = DataLoader(TensorDataset(*data(40, seed=3)), batch_size=8, shuffle=True)
+    opt = torch.optim.SGD(task.parameters(), lr=0.1)
+    total = args.epochs * len(train)  # a schedule sized from len at setup
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 - s / total)
+    print("sizes train %d val %d test %d" % (len(train), len(val), len(test)))
+    no_grad = getattr(torch, "inference_mode", torch.no_grad)
+
+    def loop(tag, loader, last_idx, body):
+        n, inside, correct, last = 0, set(), 0, 0
+        for batch_idx, (x, y) in enumerate(loader):
+            inside.add(len(loader))
+            correct += body(x, y)
+            last += batch_idx == last_idx  # (timm prints its last progress line here)
+            n += 1
+        print("%s iterated %d told %d inside %s after %d last %d" % (
+            tag, n, last_idx + 1, ",".join(map(str, sorted(inside))), len(loader), last))
+        return correct
+
+    def step(x, y):
+        opt.zero_grad()
+        task(x, y).backward()
+        opt.step()
+        sched.step()
+        return 0
+
+    def right(x, y):
+        return int(((model(x) > 0).float() == y).sum())
+
+    def validate(tag, loader, order):
+        if order == "timm":  # eval(), len, then inference_mode
+            model.eval()
+            last_idx = len(loader) - 1
+        else:  # len first, then eval() (PyTorch's ImageNet example), then no_grad
+            last_idx = len(loader) - 1
+            model.eval()
+        with no_grad():
+            correct = loop(tag, loader, last_idx, right)
+        print("%s correct %d" % (tag, correct))
+
+    validate("first", test, "imagenet")  # before any training
+    last_idx = len(probe) - 1  # a shuffled loader, before any model ran: taken for training
+    with torch.no_grad():
+        print("probe correct %d" % loop("probe", probe, last_idx, right))
+    for epoch in range(args.epochs):
+        last_idx = len(train) - 1  # len before train() (the ImageNet example's order)
+        task.train()
+        loop("train %d" % epoch, train, last_idx, step)
+        print("lr %.6f" % sched.get_last_lr()[0])
+        validate("train-eval %d" % epoch, train, "timm")  # the training loader evaluated
+        validate("val %d" % epoch, val, "timm")
+        validate("test %d" % epoch, test, "imagenet")
+    finish(model)
+
 elif args.case == "compile":
     # torch.compile (torch >= 2.0): a compiled model trains data-parallel
     if not hasattr(torch, "compile"):

@@ -5,7 +5,11 @@
 #  - split: the same weights as the plain run (the saved model.safetensors),
 #    one set of logs, the model saved once, samples counted per step
 #    (the model is called with keyword arguments);
-#  - shard (default): each rank half the steps, identical weights;
+#  - shard (default): each rank half the steps, identical weights; with an
+#    evaluation after each epoch, each epoch's steps read every sample once
+#    over the ranks (the Trainer makes the epoch's iterator before
+#    training_step calls model.train(), the model still in eval mode from
+#    the evaluation: the loader's past says it trains);
 #  - use_cpu=True: Accelerate starts torch.distributed itself from the MPI
 #    environment; the shim stands aside and the run completes.
 # Skips where transformers and accelerate are not installed (Debian 12 has
@@ -63,11 +67,20 @@ PY
   ls -d "$TMPDIR"/hvdshim-rank* >/dev/null 2>&1 && { sleep 1; ls -d "$TMPDIR"/hvdshim-rank* 2>/dev/null && fail "overlay left"; }
 done
 # shard (default): each rank trains on half the batches, the replicas agree
-HVDSHIM_METRICS="$TMP/shard.jsonl" T=240 shim 2 "$PYTHON" "$H" trainer --out "$TMP/shard" --batch 8 >"$TMP/out" 2>&1 ||
-  { cat "$TMP/out"; fail "trainer, shard at np=2"; }
+HVDSHIM_WORKER_STDOUT=1 HVDSHIM_METRICS="$TMP/shard.jsonl" T=240 shim 2 "$PYTHON" "$H" trainer --out "$TMP/shard" \
+  --batch 8 --eval-each-epoch >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "trainer, shard at np=2"; }
 [ "$(grep -o 'checksum [0-9.]*' "$TMP/out" | sort -u | wc -l)" = 1 ] || { cat "$TMP/out"; fail "shard: the ranks' weights differ"; }
 [ "$(wc -l <"$TMP/shard.jsonl")" = 16 ] || { cat "$TMP/shard.jsonl"; fail "shard: expected 16 steps (32 plain, halved)"; }
-pass "trainer, shard at np=2: 16 steps (half of plain's 32), the ranks agree"
+"$PYTHON" - "$TMP/out" <<'PY' || { cat "$TMP/out"; fail "shard, evaluating each epoch: an epoch's steps did not read every sample once"; }
+import re, sys
+read = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"\[rank (\d)\] epoch (\d) trained (.*)", line)
+    if m:
+        read.setdefault(int(m.group(2)), []).extend(map(int, m.group(3).split()))
+assert sorted(read) == [0, 1] and all(sorted(v) == list(range(128)) for v in read.values()), read
+PY
+pass "trainer, shard at np=2, evaluating each epoch: 16 steps (half of plain's 32), every epoch reads each sample once over the ranks, the ranks agree"
 # use_cpu=True: Accelerate distributes the script itself (gloo); the shim stands aside
 HVDSHIM_LOG_LEVEL=info T=240 shim 2 "$PYTHON" "$H" trainer --out "$TMP/cpu" --batch 16 --use-cpu >"$TMP/out" 2>&1 ||
   { cat "$TMP/out"; fail "trainer with use_cpu=True at np=2"; }

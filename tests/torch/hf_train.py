@@ -2,11 +2,13 @@
 built from a config (no download) trained on synthetic data, either with
 Trainer(...).train() or with a plain Accelerator().prepare(...) loop.
 
-    python hf_train.py trainer|accelerate --out DIR [--batch B] [--use-cpu]
+    python hf_train.py trainer|accelerate --out DIR [--batch B] [--use-cpu] [--eval-each-epoch]
 
 Prints the Trainer's log lines (or "step N loss L"), then "checksum C" (the
 sum of the weights) on stderr, and saves the model to DIR (save_model, or
-accelerator.save_model)."""
+accelerator.save_model).  --eval-each-epoch: the Trainer also evaluates
+after every epoch (eval_strategy="epoch") and prints "epoch E trained I..."
+(the indices of the samples the epoch's steps read)."""
 import argparse
 import sys
 
@@ -43,13 +45,35 @@ def checksum(model):
     return sum(float(p.detach().double().sum()) for p in model.parameters())
 
 
+class Read(Synthetic):
+    """Synthetic, noting the indices read."""
+    read = []
+
+    def __getitem__(self, i):
+        self.read.append(int(i))
+        return super().__getitem__(i)
+
+
 def trainer(args):
-    from transformers import Trainer, TrainingArguments
+    import inspect
+    from transformers import Trainer, TrainerCallback, TrainingArguments
     model = tiny_bert()
+    more, extra = {}, {}
+    if args.eval_each_epoch:
+        key = "eval_strategy" if "eval_strategy" in inspect.signature(TrainingArguments).parameters \
+            else "evaluation_strategy"
+        more = {key: "epoch", "per_device_eval_batch_size": args.batch}
+
+        class Trained(TrainerCallback):
+            def on_epoch_end(self, _args, state, control, **kw):
+                print("epoch %d trained %s" % (round(state.epoch) - 1, " ".join(map(str, sorted(Read.read)))),
+                      flush=True)
+                Read.read.clear()
+        extra = {"eval_dataset": Synthetic(40), "callbacks": [Trained()]}
     targs = TrainingArguments(output_dir=args.out, per_device_train_batch_size=args.batch, num_train_epochs=2,
                               learning_rate=1e-3, logging_steps=4, save_strategy="no", report_to=[], seed=0,
-                              disable_tqdm=True, use_cpu=args.use_cpu, dataloader_num_workers=0)
-    t = Trainer(model=model, args=targs, train_dataset=Synthetic(args.samples))
+                              disable_tqdm=True, use_cpu=args.use_cpu, dataloader_num_workers=0, **more)
+    t = Trainer(model=model, args=targs, train_dataset=Read(args.samples), **extra)
     t.train()
     t.save_model(args.out)
     print("checksum %.9f" % checksum(model), file=sys.stderr, flush=True)
@@ -86,6 +110,7 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--samples", type=int, default=128)
     ap.add_argument("--use-cpu", action="store_true")
+    ap.add_argument("--eval-each-epoch", action="store_true")
     args = ap.parse_args()
     {"trainer": trainer, "accelerate": accelerate}[args.kind](args)
 

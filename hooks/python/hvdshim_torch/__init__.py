@@ -12,6 +12,7 @@ through ctypes.
   grads      gradients averaged as they are ready; optimizer steps
              (closure loss, metrics, hyperparameters from rank 0)
   data       DataLoaders sharded by use (HVDSHIM_DATA)
+  roles      a loader's role per iteration (sharded or whole) and what len() says
   elastic    ranks dying (HVDSHIM_ELASTIC): the survivors go on
   rng        random state: rank 0's at start (HVDSHIM_RNG)
   output     stdout/stderr of ranks, intra-op threads, an uncaught

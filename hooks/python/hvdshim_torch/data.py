@@ -3,9 +3,10 @@
 Every map-style DataLoader that makes batches gets a _ShardedBatches in
 place of its batch sampler, whatever its sampler (random, sequential, a
 custom Sampler yielding indices) or batch sampler (a custom one yielding
-lists of indices).  Each iteration decides when it starts:
-  * in training (gradients enabled, and some model in training mode if the
-    adapter knows one): sharded.  Every rank draws the epoch's order as the
+lists of indices).  Each iteration is sharded or whole as its loader's Role
+decides when it starts (roles.py, which also says what len() answers: the
+iteration in progress, or the one that follows):
+  * in training: sharded.  Every rank draws the epoch's order as the
     plain script would (random state advances alike), rank 0's is broadcast,
     and this rank takes its part: shard = every N-th sample (padded as
     DistributedSampler pads, so every rank runs the same number of batches),
@@ -15,10 +16,8 @@ lists of indices).  Each iteration decides when it starts:
     indices), as the batches are consumed: memory and start-up do not grow
     with the epoch, and an endless sampler (replacement=True with a huge
     num_samples, or one with no len) starts at once.
-  * otherwise (evaluation under no_grad/inference_mode, or every model in
-    eval mode): the whole loader on every rank, exactly as plain.
-len(loader) answers for the mode in force when it is asked, so a schedule
-sized from len(train_loader) before training sees the sharded length.
+  * otherwise (evaluation under no_grad/inference_mode, or the models'
+    layers in eval mode): the whole loader on every rank, exactly as plain.
 Loaders without a batch sampler (an IterableDataset, batch_size=None) are
 dealt (HVDSHIM_DATA_ITERABLE=deal, default): every rank iterates the loader
 drawing from rank 0's random state (its worker seeds, and every draw a
@@ -44,16 +43,10 @@ from .lib import HvdShimError, _Pending, _broadcast_bytes, _debug, _warn
 from .state import _S, _warn_once
 from .lifecycle import _start
 from .rng import window_close
+from .roles import Role, role_of, training_now
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
-
-
-def _training_now():
-    if not torch.is_grad_enabled():
-        return False
-    roots = list(_S.roots)
-    return not roots or any(m.training for m in roots)
 
 
 def _created_at():
@@ -239,12 +232,13 @@ def dealt_batches(it):
 class _ShardedBatches:
     """In place of a DataLoader's batch sampler (see the module's text)."""
 
-    def __init__(self, inner, tag, mode, where):
+    def __init__(self, inner, tag, mode, where, role=None):
         from torch.utils.data import BatchSampler
         self._inner = inner
         self._tag = tag
         self._mode = mode
         self._where = where
+        self._role = role if role is not None else Role(tag)
         self._by_index = type(inner) is BatchSampler  # sampler, batch_size and drop_last are known
 
     def __getattr__(self, name):  # sampler, batch_size, drop_last, set_epoch ... of the original
@@ -259,10 +253,13 @@ class _ShardedBatches:
             setattr(self._inner, name, value)
 
     def _sharding(self):
-        return _S.enabled and _training_now()
+        """The iteration being made is sharded: its loader's decision (Role.begin),
+        or where the batch sampler is iterated by itself, the mode now."""
+        making = self._role.making
+        return making if making is not None else training_now()
 
     def __len__(self):
-        if not self._sharding():
+        if not self._role.for_len():
             return len(self._inner)
         size = _S.size
         if self._by_index:
@@ -656,12 +653,14 @@ def _skip_items(windows, n):
 
 def dealt_by_rank(loader):
     """This rank gets whole batches of the loader's stream, one in _S.size
-    (shard), in an iteration made now (resize.py counts the stream used)."""
-    if not (_S.enabled and _training_now()):
+    (shard), in the iteration just made (resize.py counts the stream used)."""
+    role = role_of(loader)
+    if role is None or not role.sharded:
         return False
     if isinstance(loader.batch_sampler, _ShardedBatches):
         return _S.data_mode == "shard"
-    return _dealing(loader) is not None and not (_S.data_mode == "split" and loader.batch_size is not None)
+    return getattr(loader, "_hvdshim_deal", None) is not None and \
+        not (_S.data_mode == "split" and loader.batch_size is not None)
 
 
 # ------------------------------------------------------------------ loaders without a batch sampler
@@ -714,8 +713,9 @@ def _split_stream(batches, what):
 
 
 def _dealing(loader):
-    deal = getattr(loader, "_hvdshim_deal", None)
-    return deal if deal and _S.enabled and _training_now() else None
+    """A loader without a batch sampler, in an iteration being made that trains: where it was made."""
+    deal, role = getattr(loader, "_hvdshim_deal", None), role_of(loader)
+    return deal if deal and role is not None and role.making else None
 
 
 def _in_states(it, st):
@@ -782,8 +782,11 @@ def _dealt_iter(loader, orig):
 
 
 def _dealt_len(loader, n):
-    """len() of a dealt loader in training: its share of the batches."""
-    if _dealing(loader) is None or (_S.data_mode == "split" and loader.batch_size is not None):
+    """len() of a dealt loader: in an iteration that trains, or before one,
+    its share of the batches (roles.py)."""
+    role = role_of(loader)
+    if getattr(loader, "_hvdshim_deal", None) is None or role is None or not role.for_len() or \
+            (_S.data_mode == "split" and loader.batch_size is not None):
         return n
     return -(-n // _S.size)
 
@@ -797,9 +800,13 @@ def _prepare_loader(loader):
     if not _S.enabled or _S.data_mode == "off" or _S.size == 1:
         return
     where = "made at %s" % _created_at()
+    # (split mode: a sharded iteration has the whole one's count, but for items dealt whole)
+    role = Role(tag, "DataLoader %d (%s)" % (tag, where), loader,
+                same_count=_S.data_mode == "split" and (loader.batch_sampler is not None or loader.batch_size is not None))
     if isinstance(loader.dataset, IterableDataset) or loader.batch_sampler is None:
         if _S.data_iterable == "deal":
             object.__setattr__(loader, "_hvdshim_deal", (tag, where))
+            object.__setattr__(loader, "_hvdshim_role", role)
             return
         reason = ("it reads an IterableDataset" if isinstance(loader.dataset, IterableDataset)
                   else "it has batch_size=None") + " and HVDSHIM_DATA_ITERABLE=whole"
@@ -811,7 +818,8 @@ def _prepare_loader(loader):
             raise HvdShimError("hvdshim: HVDSHIM_DATA=split needs the DataLoader batch size (%d) to be divisible by "
                                "the number of ranks (%d); choose a multiple of %d or use HVDSHIM_DATA=shard"
                                % (bs.batch_size, _S.size, _S.size))
-        object.__setattr__(loader, "batch_sampler", _ShardedBatches(bs, tag, _S.data_mode, where))
+        object.__setattr__(loader, "batch_sampler", _ShardedBatches(bs, tag, _S.data_mode, where, role))
+        object.__setattr__(loader, "_hvdshim_role", role)
         if _S.rank == 0:
             _debug("DataLoader %d (%s): %s across %d ranks when iterated in training"
                    % (tag, where, _S.data_mode, _S.size))
@@ -822,7 +830,7 @@ def _prepare_loader(loader):
 def _warn_if_alone(loader):
     """An iteration of a loader hvdshim left alone, in training: once."""
     alone = getattr(loader, "_hvdshim_alone", None)
-    if alone and _S.enabled and _training_now():
+    if alone and training_now():
         tag, where, reason = alone
         _warn_once(("alone", tag), "DataLoader %d (%s) is iterated in training but not sharded: %s; every rank "
                    "reads all of it (HVDSHIM_DATA=off silences this)" % (tag, where, reason))

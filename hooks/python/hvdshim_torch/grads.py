@@ -22,6 +22,7 @@ engine's cycle itself (hvd_eng_help).  Where a rank has a single core
 (HVDSHIM_OVERLAP auto), host-memory gradients all wait for that batch: the
 engine thread would only take the core backward needs, and two thread
 switches per gradient cost more than the overlap gains."""
+import contextlib
 import ctypes
 import functools
 import struct
@@ -124,8 +125,14 @@ class _Param:
         return p is not None and (p.dtype, p.device) != self.kind and _accumulator(p) is not self.acc
 
 
+_NOT_INFERENCE = getattr(torch, "inference_mode", None)
+
+
 def _accumulator(p):
-    with torch.enable_grad():
+    """p's AccumulateGrad node (made by a view's backward), also where the
+    model's first forward runs under torch.inference_mode(), in which
+    enable_grad alone records nothing."""
+    with (_NOT_INFERENCE(False) if _NOT_INFERENCE is not None else contextlib.nullcontext()), torch.enable_grad():
         return p.expand_as(p).grad_fn.next_functions[0][0]
 
 
@@ -849,8 +856,10 @@ def counted(orig, *args, **kwargs):
     Where the first gradient comes in such an inner call, the end of
     backward runs when the outermost call returns (a callback queued there
     would end the step's backward with the inner one)."""
-    if not _S.bw_depth and _S.rng_window is not None:
-        _rng.window_close()  # (a script with no optimizer step: its update is done when backward comes again)
+    if not _S.bw_depth:
+        _S.data_events += 1  # (a len() answer is no longer kept for the next loader iteration: roles.py)
+        if _S.rng_window is not None:
+            _rng.window_close()  # (a script with no optimizer step: its update is done when backward comes again)
     _S.bw_depth += 1
     try:
         result = orig(*args, **kwargs)

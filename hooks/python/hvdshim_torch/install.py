@@ -18,7 +18,8 @@ from . import rng as _rng
 from .rng import seed_torch_at_import as _seed_torch
 from .models import (RANDOM_INITS, _count_batch, _forward_pre_hook, adopt_free, converted, hook_forwards,
                      module_made, note_new_params, reinitialised)
-from .data import _dealt_iter, _dealt_len, _prepare_loader, _training_now, _warn_if_alone, padded_slices, redealt
+from .data import _dealt_iter, _dealt_len, _prepare_loader, _warn_if_alone, padded_slices, redealt
+from .roles import iteration_begins, iteration_made, note_switch
 from . import norms as _norms
 from . import resize as _resize
 
@@ -46,11 +47,16 @@ def _patch():
             _rng.window_close()  # (the iterator's seeds drawn from this rank's own state, as the plain run's)
             _S.whole_batches = True  # (until a dealt iteration's batch comes: data.dealt_batches)
             _S.pad_slice = False
-            if not _S.loader_trained and _S.enabled and _training_now():
-                _S.loader_trained = True
-            if _resize._G.tracking:  # hosts may join (resize.py): the loaders' places are counted
-                return _resize.iterate(self, lambda: made(self))
-            return made(self)
+            role = iteration_begins(self)  # (sharded or whole: now, or as a len() just before said: roles.py)
+            it = None
+            try:
+                if _resize._G.tracking:  # hosts may join (resize.py): the loaders' places are counted
+                    it = _resize.iterate(self, lambda: made(self))
+                else:
+                    it = made(self)
+            finally:
+                it = iteration_made(role, it)
+            return it
         return __iter__
     _wrap(DataLoader, "__iter__", make_loader_iter)
 
@@ -112,6 +118,17 @@ def _patch():
             return orig(self)
         return share_memory
     _wrap(torch.nn.Module, "share_memory", make_share_memory)
+
+    # Module.train()/eval(): when the script switches its models (roles.py:
+    # a mode set just before a loop, or before len(loader), is its word)
+    switched = _untraced(note_switch)
+
+    def make_module_train(orig):
+        def train(self, mode=True):
+            switched()
+            return orig(self, mode)
+        return train
+    _wrap(torch.nn.Module, "train", make_module_train)
 
     _wrap_optimizers()
 

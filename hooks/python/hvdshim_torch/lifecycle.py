@@ -69,8 +69,9 @@ def _stand_aside(reason, undistributed=False):
         h.remove()
     _S.hook_handles = []
     _S.fwd_hook = _S.fwd_hook_fn = None  # (and it does not come back for a module made later)
-    from . import resize
-    held = resize.stand_aside(reason == HOROVOD)  # (rank 0 of a restarted job on hvd.elastic: held until it is back)
+    # (rank 0 of a restarted job on hvd.elastic: held until it is back; resize
+    # is above this module and registers itself, so no import goes up)
+    held = _S.on_stand_aside(reason == HOROVOD) if _S.on_stand_aside else False
     _restore_output()
     if held:
         from .output import _silence_stdout

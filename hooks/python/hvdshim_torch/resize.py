@@ -87,6 +87,7 @@ def configure():
     _G.tracking = bool(_G.discovery) or resume
     _G.snap = {} if resume else None  # read at the engine's start (begin)
     _S.on_start.append(begin)
+    _S.on_stand_aside = stand_aside
     _S.resume_steps = 0 if resume else None  # (rank 0's stdout is silenced until the script is back: output.py)
     if resume:
         atexit.register(_never_back)

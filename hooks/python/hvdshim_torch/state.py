@@ -101,6 +101,9 @@ class _State:
         self.reductions = 0         # reducing backward passes (an agreed count: every rank takes part in each)
         self.grad_calls = 0         # torch.autograd.grad calls on averaged parameters before any reduction (-1: done)
         self.loader_trained = False  # a DataLoader was iterated in training
+        # roles.py: what len(loader) answers and the next iteration keeps
+        self.data_events = 0        # loader iterations made or run out, and outermost backward passes
+        self.mode_event = -1        # data_events at the last Module.train()/eval() (equal: no event since)
         self.whole_batches = True   # no dealt batch since the last loader iteration was made (each rank: whole batches)
         # the training batches of reducing backward passes 2 and 3, summed
         # (data.py: every rank training on the same batches is named once);
@@ -152,6 +155,7 @@ class _State:
         self.skip_taken = False     # data.py took it (it deals this loader)
         self.primer = None          # the loader iterator made last that can skip ahead (data._Primed)
         self.on_start = []          # called when the engine has started (lifecycle._start)
+        self.on_stand_aside = None  # resize.stand_aside (set by resize.configure): called as the adapter stands aside
         self.loader_refs = {}       # loader tag -> the DataLoader (weak)
         # HVDSHIM_ELASTIC: sharded iterations whose workers were asked ahead (data._Handout)
         self.live = weakref.WeakSet()

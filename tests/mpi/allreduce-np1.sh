@@ -1,9 +1,0 @@
-#!/bin/sh
-# Random tensors (every dtype and op, sizes 0..300k) submitted in a different
-# random order on each rank from 3 threads, 3 iterations, checked against the
-# reference each rank computes: np=1.
-. "$(dirname "$0")/../lib.sh"
-need_mpirun
-mpi 1 "$ENGINE_TEST" random 11 60 3 3 >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "engine_test random at np=1"; }
-expect_ok_lines "$TMP/out" 1
-pass "random allreduce at np=1"
