@@ -144,25 +144,27 @@ static void print_argv(FILE *f, const argv_t *env, const argv_t *a) {
  * forever once the ranks there are gone (the ranks find them dead through
  * ULFM's detector, HVDSHIM_PEER_TIMEOUT_SECONDS: engine_life.c).  TCP
  * keepalive on the launcher's own connections: after the peer timeout of
- * silence, 3 probes half of it apart (so the ranks find the loss first); a
- * connection with data in flight is not probed.  Through the environment,
- * where a name this version does not know is ignored: PRRTE 3's (Open MPI
- * 5.0) and PRRTE 4's (Open MPI 6) names.  The user's own
- * settings are kept; HVDSHIM_PEER_TIMEOUT_SECONDS=0 adds none. */
+ * silence, 3 probes 1 s apart, so that the ranks find the loss first (and
+ * a cut-off side ends by the rule of hvd_eng_recover, saying why) and
+ * mpirun counts the host lost at most 3 s later; a connection with data in
+ * flight is not probed.  Through the environment, where a name this
+ * version does not know is ignored: PRRTE 3's (Open MPI 5.0) and PRRTE 4's
+ * (Open MPI 6) names.  The user's own settings are kept;
+ * HVDSHIM_PEER_TIMEOUT_SECONDS=0 adds none. */
 static void keepalive(argv_t *envs) {
   const char *pt = getenv("HVDSHIM_PEER_TIMEOUT_SECONDS");
   char *end;
   double t = pt && *pt ? strtod(pt, &end) : 60;
   if (pt && *pt && (*end || !(t >= 0))) return; /* the ranks name the bad value */
   if (t <= 0) return;
-  long sec = (long)(t + 0.999), intvl = (long)(t / 2 + 0.999);
+  long sec = (long)(t + 0.999);
   static const char *prefixes[] = {"PRTE_MCA_oob_tcp_keepalive_", "PRTE_MCA_prte_keepalive_"};
   for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++) {
     char name[64];
     snprintf(name, sizeof name, "%stime", prefixes[i]);
     if (getenv(name)) continue;
     pushf(envs, "%s=%ld", name, sec);
-    pushf(envs, "%sintvl=%ld", prefixes[i], intvl);
+    pushf(envs, "%sintvl=1", prefixes[i]);
     pushf(envs, "%sprobes=3", prefixes[i]);
   }
 }
