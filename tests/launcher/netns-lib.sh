@@ -120,7 +120,7 @@ impaired_set() {
         fail "tc qdisc change netem delay $1ms loss $2%"
       ;;
     *)
-      [ -n "$WIRE_PID" ] && { kill $WIRE_PID; wait $WIRE_PID 2>/dev/null; cat "$TMP/wire.err"; }
+      [ -n "$WIRE_PID" ] && { kill $WIRE_PID; wait $WIRE_PID 2>/dev/null; }
       "$WIRE" $NSDIR/$A $VA $NSDIR/$B $VB "$1" "$2" >"$TMP/wire.out" 2>"$TMP/wire.err" &
       WIRE_PID=$!
       _i=0
