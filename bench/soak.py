@@ -2,10 +2,10 @@
 death and rejoin?  Not a test (an hour and a half): a benchmark whose figures
 go to docs/RELIABILITY.md.
 
-    python3 bench/soak.py steady [--minutes 60] [--np 2]
-    python3 bench/soak.py cycles [--cycles 10] [--minutes 30]     (ULFM: Open MPI 6, sid)
+    top_builddir=$PWD python3 bench/soak.py steady [--minutes 60]
+    top_builddir=$PWD python3 bench/soak.py cycles [--cycles 10] [--minutes 30]   (ULFM: Open MPI 6, sid)
 
-(from a build tree; make bench-soak runs both where they can run)
+(from a build tree; the figures of a run: docs/RELIABILITY.md)
 
 steady: bench/soak_train.py (a CNN, a DataLoader with 2 worker processes,
 a checkpoint and a log line every epoch) under hvdrun -np 2, HVDSHIM_DATA=split,
@@ -42,8 +42,11 @@ PY = os.environ.get("PYTHON", "/usr/bin/python3")
 TRAIN = os.path.join(HERE, "soak_train.py")
 HVDRUN = os.path.join(TOP, "launcher", "hvdrun")
 # /dev/shm files of a job: hvdshim's segments, torch's tensors, Open MPI's
-# shared-memory transport (4: vader, 5+: sm), multiprocessing's semaphores
+# shared-memory transport (4: vader, 5+: sm), multiprocessing's semaphores.
+# Counted by name only where /dev/shm is shared with other jobs (no mount
+# namespace); in a private /dev/shm (the default as root) every file counts.
 SHM_NAMES = ("hvdshim", "torch", "vader", "sm_segment", "sem.mp-", "pymp")
+PRIVATE_SHM = os.environ.get("HVDSOAK_PRIVATE_SHM") == "1"
 
 
 def read(path):
@@ -102,7 +105,8 @@ def sample(tag, tmpdir, hvdrun_pid):
     for p, (pp, _) in ps.items():
         kids.setdefault(pp, []).append(p)
     ranks = {}
-    script = lambda q: q in ps and "soak_train.py" in ps[q][1] and "python" in ps[q][1]
+    # (a process running the script, not mpirun, whose command line names it too)
+    script = lambda q: q in ps and "soak_train.py" in ps[q][1] and "python" in os.path.basename(ps[q][1].split(" ")[0])
     for p in job:
         if not script(p) or script(ps[p][0]):
             continue  # hvdrun, mpirun, a forked loader worker (its parent is the rank)
@@ -123,7 +127,7 @@ def sample(tag, tmpdir, hvdrun_pid):
                     "family": len(fam), "family_rss_mb": sum(kb(status(q).get("VmRSS")) for q in fam) / 1024}
     shm = 0  # what a job makes there (the machine is shared: not the others' files)
     for f in os.listdir("/dev/shm"):
-        if any(k in f for k in SHM_NAMES):
+        if PRIVATE_SHM or any(k in f for k in SHM_NAMES):
             shm += dir_bytes(os.path.join("/dev/shm", f)) if os.path.isdir(os.path.join("/dev/shm", f)) else \
                 os.lstat(os.path.join("/dev/shm", f)).st_blocks * 512
     ovl = [d for d in os.listdir(tmpdir) if d.startswith("hvdshim-rank")]
@@ -151,20 +155,29 @@ def line(i, s):
     return "%3d  " % i + "  ".join("%s=%s" % (k, ("%.1f" % v) if isinstance(v, float) else v) for k, v in f.items())
 
 
+def slope(pts, per):
+    """least-squares slope of (x, y) points, per `per` of x"""
+    n = len(pts)
+    if n < 2:
+        return float("nan")
+    mx = sum(x for x, _ in pts) / n
+    my = sum(y for _, y in pts) / n
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / sxx * per if sxx else 0.0
+
+
 def summary(rows, unit, per):
-    """first, last, max and the least-squares slope per `per` of each figure."""
+    """first, last, max and the least-squares slope per `per` of each
+    figure, over every sample and over the second half (past the warm-up)."""
     keys = sorted({k for r in rows for k in r[1]})
-    print("\n%-20s %10s %10s %10s %14s" % ("figure", "first", "last", "max", "slope/" + unit))
+    print("\n%-20s %10s %10s %10s %14s %18s" % ("figure", "first", "last", "max", "slope/" + unit,
+                                              "2nd half slope/" + unit))
     for k in keys:
         pts = [(x, r[k]) for x, r in rows if k in r]
         if len(pts) < 2:
             continue
-        n = len(pts)
-        mx = sum(x for x, _ in pts) / n
-        my = sum(y for _, y in pts) / n
-        sxx = sum((x - mx) ** 2 for x, _ in pts)
-        slope = sum((x - mx) * (y - my) for x, y in pts) / sxx * per if sxx else 0.0
-        print("%-20s %10.1f %10.1f %10.1f %14.2f" % (k, pts[0][1], pts[-1][1], max(y for _, y in pts), slope))
+        print("%-20s %10.1f %10.1f %10.1f %14.2f %18.2f" % (k, pts[0][1], pts[-1][1], max(y for _, y in pts),
+                                                          slope(pts, per), slope(pts[len(pts) // 2:], per)))
 
 
 def start(args, env, extra):
@@ -196,7 +209,19 @@ def main():
     ap.add_argument("--pause", type=float, default=1.0)
     ap.add_argument("--every", type=float, default=60, help="seconds between samples")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
+    ap.add_argument("--shared-shm", action="store_true", help="no private /dev/shm (count the job's files by name)")
     args = ap.parse_args()
+    if not args.shared_shm and not PRIVATE_SHM and os.geteuid() == 0 and shutil.which("unshare"):
+        # again in a mount namespace of its own with a fresh tmpfs on /dev/shm:
+        # what is there is the job's (hvdrun, the ranks and their workers
+        # inherit the namespace)
+        cmd = ["unshare", "--mount", "--", "sh", "-c", 'mount -t tmpfs -o mode=1777,size=4g hvdsoak /dev/shm && exec "$@"',
+               "sh", sys.executable] + sys.argv
+        probe = subprocess.run(["unshare", "--mount", "--", "sh", "-c", "mount -t tmpfs hvdsoak /dev/shm"],
+                               capture_output=True, text=True)
+        if probe.returncode == 0:
+            os.execvpe("unshare", cmd, dict(os.environ, HVDSOAK_PRIVATE_SHM="1"))
+        print("(no private /dev/shm here: %s; the job's files there counted by name)" % probe.stderr.strip(), flush=True)
     if args.minutes is None:
         args.minutes = 60 if args.mode == "steady" else 30
     work = tempfile.mkdtemp(prefix="hvdshim-soak-")
@@ -217,8 +242,9 @@ def main():
         env.update(HVDSHIM_ELASTIC_STATE=os.path.join(work, "state"), HVDSHIM_ELASTIC_INTERVAL="1")
         os.mkdir(env["HVDSHIM_ELASTIC_STATE"])
         extra = ["--min-np", "1", "--host-discovery-script", disc]
-    print("soak %s: %d steps, samples every %g s, work folder %s (machine load: %s)" % (
-        args.mode, args.steps, args.every, work, read("/proc/loadavg").decode().strip()), flush=True)
+    print("soak %s: %d steps, samples every %g s, work folder %s, %s /dev/shm (machine load: %s)" % (
+        args.mode, args.steps, args.every, work, "a private" if PRIVATE_SHM else "the shared",
+        read("/proc/loadavg").decode().strip()), flush=True)
     job = start(args, env, extra)
     t0 = time.time()
     rows, cyc_rows, kills, i = [], [], 0, 0
@@ -230,7 +256,8 @@ def main():
         now = time.time()
         if now >= next_sample:
             s = sample(tag, tmpdir, job.pid)
-            if len(s["ranks"]) == 2 or args.mode == "steady":
+            # (not once a rank has finished: the job is ending)
+            if "done:" not in read(console).decode(errors="replace") and (len(s["ranks"]) == 2 or args.mode == "steady"):
                 i += 1
                 rows.append(((now - t0) / 3600, flat(s)))
                 print(line(i, s), flush=True)
