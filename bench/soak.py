@@ -215,10 +215,13 @@ def main():
         # again in a mount namespace of its own with a fresh tmpfs on /dev/shm:
         # what is there is the job's (hvdrun, the ranks and their workers
         # inherit the namespace)
-        cmd = ["unshare", "--mount", "--", "sh", "-c", 'mount -t tmpfs -o mode=1777,size=4g hvdsoak /dev/shm && exec "$@"',
-               "sh", sys.executable] + sys.argv
-        probe = subprocess.run(["unshare", "--mount", "--", "sh", "-c", "mount -t tmpfs hvdsoak /dev/shm"],
-                               capture_output=True, text=True)
+        # (the root's propagation left alone, as a chroot cannot change it;
+        # /dev/shm made private in the new namespace first, so the tmpfs
+        # does not propagate back)
+        private = "mount --make-private /dev/shm && mount -t tmpfs -o mode=1777,size=4g hvdsoak /dev/shm"
+        unshare = ["unshare", "--mount", "--propagation", "unchanged", "--", "sh", "-c"]
+        cmd = unshare + [private + ' && exec "$@"', "sh", sys.executable] + sys.argv
+        probe = subprocess.run(unshare + [private], capture_output=True, text=True)
         if probe.returncode == 0:
             os.execvpe("unshare", cmd, dict(os.environ, HVDSOAK_PRIVATE_SHM="1"))
         print("(no private /dev/shm here: %s; the job's files there counted by name)" % probe.stderr.strip(), flush=True)
