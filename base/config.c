@@ -273,7 +273,8 @@ static size_t edit_distance(const char *a, const char *b) {
 }
 
 /* Variables the shim itself sets or reads outside the table. */
-static const char *internal_vars[] = {"HVDSHIM_ACTIVE_PID", "HVDSHIM_PRELOAD", "HVDSHIM_PYTHONPATH_SAVED", NULL};
+static const char *internal_vars[] = {"HVDSHIM_ACTIVE_PID", "HVDSHIM_PRELOAD", "HVDSHIM_PYTHONPATH_SAVED", "HVDSHIM_FAMILY",
+                                      NULL};
 
 void hvd_config_check_unknown(void (*warn)(const char *name, const char *suggestion)) {
   for (char **e = environ; e && *e; e++) {

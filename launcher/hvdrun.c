@@ -126,12 +126,47 @@ static void print_quoted(FILE *f, const char *s) {
   fputc('\'', f);
 }
 
-static void print_argv(FILE *f, const argv_t *a) {
+/* The command line, after the variables set for it (NAME=VALUE ...). */
+static void print_argv(FILE *f, const argv_t *env, const argv_t *a) {
+  for (int i = 0; i < env->n; i++) {
+    print_quoted(f, env->v[i]);
+    fputc(' ', f);
+  }
   for (int i = 0; i < a->n; i++) {
     if (i) fputc(' ', f);
     print_quoted(f, a->v[i]);
   }
   fputc('\n', f);
+}
+
+/* An elastic job across hosts: Open MPI's launcher must notice a host that
+ * stops answering (cut off, powered off), or mpirun waits for its daemon
+ * forever once the ranks there are gone (the ranks find them dead through
+ * ULFM's detector, HVDSHIM_PEER_TIMEOUT_SECONDS: engine_life.c).  TCP
+ * keepalive on the launcher's own connections: after the peer timeout of
+ * silence, 3 probes 1 s apart, so that the ranks find the loss first (and
+ * a cut-off side ends by the rule of hvd_eng_recover, saying why) and
+ * mpirun counts the host lost at most 3 s later; a connection with data in
+ * flight is not probed.  Through the environment, where a name this
+ * version does not know is ignored: PRRTE 3's (Open MPI 5.0) and PRRTE 4's
+ * (Open MPI 6) names.  The user's own settings are kept;
+ * HVDSHIM_PEER_TIMEOUT_SECONDS=0 adds none. */
+static void keepalive(argv_t *envs) {
+  const char *pt = getenv("HVDSHIM_PEER_TIMEOUT_SECONDS");
+  char *end;
+  double t = pt && *pt ? strtod(pt, &end) : 60;
+  if (pt && *pt && (*end || !(t >= 0))) return; /* the ranks name the bad value */
+  if (t <= 0) return;
+  long sec = (long)(t + 0.999);
+  static const char *prefixes[] = {"PRTE_MCA_oob_tcp_keepalive_", "PRTE_MCA_prte_keepalive_"};
+  for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "%stime", prefixes[i]);
+    if (getenv(name)) continue;
+    pushf(envs, "%s=%ld", name, sec);
+    pushf(envs, "%sintvl=1", prefixes[i]);
+    pushf(envs, "%sprobes=3", prefixes[i]);
+  }
 }
 
 /* ------------------------------------------------------------------ lookups */
@@ -368,7 +403,8 @@ int main(int argc, char **argv) {
   if (!lib)
     die("libhvdshim.so not found (looked in %s); build it (make) or set HVDRUN_LIB=/path/to/libhvdshim.so", looked);
 
-  argv_t cmd = {0};
+  argv_t cmd = {0}, envs = {0}; /* envs: NAME=VALUE set for mpirun */
+  int across = 0;
   const char *slurm = getenv("SLURM_JOB_ID");
   const char *srun_env = getenv("HVDRUN_SRUN");
   char *exe = NULL; /* what execv runs, where argv[0] is not its path */
@@ -421,7 +457,8 @@ int main(int argc, char **argv) {
           "trixie and sid); this mpirun is %s %s", kind == LAUNCH_HYDRA ? "Hydra (MPICH)" : "Open MPI", ver);
     /* (tried on trixie's 5.0.7: PRRTE 3.0 "cannot recover" from a lost
      * daemon, terminates the job and exits 0; sid's Open MPI 6 goes on) */
-    if (min_np && atoi(ver) == 5 && ((hosts && strchr(hosts, ',')) || (filehosts && strchr(filehosts, ','))))
+    across = (hosts && strchr(hosts, ',')) || (filehosts && strchr(filehosts, ','));
+    if (min_np && atoi(ver) == 5 && across)
       fprintf(stderr, "hvdrun: warning: --min-np across hosts under Open MPI %s: a rank that dies is survived, but a "
               "host lost (its Open MPI daemon) ends the whole job, and mpirun then exits 0; Open MPI 6 survives it\n",
               ver);
@@ -451,6 +488,7 @@ int main(int argc, char **argv) {
     else push(&cmd, "slot");
     if (oversub && atoi(ver) < 5) push(&cmd, "--oversubscribe");
     if (min_np) push(&cmd, "--with-ft"), push(&cmd, "ulfm");
+    if (min_np && across) keepalive(&envs);
     push(&cmd, "-x");
     pushf(&cmd, "LD_PRELOAD=%s", preload);
     for (char **e = environ; *e; e++) {
@@ -469,13 +507,14 @@ command:
   free(preload);
   free(lib);
   for (; i < argc; i++) push(&cmd, argv[i]);
+  for (int k = 0; k < envs.n; k++) putenv(envs.v[k]);
   if (dry) {
-    print_argv(stdout, &cmd);
+    print_argv(stdout, &envs, &cmd);
     return 0;
   }
   if (verbose) {
     fputs("hvdrun: ", stderr);
-    print_argv(stderr, &cmd);
+    print_argv(stderr, &envs, &cmd);
   }
   fflush(NULL);
   execv(exe ? exe : cmd.v[0], cmd.v);

@@ -277,7 +277,7 @@ hvd_status_t hvd_init(void) {
   }
   int mpi_was_up = 0, mpi_down = 0;
   MPI_Initialized(&mpi_was_up);
-  hvd_engine_host host = {.end_process = end_process};
+  hvd_engine_host host = {.end_process = end_process, .ending_job = hvd_reaper_note_ending};
   init_result = hvd_engine_start(&host, init_error, sizeof init_error);
   if (init_result != HVD_OK) {
     int up = 0;

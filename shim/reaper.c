@@ -39,14 +39,17 @@
 #define FAMILY_ENV "HVDSHIM_FAMILY"
 #define GRACE_MS 2000   /* SIGTERM, then SIGKILL to what is left */
 #define GIVE_UP_MS 10000 /* a process SIGKILL cannot end yet (in uninterruptible sleep): stop there */
+#define LAUNCHER_WAIT_MS 5000 /* after a rank ended the job: its launcher's time to end by itself */
 
 static pid_t armed_pid; /* the process the reaper watches (this one, once armed) */
 static pid_t reaper_pid;
+static pid_t launcher_pid; /* the rank's Open MPI launcher process on this host (0: none found) */
+static unsigned long long launcher_start;
 
 /* ------------------------------------------------------------ /proc */
 /* Fields of /proc/PID/stat after the command name: state (field 3), pgrp
  * (5), start time (22).  0, or -1 when the process is gone. */
-static int read_stat(pid_t pid, char *state, pid_t *pgrp, unsigned long long *start) {
+static int read_stat_ppid(pid_t pid, char *state, pid_t *ppid, pid_t *pgrp, unsigned long long *start) {
   char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
   int fd = hvd_libc()->open(path, O_RDONLY | O_CLOEXEC);
@@ -58,17 +61,64 @@ static int read_stat(pid_t pid, char *state, pid_t *pgrp, unsigned long long *st
   char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
   if (!p) return -1;
   char st = 0;
-  long pg = 0;
+  long pp = 0, pg = 0;
   unsigned long long t = 0;
   /* state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime
    * priority nice threads itrealvalue starttime */
-  if (sscanf(p + 2, "%c %*d %ld %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &st, &pg,
-             &t) != 3)
+  if (sscanf(p + 2, "%c %ld %ld %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &st, &pp, &pg,
+             &t) != 4)
     return -1;
   if (state) *state = st;
+  if (ppid) *ppid = (pid_t)pp;
   if (pgrp) *pgrp = (pid_t)pg;
   if (start) *start = t;
   return 0;
+}
+
+static int read_stat(pid_t pid, char *state, pid_t *pgrp, unsigned long long *start) {
+  return read_stat_ppid(pid, state, NULL, pgrp, start);
+}
+
+/* Open MPI's processes that start ranks: mpirun (orterun, prterun) on the
+ * launching host, a daemon (orted, prted) on the others. */
+static int is_launcher(pid_t pid) {
+  char path[64], comm[32] = "";
+  snprintf(path, sizeof path, "/proc/%ld/comm", (long)pid);
+  int fd = hvd_libc()->open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, comm, sizeof comm - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  comm[n] = 0;
+  comm[strcspn(comm, "\n")] = 0;
+  static const char *names[] = {"mpirun", "orterun", "prterun", "orted", "prted"};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+    if (!strcmp(comm, names[i])) return 1;
+  return 0;
+}
+
+/* The nearest ancestor of this process that is an Open MPI launcher (a
+ * wrapper shell may stand between), a few generations up at most. */
+static void find_launcher(void) {
+  launcher_pid = 0;
+  pid_t p = getppid();
+  for (int up = 0; up < 4 && p > 1; up++) {
+    pid_t pp;
+    unsigned long long t;
+    if (read_stat_ppid(p, NULL, &pp, NULL, &t) != 0) return;
+    if (is_launcher(p)) {
+      launcher_pid = p, launcher_start = t;
+      return;
+    }
+    p = pp;
+  }
+}
+
+/* PID is still the process started at START (not a reused pid), and alive. */
+static int still_runs(pid_t pid, unsigned long long start) {
+  char st;
+  unsigned long long t;
+  return read_stat(pid, &st, NULL, &t) == 0 && t == start && st != 'Z' && st != 'X';
 }
 
 /* The environment PID was started with holds HVDSHIM_FAMILY with the entry
@@ -136,6 +186,20 @@ static int signal_family(pid_t rank, const char *key, int lead, int sig) {
   return n;
 }
 
+/* SIGKILL to PARENT's children. */
+static void kill_children(pid_t parent) {
+  DIR *d = hvd_libc()->opendir("/proc");
+  if (!d) return;
+  struct dirent *e;
+  while ((e = hvd_libc()->readdir(d))) {
+    char *end;
+    long v = strtol(e->d_name, &end, 10);
+    pid_t pp;
+    if (!*end && v > 0 && read_stat_ppid((pid_t)v, NULL, &pp, NULL, NULL) == 0 && pp == parent) kill((pid_t)v, SIGKILL);
+  }
+  hvd_libc()->closedir(d);
+}
+
 static void close_all_but_std(void) {
 #ifdef SYS_close_range
   if (syscall(SYS_close_range, 3U, ~0U, 0U) == 0) return;
@@ -169,11 +233,14 @@ __attribute__((noreturn)) static void reap(pid_t rank, unsigned long long start,
       while (getppid() == rank) nap_ms(200); /* no pidfd (Linux before 5.3): the parent changes at its end */
     }
   }
-  sigset_t usr1;
+  sigset_t usr1, usr2;
   sigemptyset(&usr1);
   sigaddset(&usr1, SIGUSR1);
+  sigemptyset(&usr2);
+  sigaddset(&usr2, SIGUSR2);
   struct timespec zero = {0, 0};
   if (sigtimedwait(&usr1, NULL, &zero) == SIGUSR1) syscall(SYS_exit_group, 0); /* a clean exit */
+  int ended_job = sigtimedwait(&usr2, NULL, &zero) == SIGUSR2;
   char key[64];
   snprintf(key, sizeof key, "%ld.%llu", (long)rank, start);
   long t0 = now_ms();
@@ -183,6 +250,21 @@ __attribute__((noreturn)) static void reap(pid_t rank, unsigned long long start,
     if (t > GIVE_UP_MS) break;
     sig = t > GRACE_MS ? SIGKILL : 0;
     nap_ms(50);
+  }
+  /* The rank ended the job (MPI_Abort) or its part of it: its launcher
+   * ends within a second or two, unless it cannot reach a host it waits for
+   * (a cut link), where Open MPI's mpirun waits in its abort and the
+   * daemon of a cut-off host for mpirun, as long as TCP takes to give up
+   * (minutes).  Then it is ended here, and the processes it started that
+   * are left (an ssh to the cut-off host, a rank still in its abort):
+   * SIGKILL (Open MPI 4.1's mpirun crashes in PMIx_Finalize when SIGTERM
+   * finds it in its abort). */
+  if (ended_job && launcher_pid > 0) {
+    while (still_runs(launcher_pid, launcher_start) && now_ms() - t0 < LAUNCHER_WAIT_MS) nap_ms(100);
+    if (still_runs(launcher_pid, launcher_start)) {
+      kill_children(launcher_pid);
+      kill(launcher_pid, SIGKILL);
+    }
   }
   syscall(SYS_exit_group, 0);
   __builtin_unreachable();
@@ -226,9 +308,11 @@ void hvd_reaper_arm(void) {
     return;
   }
   int lead = lead_group();
+  find_launcher();
   sigset_t usr1, old;
   sigemptyset(&usr1);
   sigaddset(&usr1, SIGUSR1);
+  sigaddset(&usr1, SIGUSR2);
   sigprocmask(SIG_BLOCK, &usr1, &old); /* a note sent before the reaper runs stays pending */
   pid_t c = fork();
   if (c == 0) reap(self, start, lead);
@@ -246,6 +330,10 @@ void hvd_reaper_arm(void) {
     setenv(FAMILY_ENV, v, 1);
   HVD_DEBUG("reaper %ld watches this rank (pid %ld, %s its process group)", (long)c, (long)self,
             lead ? "leading" : "not leading");
+}
+
+void hvd_reaper_note_ending(void) {
+  if (reaper_pid > 0 && getpid() == armed_pid) kill(reaper_pid, SIGUSR2);
 }
 
 void hvd_reaper_note_exit(int status) {

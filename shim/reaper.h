@@ -32,6 +32,12 @@
  * same process after an exec (a wrapper shell's `exec python`), find the
  * one its earlier image forked.  Idempotent. */
 void hvd_reaper_arm(void);
+/* The armed process ends the job (MPI_Abort), or its part of it: the
+ * reaper, once the rank has ended, also ends the rank's Open MPI launcher
+ * process on this host (mpirun, orted, prted) if it is still there 5 s
+ * later, as one that cannot reach a cut-off host would be (minutes, until
+ * TCP gives up).  Async-signal-safe. */
+void hvd_reaper_note_ending(void);
 /* The armed process is ending with STATUS (its exit handler and _exit):
  * status 0 tells the reaper to leave the family alone.  Async-signal-safe;
  * nothing in any other process. */

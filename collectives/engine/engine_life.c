@@ -31,16 +31,49 @@
 /* The host's way to end the process (hvd_engine_host), for the abort
  * path: the log's abort hook takes no engine, and there is one process. */
 static void (*end_process)(int code);
+static void (*ending_job)(void);
 
 static void abort_job(int code) {
   int up = 0, down = 0;
   MPI_Initialized(&up);
   MPI_Finalized(&down);
+  if (ending_job) ending_job();
   hvd_eng_end_later(end_process, code, NULL); /* MPI_Abort did not end us: leave anyway */
   if (up && !down) {
     hvd_log_let_out();
     MPI_Abort(MPI_COMM_WORLD, code);
   }
+}
+
+/* Elastic jobs across hosts: ULFM's heartbeat detector, so that a rank on
+ * a host that stops answering (a cut link, a host powered off) counts as
+ * dead after HVDSHIM_PEER_TIMEOUT_SECONDS.  Without it Open MPI finds such
+ * a rank only when TCP gives up (minutes, or never for a connection with
+ * nothing to send), and an elastic job has no watchdog.  Heartbeats go out
+ * and are judged only inside MPI calls (Open MPI's detector thread hung
+ * every job's MPI_Finalize over a delayed link: tests/launcher/netem.sh on
+ * sid, 3 of 3), which every rank makes each control round across hosts.
+ * Not on one host (OMPI_COMM_WORLD_LOCAL_SIZE equal to
+ * OMPI_COMM_WORLD_SIZE): a death there is seen as the process's end, and
+ * the control rounds go through shared memory, so a rank makes no MPI call
+ * for longer than the timeout and was found dead while alive at its next
+ * one (bench/soak.py cycles on sid, once in 5 restarts: Open MPI's "I have
+ * been reported dead by someone else").  Set in this process's environment
+ * before MPI_Init, where Open MPI reads it; the user's own
+ * OMPI_MCA_mpi_ft_detector settings are kept. */
+static void ulfm_detector(void) {
+#if defined(OPEN_MPI) && OPEN_MPI
+  double t = hvd_cfg_double(HVD_CFG_PEER_TIMEOUT_SECONDS);
+  if (!hvd_cfg_int(HVD_CFG_ELASTIC) || t <= 0 || getenv("OMPI_MCA_mpi_ft_detector")) return;
+  const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE"), *all = getenv("OMPI_COMM_WORLD_SIZE");
+  if (local && all && atoi(local) == atoi(all)) return;
+  char v[32];
+  setenv("OMPI_MCA_mpi_ft_detector", "true", 1);
+  snprintf(v, sizeof v, "%g", t);
+  setenv("OMPI_MCA_mpi_ft_detector_timeout", v, 0);
+  snprintf(v, sizeof v, "%g", t / 4); /* (Open MPI wants the timeout above 3 periods) */
+  setenv("OMPI_MCA_mpi_ft_detector_period", v, 0);
+#endif
 }
 
 /* The settings marked AGREE in settings.def shape the collectives every
@@ -115,6 +148,7 @@ hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err
   }
   e->host = host ? *host : (hvd_engine_host){0};
   end_process = e->host.end_process;
+  ending_job = e->host.ending_job;
   e->mpi_owned = 0;
   if (up) {
     MPI_Query_thread(&provided);
@@ -122,6 +156,7 @@ hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err
       HVD_WARN("the program initialized MPI without MPI_THREAD_MULTIPLE; the engine thread calls MPI concurrently "
                "with it, which this MPI may not support");
   } else {
+    ulfm_detector();
     int rc = PMPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided); /* not through our hook */
     if (rc != MPI_SUCCESS) {
       snprintf(err, errlen, "MPI_Init_thread failed (code %d)", rc);

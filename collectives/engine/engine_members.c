@@ -88,9 +88,10 @@ int hvd_eng_members_open(hvd_engine *e, char *err, size_t errlen) {
   done = SHM;
   INJECT(6);
 
-  /* elastic: the MPI reports a dead peer (the watchdog would end the job) */
-  if (!e->elastic &&
-      hvd_liveness_start(e->comm, e->rank, e->size, hvd_cfg_double(HVD_CFG_PEER_TIMEOUT_SECONDS), err, errlen) != 0)
+  /* elastic: the MPI reports a dead peer (the watchdog would end the job);
+   * the table tells a dead rank 0 from one cut off (hvd_eng_recover) */
+  if (hvd_liveness_start(e->comm, e->rank, e->size, !e->elastic, hvd_cfg_double(HVD_CFG_PEER_TIMEOUT_SECONDS), err,
+                         errlen) != 0)
     goto undo;
   done = WATCHDOG;
   INJECT(7);
@@ -198,6 +199,7 @@ void hvd_eng_finalize_bounded(hvd_engine *e, int code) {
  * own, but a finalize of every survivor and a non-zero status, which the
  * launcher reports as it does any rank's. */
 _Noreturn void hvd_eng_end_survivors(hvd_engine *e, int code) {
+  if (e->host.ending_job) e->host.ending_job();
   hvd_timeline_close();
   hvd_metrics_close();
   if (e->mpi_owned) hvd_eng_finalize_bounded(e, code);
@@ -241,6 +243,25 @@ void hvd_eng_recover(hvd_engine *e) {
   lost0 = !alive[0];
   char dead[256];
   hvd_rank_list(alive, e->size, 0, dead, sizeof dead);
+  /* Never two jobs.  A rank on another host that stops answering may be
+   * dead or cut off (a link down), and a cut-off side finds its peers as
+   * "dead" as they find it: each side shrinks to itself.  Only a rank 0
+   * writes to the real files and the console, so the side holding rank 0
+   * goes on; a side without it goes on (a survivor becoming rank 0) only
+   * when one of its ranks saw rank 0's process end on its own host, and
+   * otherwise ends: a rank 0 that may still run is never replaced. */
+  if (lost0) {
+    char who[128];
+    int seen = hvd_liveness_seen_gone(0, who, sizeof who), any = 0;
+    rc = MPI_Allreduce(&seen, &any, 1, MPI_INT, MPI_MAX, rest);
+    if (rc != MPI_SUCCESS || !any) {
+      HVD_ERROR("rank(s) %s stopped answering (%s), rank 0 among them, and no rank here saw %s end: it is on another "
+                "host, cut off or down, and goes on there if it can; these %d rank(s) end so that two jobs never "
+                "write as rank 0", dead, why, who, n);
+      MPI_Comm_free(&rest);
+      hvd_eng_end_survivors(e, 1);
+    }
+  }
   MPI_Group_free(&old_g);
   MPI_Group_free(&new_g);
   free(olds), free(news), free(alive);

@@ -89,6 +89,18 @@ static int is_local(int r) {
          peers[r].pidns != 0;
 }
 
+/* The other hosts' names, once each: "hvdB, hvdC". */
+static void remote_hosts(char *out, size_t n) {
+  for (int r = 0; r < nranks; r++) {
+    if (r == my_rank || is_local(r)) continue;
+    int seen = 0;
+    for (int q = 0; q < r && !seen; q++) seen = q != my_rank && !is_local(q) && !strcmp(peers[q].host, peers[r].host);
+    size_t len = strlen(out);
+    if (!seen && len + strlen(peers[r].host) + 4 < n) snprintf(out + len, n - len, "%s%s", len ? ", " : "", peers[r].host);
+  }
+  if (out[0]) strcat(out, ")");
+}
+
 static void judge(void) {
   int64_t since = __atomic_load_n(&busy_since_ns, __ATOMIC_ACQUIRE);
   if (!since) return;
@@ -129,11 +141,15 @@ static void judge(void) {
     syscall(SYS_exit_group, 1); /* not _exit: the shim interposes it */
   }
   int started = __atomic_load_n(&ticked_once, __ATOMIC_RELAXED);
-  if (peer_timeout > 0 && started && stuck >= peer_timeout)
-    HVD_FATAL("no progress for %.0f s: this rank is waiting in a collective that rank(s) never joined%s%s%s%s; "
+  if (peer_timeout > 0 && started && stuck >= peer_timeout) {
+    char hosts[512] = "";
+    remote_hosts(hosts, sizeof hosts);
+    HVD_FATAL("no progress for %.0f s: this rank is waiting in a collective that rank(s) never joined%s%s%s%s%s%s; "
               "ending the job (HVDSHIM_PEER_TIMEOUT_SECONDS=%g)", stuck,
               stopped[0] ? "; stopped (SIGSTOP or a debugger): " : "", stopped,
-              remote[0] ? "; on other hosts, not checked: " : "", remote, peer_timeout);
+              remote[0] ? "; on other hosts, not checked from here: " : "", remote,
+              hosts[0] ? " (unreachable, down or hung? host(s) " : "", hosts[0] ? hosts : "", peer_timeout);
+  }
 }
 
 static void *watch(void *arg) {
@@ -154,7 +170,7 @@ static void *watch(void *arg) {
   return NULL;
 }
 
-int hvd_liveness_start(MPI_Comm comm, int rank, int size, double peer_timeout_s, char *err, size_t errlen) {
+int hvd_liveness_start(MPI_Comm comm, int rank, int size, int watchdog, double peer_timeout_s, char *err, size_t errlen) {
   peer_info me;
   memset(&me, 0, sizeof me);
   me.pid = (int32_t)getpid();
@@ -172,10 +188,24 @@ int hvd_liveness_start(MPI_Comm comm, int rank, int size, double peer_timeout_s,
   ticked_once = 0;
   defer_until_ns = 0;
   stop = 0;
-  if (size < 2) return 0; /* nobody to wait for */
+  if (size < 2 || !watchdog) return 0; /* nobody to wait for, or only the table */
   HVD_CHECK_PTHREAD(pthread_create(&thread, NULL, watch, NULL), "cannot start the watchdog thread");
   pthread_setname_np(thread, "hvd-liveness");
   running = 1;
+  return 0;
+}
+
+int hvd_liveness_seen_gone(int r, char *who, size_t n) {
+  if (!peers || r < 0 || r >= nranks) return snprintf(who, n, "rank %d", r), 0;
+  snprintf(who, n, "rank %d (pid %d on %s)", r, (int)peers[r].pid, peers[r].host);
+  if (!is_local(r)) return 0;
+  /* (a process being torn down may still show for a moment after MPI
+   * reported it gone: a second at most) */
+  for (int i = 0; i < 20; i++) {
+    if (hvd_process_state(peers[r].pid) == 'D') return 1;
+    struct timespec t = {0, 50 * 1000 * 1000};
+    nanosleep(&t, NULL);
+  }
   return 0;
 }
 

@@ -24,9 +24,14 @@
 #define HVD_LIVENESS_LOCAL_S 2.0
 
 /* Collective over comm (exchanges pid, host and pid namespace), then starts
- * the watchdog.  peer_timeout_s 0 disables the no-progress rule.  Returns 0,
- * or -1 with a message in err. */
-int hvd_liveness_start(MPI_Comm comm, int rank, int size, double peer_timeout_s, char *err, size_t errlen);
+ * the watchdog unless watchdog is 0 (elastic jobs: the table only, for
+ * hvd_liveness_seen_gone).  peer_timeout_s 0 disables the no-progress rule.
+ * Returns 0, or -1 with a message in err. */
+int hvd_liveness_start(MPI_Comm comm, int rank, int size, int watchdog, double peer_timeout_s, char *err, size_t errlen);
+/* Rank r of the table's communicator is a process of this host that has
+ * ended (seen, not inferred: 0 for a rank on another host; one still there
+ * is watched for a second).  who: "rank r (pid P on HOST)". */
+int hvd_liveness_seen_gone(int r, char *who, size_t n);
 /* Engine thread: busy 1 before a wait on peers, 0 when it has none. */
 void hvd_liveness_busy(int busy);
 /* Engine thread: a collective step completed (peers are alive). */

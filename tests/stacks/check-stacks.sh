@@ -205,7 +205,11 @@ for name in $stacks; do
   # own suite (suite.sh) is the served package's Python over torch and the
   # engine, whose MPI calls the engine suites test on Open MPI 5: it runs on
   # Open MPI 4 and 6 and on MPICH, not again on trixie's Open MPI (63 s).
-  [ "$name" = trixie ] && tests=$(echo "$tests" | tr ' ' '\n' | grep -v -E '^tests/torch/grow\.sh$|^tests/horovod/suite\.sh$' | tr '\n' ' ')
+  # A host cut off and a slow, lossy link (partition.sh, netem.sh) run their
+  # cases without ULFM on Debian 12 (Open MPI 4) and their elastic cases on
+  # sid (Open MPI 6; about 70 s for both), not under trixie's 5.0, whose
+  # launcher ends an elastic job that loses a host.
+  [ "$name" = trixie ] && tests=$(echo "$tests" | tr ' ' '\n' | grep -v -E '^tests/torch/grow\.sh$|^tests/horovod/suite\.sh$|^tests/launcher/(partition|netem)\.sh$' | tr '\n' ' ')
   # The private files' bytes at checkpoint sizes (np=4, 200 MiB, 2 minutes):
   # Debian 12; on sid torch 2.14's writer and the Trainer's checkpoints are
   # freed and read back in tests/torch/hf.sh (every byte, a 1-byte cap)
