@@ -24,6 +24,10 @@ per sample, and at the end each figure's first, last and maximum, and its
 slope (least squares, per hour; in cycles, per cycle).  Then the weights
 against the single-process emulation (split: the same global batches, less
 rank 1's slice of each step the survivor averaged again after a death).
+In cycles the script, which counts its own steps, starts its count again
+after each restart (the job runs it from its start with empty loaders:
+hvdshim_torch/resize.py), so it trains --steps after the last one and the
+weights differ from the emulation (docs/RELIABILITY.md, section 6).
 Environment: PYTHON (default /usr/bin/python3), top_builddir."""
 import argparse
 import json

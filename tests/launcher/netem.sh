@@ -14,7 +14,8 @@
 # the job unimpaired, delayed, then delayed and lossy; under ULFM (Open MPI
 # 6, sid) only an elastic job (hvdrun --min-np 1: ULFM's heartbeat detector
 # on, with that timeout) over the delayed and lossy link: no rank found
-# dead.  Costs (2 cores): about 65 s on Debian 12, 45 s on sid.
+# dead.  Costs (2 cores): 25-66 s on Debian 12 (a quiet or a loaded
+# machine), 20-27 s on sid.
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
 need_open_mpi "the launch agent (plm_rsh_agent) and TCP settings"

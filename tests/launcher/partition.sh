@@ -5,8 +5,8 @@
 # its host) at 2 ranks, one per host; mid-run the second host's link goes
 # down while its processes live on.  Where the MPI has ULFM (sid's Open MPI
 # 6) case 3 runs, elsewhere (Debian 12's Open MPI 4) cases 1 and 2;
-# PARTITION_ALL=1 runs every case the MPI allows.  Costs (2 cores): 50 s on
-# Debian 12, about 60 s on sid.
+# PARTITION_ALL=1 runs every case the MPI allows.  Costs (2 cores): 26-55 s
+# on Debian 12 (a quiet or a loaded machine), 41-44 s on sid.
 #  1. Not elastic (HVDSHIM_PEER_TIMEOUT_SECONDS=4, loader workers on both
 #     hosts): rank 0's watchdog ends the job naming the unreachable host;
 #     mpirun, stuck in its abort (it cannot reach that host's daemon), and
