@@ -233,7 +233,9 @@ void hvd_timeline_close(void) {
   if (fd < 0) return;
   hvd_timeline_flush();
   /* the events, "\n]\n", and nothing after */
-  if (pwrite(fd, "\n]\n", 3, ev_end) == 3 && ftruncate(fd, ev_end + 3) != 0) (void)pwrite(fd, "\n ", 2, ev_end);
+  if (pwrite(fd, "\n]\n", 3, ev_end) == 3 && ftruncate(fd, ev_end + 3) != 0 && pwrite(fd, "\n ", 2, ev_end) != 2) {
+    /* neither the end nor the blanking took: the file stays as it was */
+  }
   close(fd);
   fd = -1;
   hvd_buf_free(&pending);
