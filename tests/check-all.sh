@@ -11,13 +11,16 @@
 # Usage: check-all.sh MAKE SRCDIR  (from the top build directory)
 MAKE=${1:-make}
 SRCDIR=${2:-.}
-pass=0 fail=0 skip=0 parts=""
+pass=0 fail=0 skip=0 parts="" times=""
+t_part=$(date +%s) # when the current part began
 p=0 f=0 s=0 # the current part's
 show() { tail -n "$1" "$2" 2>/dev/null | sed 's/\x0/^@/g'; } # show N FILE: its last N lines
 # part NAME: add the current part's counts to the totals and the breakdown
 part() {
   pass=$((pass + p)) fail=$((fail + f)) skip=$((skip + s))
   parts="$parts${parts:+, }$1 $p/$f/$s"
+  times="$times${times:+, }$1 $(($(date +%s) - t_part)) s"
+  t_part=$(date +%s)
 }
 tally_automake() { # LOG: the "# PASS: n" lines automake prints
   p=0 f=0 s=0
@@ -76,7 +79,7 @@ done
 # end-to-end test
 DISTCHECK_TESTS="tests/unit/unit_tests tests/unit/overlay_view tests/unit/settings-page.sh tests/unit/install.sh tests/tools/man.sh tests/mpi/shm.sh tests/torch/shard.sh"
 t0=$(date +%s)
-$MAKE distcheck TESTS="$DISTCHECK_TESTS" >check-all-distcheck.log 2>&1
+$MAKE -j"$jobs" distcheck TESTS="$DISTCHECK_TESTS" >check-all-distcheck.log 2>&1
 rc=$?
 p=0 f=0 s=0
 if [ $rc = 0 ] && grep -a -q 'archives ready for distribution' check-all-distcheck.log; then
@@ -120,5 +123,8 @@ slowest=$(for l in $(find tests -name '*.log' ! -name test-suite.log); do
   [ -n "$n" ] && echo "$n ${l%.log}.sh"
 done | sort -rn | head -10 | awk '{printf "%s%s %ss", (NR > 1 ? ", " : ""), $2, $1}')
 [ -n "$slowest" ] && echo "slowest tests: $slowest"
+# where the run's time went: each part, and each stack's own (its line's "(N s)")
+stack_times=$(sed -n 's/^check-stacks: \([a-z-]*\) .*[(, ]\([0-9]*\) s)$/\1 \2 s/p' check-all-check-stacks.log 2>/dev/null | paste -sd, - | sed 's/,/, /g')
+echo "part times: $times${stack_times:+ (stacks: $stack_times)}"
 echo "$pass passed, $fail failed, $skip skipped ($parts)"
 [ $fail -eq 0 ]

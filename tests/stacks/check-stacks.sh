@@ -222,6 +222,17 @@ for name in $stacks; do
   # on sid (Open MPI 6, torch 2.14); about 90 s of CI
   env=
   [ "$name" = trixie ] && env="ELASTIC_TORCH=mpi "
+  # sid runs split's cases where torch's own autograd machinery changed since
+  # Debian 12's 1.13 (hooks on the accumulated gradient, views of it,
+  # checkpointing, closures, autocast, workers from a forkserver), not those
+  # of the adapter's logic around the script (which parameters and
+  # optimizers it follows, the data's kinds, the replica guard), run on
+  # Debian 12 (about 4 minutes of CI); and hvdshim-ab's A/B statistics and
+  # launches (tests/tools/hvdshim-ab.sh, about 3 minutes there) only on Debian 12
+  if [ "$suite" = sid ]; then
+    env="SPLIT_SKIP='no-optimizer gan frozen noncontig late shared own-optimizer gradnoise free reinit iterable swa linprobe manualbn unused' "
+    tests=$(echo "$tests" | tr ' ' '\n' | grep -v -x 'tests/tools/hvdshim-ab\.sh' | tr '\n' ' ')
+  fi
   run "${env}make -j$jobs check TESTS='$tests'" >"$cache/$name.check.log" 2>&1
   rc=$?
   p=0 f=0 s=0

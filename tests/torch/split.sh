@@ -7,9 +7,14 @@ need_mpirun
 need_torch
 warm_start
 export HVDSHIM_DATA=split
+# SPLIT_SKIP: case names not run here (check-stacks sets it on sid, which
+# runs the cases where torch's own autograd machinery changed since
+# Debian 12's 1.13 and leaves those of the adapter's Python logic to it)
+wants() { case " ${SPLIT_SKIP-} " in *" $1 "*) return 1 ;; esac; }
 check() { # check NP CASE [args...]  (the plain run once per case and arguments)
   _np=$1 _case=$2
   shift 2
+  wants "$_case" || return 0
   _ref="$TMP/plain-$_case$(echo "$*" | tr -c 'a-z0-9\n' _).pt"
   [ -f "$_ref" ] || py "$TRAIN" --case "$_case" --out "$_ref" "$@" >"$TMP/plain.log" 2>&1 ||
     { cat "$TMP/plain.log"; fail "plain run of $_case failed"; }
@@ -33,10 +38,10 @@ check 2 noncontig                     # a parameter (and its gradient) not conti
 # epoch 2) are distributed at their first forward; between those, with no
 # module left unseen, the shim's global forward pre-hook is off
 check 2 late --epochs 3
-for e in 0 1 2; do
+wants late && for e in 0 1 2; do
   grep -q "^epoch $e loss .* forward-hooks 0$" "$TMP/shim.log" || { cat "$TMP/shim.log"; fail "late: the forward pre-hook still on after epoch $e"; }
 done
-pass "late: the forward pre-hook off at the end of every epoch"
+wants late && pass "late: the forward pre-hook off at the end of every epoch"
 # parameters that change after the first steps: converted (torch 1.x makes
 # new AccumulateGrad nodes), replaced; and a layer two models share
 check 2 convert --epochs 3            # model.double() after an epoch, then a parameter replaced
@@ -55,21 +60,23 @@ check 2 sam --epochs 3
 export HVDSHIM_METRICS="$TMP/own.jsonl"
 check 2 own-optimizer
 unset HVDSHIM_METRICS
-[ "$(wc -l <"$TMP/own.jsonl")" = 16 ] || { cat "$TMP/own.jsonl"; fail "own-optimizer: $(wc -l <"$TMP/own.jsonl") metrics lines, expected 16 (steps)"; }
-pass "own-optimizer: one metrics line per step"
+wants own-optimizer && [ "$(wc -l <"$TMP/own.jsonl")" != 16 ] && { cat "$TMP/own.jsonl"; fail "own-optimizer: $(wc -l <"$TMP/own.jsonl") metrics lines, expected 16 (steps)"; }
+wants own-optimizer && pass "own-optimizer: one metrics line per step"
 # noise added to the gradients between backward and the step (drawn per rank,
 # the replicas diverged: the guard ended the job at its first check): every
 # rank draws it from one stream, and the plain run given rank 0's noise
 # reproduces the job; the guard checks the replicas at every step
-export HVDSHIM_CHECK_STEPS=1
-shim 2 "$PYTHON" "$TRAIN" --case gradnoise --out "$TMP/shim-noise.pt" --noise-out "$TMP/noise.pt" \
-  >"$TMP/shim.log" 2>&1 || { cat "$TMP/shim.log"; fail "np=2 gradnoise failed"; }
-unset HVDSHIM_CHECK_STEPS
-py "$TRAIN" --case gradnoise --out "$TMP/plain-noise.pt" --noise-in "$TMP/noise.pt" >"$TMP/plain.log" 2>&1 ||
-  { cat "$TMP/plain.log"; fail "plain run of gradnoise failed"; }
-same "$TMP/plain-noise.pt" "$TMP/shim-noise.pt" 1e-4 >"$TMP/cmp" 2>&1 ||
-  { cat "$TMP/cmp" "$TMP/shim.log"; fail "np=2 gradnoise differs from the plain run given its noise"; }
-pass "np=2 gradnoise: the replicas agree at every step, $(cat "$TMP/cmp")"
+if wants gradnoise; then
+  export HVDSHIM_CHECK_STEPS=1
+  shim 2 "$PYTHON" "$TRAIN" --case gradnoise --out "$TMP/shim-noise.pt" --noise-out "$TMP/noise.pt" \
+    >"$TMP/shim.log" 2>&1 || { cat "$TMP/shim.log"; fail "np=2 gradnoise failed"; }
+  unset HVDSHIM_CHECK_STEPS
+  py "$TRAIN" --case gradnoise --out "$TMP/plain-noise.pt" --noise-in "$TMP/noise.pt" >"$TMP/plain.log" 2>&1 ||
+    { cat "$TMP/plain.log"; fail "plain run of gradnoise failed"; }
+  same "$TMP/plain-noise.pt" "$TMP/shim-noise.pt" 1e-4 >"$TMP/cmp" 2>&1 ||
+    { cat "$TMP/cmp" "$TMP/shim.log"; fail "np=2 gradnoise differs from the plain run given its noise"; }
+  pass "np=2 gradnoise: the replicas agree at every step, $(cat "$TMP/cmp")"
+fi
 # parameters an optimizer updates that no model holds (a learnable loss
 # weight made as a bare nn.Parameter, a tensor with requires_grad): each
 # rank trained its own (0.003 apart, and the replica guard does not see
@@ -115,7 +122,7 @@ pass "checkpoint: one reduction a step"
 # tests/gpu/gpu_train.py on the CPU against its emulated split: the weighing
 # must not change what overflows (seeding backward with the count, 32 at the
 # first step, overflowed on an H100 where the emulation did not)
-if py -c 'import torch; torch.amp.GradScaler("cpu"); torch.autocast("cpu", dtype=torch.float16)' 2>/dev/null; then
+if wants amp && py -c 'import torch; torch.amp.GradScaler("cpu"); torch.autocast("cpu", dtype=torch.float16)' 2>/dev/null; then
   G="$top_srcdir/tests/gpu/gpu_train.py"
   py "$G" --device cpu --amp --emulate-ranks 2 >"$TMP/plain.log" 2>&1 || { cat "$TMP/plain.log"; fail "float16 emulation failed"; }
   shim 2 "$PYTHON" "$G" --device cpu --amp >"$TMP/shim.log" 2>&1 || { cat "$TMP/shim.log"; fail "float16 split run failed"; }
@@ -158,13 +165,15 @@ check 2 linprobe --epochs 1
 check 2 manualbn --epochs 1
 # a BatchNorm layer that one rank's slice takes and another's not (a branch
 # on the data): the job ends, naming both layers' allreduces
-HVDSHIM_DEADLOCK_SECONDS=2 shim 2 "$PYTHON" "$TRAIN" --case unused --branch-bn --out "$TMP/x.pt" >"$TMP/shim.log" 2>&1 &&
-  { cat "$TMP/shim.log"; fail "BatchNorm in branches the slices take differently: the job did not end"; }
-# (-a: trixie's prterun may end its abort message with a NUL byte, and grep
-# then prints "binary file matches" instead of the line)
-grep -a "deadlock: " "$TMP/shim.log" | grep "hvdshim.bn.f.m0.a.0.weight" | grep -q "hvdshim.bn.f.m0.b.0.weight" ||
-  { cat "$TMP/shim.log"; fail "BatchNorm in branches: no deadlock line naming both layers"; }
-pass "BatchNorm in branches the ranks' slices take differently: the job ends, naming both layers"
+if wants unused; then
+  HVDSHIM_DEADLOCK_SECONDS=2 shim 2 "$PYTHON" "$TRAIN" --case unused --branch-bn --out "$TMP/x.pt" >"$TMP/shim.log" 2>&1 &&
+    { cat "$TMP/shim.log"; fail "BatchNorm in branches the slices take differently: the job did not end"; }
+  # (-a: trixie's prterun may end its abort message with a NUL byte, and grep
+  # then prints "binary file matches" instead of the line)
+  grep -a "deadlock: " "$TMP/shim.log" | grep "hvdshim.bn.f.m0.a.0.weight" | grep -q "hvdshim.bn.f.m0.b.0.weight" ||
+    { cat "$TMP/shim.log"; fail "BatchNorm in branches: no deadlock line naming both layers"; }
+  pass "BatchNorm in branches the ranks' slices take differently: the job ends, naming both layers"
+fi
 # on in shard mode: 2 ranks of batch 32 train as one process of batch 64
 py "$TRAIN" --case bn --batch 64 --out "$TMP/plain-bn64.pt" >"$TMP/plain.log" 2>&1 || { cat "$TMP/plain.log"; fail "plain bn --batch 64 failed"; }
 HVDSHIM_DATA=shard HVDSHIM_SYNC_BN=on shim 2 "$PYTHON" "$TRAIN" --case bn --batch 32 --out "$TMP/shard-bn.pt" >"$TMP/shim.log" 2>&1 ||
