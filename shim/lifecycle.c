@@ -155,6 +155,7 @@ __attribute__((constructor)) static void hvd_shim_ctor(void) {
   }
   const char *active = getenv("HVDSHIM_ACTIVE_PID");
   if (active && *active) {
+    hvd_reaper_spare_cleaner();
     hvd_log_set_rank(rank);
     say_role("started by the active rank process (HVDSHIM_ACTIVE_PID)");
     return;

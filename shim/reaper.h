@@ -18,7 +18,14 @@
  *     here and inherited by every program the rank or its children
  *     execute: spawn and forkserver workers, subprocesses that made a
  *     session of their own).
- * SIGTERM first, SIGKILL to what is left 2 s later.
+ * SIGTERM first, SIGKILL to what is left 2 s later.  Python's
+ * multiprocessing resource tracker, whose work is to unlink the named
+ * semaphores (/dev/shm/sem.mp-*) of a family that dies, leaves the rank's
+ * group as it starts: a launcher that ends a job SIGKILLs each rank's
+ * group at once (Open MPI 4: SIGTERM then SIGKILL with no pause), and the
+ * tracker killed with it left them in /dev/shm for good; out of the group
+ * it sees the family's pipe close, unlinks them and exits (the reaper's
+ * SIGKILL still ends it if it has not 2 s after the rank's end).
  * A rank that exits with status 0 (exit, return from main, os._exit(0))
  * tells its reaper so first (SIGUSR1), and its family is left alone, as
  * after a plain run: what Python leaves running on purpose (a background
@@ -32,6 +39,9 @@
  * same process after an exec (a wrapper shell's `exec python`), find the
  * one its earlier image forked.  Idempotent. */
 void hvd_reaper_arm(void);
+/* In a process a rank started: where it is Python's multiprocessing
+ * resource tracker, leave the rank's process group (see above). */
+void hvd_reaper_spare_cleaner(void);
 /* The armed process ends the job (MPI_Abort), or its part of it: the
  * reaper, once the rank has ended, also ends the rank's Open MPI launcher
  * process on this host (mpirun, orted, prted) if it is still there 5 s

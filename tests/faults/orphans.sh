@@ -39,6 +39,12 @@ victim() {
   done
   return 1
 }
+# sems JOB: the named semaphores the job's processes map (multiprocessing's
+# locks and queues under spawn and forkserver: /dev/shm/sem.mp-*, unlinked
+# by its resource tracker once their users are gone)
+sems() { for _p in $(family "$1"); do grep -a -o '/dev/shm/sem\.mp-[^ ]*' "/proc/$_p/maps" 2>/dev/null; done | sort -u | tr '\n' ' '; }
+# sems_left: those of $job_sems still in /dev/shm
+sems_left() { for _f in $job_sems; do [ -e "$_f" ] && echo "$_f"; done | wc -l; }
 # gone_within JOB SECONDS: until no process of JOB is left; sets $left (ms waited, or the pids left)
 gone_within() {
   _t0=$(now_ms)
@@ -71,6 +77,7 @@ run() {
   _pid=$!
   wait_for "$_out" "\[rank $_v\] step 10" 120
   _vp=$(victim "$job" "$_v") || { cat "$_out"; fail "$_mode, $_start: rank $_v not found"; }
+  job_sems=$(sems "$job")
   _t0=$(now_ms)
   kill -9 "$_vp"
   rc=0
@@ -98,7 +105,11 @@ for c in $cases; do
   [ "$rc" != 0 ] || { cat "$out"; fail "not elastic, $start, rank $v killed: the job exited 0"; }
   [ "$took" -lt 30000 ] || { cat "$out"; fail "not elastic, $start: the job took $took ms to end"; }
   gone_within "$job" 3 || { ps -o pid,ppid,pgid,stat,args -p "$(echo $left | tr ' ' ',')"; fail "not elastic, $start, rank $v killed: processes left 3 s after the job ended: $left"; }
-  pass "not elastic, loader workers by $start, rank $v SIGKILLed: the job ended (status $rc) $took ms after the kill, nothing of it left ${left} ms later"
+  # (the launcher SIGKILLs each survivor's process group: the resource
+  # tracker, out of it, still unlinks their semaphores; 2 of the 3 ranks'
+  # were left when it was in it)
+  [ "$(sems_left)" = 0 ] || fail "not elastic, $start, rank $v killed: $(sems_left) of the job's $(echo $job_sems | wc -w) named semaphores left in /dev/shm"
+  pass "not elastic, loader workers by $start, rank $v SIGKILLed: the job ended (status $rc) $took ms after the kill, nothing of it left ${left} ms later (processes, and $(echo $job_sems | wc -w) named semaphores)"
 done
 
 # 2. elastic, where the MPI survives a death: each start method, a rank > 0
@@ -114,7 +125,8 @@ if [ $ulfm = 1 ]; then
     grep -q "done $STEPS" "$out" || { cat "$out"; fail "elastic, $start, rank $v killed: the survivors did not finish"; }
     [ "$tail_ms" -lt 15000 ] || { cat "$out"; fail "elastic, $start, rank $v killed: the job ended $tail_ms ms after its last line"; }
     gone_within "$job" 3 || { ps -o pid,ppid,pgid,stat,args -p "$(echo $left | tr ' ' ',')"; fail "elastic, $start, rank $v killed: processes left: $left"; }
-    pass "elastic (hvdrun --min-np 2), loader workers by $start, rank $v SIGKILLed: the survivors finished, the job ended 0 $tail_ms ms after its last line, nothing left"
+    [ "$(sems_left)" = 0 ] || fail "elastic, $start, rank $v killed: $(sems_left) of the job's $(echo $job_sems | wc -w) named semaphores left in /dev/shm"
+    pass "elastic (hvdrun --min-np 2), loader workers by $start, rank $v SIGKILLed: the survivors finished, the job ended 0 $tail_ms ms after its last line, nothing left ($(echo $job_sems | wc -w) named semaphores unlinked)"
   done
 fi
 
@@ -128,15 +140,20 @@ if [ $ulfm = 1 ]; then
   left=$(family "orphans-$$-$n" | wc -l)
   ended=0
   kill -0 "$ctl" 2>/dev/null || ended=1
+  ctl_sems=$(sems "orphans-$$-$n")
   for p in $(family "orphans-$$-$n"); do kill -9 "$p" 2>/dev/null; done
   wait "$ctl"
+  rm -f $ctl_sems # (this test's own SIGKILL of the tracker left them)
   [ $ended = 0 ] || { cat "$TMP/out$n"; fail "negative control: with HVDSHIM_REAP=0 the elastic job ended anyway: the test cannot tell"; }
   pass "negative control: with HVDSHIM_REAP=0 the elastic job had not ended 5 s after its survivors finished ($left of its processes alive; ended by the test)"
 else
   run plain forkserver 1 HVDSHIM_REAP=0
   sleep 3
   left=$(family "$job" | wc -l)
+  ctl_sems=$(sems "$job")
   for p in $(family "$job"); do kill -9 "$p" 2>/dev/null; done
+  sleep 0.5
+  rm -f $ctl_sems # (this test's own SIGKILL of the tracker left them)
   [ "$left" -gt 0 ] || fail "negative control: with HVDSHIM_REAP=0 nothing of the job was left either: the test cannot tell"
   pass "negative control: with HVDSHIM_REAP=0, $left processes of the job were left 3 s after it ended"
 fi
