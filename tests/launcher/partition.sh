@@ -40,6 +40,15 @@ netns_up
 TRAIN="$top_srcdir/tests/launcher/partition_train.py"
 export OMP_NUM_THREADS=1
 comms() { for _p in $(ns_pids $1); do cat /proc/$_p/comm 2>/dev/null; done | tr '\n' ' '; }
+# the ranks' TMPDIR: a rank > 0's private-files folder (hvdshim-rankR-*) is
+# removed by its watcher once the rank is gone, on the cut-off side too
+export TMPDIR="$TMP/ranks-tmp"
+mkdir -p "$TMPDIR"
+no_overlay_left() { # CASE
+  _i=0
+  while ls -d "$TMPDIR"/hvdshim-rank* >/dev/null 2>&1 && [ $_i -lt 30 ]; do sleep 0.1; _i=$((_i + 1)); done
+  ! ls -d "$TMPDIR"/hvdshim-rank* >/dev/null 2>&1 || fail "$1: a rank's private-files folder was left: $(ls -d "$TMPDIR"/hvdshim-rank* | tr '\n' ' ')"
+}
 # start NAME TIMEOUT STEPS [hvdrun options]: the job in the background ($job)
 # (the script's --workers from $WORKERS),
 # each rank's stderr also in $TMP/NAME.err.RANK (a wrapper shell: a cut-off
@@ -82,6 +91,7 @@ gone_within() {
   wait $job || rc=$?
   _left=$(pgrep -f -- "$TMP/$1" || true)
   [ -z "$_left" ] || { ps -o pid,stat,args -p $_left; fail "$1: processes of the job left outside the namespaces"; }
+  no_overlay_left "$1"
 }
 
 ulfm=0
@@ -110,6 +120,7 @@ sleep 1
 heal_link
 wait $job || { cat "$TMP/blip.out"; fail "a 1 s cut (HVDSHIM_PEER_TIMEOUT_SECONDS=8): the job failed"; }
 same "$TMP/plain" "$TMP/blip" 1e-5 >"$TMP/cmp" 2>&1 || { cat "$TMP/blip.out" "$TMP/cmp"; fail "a 1 s cut: weights differ from the plain run"; }
+no_overlay_left "a 1 s cut"
 pass "a 1 s cut at step 10 (timeout 8 s): the job goes on, status 0, weights = the plain run ($(cat "$TMP/cmp"))"
 
 fi
@@ -154,6 +165,7 @@ wait $job || rc=$?
 # was released"), in none of 6 where it stayed down: its own status only,
 # the training ran to its end (checked below)
 [ $rc = 0 ] || [ $rc = 255 ] || { cat "$TMP/two.out" "$TMP"/two.err.*; fail "elastic: status $rc"; }
+no_overlay_left "elastic"
 grep -q "^done on $A: steps 2-300" "$TMP/two.out" || { cat "$TMP/two.out"; fail "elastic: rank 0 did not finish"; }
 grep -q "rank(s) 1 died (.*); the job goes on over 1 rank(s)" "$TMP/two.err.0" || { cat "$TMP/two.err.0"; fail "elastic: no line that rank 1 died"; }
 grep -q "rank(s) 0 stopped answering (.*), rank 0 among them, and no rank here saw rank 0 (pid [0-9]* on $A) end: it is on another host, cut off or down, and goes on there if it can; these 1 rank(s) end so that two jobs never write as rank 0" "$TMP/two.err.1" ||
