@@ -2,15 +2,16 @@
  * what the overlay does).  This file resolves the real libc functions once
  * (dlsym RTLD_NEXT) into `overlay_real`, the table the interposed calls and
  * the view's and the bytes layer's own calls go through, and holds the
- * switch, `overlay_on`: hvd_overlay_arm turns it on in a rank > 0 (it starts
- * the view, overlay_view.c, and the bytes layer, overlay_bytes.c); turning it
- * off (hvd_overlay_off), a promotion to rank 0 (hvd_overlay_promote,
- * hvd_overlay_resume: the files open in the overlay reopened at their real
- * paths) and the cleanup at exit end it.  It also answers for code that
- * writes with raw system calls (hvd_overlay_write_path, _written).  The
- * interposed calls themselves are in overlay_path.c (the calls that name a
- * path) and overlay_fd.c (the fd calls); this file calls neither: its own
- * calls go through the real table (overlay_internal.h has the order). */
+ * switch, `overlay_on`: hvd_overlay_arm turns it on in a rank > 0 (it
+ * starts the view, overlay_view*.c, and the bytes layer, overlay_bytes*.c);
+ * turning it off (hvd_overlay_off), a promotion to rank 0
+ * (hvd_overlay_promote, hvd_overlay_resume: the files open in the overlay
+ * reopened at their real paths) and the cleanup at exit end it.  It also
+ * answers for code that writes with raw system calls
+ * (hvd_overlay_write_path, _written).  The interposed calls themselves are
+ * in overlay_path.c (the calls that name a path) and overlay_fd.c (the fd
+ * calls); this file calls neither: its own calls go through the real table
+ * (overlay_internal.h has the order). */
 #define _GNU_SOURCE
 #include "overlay.h"
 #include "overlay_bytes.h"
