@@ -7,16 +7,18 @@
  * directory listings of those paths see the overlay (a removed real file is
  * remembered as a "whiteout" and hidden from this process only).  Rank 0
  * and every other process are untouched.  The libc entry points are
- * interposed here (open/openat/creat/fopen/freopen and their 64-bit names,
- * the stat family, access, rename*, unlink*, mkdir*, rmdir, link, symlink,
- * chmod, truncate, utimensat, opendir/readdir/closedir, and bind/connect of
- * Unix sockets named by a path).  /dev, /proc, /sys,
- * /run, anything that is not a regular file, and calls made by MPI, NCCL,
- * CUDA and hvdshim's own code pass through.  The folder is removed at exit,
- * and by a small watcher process if the rank dies without exiting.  Past
- * HVDSHIM_PRIVATE_BYTES, the blocks of its files that rank 0's real files
- * hold are freed (overlay_bytes.h).  docs/ARCHITECTURE.md ("Rank-private
- * files") has the reasoning. */
+ * interposed (overlay_path.c: open/openat/creat/fopen/freopen and their
+ * 64-bit names, the stat family, access, rename*, unlink*, mkdir*, rmdir,
+ * link, symlink, chmod, truncate, utimensat, opendir/readdir/closedir, and
+ * bind/connect of Unix sockets named by a path; overlay_fd.c: the fd calls
+ * on the files opened there).  /dev, /proc, /sys, /run, anything that is
+ * not a regular file, and calls made by MPI, NCCL, CUDA and hvdshim's own
+ * code pass through.  The folder is removed at exit, and by a small watcher
+ * process if the rank dies without exiting.  Past HVDSHIM_PRIVATE_BYTES,
+ * the blocks of its files that rank 0's real files hold are freed
+ * (overlay_bytes.h).  The calls below are overlay.c's (overlay_internal.h
+ * has the interposer's files in their order).  docs/ARCHITECTURE.md
+ * ("Rank-private files") has the reasoning. */
 #ifndef HVD_OVERLAY_H
 #define HVD_OVERLAY_H
 

@@ -1,5 +1,6 @@
-/* The overlay's bytes (internal to hooks/overlay*.c): which bytes of the
- * files this process writes in its overlay folder stay there.
+/* The overlay's bytes (internal to hooks/overlay*.c; overlay_bytes*.c, in
+ * the order overlay_bytes_internal.h gives): which bytes of the files this
+ * process writes in its overlay folder stay there.
  *
  * A file a rank > 0 writes in the overlay ("its copy") is cut in blocks of
  * 1 MiB.  A block of its copy is freed (a hole punched, its 128-bit hash
@@ -17,10 +18,11 @@
  * identical bytes), and at last a write that still finds no room keeps no
  * bytes ("lost": a read-back gets rank 0's unverified).
  *
- * The fds this process opened on its copies through overlay.c are tracked
- * (hvd_ovb_fd): I/O on them comes here first.  Every other fd, and every
- * process where the overlay is off, never enters: the interposed fd calls
- * test `on` and hvd_ovb_of(fd) (two loads) and make the real call.
+ * The fds this process opened on its copies through overlay_path.c are
+ * tracked (hvd_ovb_fds): I/O on them comes here first.  Every other fd, and
+ * every process where the overlay is off, never enters: the interposed fd
+ * calls (overlay_fd.c) test `overlay_on` and hvd_ovb_of(fd) (two loads) and
+ * make the real call.
  *
  * State: the files, the fds and the totals are under one mutex (not held
  * across the caller's own real call: an operation in flight is counted on

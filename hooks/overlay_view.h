@@ -2,8 +2,10 @@
  * what the overlay does): this process's view of the file system while the
  * overlay is on.  It owns the overlay folder, the whiteouts, the real files
  * seen, the merged folder listings, and the decision of which path a call
- * on (dirfd, path) goes to.  It interposes nothing: overlay.c holds the
- * interposed libc table, checks that the overlay is on, and calls in here;
+ * on (dirfd, path) goes to (overlay_view_folder.c, overlay_view.c,
+ * overlay_view_dir.c: overlay_view_internal.h has their order).  It
+ * interposes nothing: overlay_path.c holds the interposed calls that name
+ * a path, checks that the overlay is on, and calls in here;
  * tests/unit/overlay_view.c drives it the same way with no preload.
  *
  * Every function here assumes the overlay is on (its caller checked).  The
@@ -50,7 +52,7 @@ typedef struct {
   int (*bind)(int, const struct sockaddr *, socklen_t);
   int (*connect)(int, const struct sockaddr *, socklen_t);
   char *(*realpath)(const char *, char *);                          /* view */
-  /* the bytes of the copies (overlay_bytes.c) */
+  /* the bytes of the copies (overlay_bytes*.c) */
   ssize_t (*read)(int, void *, size_t);                             /* view */
   ssize_t (*write)(int, const void *, size_t);                      /* view */
   ssize_t (*pread)(int, void *, size_t, off_t);
