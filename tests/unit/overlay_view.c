@@ -1,11 +1,11 @@
-/* Unit tests of the overlay's path logic (hooks/overlay_view.c) and of its
- * bytes (hooks/overlay_bytes.c), with no preload and no interposed table:
+/* Unit tests of the overlay's path logic (hooks/overlay_view*.c) and of its
+ * bytes (hooks/overlay_bytes*.c), with no preload and no interposed table:
  * this program links them alone and hands them libc's own functions, as
  * hooks/overlay.c hands them the real ones.  A fixture folder of real files
  * is made first; the view then runs as rank 3 with its overlay folder
  * under a private TMPDIR.  The bytes tests write "rank 0's" files in the
  * fixture (or from a thread, for a rank 0 behind) and the rank's copies
- * through the calls overlay.c makes around a tracked write (begin, the
+ * through the calls overlay_fd.c makes around a tracked write (begin, the
  * write, end). */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -366,7 +366,7 @@ static long long allocated(const char *path) {
   struct stat st;
   return stat(path, &st) == 0 ? (long long)st.st_blocks * 512 : -1;
 }
-/* A copy of `name` opened for writing as overlay.c opens one: its overlay path in ov. */
+/* A copy of `name` opened for writing as overlay_path.c opens one: its overlay path in ov. */
 static int open_copy_w(const char *name, int flags, char *ov) {
   CHECK_INT(hvd_ovl_map_write(AT_FDCWD, in_real(name), flags, NULL, ov), HVD_OVL_MAPPED);
   int fd = open(ov, flags, 0644);
@@ -386,7 +386,7 @@ static long long overlay_use(void) {
   if (hvd_ovl_root()) nftw(hvd_ovl_root(), add_use, 16, FTW_PHYS);
   return used;
 }
-/* A tracked write as overlay.c makes it (at < 0: at the fd's position). */
+/* A tracked write as overlay_fd.c makes it (at < 0: at the fd's position). */
 static ssize_t tw(int fd, const void *b, size_t n, off_t at) {
   hvd_ovb_io io;
   for (int tries = 0;; tries++) {
@@ -405,7 +405,7 @@ static void tclose(int fd) {
   hvd_ovb_closing(fd);
   close(fd);
 }
-/* The bytes a read-open of `name` gets (as overlay.c serves it), n of them; NULL when it fails. */
+/* The bytes a read-open of `name` gets (as overlay_path.c serves it), n of them; NULL when it fails. */
 static unsigned char *read_back(const char *name, size_t n, int *how) {
   char ov[PATH_MAX];
   CHECK_INT(hvd_ovl_map_read(AT_FDCWD, in_real(name), ov, NULL), HVD_OVL_MAPPED);
