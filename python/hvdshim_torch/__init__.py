@@ -17,6 +17,8 @@ those listed before it; tests/unit/pyimports.py checks this map):
   output       stdout/stderr of ranks, intra-op threads, an uncaught
                hvdshim error in two lines
   rng          random state: rank 0's at start, per-rank streams (HVDSHIM_RNG)
+  frames       the script's own variables saved at a stop and put back in
+               the restarted job (resize)
   elastic      ranks dying (HVDSHIM_ELASTIC): the survivors go on
   grow         a job that may grow: rank 0's discovery, the snapshot file,
                rank 0 held in a restarted job

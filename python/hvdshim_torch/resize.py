@@ -30,11 +30,13 @@ computes (a loop that stops early on a loss it averaged over the epoch's
 batches may stop in the empty epochs): if the script ends before it is back,
 the job ends with one line saying so, and the state stays saved."""
 import atexit
+import sys
 import weakref
 
 import torch
 
 from . import capi
+from . import frames as _frames
 from . import rng as _rng
 from .capi import warn
 from .collectives import Pending, broadcast_bytes
@@ -104,6 +106,7 @@ def _save(target):
                        for tag, ref in _S.loader_refs.items() if ref() is not None},
         "iters": dict(_G.iters),
         "target": target,
+        "frames": _frames.capture(sys._getframe(1)),
     }
     write_snapshot(snap)
 
@@ -332,11 +335,13 @@ def _arrive():
         if loader is not None and tag != snap["target"][0]:
             for g, st in zip(_generators(loader), states):
                 g.set_state(st)
+    matched, put = _frames.restore(snap.get("frames"), sys._getframe(1))
     if _S.rank == 0:
         _flush_writers()  # what the script wrote before it was back goes nowhere (the private copies)
         _take_over(resumed=True)
-        warn("the job started again over %d rank(s) (was %d) and goes on from optimizer step %d"
-             % (_S.size, snap["size"], _S.steps + 1))
+        warn("the job started again over %d rank(s) (was %d) and goes on from optimizer step %d (%d of the "
+             "script's variables as they were, in %d of its %d frame(s))"
+             % (_S.size, snap["size"], _S.steps + 1, put, matched, len(snap.get("frames") or ())))
 
 
 def note_scaler(scaler):

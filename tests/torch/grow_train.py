@@ -10,7 +10,9 @@ scale doubles every 3 steps, printed at the end.  GROW_SEEN=DIR: each
 process appends the index of every sample it reads to DIR/<its pid>.
 GROW_PROGRESS=FILE: the optimizer steps this process has made, rewritten
 after each (the test's discovery script lists the new slot once rank 0's
-count reaches a step it chose)."""
+count reaches a step it chose).  GROW_MAX_STEPS=N: the loop counts its own
+steps (`while steps < N`, over as many epochs as that takes) and ends at N,
+in the middle of an epoch.  Prints the steps it made last."""
 import os
 import sys
 import time
@@ -51,7 +53,8 @@ def main():
     log = open(sys.argv[1] + ".log", "w")
     log.write("epoch,loss,lr\n")
     progress, steps = os.environ.get("GROW_PROGRESS"), 0
-    for epoch in range(epochs):
+    max_steps, epoch = int(os.environ.get("GROW_MAX_STEPS", "0")), 0
+    while (steps < max_steps) if max_steps else (epoch < epochs):
         total, n = 0.0, 0
         for xb, yb in loader:
             opt.zero_grad()
@@ -70,11 +73,15 @@ def main():
                 with open(progress, "w") as f:
                     f.write("%d\n" % steps)
             time.sleep(pause)
+            if max_steps and steps >= max_steps:
+                break
         log.write("%d,%.6f,%g\n" % (epoch, total / max(n, 1), sched.get_last_lr()[0]))
         log.flush()
         sched.step()
         torch.save(model.state_dict(), sys.argv[1] + ".ckpt")
         print("epoch %d done" % epoch, flush=True)
+        epoch += 1
+    print("steps %d" % steps, flush=True)
     torch.save(dict(model.state_dict(), scale=scale.detach()), sys.argv[1])
     if scaler is not None:
         print("scale %g" % scaler.get_scale(), flush=True)
