@@ -24,10 +24,9 @@ per sample, and at the end each figure's first, last and maximum, and its
 slope (least squares, per hour; in cycles, per cycle).  Then the weights
 against the single-process emulation (split: the same global batches, less
 rank 1's slice of each step the survivor averaged again after a death).
-In cycles the script, which counts its own steps, starts its count again
-after each restart (the job runs it from its start with empty loaders:
-hvdshim_torch/resize.py), so it trains --steps after the last one and the
-weights differ from the emulation (docs/RELIABILITY.md, section 6).
+In cycles the script counts its own steps (`while step < N`): the job
+started again runs it from its start with empty loaders, and its count is
+put back when it is back where it stopped (hvdshim_torch/frames.py).
 Environment: PYTHON (default /usr/bin/python3), top_builddir."""
 import argparse
 import json
