@@ -87,7 +87,7 @@ static long discover(const char *script, char *list, size_t len, const char *bef
       if (done[j]) continue;
       if (pass == 0) { /* hosts of the last run first, in its order: rank 0 stays where the state is */
         char key[260];
-        snprintf(key, sizeof key, "%s:", names[j]);
+        snprintf(key, sizeof key, "%.255s:", names[j]); /* (a name is under 256 bytes) */
         const char *hit = before ? strstr(before, key) : NULL;
         if (!hit || (hit != before && hit[-1] != ',')) continue;
       }
