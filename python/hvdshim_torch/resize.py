@@ -147,6 +147,8 @@ def _read_state():
 
 
 def _never_back():
+    if getattr(sys, "last_value", None) is not None:  # the script ended by an exception, said already
+        return
     if _G.snap is not None and not _G.resumed and _S.enabled:
         where = "DataLoader %d, its iteration %d, %d global batches in" % tuple(_G.snap["target"][:3]) \
             if _G.snap else "its loaders never iterated"
