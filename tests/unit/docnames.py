@@ -12,9 +12,15 @@ import subprocess
 import sys
 
 src, docs = sys.argv[1], sys.argv[2:]
-files = subprocess.run(["git", "-C", src, "ls-files"], capture_output=True, text=True).stdout.split()
-if not files:  # a tarball: every file under src
-    files = [os.path.relpath(os.path.join(d, f), src) for d, _, fs in os.walk(src) for f in fs]
+try:
+    files = subprocess.run(["git", "-C", src, "ls-files"], capture_output=True, text=True).stdout.split()
+except OSError:  # no git (a stack's chroot)
+    files = []
+if not files:  # a tarball, or no git: every file under src (not the stacks' chroots)
+    files = []
+    for d, dirs, fs in os.walk(src):
+        dirs[:] = [x for x in dirs if x not in ("stacks-cache", ".git")]
+        files += [os.path.relpath(os.path.join(d, f), src) for f in fs]
 names = {os.path.basename(f) for f in files}
 paths = set(files)
 for f in files:  # folders too
