@@ -192,7 +192,10 @@ def start(args, env, extra):
 
 
 def emulate(args, drops):
-    env = dict(os.environ, OMP_NUM_THREADS="1", DROP=",".join("%d:8:16" % s for s in drops))
+    # steady: the 2 ranks' split arithmetic exactly (SLICES=2: equal to the bit over 3428 steps);
+    # cycles: the batch at once (the job ran on 2 ranks and on 1 in turn)
+    env = dict(os.environ, OMP_NUM_THREADS="1", DROP=",".join("%d:8:16" % s for s in drops),
+               SLICES="1" if drops or args.mode == "cycles" else "2")
     ref = args.out + ".emulated"
     subprocess.run([PY, TRAIN, ref, "--steps", str(args.steps), "--workers", "2"], env=env, check=True,
                    stdout=subprocess.DEVNULL)
