@@ -176,24 +176,22 @@ int ovb_buffers(void) {
   return ovb_buf1 && ovb_buf2 ? 0 : -1;
 }
 
-int ovb_read_full(int fd, unsigned char *b, off_t n, off_t at) {
-  for (off_t got = 0; got < n;) {
-    ssize_t r = ovb_L->pread(fd, b + got, (size_t)(n - got), at + got);
+/* n bytes at `at`, all of them (a short transfer goes on; EINTR retried) */
+static int full_io(int fd, unsigned char *b, off_t n, off_t at, int writing) {
+  for (off_t done = 0; done < n;) {
+    size_t k = (size_t)(n - done);
+    ssize_t r = writing ? ovb_L->pwrite(fd, b + done, k, at + done) : ovb_L->pread(fd, b + done, k, at + done);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) return -1;
-    got += r;
+    done += r;
   }
   return 0;
 }
 
+int ovb_read_full(int fd, unsigned char *b, off_t n, off_t at) { return full_io(fd, b, n, at, 0); }
+
 int ovb_write_full(int fd, const unsigned char *b, off_t n, off_t at) {
-  for (off_t put = 0; put < n;) {
-    ssize_t r = ovb_L->pwrite(fd, b + put, (size_t)(n - put), at + put);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return -1;
-    put += r;
-  }
-  return 0;
+  return full_io(fd, (unsigned char *)b, n, at, 1);
 }
 
 int ovb_punch(int fd, off_t off, off_t n) {
