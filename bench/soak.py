@@ -297,6 +297,8 @@ def main():
         json.dump({"rows": rows, "cycles": cyc_rows}, f)
     if not args.keep and rc == 0:
         shutil.rmtree(work)
+    else:
+        print("the work folder is kept: %s" % work)
     sys.exit(rc)
 
 
