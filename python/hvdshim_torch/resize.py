@@ -106,9 +106,19 @@ def _save(target):
                        for tag, ref in _S.loader_refs.items() if ref() is not None},
         "iters": dict(_G.iters),
         "target": target,
-        "frames": _frames.capture(sys._getframe(1)),
+        "frames": _frames_of_script(),
     }
     write_snapshot(snap)
+
+
+def _frames_of_script():
+    """The script's variables (frames.capture), or none where they cannot be
+    read: the job still grows, its script's counters as the empty loops leave them."""
+    try:
+        return _frames.capture(sys._getframe(2))
+    except Exception as e:  # pylint: disable=broad-except
+        warn("the script's own variables are not saved with the job's state (%s: %s)" % (type(e).__name__, e))
+        return []
 
 
 def _broadcast_blob(name, blob, what):
@@ -337,7 +347,12 @@ def _arrive():
         if loader is not None and tag != snap["target"][0]:
             for g, st in zip(_generators(loader), states):
                 g.set_state(st)
-    matched, put = _frames.restore(snap.get("frames"), sys._getframe(1))
+    try:
+        matched, put = _frames.restore(snap.get("frames"), sys._getframe(1))
+    except Exception as e:  # pylint: disable=broad-except
+        matched = put = 0
+        warn("the script's own variables were not put back (%s: %s): they are as its loops left them"
+             % (type(e).__name__, e))
     if _S.rank == 0:
         _flush_writers()  # what the script wrote before it was back goes nowhere (the private copies)
         _take_over(resumed=True)
