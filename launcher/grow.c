@@ -1,17 +1,19 @@
 /* hvdrun --host-discovery-script S [--max-np N]: a job that grows when
- * hosts join (Horovod's contract: S prints one "host" or "host:slots" line
- * per host that can run ranks, and is run again and again).
+ * hosts join and shrinks when they leave (Horovod's contract: S prints one
+ * "host" or "host:slots" line per host that can run ranks, and is run again
+ * and again).
  *
  * MPI cannot add ranks to a running job here (Open MPI's MPI_Comm_spawn
- * fails under ULFM: open-mpi/ompi#12585), so a job grows by restarting:
+ * fails under ULFM: open-mpi/ompi#12585), so a job grows (or shrinks) by restarting:
  *   1. hvdrun runs itself as a child over the slots S lists (-np the given
  *      count, -H the hosts), with HVDSHIM_ELASTIC_DISCOVERY, _MAX_NP and
  *      _STATE (a folder) set;
  *   2. rank 0 runs S every HVDSHIM_ELASTIC_INTERVAL seconds; when S lists
- *      more slots than ranks (up to --max-np), every rank stops at the next
- *      optimizer step, rank 0 saves the job's state in the folder
- *      (snapshot.pt), and every rank ends, status 0;
- *   3. hvdrun runs S once more and starts the job again over the new slots
+ *      more slots than ranks (up to --max-np), or no longer lists a host or
+ *      slots the job runs on (HVDSHIM_ELASTIC_HOSTS: each host's ranks),
+ *      every rank stops at the next optimizer step, rank 0 saves the job's
+ *      state in the folder (snapshot.pt), and every rank ends, status 0;
+ *   3. hvdrun runs S once more and starts the job again over the slots listed
  *      (hosts it ran on before first, so rank 0 is on the host of the
  *      saved state) with HVDSHIM_ELASTIC_RESUME=1: each rank runs the
  *      script from its start, its loaders empty and its output going
@@ -98,6 +100,28 @@ static long discover(const char *script, char *list, size_t len, const char *bef
   return at < len ? total : -1;
 }
 
+/* The hosts of a -H list `hosts` that `np` ranks fill in order (Open MPI's
+ * and Hydra's default mapping: a host's slots, then the next host's), each
+ * with the ranks it runs ("a:2,b:1"): rank 0 reads it to tell when the
+ * script stops listing a host or slots the job runs on. */
+static void hosts_used(const char *hosts, long np, char *out, size_t len) {
+  size_t at = 0;
+  out[0] = 0;
+  for (const char *h = hosts; *h && np > 0;) {
+    const char *end = h + strcspn(h, ",");
+    const char *colon = memchr(h, ':', (size_t)(end - h));
+    for (const char *c = colon; c && c < end; c = memchr(c + 1, ':', (size_t)(end - c - 1))) colon = c;
+    long k = colon ? strtol(colon + 1, NULL, 10) : 1;
+    long use = k < np ? k : np;
+    if (use > 0)
+      at += (size_t)snprintf(out + at, at < len ? len - at : 0, "%s%.*s:%ld", at ? "," : "",
+                             (int)((colon ? colon : end) - h), h, use);
+    np -= use;
+    h = *end ? end + 1 : end;
+  }
+  if (at >= len) out[0] = 0; /* (too long: rank 0 then acts on more slots only) */
+}
+
 static void sleep_s(double s) {
   struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
   nanosleep(&ts, NULL);
@@ -182,10 +206,12 @@ int hvd_grow_supervise(const char *script, long np, long max_np, long min_np, do
         status = 2;
         goto out;
       }
-      if (slots >= want || (slots > 0 && before[0])) break;
+      /* (after a stop: the slots there, if --min-np of them) */
+      long least = before[0] ? (min_np ? min_np : 1) : want;
+      if (slots >= least) break;
       if (waited >= timeout_s) {
         fprintf(stderr, "hvdrun: the host discovery script lists %ld slot(s), fewer than the %ld ranks to start, "
-                  "after %.0f s (--elastic-timeout)\n", slots, want, waited);
+                  "after %.0f s (--elastic-timeout)\n", slots, least, waited);
         status = 2;
         goto out;
       }
@@ -200,24 +226,28 @@ int hvd_grow_supervise(const char *script, long np, long max_np, long min_np, do
     }
     struct stat was, now;
     int had = stat(snap, &was) == 0;
+    char used[8192];
+    hosts_used(hosts, want, used, sizeof used);
+    setenv("HVDSHIM_ELASTIC_HOSTS", used, 1);
     status = run_child(want, hosts, args, nargs);
-    /* the job stopped to grow: it ended 0 with its state saved anew */
+    /* the job stopped to grow or shrink: it ended 0 with its state saved anew */
     if (status != 0 || stat(snap, &now) != 0 ||
         (had && now.st_ino == was.st_ino && now.st_mtim.tv_sec == was.st_mtim.tv_sec &&
          now.st_mtim.tv_nsec == was.st_mtim.tv_nsec))
       break;
-    /* the job stopped to grow, its state saved */
+    /* the job stopped to change its hosts, its state saved */
     snprintf(before, sizeof before, "%s", hosts);
     resets++;
     slots = discover(path, hosts, sizeof hosts, before);
     long next = slots > 0 ? slots : want;
     if (max_np && next > max_np) next = max_np;
-    fprintf(stderr, "hvdrun: the job stopped to grow; starting it again over %ld rank(s) (was %ld)\n", next, want);
+    fprintf(stderr, "hvdrun: the job stopped to %s; starting it again over %ld rank(s) (was %ld)\n",
+            next < want ? "shrink" : "grow", next, want);
     want = next;
     setenv("HVDSHIM_ELASTIC_RESUME", "1", 1);
     if (reset_limit && resets >= reset_limit) { /* Horovod's --reset-limit: this start is the last */
       setenv("HVDSHIM_ELASTIC_DISCOVERY", "", 1);
-      fprintf(stderr, "hvdrun: %ld restart(s), --reset-limit %ld: the job grows no more\n", resets, reset_limit);
+      fprintf(stderr, "hvdrun: %ld restart(s), --reset-limit %ld: the job changes its hosts no more\n", resets, reset_limit);
     }
   }
 out:

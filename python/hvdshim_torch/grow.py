@@ -28,7 +28,10 @@ class _Grow:
         self.interval = 1.0
         self.state_dir = None
         self.tracking = False   # loaders' places and the objects to save are recorded
-        self.wanted = 0         # rank 0: slots the script listed, more than the ranks
+        self.wanted = 0         # rank 0: the ranks to start again over (more slots listed, or hosts left)
+        self.shrink = False     # rank 0: the script no longer lists a host or slots the job runs on
+        self.hosts = {}         # host -> the ranks the job runs there (HVDSHIM_ELASTIC_HOSTS, from hvdrun)
+        self.min_np = 0
         self.due = False        # every rank: stop at the next call to a loader
         self.snap = None        # a restarted job: the saved state, until the script is back
         self.iters = {}         # loader tag -> iterations started
@@ -52,21 +55,31 @@ def read_settings():
     _G.max_np = int(setting("HVDSHIM_ELASTIC_MAX_NP") or 0)
     _G.interval = float(setting("HVDSHIM_ELASTIC_INTERVAL") or 1)
     _G.state_dir = setting("HVDSHIM_ELASTIC_STATE") or None
+    _G.min_np = int(setting("HVDSHIM_ELASTIC_MIN_NP") or 0)
+    try:
+        _G.hosts = _listed((setting("HVDSHIM_ELASTIC_HOSTS") or "").replace(",", "\n"))
+    except ValueError:
+        _G.hosts = {}
     return setting("HVDSHIM_ELASTIC_RESUME") == "1"
 
 
-def _slots(out):
-    total = 0
+def _listed(out):
+    """The discovery script's hosts and their slots ({host: slots}, in its
+    order): one "host" or "host:slots" line each."""
+    hosts = {}
     for line in out.splitlines():
         line = line.split("#")[0].strip()
         if not line:
             continue
         host, _, n = line.rpartition(":") if ":" in line else (line, "", "1")
         try:
-            total += max(0, int(n))
+            k = int(n)
         except ValueError:
+            k = 0
+        if k < 1 or not host:
             raise ValueError("'%s' is not host or host:slots" % line)
-    return total
+        hosts[host] = k
+    return hosts
 
 
 def _plain_env():
@@ -83,25 +96,54 @@ def _plain_env():
 
 
 def _poll():
-    said = False
+    said = set()
+
+    def once(key, text):
+        if key not in said:
+            said.add(key)
+            warn(text)
+
     env = _plain_env()
     while _G.discovery and not _G.wanted:
         try:
             out = subprocess.run([_G.discovery], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60,
                                  check=True, env=env).stdout.decode("utf-8", "replace")
-            n = _slots(out)
-            if _G.max_np:
-                n = min(n, _G.max_np)
-            if n > _S.size:
-                _G.wanted = n
-                info("the host discovery script lists %d slot(s) for %d rank(s): the job grows at the next "
-                     "optimizer step" % (n, _S.size))
+            if _decide(_listed(out), once):
                 return
         except (OSError, subprocess.SubprocessError, ValueError) as e:
-            if not said:
-                said = True
-                warn("host discovery script %s: %s (tried again every %g s)" % (_G.discovery, e, _G.interval))
+            once("failed", "host discovery script %s: %s (tried again every %g s)" % (_G.discovery, e, _G.interval))
         time.sleep(_G.interval)
+
+
+def _decide(listed, once):
+    """Rank 0, on what the discovery script lists: True when the job is to
+    stop and start again (_G.wanted its ranks then): more slots than ranks,
+    or a host or slots the job runs on no longer listed (as Horovod, whose
+    driver stops the ranks of a host that leaves the list)."""
+    n = sum(listed.values())
+    if _G.max_np:
+        n = min(n, _G.max_np)
+    gone = [h for h, k in _G.hosts.items() if listed.get(h, 0) < k]
+    if gone:
+        first = next(iter(_G.hosts))
+        what = ", ".join("%s (%d of %d slot(s) listed)" % (h, listed.get(h, 0), _G.hosts[h]) for h in gone)
+        if first in gone and listed.get(first, 0) == 0:
+            once("rank0", "the host discovery script no longer lists %s, where rank 0 runs and the job's state is "
+                 "saved: the job goes on over its %d rank(s) there (end it to free the host)" % (first, _S.size))
+        elif n < max(_G.min_np, 1):
+            once("min", "the host discovery script no longer lists %s: %d slot(s) left, fewer than --min-np %d: the "
+                 "job goes on over its %d rank(s)" % (what, n, _G.min_np, _S.size))
+        else:
+            _G.wanted, _G.shrink = n, True
+            info("the host discovery script no longer lists %s: the job starts again over %d rank(s) after the "
+                 "next optimizer step" % (what, n))
+            return True
+    if n > _S.size:
+        _G.wanted = n
+        info("the host discovery script lists %d slot(s) for %d rank(s): the job grows at the next "
+             "optimizer step" % (n, _S.size))
+        return True
+    return False
 
 
 def watch():
@@ -114,8 +156,14 @@ def watch():
 
 
 def wanted():
-    """Rank 0: the discovery script lists more slots than the job has ranks."""
-    return _G.wanted > _S.size
+    """Rank 0: the discovery script lists more slots than the job has ranks,
+    or no longer lists a host or slots the job runs on."""
+    return _G.wanted > _S.size or _G.shrink
+
+
+def change():
+    """Rank 0: what the job stops for, in words."""
+    return "hosts left" if _G.shrink else "hosts joined"
 
 
 def proposal():

@@ -47,7 +47,7 @@ from .elastic import _rescale_lr, _take_over
 from .errors import HvdShimError
 from .gradients.accumulation import _A
 from .gradients.params import _P
-from .grow import _G, _flush_writers, _path, _restore_filters, read_settings, watch, write_snapshot
+from .grow import _G, _flush_writers, _path, _restore_filters, change, read_settings, watch, write_snapshot
 from .lifecycle import _start
 from .state import _S
 
@@ -283,8 +283,8 @@ def _stop(tag, counted):
                  % (_G.state_dir, err, _S.size))
         return
     if _S.rank == 0:
-        warn("hosts joined: the job stops after optimizer step %d, its state saved in %s, and starts again over "
-             "%d rank(s) (was %d)" % (_S.steps, _path(), _G.wanted, _S.size))
+        warn("%s: the job stops after optimizer step %d, its state saved in %s, and starts again over "
+             "%d rank(s) (was %d)" % (change(), _S.steps, _path(), _G.wanted, _S.size))
     raise SystemExit(0)  # every rank ends 0 (joined); hvdrun sees the state saved anew
 
 

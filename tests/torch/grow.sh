@@ -1,6 +1,6 @@
 #!/bin/sh
-# Hosts joining (hvdrun --host-discovery-script, --max-np): an unmodified
-# script (grow_train.py: SGD with momentum, a StepLR, a log opened for
+# Hosts joining and leaving (hvdrun --host-discovery-script, --max-np): an
+# unmodified script (grow_train.py: SGD with momentum, a StepLR, a log opened for
 # writing at its start, a checkpoint and a stdout line per epoch) starts on
 # 2 ranks; the discovery script lists a third slot after a few calls; the
 # job stops at an optimizer step, saves its state, and hvdrun starts it
@@ -12,6 +12,8 @@
 #     says each epoch once.
 #   shard: every sample read exactly once per epoch over both jobs (the
 #     rest of the stopped epoch dealt over 3), replicas checked every step.
+#   leaving: 3 ranks, the script then lists 2 slots: the job starts again
+#     over 2 at an optimizer step; the weights equal the plain run's.
 #   a restarted job whose script never comes back to where the job stopped
 #     ends non-zero with one line saying so.
 . "$(dirname "$0")/../lib.sh"
@@ -108,6 +110,29 @@ grow shard GROW_PAUSE=0.12 HVDSHIM_DATA=shard HVDSHIM_CHECK_STEPS=1 HVDSHIM_SAVE
 cat "$TMP"/seen/* | sort -n | uniq -c | awk '$1 != 4 { bad++ } END { exit !(NR == 240 && !bad) }' ||
   { cat "$TMP"/seen/* | sort -n | uniq -c | awk '$1 != 4' | head; fail "shard: not every sample read exactly 4 times (once per epoch) over both jobs"; }
 pass "shard: 2 -> 3 ranks at optimizer step $step, every sample read once per epoch over both jobs, replicas agree at every step"
+
+# hosts leaving: the discovery script lists 3 slots, then 2 (as Horovod's
+# driver, the job gives up the slot the script no longer lists): the job
+# stops at an optimizer step and starts again over 2 ranks, which go on
+# from that step; the weights equal the plain run's, the count the script's
+cat >"$TMP/disc3.sh" <<EOD
+#!/bin/sh
+n=\$(cat "$TMP/progress" 2>/dev/null); [ "\${n:-0}" -ge "\$GROW_AT" ] 2>/dev/null && echo localhost:2 || echo localhost:3
+EOD
+chmod +x "$TMP/disc3.sh"
+rm -f "$TMP/progress"
+env HVDRUN_LIB="$LIB" HVDRUN_MPIRUN="$MPIRUN" HVDSHIM_ELASTIC_INTERVAL=0.2 GROW_AT=$((seed % 30 + 5)) GROW_PROGRESS="$TMP/progress" \
+  HVDSHIM_DATA=split GROW_WORKERS=0 GROW_GENERATOR=1 GROW_MAX_STEPS=70 timeout 240 "$HVDRUN" -np 3 --oversubscribe \
+  --host-discovery-script "$TMP/disc3.sh" "$PYTHON" "$S" "$TMP/shrink.pt" >"$TMP/shrink.out" 2>&1 ||
+  { cat "$TMP/shrink.out"; fail "shrink: the job failed"; }
+grep -q "hosts left: the job stops after optimizer step [0-9]*, its state saved in .*, and starts again over 2 rank(s) (was 3)" "$TMP/shrink.out" &&
+  grep -q "hvdrun: the job stopped to shrink; starting it again over 2 rank(s) (was 3)" "$TMP/shrink.out" &&
+  grep -q "the job started again over 2 rank(s) (was 3) and goes on from optimizer step" "$TMP/shrink.out" ||
+  { cat "$TMP/shrink.out"; fail "shrink: the job did not start again over the 2 slots left"; }
+step=$(sed -n 's/.*goes on from optimizer step \([0-9]*\).*/\1/p' "$TMP/shrink.out")
+same "$TMP/plaing.pt" "$TMP/shrink.pt" 1e-5 >"$TMP/cmp" 2>&1 || { cat "$TMP/cmp" "$TMP/shrink.out"; fail "shrink: the weights differ from the plain run"; }
+grep -q "^steps 70\$" "$TMP/shrink.out" || { grep "^steps" "$TMP/shrink.out"; fail "shrink: the script's own step count is not 70 at its end"; }
+pass "split: 3 -> 2 ranks when the discovery script stops listing a slot, at optimizer step $step (the job restarted), weights equal the plain run ($(cat "$TMP/cmp")), the script's count 70"
 
 # the state kept (HVDSHIM_ELASTIC_STATE given): a restart whose script runs no epoch never comes back
 rc=0

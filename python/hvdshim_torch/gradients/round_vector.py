@@ -12,7 +12,7 @@ round per step) carries, in this order,
   rank0    [1]      1 from rank 0 (0 when rank 0 has finished: the others
                     keep their own hyperparameters and k)
   k        [1]      rank 0's proposal of backward passes per step
-  grow     [1]      1 from rank 0 when the job is to grow (hosts joined)
+  grow     [1]      1 from rank 0 when the job is to restart (hosts joined or left)
   ranks    [1]      1 from every rank: how many take part
   shares   [4 N+1]  split mode with its weighing only: each rank's loss
                     denominator as four pieces in the rank's own slots, and

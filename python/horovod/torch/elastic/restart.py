@@ -99,8 +99,8 @@ def grow(state):
                       "over %d rank(s) and grows no more" % (_grow._G.state_dir, why, size()))
         return False
     if rank() == 0:
-        capi.warn("hosts joined: the job stops at this commit, its hvd.elastic state saved in %s, and starts again "
-                  "over %d rank(s) (was %d)" % (_grow._path(), _grow._G.wanted, size()))
+        capi.warn("%s: the job stops at this commit, its hvd.elastic state saved in %s, and starts again "
+                  "over %d rank(s) (was %d)" % (_grow.change(), _grow._path(), _grow._G.wanted, size()))
     raise SystemExit(0)  # every rank ends 0; hvdrun sees the state saved anew
 
 
