@@ -129,7 +129,9 @@ def _decide(listed, once):
         what = ", ".join("%s (%d of %d slot(s) listed)" % (h, listed.get(h, 0), _G.hosts[h]) for h in gone)
         if first in gone and listed.get(first, 0) == 0:
             once("rank0", "the host discovery script no longer lists %s, where rank 0 runs and the job's state is "
-                 "saved: the job goes on over its %d rank(s) there (end it to free the host)" % (first, _S.size))
+                 "saved: the job goes on over its %d rank(s) as it is (end it to free the host)"
+                 % (first, _S.size))
+            return False
         elif n < max(_G.min_np, 1):
             once("min", "the host discovery script no longer lists %s: %d slot(s) left, fewer than --min-np %d: the "
                  "job goes on over its %d rank(s)" % (what, n, _G.min_np, _S.size))

@@ -1017,6 +1017,41 @@ class Resizing(unittest.TestCase):
         live.redeal()
         return first, list(gen), live.drop
 
+    def test_discovery_decides(self):
+        """Rank 0 on what the discovery script lists (grow._decide): more
+        slots grow the job, a host or slots it runs on no longer listed
+        shrink it, but not below --min-np nor off rank 0's host (said once
+        each)."""
+        G = grow._G
+        keep = (G.hosts, G.max_np, G.min_np, G.wanted, G.shrink)
+        said = []
+
+        def once(key, text):
+            said.append(key)
+        try:
+            _S.size = 3
+            cases = [  # (job's hosts, min-np, max-np, listed, restarts, ranks then, said)
+                ({"a": 2, "b": 1}, 0, 0, "a:2\nb:1", False, 0, []),
+                ({"a": 2, "b": 1}, 0, 0, "a:2\nb:2", True, 4, []),
+                ({"a": 2, "b": 1}, 0, 4, "a:2\nb:1\nc:8", True, 4, []),
+                ({"a": 2, "b": 1}, 0, 0, "a:2", True, 2, []),
+                ({"a": 2, "b": 1}, 0, 0, "a:1\nb:1", True, 2, []),
+                ({"a": 2, "b": 1}, 0, 0, "a:2\nc:1", True, 3, []),
+                ({"a": 2, "b": 1}, 3, 0, "a:2", False, 0, ["min"]),
+                ({"a": 2, "b": 1}, 0, 0, "b:4", False, 0, ["rank0"]),
+                ({}, 0, 0, "a:2", False, 0, []),
+            ]
+            for hosts, min_np, max_np, listed, restarts, ranks, words in cases:
+                G.hosts, G.min_np, G.max_np, G.wanted, G.shrink = dict(hosts), min_np, max_np, 0, False
+                del said[:]
+                got = grow._decide(grow._listed(listed), once)
+                self.assertEqual((got, G.wanted if got else 0, said), (restarts, ranks, words), (hosts, listed))
+            for bad in ("a:0", "a:x", ":2"):
+                self.assertRaises(ValueError, grow._listed, bad)
+            self.assertEqual(grow._listed("# hosts\na:2 # two\nb\n"), {"a": 2, "b": 1})
+        finally:
+            G.hosts, G.max_np, G.min_np, G.wanted, G.shrink = keep
+
     def test_split_batches_asked_ahead_dealt_again(self):
         first, rest, drop = self._asked_ahead("split", 36, 6, asked=4, had=1)
         self.assertEqual(drop, 3)
