@@ -1048,7 +1048,8 @@ class Resizing(unittest.TestCase):
                 self.assertEqual((got, G.wanted if got else 0, said), (restarts, ranks, words), (hosts, listed))
             for bad in ("a:0", "a:x", ":2"):
                 self.assertRaises(ValueError, grow._listed, bad)
-            self.assertEqual(grow._listed("# hosts\na:2 # two\nb\n"), {"a": 2, "b": 1})
+            self.assertEqual(grow._listed("a:2\nb\n# a comment\n\n  c:3  \n"), {"a": 2, "b": 1, "c": 3})
+            self.assertEqual(grow._listed(""), {})
         finally:
             G.hosts, G.max_np, G.min_np, G.wanted, G.shrink = keep
 
@@ -1149,12 +1150,6 @@ class Resizing(unittest.TestCase):
         r = redeal._Redealt(it, live)
         live.drop = 2
         self.assertEqual(list(iter(lambda: next(r, None), None)), ["new a", "new b"])
-
-    def test_discovery_output_slots(self):
-        self.assertEqual(grow._slots("a:2\nb\n# a comment\n\n  c:3  \n"), 6)
-        self.assertEqual(grow._slots(""), 0)
-        with self.assertRaises(ValueError):
-            grow._slots("a:two")
 
     def test_loader_generators_found(self):
         from torch.utils.data import DataLoader, RandomSampler
