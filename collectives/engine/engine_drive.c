@@ -31,7 +31,6 @@
 #include "engine_internal.h"
 #include "handles.h"
 
-#define HVD_IDLE_CYCLE_S 0.1
 #define HVD_PEND_NAP_MIN_S 20e-6
 
 /* One cycle, under `drive`; a cycle that ends the engine says so to the others. */
@@ -185,14 +184,14 @@ void *hvd_eng_main(void *engine) {
     pthread_mutex_unlock(&e->drive);
     if (!go_on) break;
     /* Idle (nothing in flight here, nothing being coordinated): sleep until
-     * a submission or HVD_IDLE_CYCLE_S instead of running a control round
+     * a submission or the idle tick (e->idle_s, 100 ms) instead of running a control round
      * every cycle.  Peers with work wait in their round until this rank
      * submits too (its submission wakes it), which they would anyway; the
      * bounded idle period keeps stall reports and shutdown timely. */
     int held = e->elastic && hvd_handles_held(); /* published by the next round */
     int idle = !e->joined_self && e->npending == 0 && !held && e->nout == 0 &&
                !(e->rank == 0 && hvd_coord_busy(&e->coord));
-    double deadline = start + (idle && e->cycle_s < HVD_IDLE_CYCLE_S ? HVD_IDLE_CYCLE_S : e->cycle_s);
+    double deadline = start + (idle && e->cycle_s < e->idle_s ? e->idle_s : e->cycle_s);
     /* Work here waits for the peers: the next round starts now and waits
      * in the control exchange itself, where a peer's submission (which
      * wakes that peer into its round) completes it at once, instead of

@@ -107,7 +107,7 @@ struct hvd_engine {
   int started;
   double t0;
   int cache_cap, wc, wr, nwords;
-  double cycle_s, stale_age, shutdown_timeout, stall_warn, stall_shutdown, deadlock_s;
+  double cycle_s, idle_s, stale_age, shutdown_timeout, stall_warn, stall_shutdown, deadlock_s;
   size_t fusion, chunk;
   pthread_t thread;
   /* Cycles run one at a time, by the engine thread or by a user thread

@@ -220,6 +220,7 @@ hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err
   e->dev_bk = gpu_ops == 0 ? &hvd_backend_nccl : gpu_ops == 1 ? &hvd_backend_staged : NULL;
   hvd_gpu_configure(e->rank, e->size, (int)hvd_cfg_int(HVD_CFG_COMPRESSION));
   e->cycle_s = hvd_cfg_double(HVD_CFG_CYCLE_TIME) / 1000.0;
+  e->idle_s = hvd_cfg_double(HVD_CFG_TEST_IDLE_TICK);
   e->fusion = (size_t)hvd_cfg_int(HVD_CFG_FUSION_THRESHOLD);
   e->chunk = (size_t)hvd_cfg_int(HVD_CFG_PIPELINE_CHUNK);
   e->cache_cap = (int)hvd_cfg_int(HVD_CFG_CACHE_CAPACITY);
