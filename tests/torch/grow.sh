@@ -25,7 +25,9 @@ HVDRUN="$top_builddir/launcher/hvdrun"
 cat >"$TMP/disc.sh" <<EOD
 #!/bin/sh
 # localhost:2 until rank 0 has made \$GROW_AT optimizer steps (GROW_PROGRESS), then localhost:3
-n=\$(cat "$TMP/progress" 2>/dev/null); [ "\${n:-0}" -ge "\$GROW_AT" ] 2>/dev/null && echo localhost:3 || echo localhost:2
+# for good (the restarted job's count starts again at 0: a slot gone again would shrink it)
+n=\$(cat "$TMP/progress" 2>/dev/null); [ "\${n:-0}" -ge "\$GROW_AT" ] 2>/dev/null && touch "$TMP/progress.passed"
+[ -e "$TMP/progress.passed" ] && echo localhost:3 || echo localhost:2
 EOD
 chmod +x "$TMP/disc.sh"
 seed=${GROW_SEED:-$(date +%s)}
@@ -39,7 +41,7 @@ k=0
 grow() {
   _n=$1
   shift
-  rm -f "$TMP/progress"
+  rm -f "$TMP/progress" "$TMP/progress.passed"
   k=$((k + 1))
   env HVDRUN_LIB="$LIB" HVDRUN_MPIRUN="$MPIRUN" HVDSHIM_ELASTIC_INTERVAL=0.2 GROW_AT=$(((seed / k + k) % 16 + 3)) GROW_PROGRESS="$TMP/progress" "$@" timeout 240 "$HVDRUN" -np 2 --oversubscribe --max-np 3 \
     --host-discovery-script "$TMP/disc.sh" "$PYTHON" "$S" "$TMP/$_n.pt" >"$TMP/$_n.out" 2>&1 ||
@@ -47,6 +49,7 @@ grow() {
   grep -q "hvdrun: the job stopped to grow; starting it again over 3 rank(s) (was 2)" "$TMP/$_n.out" &&
     grep -q "the job started again over 3 rank(s) (was 2) and goes on from optimizer step" "$TMP/$_n.out" ||
     { cat "$TMP/$_n.out"; fail "$_n: the job did not grow"; }
+  [ "$(grep -c "hvdrun: the job stopped" "$TMP/$_n.out")" = 1 ] || { cat "$TMP/$_n.out"; fail "$_n: the job restarted more than once"; }
   step=$(sed -n 's/.*goes on from optimizer step \([0-9]*\).*/\1/p' "$TMP/$_n.out")
 }
 # the plain runs (no pause: the same steps); the one without workers counts
@@ -117,10 +120,11 @@ pass "shard: 2 -> 3 ranks at optimizer step $step, every sample read once per ep
 # from that step; the weights equal the plain run's, the count the script's
 cat >"$TMP/disc3.sh" <<EOD
 #!/bin/sh
-n=\$(cat "$TMP/progress" 2>/dev/null); [ "\${n:-0}" -ge "\$GROW_AT" ] 2>/dev/null && echo localhost:2 || echo localhost:3
+n=\$(cat "$TMP/progress" 2>/dev/null); [ "\${n:-0}" -ge "\$GROW_AT" ] 2>/dev/null && touch "$TMP/progress.passed"
+[ -e "$TMP/progress.passed" ] && echo localhost:2 || echo localhost:3
 EOD
 chmod +x "$TMP/disc3.sh"
-rm -f "$TMP/progress"
+rm -f "$TMP/progress" "$TMP/progress.passed"
 env HVDRUN_LIB="$LIB" HVDRUN_MPIRUN="$MPIRUN" HVDSHIM_ELASTIC_INTERVAL=0.2 GROW_AT=$((seed % 30 + 5)) GROW_PROGRESS="$TMP/progress" \
   HVDSHIM_DATA=split GROW_WORKERS=0 GROW_GENERATOR=1 GROW_MAX_STEPS=70 timeout 240 "$HVDRUN" -np 3 --oversubscribe \
   --host-discovery-script "$TMP/disc3.sh" "$PYTHON" "$S" "$TMP/shrink.pt" >"$TMP/shrink.out" 2>&1 ||
@@ -129,6 +133,7 @@ grep -q "hosts left: the job stops after optimizer step [0-9]*, its state saved 
   grep -q "hvdrun: the job stopped to shrink; starting it again over 2 rank(s) (was 3)" "$TMP/shrink.out" &&
   grep -q "the job started again over 2 rank(s) (was 3) and goes on from optimizer step" "$TMP/shrink.out" ||
   { cat "$TMP/shrink.out"; fail "shrink: the job did not start again over the 2 slots left"; }
+[ "$(grep -c "hvdrun: the job stopped" "$TMP/shrink.out")" = 1 ] || { cat "$TMP/shrink.out"; fail "shrink: the job restarted more than once"; }
 step=$(sed -n 's/.*goes on from optimizer step \([0-9]*\).*/\1/p' "$TMP/shrink.out")
 same "$TMP/plaing.pt" "$TMP/shrink.pt" 1e-5 >"$TMP/cmp" 2>&1 || { cat "$TMP/cmp" "$TMP/shrink.out"; fail "shrink: the weights differ from the plain run"; }
 grep -q "^steps 70\$" "$TMP/shrink.out" || { grep "^steps" "$TMP/shrink.out"; fail "shrink: the script's own step count is not 70 at its end"; }
