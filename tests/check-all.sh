@@ -32,15 +32,15 @@ tally_automake() { # LOG: the "# PASS: n" lines automake prints
 }
 # the stacks' chroots are built (downloaded, unpacked) at the lowest
 # priority while the host's suites run, not after them: about 5 minutes of CI
-if [ "${HVDSHIM_CHECK_STACKS:-1}" != 0 ]; then
+if [ "${HVDCHECK_RUN_STACKS:-1}" != 0 ]; then
   nice -n 19 sh "$SRCDIR/tests/stacks/check-stacks.sh" --prepare "$SRCDIR" . >check-all-prepare.log 2>&1 &
 fi
-# make check runs HVDSHIM_CHECK_JOBS test scripts at once (default: the
+# make check runs HVDCHECK_JOBS test scripts at once (default: the
 # cores): a script leaves a core idle a third of its time (a single
 # process's phases, launches, waits), so two at a time on 2 cores took
 # Debian 12's suites from about 13 minutes to 7; the fault suite (killed,
 # stalled, interrupted ranks, timed from outside) runs one at a time
-jobs=${HVDSHIM_CHECK_JOBS:-$(nproc 2>/dev/null || echo 1)}
+jobs=${HVDCHECK_JOBS:-$(nproc 2>/dev/null || echo 1)}
 for name in check check-faults; do
   j=1
   [ $name = check ] && j=$jobs
@@ -92,9 +92,9 @@ else
   echo "distcheck: FAILED"
 fi
 part distcheck
-# the current Debian stacks in chroots (HVDSHIM_CHECK_STACKS=0 leaves them out):
+# the current Debian stacks in chroots (HVDCHECK_RUN_STACKS=0 leaves them out):
 # each stack's lines, then its total "check-stacks: all stacks: N passed, ..."
-if [ "${HVDSHIM_CHECK_STACKS:-1}" != 0 ]; then
+if [ "${HVDCHECK_RUN_STACKS:-1}" != 0 ]; then
   grep -a '^check-stacks: .*\(ready in\|FAILED\)' check-all-prepare.log 2>/dev/null | sed 's/^check-stacks: /check-stacks: prepared: /'
   $MAKE check-stacks >check-all-check-stacks.log 2>&1
   rc=$?
@@ -112,7 +112,7 @@ if [ "${HVDSHIM_CHECK_STACKS:-1}" != 0 ]; then
   fi
   part check-stacks
 else
-  echo "check-stacks: SKIPPED (HVDSHIM_CHECK_STACKS=0)"
+  echo "check-stacks: SKIPPED (HVDCHECK_RUN_STACKS=0)"
   p=0 f=0 s=1
   part check-stacks
 fi

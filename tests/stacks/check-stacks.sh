@@ -32,11 +32,11 @@
 #   --prepare: only build (or update) the stacks' chroots, nothing else;
 #   check-all.sh starts it niced beside `make check`, so that the downloads
 #   and unpacking (about 5 minutes) are done when the stacks' turn comes
-# Environment: HVDSHIM_STACKS_CACHE  where the chroots live and are reused
+# Environment: HVDCHECK_STACKS_CACHE  where the chroots live and are reused
 #                                    (default BUILDDIR/stacks-cache; about 2 GB each)
-#              HVDSHIM_STACKS        the stacks to run (default "trixie trixie-mpich sid package")
-#              HVDSHIM_STACKS_TIME   seconds one stack's suites may take (default 2400)
-#              HVDSHIM_CHECK_JOBS    test scripts run at once (make -j; default: the cores,
+#              HVDCHECK_STACKS        the stacks to run (default "trixie trixie-mpich sid package")
+#              HVDCHECK_STACKS_TIME   seconds one stack's suites may take (default 2400)
+#              HVDCHECK_JOBS    test scripts run at once (make -j; default: the cores,
 #                                    nproc): a script is idle a third of its time
 #                                    (single-process phases, launches, waits)
 #              CUDA_HOME             the CUDA toolkit whose headers sid builds with (default /usr/local/cuda)
@@ -45,10 +45,10 @@ prepare=0
 [ "${1:-}" = --prepare ] && { prepare=1; shift; }
 src=$(cd "${1:?usage: check-stacks.sh SRCDIR BUILDDIR}" && pwd)
 build=$(cd "${2:?usage: check-stacks.sh SRCDIR BUILDDIR}" && pwd)
-cache=${HVDSHIM_STACKS_CACHE:-$build/stacks-cache}
-stacks=${HVDSHIM_STACKS:-trixie trixie-mpich sid package}
-limit=${HVDSHIM_STACKS_TIME:-2400}
-jobs=${HVDSHIM_CHECK_JOBS:-$(nproc 2>/dev/null || echo 1)}
+cache=${HVDCHECK_STACKS_CACHE:-$build/stacks-cache}
+stacks=${HVDCHECK_STACKS:-trixie trixie-mpich sid package}
+limit=${HVDCHECK_STACKS_TIME:-2400}
+jobs=${HVDCHECK_JOBS:-$(nproc 2>/dev/null || echo 1)}
 tool="$src/tools/stack-chroot.sh"
 cuda_src=${CUDA_HOME:-/usr/local/cuda}  # its headers: sid's build has the GPU path
 PKGS="build-essential autoconf automake libtool pkg-config libffi-dev python3 python3-numpy python3-torch
@@ -94,7 +94,7 @@ mkdir -p "$cache"
 # still downloading when the stacks' turn comes)
 exec 9>"$cache/.lock"
 if command -v flock >/dev/null 2>&1 && ! flock -w 3600 9; then
-  say "FAILED: another check-stacks run held $cache for an hour (or set HVDSHIM_STACKS_CACHE)"
+  say "FAILED: another check-stacks run held $cache for an hour (or set HVDCHECK_STACKS_CACHE)"
   fail=1
   total
 fi
@@ -246,7 +246,7 @@ for name in $stacks; do
     sed -n "s/^SKIP: /  $name: skipped $t: /p" "$root$dir/${t%.sh}.log" 2>/dev/null | head -1
   done
   if [ $rc -ne 0 ]; then
-    [ $rc = 124 ] && echo "  $name: the suites ran past ${limit} s (HVDSHIM_STACKS_TIME)"
+    [ $rc = 124 ] && echo "  $name: the suites ran past ${limit} s (HVDCHECK_STACKS_TIME)"
     for l in $(sed -n 's/^\(FAIL\|ERROR\): \(.*\)$/\2/p' "$cache/$name.check.log"); do
       echo "---- $name: ${l%.sh}.log"
       # indented under the stack's name, so that check-all's summary keeps

@@ -14,7 +14,7 @@
 #   tests/stacks/run-in.sh sid 'make check TESTS=tests/mpi/elastic.sh; cat tests/mpi/elastic.log'
 #
 # The chroot must exist (make check-stacks, or check-stacks.sh --prepare);
-# HVDSHIM_STACKS_CACHE says where (default: the stacks-cache folder of this
+# HVDCHECK_STACKS_CACHE says where (default: the stacks-cache folder of this
 # tree, else of the tree the first git worktree is in).  The pseudo file
 # systems are mounted and left mounted (check-stacks unmounts them when it
 # ends).  The exit status is COMMAND's.
@@ -22,7 +22,7 @@ set -u
 name=${1:?usage: run-in.sh STACK COMMAND}
 cmd=${2:?usage: run-in.sh STACK COMMAND}
 src=$(cd "$(dirname "$0")/../.." && pwd)
-cache=${HVDSHIM_STACKS_CACHE:-}
+cache=${HVDCHECK_STACKS_CACHE:-}
 if [ -z "$cache" ]; then
   cache=$src/stacks-cache
   main=$(git -C "$src" worktree list --porcelain 2>/dev/null | sed -n '1s/^worktree //p')
