@@ -19,8 +19,9 @@
  * left.  Needs Open MPI 5+ (ULFM: mpirun --with-ft ulfm); refused by name
  * under Open MPI 4, MPICH and srun.
  *
- * --host-discovery-script S (Horovod's flags for hosts joining): the job
- * grows by restarting over the slots S lists (launcher/grow.c), on any MPI.
+ * --host-discovery-script S (Horovod's flags for hosts joining and
+ * leaving): the job grows or shrinks by restarting over the slots S lists
+ * (launcher/grow.c), on any MPI.
  *
  * Under SLURM, srun gets --mpi=pmix when the cluster's MpiDefault is none
  * (ranks started without a PMI plugin cannot find each other) and the user
@@ -67,10 +68,11 @@ static void usage(FILE *f) {
         "  --oversubscribe    allow more ranks than slots\n"
         "  --min-np M         elastic: ranks that die no longer end the job while M are left (Open MPI 5+)\n"
         "  --host-discovery-script S  elastic: S prints host:slots lines; when it lists more slots than ranks,\n"
-        "                     the job stops at an optimizer step and starts again over them (PyTorch)\n"
+        "                     or no longer lists a host or slots the job runs on, the job stops at an\n"
+        "                     optimizer step and starts again over the slots listed (PyTorch)\n"
         "  --max-np N         the most ranks the job grows to\n"
         "  --elastic-timeout T  seconds to wait for the discovery script to list -np slots (600)\n"
-        "  --reset-limit K    restarts to grow, at most (0: no limit)\n"
+        "  --reset-limit K    restarts to grow or shrink, at most (0: no limit)\n"
         "  -v, --verbose      print the command line before running it\n"
         "  --dry-run          print the command line and exit\n"
         "  -h, --help         print this help and exit\n"
