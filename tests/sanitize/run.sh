@@ -36,7 +36,7 @@ fi
 export ASAN_OPTIONS="detect_leaks=1:fast_unwind_on_malloc=0:exitcode=86"
 export LSAN_OPTIONS="suppressions=$src/tests/sanitize/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-if (cd "$sb" && make -s -j2 >/dev/null && ENGINE_SKIP=memory make -s check TESTS="tests/unit/unit_tests $(echo $MPI_TESTS)" >"$sb/check.out" 2>&1); then
+if (cd "$sb" && make -s -j2 >/dev/null && ENGINE_SKIP=memory make -s -j2 check TESTS="tests/unit/unit_tests $(echo $MPI_TESTS)" >"$sb/check.out" 2>&1); then
   echo "check-sanitize: ASan+UBSan: $(grep -c '^PASS' "$sb/check.out") passed (unit + $(echo $MPI_TESTS | wc -w) multi-rank)"
 else
   grep -E '^(PASS|FAIL|ERROR)' "$sb/check.out"
