@@ -236,7 +236,7 @@ for name in $stacks; do
   # Debian 12 (about 4 minutes of CI); and hvdshim-ab's A/B statistics and
   # launches (tests/tools/hvdshim-ab.sh, about 3 minutes there) only on Debian 12
   if [ "$suite" = sid ]; then
-    env="SPLIT_SKIP='no-optimizer gan frozen noncontig late shared own-optimizer gradnoise free reinit iterable swa linprobe manualbn unused maxnorm' "
+    env="SPLIT_SKIP='no-optimizer gan frozen noncontig late shared own-optimizer gradnoise free reinit iterable swa linprobe manualbn unused maxnorm full3 bn250 shardbn' "
     tests=$(echo "$tests" | tr ' ' '\n' | grep -v -x 'tests/tools/hvdshim-ab\.sh' | tr '\n' ' ')
   fi
   run "${env}make -j$jobs check TESTS='$tests'" >"$cache/$name.check.log" 2>&1
