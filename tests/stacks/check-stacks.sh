@@ -234,10 +234,14 @@ for name in $stacks; do
   # of the adapter's logic around the script (which parameters and
   # optimizers it follows, the data's kinds, the replica guard), run on
   # Debian 12 (about 4 minutes of CI); and hvdshim-ab's A/B statistics and
-  # launches (tests/tools/hvdshim-ab.sh, about 3 minutes there) only on Debian 12
+  # launches (tests/tools/hvdshim-ab.sh, about 3 minutes there) only on Debian 12,
+  # and Horovod's recipes (tests/horovod/recipes.sh: the served package on
+  # Horovod's own examples, about 3 minutes there) only on Debian 12, where
+  # they are also compared with real Horovod; sid runs Horovod's own suite
+  # on torch 2.14 (suite.sh), which calls the same API
   if [ "$suite" = sid ]; then
     env="SPLIT_SKIP='no-optimizer gan frozen noncontig late shared own-optimizer gradnoise free reinit iterable swa linprobe manualbn unused maxnorm full3 bn250 shardbn' "
-    tests=$(echo "$tests" | tr ' ' '\n' | grep -v -x 'tests/tools/hvdshim-ab\.sh' | tr '\n' ' ')
+    tests=$(echo "$tests" | tr ' ' '\n' | grep -v -x -e 'tests/tools/hvdshim-ab\.sh' -e 'tests/horovod/recipes\.sh' | tr '\n' ' ')
   fi
   run "${env}make -j$jobs check TESTS='$tests'" >"$cache/$name.check.log" 2>&1
   rc=$?
