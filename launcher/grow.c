@@ -109,8 +109,7 @@ static void hosts_used(const char *hosts, long np, char *out, size_t len) {
   out[0] = 0;
   for (const char *h = hosts; *h && np > 0;) {
     const char *end = h + strcspn(h, ",");
-    const char *colon = memchr(h, ':', (size_t)(end - h));
-    for (const char *c = colon; c && c < end; c = memchr(c + 1, ':', (size_t)(end - c - 1))) colon = c;
+    const char *colon = memrchr(h, ':', (size_t)(end - h));
     long k = colon ? strtol(colon + 1, NULL, 10) : 1;
     long use = k < np ? k : np;
     if (use > 0)

@@ -132,14 +132,14 @@ def _decide(listed, once):
                  "saved: the job goes on over its %d rank(s) as it is (end it to free the host)"
                  % (first, _S.size))
             return False
-        elif n < max(_G.min_np, 1):
+        if n < max(_G.min_np, 1):
             once("min", "the host discovery script no longer lists %s: %d slot(s) left, fewer than --min-np %d: the "
                  "job goes on over its %d rank(s)" % (what, n, _G.min_np, _S.size))
-        else:
-            _G.wanted, _G.shrink = n, True
-            info("the host discovery script no longer lists %s: the job starts again over %d rank(s) after the "
-                 "next optimizer step" % (what, n))
-            return True
+            return False
+        _G.wanted, _G.shrink = n, True
+        info("the host discovery script no longer lists %s: the job starts again over %d rank(s) after the "
+             "next optimizer step" % (what, n))
+        return True
     if n > _S.size:
         _G.wanted = n
         info("the host discovery script lists %d slot(s) for %d rank(s): the job grows at the next "
