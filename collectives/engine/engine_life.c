@@ -76,6 +76,67 @@ static void ulfm_detector(void) {
 #endif
 }
 
+#if defined(OPEN_MPI) && OPEN_MPI
+/* 1 when an MCA parameter file names `key` other than as a list of
+ * components to exclude ("pml = ucx", not Debian's own "pml = ^ucx"), or
+ * excludes ob1: the site or the user chose. */
+static int mca_file_chooses(const char *path, const char *key) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  char line[512];
+  int chose = 0;
+  size_t n = strlen(key);
+  while (!chose && fgets(line, sizeof line, f)) {
+    char *p = line + strspn(line, " \t");
+    if (strncmp(p, key, n) != 0) continue;
+    p += n;
+    p += strspn(p, " \t");
+    if (*p != '=') continue; /* another parameter whose name starts with key (pml_ob1_...) */
+    p += 1 + strspn(p + 1, " \t");
+    chose = *p != '^' || strstr(p, "ob1") != NULL;
+  }
+  fclose(f);
+  return chose;
+}
+#endif
+
+/* A job on one host (OMPI_COMM_WORLD_LOCAL_SIZE equal to
+ * OMPI_COMM_WORLD_SIZE) that MPI is started for by hvdshim: Open MPI's
+ * ob1 PML, unless the user or the site chose a PML or an MTL (the
+ * environment: mpirun --mca; the parameter files).  Open MPI otherwise
+ * tries its cm PML's network MTLs first, which took 200 of the 300 ms of
+ * MPI_Init_thread on a machine with no such network (docs/BENCHMARKS.md,
+ * "Starting"): time a script that times its own loop counts, since the
+ * engine starts at first use.  On one host MPI moves only what shared
+ * memory does not (ob1 and its shared-memory BTL are Open MPI's own path
+ * there).  1 when it set OMPI_MCA_pml (taken back after MPI_Init_thread:
+ * a child process that starts MPI chooses for itself). */
+static int pml_chosen; /* one_host_pml set it for this start (the start line says so) */
+
+static int one_host_pml(void) {
+#if defined(OPEN_MPI) && OPEN_MPI
+  const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE"), *all = getenv("OMPI_COMM_WORLD_SIZE");
+  if (!local || !all || atoi(local) != atoi(all)) return 0;
+  if (getenv("OMPI_MCA_pml") || getenv("OMPI_MCA_mtl") || getenv("OMPI_MCA_mca_base_param_files")) return 0;
+  char user[4096];
+  const char *home = getenv("HOME"), *prefix = getenv("OPAL_PREFIX");
+  const char *keys[] = {"pml", "mtl"};
+  for (int k = 0; k < 2; k++) {
+    if (mca_file_chooses("/etc/openmpi/openmpi-mca-params.conf", keys[k])) return 0;
+    if (home && snprintf(user, sizeof user, "%s/.openmpi/mca-params.conf", home) < (int)sizeof user &&
+        mca_file_chooses(user, keys[k]))
+      return 0;
+    if (prefix && snprintf(user, sizeof user, "%s/etc/openmpi-mca-params.conf", prefix) < (int)sizeof user &&
+        mca_file_chooses(user, keys[k]))
+      return 0;
+  }
+  setenv("OMPI_MCA_pml", "ob1", 1);
+  return 1;
+#else
+  return 0;
+#endif
+}
+
 /* The settings marked AGREE in settings.def shape the collectives every
  * rank issues (how tensors are grouped and cut into pieces, the control
  * vector's length, the GPU backend): a rank that differs would make the
@@ -140,6 +201,7 @@ hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err
   enum { NONE, MPI_UP, COMM, TYPES, STATE, MEMBERS, FILES } done = NONE;
   hvd_status_t st = HVD_ERR_INTERNAL;
   int provided = 0, up = 0, down = 0, everyone_failed = 0;
+  pml_chosen = 0;
   MPI_Initialized(&up);
   MPI_Finalized(&down);
   if (down) {
@@ -157,7 +219,9 @@ hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err
                "with it, which this MPI may not support");
   } else {
     ulfm_detector();
+    pml_chosen = one_host_pml();
     int rc = PMPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided); /* not through our hook */
+    if (pml_chosen) unsetenv("OMPI_MCA_pml");
     if (rc != MPI_SUCCESS) {
       snprintf(err, errlen, "MPI_Init_thread failed (code %d)", rc);
       return HVD_ERR_INTERNAL;
@@ -293,7 +357,10 @@ hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err
   pthread_setname_np(e->thread, "hvd-engine"); /* named before hvd_init returns (top -H, tests) */
   e->started = 1;
   HVD_INFO("engine started: %d rank(s), MPI %s, fusion %zu bytes, cycle %g ms, cache %d, shared memory %s", e->size,
-           e->mpi_owned ? "initialized by hvdshim" : "adopted from the program", e->fusion, e->cycle_s * 1e3,
+           !e->mpi_owned ? "adopted from the program"
+           : pml_chosen  ? "initialized by hvdshim (Open MPI's ob1 PML: one host)"
+                         : "initialized by hvdshim",
+           e->fusion, e->cycle_s * 1e3,
            e->cache_cap, hvd_shm_describe());
   return HVD_OK;
 
