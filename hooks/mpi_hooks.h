@@ -6,5 +6,9 @@
 
 /* Run `fn` in the program's MPI_Finalize, before the real one. */
 void hvd_mpi_hooks_on_finalize(void (*fn)(void));
+/* Run `fn` in the program's MPI_Init and MPI_Init_thread, before the real
+ * one (shim/lifecycle.c: an early start of MPI in progress is finished;
+ * the program's call then finds MPI up and succeeds). */
+void hvd_mpi_hooks_on_init(void (*fn)(void));
 
 #endif

@@ -22,5 +22,9 @@ HVD_EXPORT void hvd_log_message(int level, const char *where, const char *msg);
 /* Print `msg` as an error and end the whole job (MPI_Abort once the engine
  * runs, else exit(1)): for failures other ranks cannot see. */
 HVD_EXPORT void hvd_abort_job(const char *msg) __attribute__((noreturn));
+/* A rank process that will distribute a script: initialize MPI now
+ * (HVDSHIM_EARLY_MPI), for the engine's start at first use.  1 when
+ * initialized. */
+HVD_EXPORT int hvd_mpi_early(void);
 
 #endif

@@ -125,6 +125,8 @@ static int env_true(const char *name) { /* a BOOL setting read before the settin
 }
 
 static void exiting(int status); /* _exit's handler (below) */
+static void end_early_mpi(int status);
+static void wait_early(void) { hvd_engine_mpi_early_wait(); }
 
 /* The armed process's last exit handler: its reaper learns a clean exit. */
 static void note_exit(int status, void *arg) {
@@ -134,6 +136,7 @@ static void note_exit(int status, void *arg) {
 
 __attribute__((constructor)) static void hvd_shim_ctor(void) {
   hvd_mpi_hooks_on_finalize(hvd_shutdown); /* the program's MPI_Finalize stops the engine first */
+  hvd_mpi_hooks_on_init(wait_early);       /* and its MPI_Init finds MPI started early up */
   hvd_exit_hooks_on_exit(exiting);         /* and its _exit joins or ends the job as exit does */
   if (getauxval(AT_SECURE)) { /* setuid/setgid: never act on the environment */
     hvd_role_set(HVD_ROLE_DISABLED);
@@ -218,6 +221,7 @@ static void exiting(int status) {
     hvd_shutdown();
   }
   if (!hvd_fatal_started) hvd_overlay_cleanup();
+  end_early_mpi(status);
   hvd_reaper_note_exit(status);
 }
 
@@ -239,6 +243,49 @@ static void after_failed_start(int status, void *arg) {
   HVD_ERROR("exiting with status %d after hvd_init failed; ending the job", status);
   hvd_log_let_out();
   PMPI_Abort(MPI_COMM_WORLD, status);
+}
+
+/* MPI started early (hvd_mpi_early) for an engine that has not started
+ * when the process ends: the script stood aside (it distributes itself, or
+ * trains where hvdshim cannot reach), trained nothing, or failed before
+ * its first use.  Status 0 finalizes it (MPI_Finalize waits for every
+ * rank's process to finalize too); any other status ends the job through
+ * MPI_Abort, as after a failed start, where status 0 ends nothing.  The
+ * engine, once started, owns it (at_exit, hvd_shutdown). */
+static pid_t early_pid;
+
+static void end_early_mpi(int status) {
+  if (!early_pid || getpid() != early_pid || hvd_shim_role() == HVD_ROLE_ACTIVE) return;
+  if (hvd_engine_mpi_early_wait() != 1) return;
+  int down = 0;
+  MPI_Finalized(&down);
+  if (down || (status == 0 && init_tried && init_result != HVD_OK)) return;
+  if (status == 0) {
+    PMPI_Finalize();
+    return;
+  }
+  HVD_ERROR("exiting with status %d; ending the job", status);
+  hvd_log_let_out();
+  PMPI_Abort(MPI_COMM_WORLD, status);
+}
+
+static void early_exit(int status, void *arg) {
+  (void)arg;
+  end_early_mpi(status);
+}
+
+int hvd_mpi_early(void) {
+  pthread_mutex_lock(&init_mu);
+  int ok = !init_tried && hvd_shim_role() == HVD_ROLE_ARMED && config_ok && hvd_cfg_int(HVD_CFG_EARLY_MPI) &&
+           !hvd_cfg_int(HVD_CFG_ELASTIC) && !hvd_cfg_int(HVD_CFG_ELASTIC_RESUME) && hvd_env_size() > 1 &&
+           hvd_engine_mpi_early();
+  if (ok && !early_pid) {
+    early_pid = getpid();
+    on_exit(early_exit, NULL);
+  }
+  pthread_mutex_unlock(&init_mu);
+  if (ok) HVD_DEBUG("MPI initialized early (HVDSHIM_EARLY_MPI), for the engine's start at first use");
+  return ok;
 }
 
 /* The engine's way to end this process (hvd_engine_host): when MPI_Abort

@@ -31,5 +31,12 @@ hvd_status_t hvd_engine_start(const hvd_engine_host *host, char *err, size_t err
 void hvd_engine_stop(void);
 /* In a forked child: the thread does not exist there; refuse all work. */
 void hvd_engine_forked_child(void);
+/* Initialize MPI now, for an engine that will start later (and own it).
+ * 1 when initialized; 0 when MPI was up already, the start was tried
+ * before, or MPI_Init_thread failed (hvd_engine_start reports it). */
+int hvd_engine_mpi_early(void);
+/* That start: 1 when it initialized MPI, -1 when it failed, 0 when there
+ * was none. */
+int hvd_engine_mpi_early_wait(void);
 
 #endif

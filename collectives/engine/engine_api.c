@@ -24,6 +24,8 @@ hvd_status_t hvd_engine_start(const hvd_engine_host *host, char *err, size_t err
 }
 void hvd_engine_stop(void) { hvd_eng_stop(e); }
 void hvd_engine_forked_child(void) { hvd_eng_forked_child(e); }
+int hvd_engine_mpi_early(void) { return hvd_eng_mpi_early(); }
+int hvd_engine_mpi_early_wait(void) { return hvd_eng_mpi_early_wait(); }
 
 static void tuning_now(hvd_tuning_now *out) {
   static const char *st[] = {"off", "tuning", "fixed"};

@@ -316,6 +316,8 @@ int hvd_eng_can_recover(void);
 hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err, size_t errlen);
 void hvd_eng_stop(hvd_engine *e);
 void hvd_eng_forked_child(hvd_engine *e);
+int hvd_eng_mpi_early(void);
+int hvd_eng_mpi_early_wait(void);
 
 /* ---- engine_drive.c: who runs the next cycle ---- */
 void *hvd_eng_main(void *engine); /* the engine thread */

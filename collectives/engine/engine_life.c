@@ -77,10 +77,10 @@ static void ulfm_detector(void) {
 }
 
 #if defined(OPEN_MPI) && OPEN_MPI
-/* 1 when an MCA parameter file names `key` other than as a list of
- * components to exclude ("pml = ucx", not Debian's own "pml = ^ucx"), or
- * excludes ob1: the site or the user chose. */
-static int mca_file_chooses(const char *path, const char *key) {
+/* 1 when an MCA parameter file sets `key`: with `any`, in any way; else
+ * other than as a list of components to exclude ("pml = ucx", not Debian's
+ * own "pml = ^ucx"), or excluding ob1. */
+static int mca_file_sets(const char *path, const char *key, int any) {
   FILE *f = fopen(path, "r");
   if (!f) return 0;
   char line[512];
@@ -93,48 +93,117 @@ static int mca_file_chooses(const char *path, const char *key) {
     p += strspn(p, " \t");
     if (*p != '=') continue; /* another parameter whose name starts with key (pml_ob1_...) */
     p += 1 + strspn(p + 1, " \t");
-    chose = *p != '^' || strstr(p, "ob1") != NULL;
+    chose = any || *p != '^' || strstr(p, "ob1") != NULL;
   }
   fclose(f);
   return chose;
 }
+
+/* 1 when the environment or a parameter file sets `key` (mca_file_sets). */
+static int mca_set(const char *key, int any) {
+  char var[64], path[4096];
+  snprintf(var, sizeof var, "OMPI_MCA_%s", key);
+  if (getenv(var) || getenv("OMPI_MCA_mca_base_param_files")) return 1;
+  if (mca_file_sets("/etc/openmpi/openmpi-mca-params.conf", key, any)) return 1;
+  const char *home = getenv("HOME"), *prefix = getenv("OPAL_PREFIX");
+  if (home && snprintf(path, sizeof path, "%s/.openmpi/mca-params.conf", home) < (int)sizeof path &&
+      mca_file_sets(path, key, any))
+    return 1;
+  return prefix && snprintf(path, sizeof path, "%s/etc/openmpi-mca-params.conf", prefix) < (int)sizeof path &&
+         mca_file_sets(path, key, any);
+}
 #endif
 
 /* A job on one host (OMPI_COMM_WORLD_LOCAL_SIZE equal to
- * OMPI_COMM_WORLD_SIZE) that MPI is started for by hvdshim: Open MPI's
- * ob1 PML, unless the user or the site chose a PML or an MTL (the
- * environment: mpirun --mca; the parameter files).  Open MPI otherwise
- * tries its cm PML's network MTLs first, which took 200 of the 300 ms of
- * MPI_Init_thread on a machine with no such network (docs/BENCHMARKS.md,
- * "Starting"): time a script that times its own loop counts, since the
- * engine starts at first use.  On one host MPI moves only what shared
- * memory does not (ob1 and its shared-memory BTL are Open MPI's own path
- * there).  1 when it set OMPI_MCA_pml (taken back after MPI_Init_thread:
- * a child process that starts MPI chooses for itself). */
-static int pml_chosen; /* one_host_pml set it for this start (the start line says so) */
+ * OMPI_COMM_WORLD_SIZE) that MPI is started for by hvdshim: Open MPI's ob1
+ * PML, unless the user or the site chose a PML or an MTL (mpirun --mca or
+ * the environment; the parameter files); and no ofi BTL, unless they set
+ * the BTLs in any way.  Open MPI otherwise probes its network components
+ * first: cm's MTLs took 200 of the 300 ms of MPI_Init_thread with Open MPI
+ * 4.1 on a machine with no such network, and the ofi BTL 1 of the 1.2 s
+ * with Open MPI 6 (docs/BENCHMARKS.md, "An ordinary short-step script"):
+ * time a script that times its own loop counts, since the engine starts at
+ * first use.  On one host MPI moves only what hvdshim's shared memory does
+ * not, and ob1 with the shared-memory BTL is Open MPI's own path there.
+ * Returns what it set (ONE_HOST_*), taken back after MPI_Init_thread: a
+ * child process that starts MPI chooses for itself. */
+enum { ONE_HOST_PML = 1, ONE_HOST_BTL = 2 };
 
 static int one_host_pml(void) {
 #if defined(OPEN_MPI) && OPEN_MPI
   const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE"), *all = getenv("OMPI_COMM_WORLD_SIZE");
   if (!local || !all || atoi(local) != atoi(all)) return 0;
-  if (getenv("OMPI_MCA_pml") || getenv("OMPI_MCA_mtl") || getenv("OMPI_MCA_mca_base_param_files")) return 0;
-  char user[4096];
-  const char *home = getenv("HOME"), *prefix = getenv("OPAL_PREFIX");
-  const char *keys[] = {"pml", "mtl"};
-  for (int k = 0; k < 2; k++) {
-    if (mca_file_chooses("/etc/openmpi/openmpi-mca-params.conf", keys[k])) return 0;
-    if (home && snprintf(user, sizeof user, "%s/.openmpi/mca-params.conf", home) < (int)sizeof user &&
-        mca_file_chooses(user, keys[k]))
-      return 0;
-    if (prefix && snprintf(user, sizeof user, "%s/etc/openmpi-mca-params.conf", prefix) < (int)sizeof user &&
-        mca_file_chooses(user, keys[k]))
-      return 0;
-  }
-  setenv("OMPI_MCA_pml", "ob1", 1);
-  return 1;
+  int set = 0;
+  if (!mca_set("pml", 0) && !mca_set("mtl", 0)) setenv("OMPI_MCA_pml", "ob1", 1), set |= ONE_HOST_PML;
+  if (!mca_set("btl", 1)) setenv("OMPI_MCA_btl", "^ofi", 1), set |= ONE_HOST_BTL;
+  return set;
 #else
   return 0;
 #endif
+}
+
+static int one_host_set; /* what one_host_pml set for this start (the start line says so) */
+
+static void one_host_undo(int set) {
+  if (set & ONE_HOST_PML) unsetenv("OMPI_MCA_pml");
+  if (set & ONE_HOST_BTL) unsetenv("OMPI_MCA_btl");
+}
+
+/* The start line's words for it. */
+static const char *one_host_words(int set) {
+  switch (set) {
+  case ONE_HOST_PML: return "initialized by hvdshim (one host: Open MPI's ob1 PML)";
+  case ONE_HOST_BTL: return "initialized by hvdshim (one host: Open MPI's ofi BTL off)";
+  case ONE_HOST_PML | ONE_HOST_BTL: return "initialized by hvdshim (one host: Open MPI's ob1 PML, its ofi BTL off)";
+  default: return "initialized by hvdshim";
+  }
+}
+
+/* MPI started ahead of the engine (hvd_eng_mpi_early): when torch is
+ * imported, before the script builds its data and model, so that the
+ * engine's start at first use (inside the script's timed loop) finds MPI up
+ * and the ranks already met: MPI_Init_thread waits for every rank, and the
+ * processes of one job reach it 0.1 to 0.6 s apart here (docs/BENCHMARKS.md,
+ * "An ordinary short-step script").  In the calling thread: one of its own
+ * would read the environment while the script's thread may change it. */
+static struct {
+  pthread_mutex_t mu;
+  int state;          /* 0 not tried, 2 tried */
+  int rc, provided;   /* PMPI_Init_thread's */
+  int one_host;       /* what one_host_pml set */
+} early = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+int hvd_eng_mpi_early(void) {
+  int up = 0, down = 0;
+  MPI_Initialized(&up);
+  MPI_Finalized(&down);
+  pthread_mutex_lock(&early.mu);
+  int started = 0;
+  if (!up && !down && early.state == 0) {
+    ulfm_detector();
+    early.one_host = one_host_pml();
+    early.rc = PMPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &early.provided); /* not through our hook */
+    one_host_undo(early.one_host);
+    if (early.rc != MPI_SUCCESS) HVD_DEBUG("MPI_Init_thread, started early, failed (code %d)", early.rc);
+    early.state = 2;
+    started = early.rc == MPI_SUCCESS;
+  }
+  pthread_mutex_unlock(&early.mu);
+  return started;
+}
+
+int hvd_eng_mpi_early_wait(void) {
+  pthread_mutex_lock(&early.mu);
+  int r = early.state != 2 ? 0 : early.rc == MPI_SUCCESS ? 1 : -1;
+  pthread_mutex_unlock(&early.mu);
+  return r;
+}
+
+/* In a forked child: MPI is not to be touched there. */
+static void early_forked_child(void) {
+  pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+  early.mu = m;
+  early.state = 0;
 }
 
 /* The settings marked AGREE in settings.def shape the collectives every
@@ -201,27 +270,39 @@ hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err
   enum { NONE, MPI_UP, COMM, TYPES, STATE, MEMBERS, FILES } done = NONE;
   hvd_status_t st = HVD_ERR_INTERNAL;
   int provided = 0, up = 0, down = 0, everyone_failed = 0;
-  pml_chosen = 0;
+  one_host_set = 0;
   MPI_Initialized(&up);
   MPI_Finalized(&down);
   if (down) {
     snprintf(err, errlen, "MPI was already finalized by the program; hvdshim cannot start");
     return HVD_ERR_INTERNAL;
   }
+  int early_rc = hvd_eng_mpi_early_wait(); /* (MPI_Initialized below then tells the truth) */
+  if (early_rc < 0) {
+    snprintf(err, errlen, "MPI_Init_thread failed (code %d)", early.rc);
+    return HVD_ERR_INTERNAL;
+  }
+  MPI_Initialized(&up);
   e->host = host ? *host : (hvd_engine_host){0};
   end_process = e->host.end_process;
   ending_job = e->host.ending_job;
   e->mpi_owned = 0;
-  if (up) {
+  if (up && early_rc == 1) { /* started by hvd_eng_mpi_early: this engine's, as if initialized here */
+    e->mpi_owned = 1;
+    one_host_set = early.one_host;
+    if (early.provided < MPI_THREAD_MULTIPLE)
+      HVD_WARN("MPI provides thread level %d, not MPI_THREAD_MULTIPLE; only the engine thread calls MPI",
+               early.provided);
+  } else if (up) {
     MPI_Query_thread(&provided);
     if (provided < MPI_THREAD_MULTIPLE)
       HVD_WARN("the program initialized MPI without MPI_THREAD_MULTIPLE; the engine thread calls MPI concurrently "
                "with it, which this MPI may not support");
   } else {
     ulfm_detector();
-    pml_chosen = one_host_pml();
+    one_host_set = one_host_pml();
     int rc = PMPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided); /* not through our hook */
-    if (pml_chosen) unsetenv("OMPI_MCA_pml");
+    one_host_undo(one_host_set);
     if (rc != MPI_SUCCESS) {
       snprintf(err, errlen, "MPI_Init_thread failed (code %d)", rc);
       return HVD_ERR_INTERNAL;
@@ -357,9 +438,7 @@ hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err
   pthread_setname_np(e->thread, "hvd-engine"); /* named before hvd_init returns (top -H, tests) */
   e->started = 1;
   HVD_INFO("engine started: %d rank(s), MPI %s, fusion %zu bytes, cycle %g ms, cache %d, shared memory %s", e->size,
-           !e->mpi_owned ? "adopted from the program"
-           : pml_chosen  ? "initialized by hvdshim (Open MPI's ob1 PML: one host)"
-                         : "initialized by hvdshim",
+           e->mpi_owned ? one_host_words(one_host_set) : "adopted from the program",
            e->fusion, e->cycle_s * 1e3,
            e->cache_cap, hvd_shm_describe());
   return HVD_OK;
@@ -410,6 +489,7 @@ void hvd_eng_stop(hvd_engine *e) {
 }
 
 void hvd_eng_forked_child(hvd_engine *e) {
+  early_forked_child();
   pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
   pthread_cond_t c = PTHREAD_COND_INITIALIZER;
   e->qmu = m;

@@ -42,6 +42,7 @@ _SIGNATURES = {  # name: (result, arguments)
     "hvd_config_value": (_str, [_str]),
     "hvd_log_message": (None, [_int, _str, _str]),
     "hvd_abort_job": (None, [_str]),
+    "hvd_mpi_early": (_int, []),
     "hvd_last_error": (_str, []),
     "hvd_gpu_status": (_int, [_str, _size]),
     # operations

@@ -428,6 +428,7 @@ def install(rng_seed=None):
     _patch()
     sys.meta_path.insert(0, _HorovodWatcher())
     after_import("accelerate.accelerator", _wrap_accelerate)
+    capi.LIB.hvd_mpi_early()  # (HVDSHIM_EARLY_MPI: the ranks meet while the script builds its data and model)
     debug("PyTorch %s adapter installed (rank %d of %d, %s gradient hooks, host-memory gradients reduced %s)"
           % (torch.__version__, _S.rank, _S.size,
              "post-accumulate" if _HAS_POST_ACCUMULATE else "AccumulateGrad",

@@ -1,6 +1,6 @@
 #!/bin/sh
 # A script that already distributes itself (DDP, Horovod) is left alone, with
-# one info line saying so.
+# one info line saying so; MPI initialized when torch is imported (below).
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
 need_torch
@@ -29,3 +29,58 @@ PYTHONPATH="$TMP/fake" shim 2 -x PYTHONPATH "$PYTHON" "$TMP/hvd.py" >"$TMP/out" 
 grep -q "Horovod is imported: the script distributes itself; hvdshim stands aside" "$TMP/out" &&
   [ "$(grep -o 'hvd-script-done' "$TMP/out" | wc -l)" = 2 ] || { cat "$TMP/out"; fail "Horovod script not left alone"; }
 pass "Horovod script left alone"
+
+# MPI initialized early (HVDSHIM_EARLY_MPI, on by default): when the script
+# imports torch, so the ranks meet before it builds its data and model; the
+# engine, started at first use, owns that MPI.  Without the engine's start
+# (a script that stands aside, trains nothing, or fails before its first
+# use) the process's exit finalizes it (status 0) or ends the job
+# (MPI_Abort, any other status); a program's own MPI_Init then succeeds.
+tag=early-$$
+cat >"$TMP/early.py" <<'PY'
+import ctypes, os, sys, time
+import torch
+mode, rank = sys.argv[1], int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0")))
+lib = ctypes.CDLL(None)  # the preloaded library's MPI_Init, as a program's own call would find it
+if mode == "idle":
+    sys.stdout.write("idle-done\n")
+    sys.exit(0)
+if mode == "fail":
+    if rank == 1:
+        sys.exit(3)
+    time.sleep(60)
+if mode == "mpi":
+    up = ctypes.c_int(0)
+    rc = lib.MPI_Init(None, None)
+    lib.MPI_Initialized(ctypes.byref(up))
+    sys.stdout.write("MPI_Init %d initialized %d\n" % (rc, up.value))
+m = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for _ in range(3):
+    opt.zero_grad()
+    m(torch.ones(8, 4)).sum().backward()
+    opt.step()
+if mode == "mpi":
+    sys.stdout.write("MPI_Finalize %d\n" % lib.MPI_Finalize())
+sys.stdout.write("%s-done\n" % mode)
+sys.stdout.flush()
+PY
+HVDSHIM_LOG_LEVEL=debug shim 2 "$PYTHON" "$TMP/early.py" train --tag "$tag" >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "training with MPI initialized early"; }
+[ "$(grep -c "MPI initialized early" "$TMP/out")" = 2 ] && [ "$(grep -c "engine started: 2 rank(s), MPI initialized by hvdshim" "$TMP/out")" = 2 ] &&
+  [ "$(grep -c "^train-done" "$TMP/out")" = 1 ] || { cat "$TMP/out"; fail "MPI not initialized early, or not the engine's"; }
+HVDSHIM_EARLY_MPI=0 HVDSHIM_LOG_LEVEL=debug shim 2 "$PYTHON" "$TMP/early.py" train --tag "$tag" >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "HVDSHIM_EARLY_MPI=0"; }
+! grep -q "MPI initialized early" "$TMP/out" && [ "$(grep -c "engine started: 2 rank(s), MPI initialized by hvdshim" "$TMP/out")" = 2 ] ||
+  { cat "$TMP/out"; fail "HVDSHIM_EARLY_MPI=0: MPI initialized early, or the engine did not start it"; }
+pass "MPI initialized when torch is imported, the engine's at first use (HVDSHIM_EARLY_MPI=0: with the engine)"
+shim 2 "$PYTHON" "$TMP/early.py" idle --tag "$tag" >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "a script that trains nothing"; }
+[ "$(grep -c "^idle-done" "$TMP/out")" = 1 ] && ! grep -q "engine started" "$TMP/out" || { cat "$TMP/out"; fail "idle script"; }
+shim 2 "$PYTHON" "$TMP/early.py" mpi --tag "$tag" >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "a script that initializes MPI itself"; }
+grep -q "^MPI_Init 0 initialized 1" "$TMP/out" && grep -q "^MPI_Finalize 0" "$TMP/out" && grep -q "^mpi-done" "$TMP/out" ||
+  { cat "$TMP/out"; fail "the script's own MPI_Init and MPI_Finalize"; }
+t0=$(now_ms)
+shim 2 "$PYTHON" "$TMP/early.py" fail --tag "$tag" >"$TMP/out" 2>&1 && { cat "$TMP/out"; fail "a rank's exit 3 before its first use ended the job 0"; }
+t=$(($(now_ms) - t0))
+grep -q "exiting with status 3; ending the job" "$TMP/out" && [ "$t" -lt 40000 ] ||
+  { cat "$TMP/out"; fail "exit 3 before the first use: no line, or the job waited for rank 0's 60 s ($t ms)"; }
+no_leftovers "$tag"
+pass "MPI initialized early, no engine: a script that trains nothing ends 0; its own MPI_Init and MPI_Finalize succeed; exit 3 on one rank ends the job ($t ms, rank 0 sleeping 60 s)"
