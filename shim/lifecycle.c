@@ -5,6 +5,10 @@
  *                   threads); armed ranks parse and validate every setting
  *                   (a bad value ends the process here, with one line) and
  *                   register the fork handler.
+ *   hvd_mpi_early() -> a PyTorch rank, when the script imports torch
+ *                   (HVDSHIM_EARLY_MPI): MPI initialized, for the engine;
+ *                   an exit before the engine started finalizes it
+ *                   (status 0) or ends the job (end_early_mpi).
  *   hvd_init()   -> first real use: MPI initialized or adopted, the engine
  *                   thread started, HVDSHIM_ACTIVE_PID exported so programs
  *                   this rank executes stay dormant, exit handler added.

@@ -18,6 +18,7 @@
 
 #include "../../base/check.h"
 #include "../../base/config.h"
+#include "../../base/libc.h"
 #include "../../base/log.h"
 #include "../transports/backend_mpi.h"
 #include "engine_internal.h"
@@ -81,7 +82,7 @@ static void ulfm_detector(void) {
  * other than as a list of components to exclude ("pml = ucx", not Debian's
  * own "pml = ^ucx"), or excluding ob1. */
 static int mca_file_sets(const char *path, const char *key, int any) {
-  FILE *f = fopen(path, "r");
+  FILE *f = hvd_libc()->fopen(path, "r"); /* (not the overlay's: a parameter file read as it is) */
   if (!f) return 0;
   char line[512];
   int chose = 0;
