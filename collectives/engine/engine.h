@@ -35,8 +35,8 @@ void hvd_engine_forked_child(void);
  * 1 when initialized; 0 when MPI was up already, the start was tried
  * before, or MPI_Init_thread failed (hvd_engine_start reports it). */
 int hvd_engine_mpi_early(void);
-/* That start: 1 when it initialized MPI, -1 when it failed, 0 when there
- * was none. */
+/* That start (waited for while another thread makes it): 1 when it
+ * initialized MPI, -1 when it failed, 0 when there was none. */
 int hvd_engine_mpi_early_wait(void);
 
 #endif

@@ -169,7 +169,7 @@ static const char *one_host_words(int set) {
  * would read the environment while the script's thread may change it. */
 static struct {
   pthread_mutex_t mu;
-  int state;          /* 0 not tried, 2 tried */
+  int tried;          /* hvd_eng_mpi_early ran */
   int rc, provided;   /* PMPI_Init_thread's */
   int one_host;       /* what one_host_pml set */
 } early = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -180,13 +180,13 @@ int hvd_eng_mpi_early(void) {
   MPI_Finalized(&down);
   pthread_mutex_lock(&early.mu);
   int started = 0;
-  if (!up && !down && early.state == 0) {
+  if (!up && !down && !early.tried) {
     ulfm_detector();
     early.one_host = one_host_pml();
     early.rc = PMPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &early.provided); /* not through our hook */
     one_host_undo(early.one_host);
     if (early.rc != MPI_SUCCESS) HVD_DEBUG("MPI_Init_thread, started early, failed (code %d)", early.rc);
-    early.state = 2;
+    early.tried = 1;
     started = early.rc == MPI_SUCCESS;
   }
   pthread_mutex_unlock(&early.mu);
@@ -195,7 +195,7 @@ int hvd_eng_mpi_early(void) {
 
 int hvd_eng_mpi_early_wait(void) {
   pthread_mutex_lock(&early.mu);
-  int r = early.state != 2 ? 0 : early.rc == MPI_SUCCESS ? 1 : -1;
+  int r = !early.tried ? 0 : early.rc == MPI_SUCCESS ? 1 : -1;
   pthread_mutex_unlock(&early.mu);
   return r;
 }
@@ -204,7 +204,7 @@ int hvd_eng_mpi_early_wait(void) {
 static void early_forked_child(void) {
   pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
   early.mu = m;
-  early.state = 0;
+  early.tried = 0;
 }
 
 /* The settings marked AGREE in settings.def shape the collectives every
