@@ -9,9 +9,10 @@
  *                   (HVDSHIM_EARLY_MPI): MPI initialized, for the engine;
  *                   an exit before the engine started finalizes it
  *                   (status 0) or ends the job (end_early_mpi).
- *   hvd_init()   -> first real use: MPI initialized or adopted, the engine
- *                   thread started, HVDSHIM_ACTIVE_PID exported so programs
- *                   this rank executes stay dormant, exit handler added.
+ *   hvd_init()   -> first real use: MPI taken from the early start,
+ *                   initialized or adopted, the engine thread started,
+ *                   HVDSHIM_ACTIVE_PID exported so programs this rank
+ *                   executes stay dormant, exit handler added.
  *   exit         -> the on_exit handler (or the MPI_Finalize hook, whichever
  *                   comes first): status 0 joins (the rank takes part without
  *                   data until every rank has finished), then stops the
