@@ -143,8 +143,6 @@ static int one_host_pml(void) {
 #endif
 }
 
-static int one_host_set; /* what one_host_pml set for this start (the start line says so) */
-
 static void one_host_undo(int set) {
   if (set & ONE_HOST_PML) unsetenv("OMPI_MCA_pml");
   if (set & ONE_HOST_BTL) unsetenv("OMPI_MCA_btl");
@@ -160,13 +158,14 @@ static const char *one_host_words(int set) {
   }
 }
 
-/* MPI started ahead of the engine (hvd_eng_mpi_early): when torch is
- * imported, before the script builds its data and model, so that the
- * engine's start at first use (inside the script's timed loop) finds MPI up
- * and the ranks already met: MPI_Init_thread waits for every rank, and the
- * processes of one job reach it 0.1 to 0.6 s apart here (docs/BENCHMARKS.md,
- * "An ordinary short-step script").  In the calling thread: one of its own
- * would read the environment while the script's thread may change it. */
+/* hvdshim's start of MPI (hvd_eng_mpi_early): early, when the script
+ * imports torch, before it builds its data and model, so that the engine's
+ * start at first use (inside the script's timed loop) finds MPI up and the
+ * ranks already met (MPI_Init_thread waits for every rank, and the
+ * processes of one job reach it 0.1 to 0.6 s apart here: docs/BENCHMARKS.md,
+ * "An ordinary short-step script"); else the engine's start, the same way.
+ * In the calling thread: one of its own would read the environment while
+ * the script's thread may change it. */
 static struct {
   pthread_mutex_t mu;
   int tried;          /* hvd_eng_mpi_early ran */
@@ -271,46 +270,34 @@ hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err
   enum { NONE, MPI_UP, COMM, TYPES, STATE, MEMBERS, FILES } done = NONE;
   hvd_status_t st = HVD_ERR_INTERNAL;
   int provided = 0, up = 0, down = 0, everyone_failed = 0;
-  one_host_set = 0;
-  MPI_Initialized(&up);
   MPI_Finalized(&down);
   if (down) {
     snprintf(err, errlen, "MPI was already finalized by the program; hvdshim cannot start");
     return HVD_ERR_INTERNAL;
   }
-  int early_rc = hvd_eng_mpi_early_wait(); /* (MPI_Initialized below then tells the truth) */
-  if (early_rc < 0) {
+  int ours = hvd_eng_mpi_early_wait(); /* MPI started early, or a start in another thread waited for */
+  MPI_Initialized(&up);
+  if (!up && ours == 0) { /* started here, the same way */
+    hvd_eng_mpi_early();
+    ours = hvd_eng_mpi_early_wait();
+  }
+  if (ours < 0) {
     snprintf(err, errlen, "MPI_Init_thread failed (code %d)", early.rc);
     return HVD_ERR_INTERNAL;
   }
-  MPI_Initialized(&up);
   e->host = host ? *host : (hvd_engine_host){0};
   end_process = e->host.end_process;
   ending_job = e->host.ending_job;
-  e->mpi_owned = 0;
-  if (up && early_rc == 1) { /* started by hvd_eng_mpi_early: this engine's, as if initialized here */
-    e->mpi_owned = 1;
-    one_host_set = early.one_host;
+  e->mpi_owned = ours == 1;
+  if (e->mpi_owned) {
     if (early.provided < MPI_THREAD_MULTIPLE)
       HVD_WARN("MPI provides thread level %d, not MPI_THREAD_MULTIPLE; only the engine thread calls MPI",
                early.provided);
-  } else if (up) {
+  } else {
     MPI_Query_thread(&provided);
     if (provided < MPI_THREAD_MULTIPLE)
       HVD_WARN("the program initialized MPI without MPI_THREAD_MULTIPLE; the engine thread calls MPI concurrently "
                "with it, which this MPI may not support");
-  } else {
-    ulfm_detector();
-    one_host_set = one_host_pml();
-    int rc = PMPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided); /* not through our hook */
-    one_host_undo(one_host_set);
-    if (rc != MPI_SUCCESS) {
-      snprintf(err, errlen, "MPI_Init_thread failed (code %d)", rc);
-      return HVD_ERR_INTERNAL;
-    }
-    e->mpi_owned = 1;
-    if (provided < MPI_THREAD_MULTIPLE)
-      HVD_WARN("MPI provides thread level %d, not MPI_THREAD_MULTIPLE; only the engine thread calls MPI", provided);
   }
   done = MPI_UP;
   INJECT(1);
@@ -439,7 +426,7 @@ hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err
   pthread_setname_np(e->thread, "hvd-engine"); /* named before hvd_init returns (top -H, tests) */
   e->started = 1;
   HVD_INFO("engine started: %d rank(s), MPI %s, fusion %zu bytes, cycle %g ms, cache %d, shared memory %s", e->size,
-           e->mpi_owned ? one_host_words(one_host_set) : "adopted from the program",
+           e->mpi_owned ? one_host_words(early.one_host) : "adopted from the program",
            e->fusion, e->cycle_s * 1e3,
            e->cache_cap, hvd_shm_describe());
   return HVD_OK;
