@@ -8,7 +8,7 @@
  *   hvd_mpi_early() -> a PyTorch rank, when the script imports torch
  *                   (HVDSHIM_EARLY_MPI): MPI initialized, for the engine;
  *                   an exit before the engine started finalizes it
- *                   (status 0) or ends the job (end_early_mpi).
+ *                   (status 0) or ends the job (end_own_mpi).
  *   hvd_init()   -> first real use: MPI taken from the early start,
  *                   initialized or adopted, the engine thread started,
  *                   HVDSHIM_ACTIVE_PID exported so programs this rank
@@ -130,7 +130,7 @@ static int env_true(const char *name) { /* a BOOL setting read before the settin
 }
 
 static void exiting(int status); /* _exit's handler (below) */
-static void end_early_mpi(int status);
+static void end_own_mpi(int status);
 static void wait_early(void) { hvd_engine_mpi_early_wait(); }
 
 /* The armed process's last exit handler: its reaper learns a clean exit. */
@@ -226,57 +226,49 @@ static void exiting(int status) {
     hvd_shutdown();
   }
   if (!hvd_fatal_started) hvd_overlay_cleanup();
-  end_early_mpi(status);
+  end_own_mpi(status);
   hvd_reaper_note_exit(status);
 }
 
-/* After a failed start that left up the MPI hvdshim initialized (it is not
- * finalized: the other ranks may not have failed, and finalizing would wait
- * for them), a process exiting non-zero ends the job through MPI_Abort, so
- * every launcher reports the failure and no rank waits for this one
- * (MPICH's Hydra reports 0 for about half of the jobs whose ranks exit 1
- * with MPI still initialized).  Exiting 0 (the program went on without
- * hvdshim) ends nothing. */
-static pid_t failed_pid;
+/* MPI that hvdshim initialized (early, when the script imported torch, or
+ * in a start of the engine that failed), still up with no engine when the
+ * process ends: the script stood aside (it distributes itself, or trains
+ * where hvdshim cannot reach), trained nothing, or failed.  Status 0
+ * finalizes it (MPI_Finalize waits for every rank's process to finalize
+ * too), but after a failed start, where the program went on without
+ * hvdshim: the other ranks may not have failed, and finalizing would wait
+ * for them, so it ends nothing.  Any other status ends the job through
+ * MPI_Abort, so every launcher reports the failure and no rank waits for
+ * this one (MPICH's Hydra reports 0 for about half of the jobs whose ranks
+ * exit 1 with MPI still initialized).  The engine, once started, owns it
+ * (at_exit, hvd_shutdown). */
+static pid_t own_mpi_pid;
 
-static void after_failed_start(int status, void *arg) {
-  (void)arg;
-  int up = 0, down = 0;
-  MPI_Initialized(&up);
-  MPI_Finalized(&down);
-  if (status == 0 || getpid() != failed_pid || !up || down) return;
-  HVD_ERROR("exiting with status %d after hvd_init failed; ending the job", status);
-  hvd_log_let_out();
-  PMPI_Abort(MPI_COMM_WORLD, status);
-}
-
-/* MPI started early (hvd_mpi_early) for an engine that has not started
- * when the process ends: the script stood aside (it distributes itself, or
- * trains where hvdshim cannot reach), trained nothing, or failed before
- * its first use.  Status 0 finalizes it (MPI_Finalize waits for every
- * rank's process to finalize too); any other status ends the job through
- * MPI_Abort, as after a failed start, where status 0 ends nothing.  The
- * engine, once started, owns it (at_exit, hvd_shutdown). */
-static pid_t early_pid;
-
-static void end_early_mpi(int status) {
-  if (!early_pid || getpid() != early_pid || hvd_shim_role() == HVD_ROLE_ACTIVE) return;
+static void end_own_mpi(int status) {
+  if (!own_mpi_pid || getpid() != own_mpi_pid || hvd_shim_role() == HVD_ROLE_ACTIVE) return;
   if (hvd_engine_mpi_early_wait() != 1) return;
-  int down = 0;
+  int down = 0, failed = init_tried && init_result != HVD_OK;
   MPI_Finalized(&down);
-  if (down || (status == 0 && init_tried && init_result != HVD_OK)) return;
+  if (down || (status == 0 && failed)) return;
   if (status == 0) {
     PMPI_Finalize();
     return;
   }
-  HVD_ERROR("exiting with status %d; ending the job", status);
+  HVD_ERROR("exiting with status %d%s; ending the job", status, failed ? " after hvd_init failed" : "");
   hvd_log_let_out();
   PMPI_Abort(MPI_COMM_WORLD, status);
 }
 
-static void early_exit(int status, void *arg) {
+static void own_mpi_exit(int status, void *arg) {
   (void)arg;
-  end_early_mpi(status);
+  end_own_mpi(status);
+}
+
+/* This process initialized MPI for hvdshim: its exit sees to it. */
+static void own_mpi(void) {
+  if (own_mpi_pid) return;
+  own_mpi_pid = getpid();
+  on_exit(own_mpi_exit, NULL);
 }
 
 int hvd_mpi_early(void) {
@@ -284,10 +276,7 @@ int hvd_mpi_early(void) {
   int ok = !init_tried && hvd_shim_role() == HVD_ROLE_ARMED && config_ok && hvd_cfg_int(HVD_CFG_EARLY_MPI) &&
            !hvd_cfg_int(HVD_CFG_ELASTIC) && !hvd_cfg_int(HVD_CFG_ELASTIC_RESUME) && hvd_env_size() > 1 &&
            hvd_engine_mpi_early();
-  if (ok && !early_pid) {
-    early_pid = getpid();
-    on_exit(early_exit, NULL);
-  }
+  if (ok) own_mpi();
   pthread_mutex_unlock(&init_mu);
   if (ok) HVD_DEBUG("MPI initialized early (HVDSHIM_EARLY_MPI), for the engine's start at first use");
   return ok;
@@ -328,18 +317,10 @@ hvd_status_t hvd_init(void) {
     }
     pthread_atfork(NULL, NULL, fork_child);
   }
-  int mpi_was_up = 0, mpi_down = 0;
-  MPI_Initialized(&mpi_was_up);
   hvd_engine_host host = {.end_process = end_process, .ending_job = hvd_reaper_note_ending};
   init_result = hvd_engine_start(&host, init_error, sizeof init_error);
   if (init_result != HVD_OK) {
-    int up = 0;
-    MPI_Initialized(&up);
-    MPI_Finalized(&mpi_down);
-    if (up && !mpi_was_up && !mpi_down) { /* the start left the MPI it initialized up */
-      failed_pid = getpid();
-      on_exit(after_failed_start, NULL);
-    }
+    if (hvd_engine_mpi_early_wait() == 1) own_mpi(); /* the start left up the MPI it initialized */
     goto out;
   }
   hvd_role_set(HVD_ROLE_ACTIVE);
