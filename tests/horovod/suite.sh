@@ -48,15 +48,26 @@ if "$PYTHON" -c 'import sys, torch.optim; sys.exit(0 if hasattr(torch.optim, "Mu
   NEW_OPTIM="$NEW_OPTIM and not test_force_allreduce"
   echo "this torch has torch.optim.Muon: test_broadcast_state, test_broadcast_state_options and test_force_allreduce left out"
 fi
+# test_global_barrier_op times a barrier on each rank's own clock from its
+# return out of an allreduce: rank 0 sleeps 5 s, and every rank must measure
+# at least 5 s.  A rank descheduled for a few milliseconds between the
+# allreduce's end and its clock read (np=3 on 2 CPUs, on a busy host)
+# measures 4.99x s: real Horovod fails it the same way here under load (10 of
+# 300 tries on rank 1 with two busy loops beside the job, hvdshim 25 of 300).
+# Where it is a rank's only failure, it runs once more in a session of its
+# own, which must pass.
+TIMED=test_global_barrier_op
 # rank.sh K FILE...: one rank's pytest session over the test files, with the -k
-# expression K (or none)
+# expression K (or none).  Its status goes to rc.RANK and the process ends
+# with 0, so that a rank with a failed test does not end the job (a rank
+# exiting non-zero does) before the others have written their summaries.
 {
   echo '#!/bin/sh'
   echo 'r=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${PMIX_RANK:-x}}}'
   echo 'k=$1; shift'
   echo '[ -n "$k" ] && set -- -k "$k" "$@"'
-  echo "cd \"$TMP\" && exec \"$PYTHON\" -m pytest -q -p no:cacheprovider -p no:hypothesispytest -rfE \"\$@\" \\"
-  echo "  >\"$TMP/out.\$r\" 2>&1"
+  echo "cd \"$TMP\" && exec \"$PYTHON\" -c 'import sys, pytest; rc = int(pytest.main(sys.argv[2:])); open(sys.argv[1], \"w\").write(str(rc))' \\"
+  echo "  \"$TMP/rc.\$r\" -q -p no:cacheprovider -p no:hypothesispytest -rfE \"\$@\" >\"$TMP/out.\$r\" 2>&1"
 } >"$TMP/rank.sh"
 chmod +x "$TMP/rank.sh"
 
@@ -71,7 +82,7 @@ for np in 2 3 1; do
     *) floor=101 k="$SAMPLER and $LEAVE_OUT${NEW_OPTIM:+ and $NEW_OPTIM}" ;;
   esac
   [ -n "$NEW_OPTIM" ] && [ $np != 1 ] && floor=$((floor - 3))
-  rm -f "$TMP"/out.*
+  rm -f "$TMP"/out.* "$TMP"/rc.*
   start=$(date +%s)
   # shellcheck disable=SC2086
   T=900 shim $np "$TMP/rank.sh" "$k" $files >"$TMP/job" 2>&1
@@ -79,18 +90,39 @@ for np in 2 3 1; do
   secs=$(($(date +%s) - start))
   [ $rc = 124 ] || [ $rc = 137 ] &&
     { tail -n 30 "$TMP"/out.* "$TMP/job"; fail "np=$np: the suite hung (killed after 900 s)"; }
-  r=0
+  r=0 retimed=
   while [ $r -lt $np ]; do
     [ -f "$TMP/out.$r" ] || { cat "$TMP/job"; fail "np=$np: rank $r wrote no pytest output"; }
+    [ -f "$TMP/rc.$r" ] || { tail -n 30 "$TMP/out.$r" "$TMP/job"; fail "np=$np: rank $r's pytest did not end"; }
     summary=$(grep -E "^=*[ ]*[0-9]+ (passed|failed)" "$TMP/out.$r" | tail -n 1 | tr -d '=')
     passed=$(echo "$summary" | grep -o '[0-9]* passed' | cut -d' ' -f1)
     failed=$(echo "$summary" | grep -o '[0-9]* failed' | cut -d' ' -f1)
     errors=$(echo "$summary" | grep -o '[0-9]* error' | cut -d' ' -f1)
-    [ -n "$passed" ] && [ "${failed:-0}" = 0 ] && [ "${errors:-0}" = 0 ] && [ "$passed" -ge $floor ] ||
+    # the one timing test that failed alone (TIMED, above) is run again
+    if [ "${failed:-0}" = 1 ] && [ "${errors:-0}" = 0 ] && [ -n "$passed" ] && [ "$passed" -ge $((floor - 1)) ] &&
+      grep -q "^FAILED .*::$TIMED - AssertionError" "$TMP/out.$r"; then
+      retimed="$retimed $r" failed=0 passed=$((passed + 1))
+    fi
+    [ -n "$passed" ] && [ "${failed:-0}" = 0 ] && [ "${errors:-0}" = 0 ] && [ "$passed" -ge $floor ] &&
+      { [ "$(cat "$TMP/rc.$r")" = 0 ] || [ -n "$retimed" ]; } ||
       { tail -n 60 "$TMP/out.$r"; fail "np=$np rank $r: '$summary' (want 0 failed or errors, >= $floor passed)"; }
     r=$((r + 1))
   done
   [ $rc = 0 ] || { cat "$TMP/job"; fail "np=$np: the job ended with status $rc"; }
   counts=$(echo "$summary" | sed 's/ in [0-9.]*s.*//')
-  pass "np=$np: Horovod's $(echo "$files" | sed "s|$REF/||g; s| | and |"), one session: $counts on every rank ($secs s)"
+  [ -n "$retimed" ] && counts="at least $floor passed, 0 failed"
+  again=
+  if [ -n "$retimed" ]; then
+    rm -f "$TMP"/out.* "$TMP"/rc.*
+    T=120 shim $np "$TMP/rank.sh" "$TIMED" "$REF/test_torch.py" >"$TMP/job" 2>&1 ||
+      { tail -n 30 "$TMP"/out.* "$TMP/job"; fail "np=$np: the job running $TIMED alone ended with status $?"; }
+    r=0
+    while [ $r -lt $np ]; do
+      [ "$(cat "$TMP/rc.$r" 2>/dev/null)" = 0 ] && grep -q "^=*[ ]*1 passed" "$TMP/out.$r" ||
+        { tail -n 30 "$TMP/out.$r"; fail "np=$np: $TIMED failed on rank(s)$retimed, and again alone on rank $r"; }
+      r=$((r + 1))
+    done
+    again="; $TIMED failed on rank(s)$retimed (a rank late out of the allreduce before it), passed run again"
+  fi
+  pass "np=$np: Horovod's $(echo "$files" | sed "s|$REF/||g; s| | and |"), one session: $counts on every rank ($secs s)$again"
 done
