@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 static volatile hvd_role_t role = HVD_ROLE_DORMANT;
+volatile int hvd_role_rank0_now;
 
 hvd_role_t hvd_shim_role(void) { return role; }
 void hvd_role_set(hvd_role_t r) { role = r; }

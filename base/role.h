@@ -15,6 +15,14 @@ typedef enum {
 hvd_role_t hvd_shim_role(void);
 void hvd_role_set(hvd_role_t role); /* the constructor, hvd_init and the fork handler */
 const char *hvd_role_name(hvd_role_t role);
+/* Elastic (HVDSHIM_ELASTIC): the death of the job's rank 0 made this process
+ * rank 0.  The engine raises it when it has rebuilt the job over the
+ * survivors (whether or not the script has taken the change in yet); the
+ * overlay reads it at every call it interposes and hands the files and the
+ * console over (hooks/overlay.c). */
+extern volatile int hvd_role_rank0_now;
+static inline void hvd_role_became_rank0(void) { __atomic_store_n(&hvd_role_rank0_now, 1, __ATOMIC_RELEASE); }
+static inline int hvd_role_is_new_rank0(void) { return __atomic_load_n(&hvd_role_rank0_now, __ATOMIC_ACQUIRE); }
 /* Rank from the launcher's environment (OpenMPI, PMIx, MPICH/Hydra, SLURM),
  * or -1.  Sets *local_rank too (-1 if unknown). */
 int hvd_env_rank(int *local_rank);

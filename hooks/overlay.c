@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -137,7 +138,10 @@ void hvd_overlay_cleanup(void) {
   hvd_ovl_drop();
 }
 
-static void cleanup_at_exit(void) { hvd_overlay_cleanup(); }
+static void cleanup_at_exit(void) {
+  overlay_ready(); /* (made rank 0 and nothing written since: the files are its first) */
+  hvd_overlay_cleanup();
+}
 
 /* The script distributes itself (torch.distributed, Horovod): its ranks
  * coordinate through files (a FileStore rendezvous) and choose what each
@@ -193,6 +197,47 @@ static void promote(int at_end) {
 
 void hvd_overlay_promote(void) { promote(0); }
 void hvd_overlay_resume(void) { promote(1); }
+
+/* ------------------------------------------------------------ the console */
+static pthread_mutex_t console_mu = PTHREAD_MUTEX_INITIALIZER;
+static int console_fd = -1; /* the real stdout a silenced rank keeps aside */
+static pid_t console_pid;   /* the process that did */
+
+void hvd_overlay_console(int saved_fd) {
+  pthread_mutex_lock(&console_mu);
+  console_fd = saved_fd, console_pid = getpid();
+  pthread_mutex_unlock(&console_mu);
+}
+
+int hvd_overlay_console_back(void) {
+  overlay_ready();
+  pthread_mutex_lock(&console_mu);
+  int fd = console_fd, rc = 0;
+  if (fd >= 0 && console_pid == getpid()) {
+    console_fd = -1;
+    rc = overlay_fdc.dup2(fd, 1) < 0 ? -1 : 0;
+    overlay_real.close(fd);
+  }
+  pthread_mutex_unlock(&console_mu);
+  return rc;
+}
+
+/* The engine rebuilt the job without its rank 0 and made this process rank
+ * 0 (base/role.h), maybe while the script runs no collective any more (an
+ * evaluation, a checkpoint, its end), where the adapter would take the
+ * change in: from the first call the overlay sees in the rank's main thread
+ * (where the script runs; not the engine's threads, nor a loader's worker
+ * process) or at its exit, the files and the console are its, as the
+ * adapter's own takeover makes them (elastic.py). */
+void overlay_take_over(void) {
+  static int taken;
+  pid_t me = getpid();
+  if ((me != overlay_owner && me != console_pid) || (pid_t)syscall(SYS_gettid) != me) return;
+  if (__atomic_exchange_n(&taken, 1, __ATOMIC_ACQ_REL)) return;
+  promote(0);
+  if (hvd_overlay_console_back() != 0) HVD_WARN("could not take over the console: %s", strerror(errno));
+  HVD_INFO("this rank is rank 0 now (the first one died): the console and the files are its from here on");
+}
 
 void hvd_overlay_arm(int rank, int resuming) {
   if ((rank <= 0 && !resuming) || overlay_on) return;

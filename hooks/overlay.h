@@ -44,6 +44,16 @@ __attribute__((visibility("default"))) void hvd_overlay_promote(void);
  * end (where the job before the restart left it), never truncated; what it
  * wrote before (the script brought back to that point) is dropped. */
 __attribute__((visibility("default"))) void hvd_overlay_resume(void);
+/* A rank whose stdout is silenced (the adapter's output.py: descriptor 1
+ * on /dev/null) keeps the real one aside in saved_fd: the console goes back
+ * there (hvd_overlay_console_back) when this rank becomes rank 0.
+ * Exported. */
+__attribute__((visibility("default"))) void hvd_overlay_console(int saved_fd);
+/* Descriptor 1 back on the saved one (which is closed): once; 0, or -1
+ * with errno.  Also done when the death of rank 0 makes this rank rank 0
+ * (base/role.h) at the next call the overlay sees in the main thread.
+ * Exported. */
+__attribute__((visibility("default"))) int hvd_overlay_console_back(void);
 /* Where a write of `path` really goes, for code that writes with raw system
  * calls the overlay cannot see (safetensors' Rust tempfile-and-rename; the
  * Python bootstrap hands it this path instead): 1 and the overlay path in

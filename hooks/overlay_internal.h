@@ -26,6 +26,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include "../base/role.h"
 #include "overlay_view.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -59,7 +60,14 @@ extern pthread_once_t overlay_resolved;
 void overlay_resolve(void);
 /* The real calls are resolved (before main already, by a constructor: the
  * fd calls, write in a signal handler included, need no first-call work). */
-static inline void overlay_ready(void) { pthread_once(&overlay_resolved, overlay_resolve); }
+/* Then, where the death of the job's rank 0 made this process rank 0
+ * (base/role.h), the files and the console are handed over first
+ * (overlay_take_over: once, in the process's main thread). */
+void overlay_take_over(void);
+static inline void overlay_ready(void) {
+  pthread_once(&overlay_resolved, overlay_resolve);
+  if (__builtin_expect(hvd_role_is_new_rank0(), 0)) overlay_take_over();
+}
 
 extern volatile int overlay_on; /* the overlay is active in this process */
 extern pid_t overlay_owner;     /* the rank process (forked children share the view, not the cleanup) */

@@ -22,6 +22,7 @@
 
 #include "../../base/config.h"
 #include "../../base/log.h"
+#include "../../base/role.h"
 #include "engine_internal.h"
 #include "handles.h"
 #include "../transports/liveness.h"
@@ -291,6 +292,7 @@ void hvd_eng_recover(hvd_engine *e) {
   char err[512];
   if (hvd_eng_rebuild(e, rest, msg, err, sizeof err) != 0) HVD_FATAL("after %s: %s", msg, err);
   if (lost0 && e->rank == 0) { /* the new rank 0 goes on in the first one's timeline and metrics */
+    hvd_role_became_rank0(); /* and has the console and the files from its next call the overlay sees */
     const char *tl = hvd_cfg_str(HVD_CFG_TIMELINE), *mp = hvd_cfg_str(HVD_CFG_METRICS);
     if (tl[0] && hvd_timeline_open(tl, 1, err, sizeof err) != 0) HVD_WARN("%s; timeline disabled", err);
     if (hvd_timeline_enabled()) hvd_timeline_instant("MEMBERSHIP", hvd_eng_us(e, hvd_eng_now()));

@@ -78,6 +78,8 @@ _SIGNATURES = {  # name: (result, arguments)
     "hvd_overlay_off": (None, []),
     "hvd_overlay_promote": (None, []),
     "hvd_overlay_resume": (None, []),
+    "hvd_overlay_console": (None, [ctypes.c_int]),
+    "hvd_overlay_console_back": (ctypes.c_int, []),
     # ranks dying (HVDSHIM_ELASTIC)
     "hvd_elastic_follow": (None, []),
     "hvd_elastic_ack": (_int, [ctypes.POINTER(_int)] * 3 + [_str, _size]),

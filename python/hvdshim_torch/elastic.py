@@ -21,7 +21,6 @@ the end of what the old rank 0 wrote).
 
 Its state: _E."""
 import ctypes
-import os
 import sys
 
 import torch
@@ -114,15 +113,12 @@ def _take_over(resumed=False):
     else:
         capi.LIB.hvd_overlay_promote()
     saved = _O.stdout_saved
-    if saved is not None and saved[0] == "fd":
-        try:
-            if sys.stdout is not None:
-                sys.stdout.flush()  # what it printed before goes where it went (nowhere)
-            os.dup2(saved[1], 1)
-            os.close(saved[1])
-            _O.stdout_saved = None
-        except OSError as e:
-            warn("could not take over stdout: %s" % e)
+    if saved is not None and saved[0] == "fd":  # (the library may have put it back already: overlay.c)
+        if sys.stdout is not None:
+            sys.stdout.flush()  # what it printed before goes where it went (nowhere)
+        if capi.LIB.hvd_overlay_console_back() != 0:
+            warn("could not take over stdout: descriptor 1 was not put back on the console")
+        _O.stdout_saved = None
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, _PrefixedStream):
             stream._prefix = "[rank 0] "

@@ -8,6 +8,7 @@ import sys
 import traceback
 import torch
 
+from . import capi
 from .capi import debug, setting, warn
 from .errors import HvdShimError
 from .state import _S
@@ -137,6 +138,7 @@ def _silence_stdout():
         os.dup2(devnull, 1)
         os.close(devnull)
         _O.stdout_saved = ("fd", saved)
+        capi.LIB.hvd_overlay_console(saved)  # (the library puts it back: _restore_output, or when this rank becomes 0)
     except OSError as e:
         warn("could not silence stdout of rank %d: %s" % (_S.rank, e))
 
@@ -158,8 +160,7 @@ def _restore_output():
             sys.stdout.flush()
         except Exception:
             pass
-        os.dup2(saved[1], 1)
-        os.close(saved[1])
+        capi.LIB.hvd_overlay_console_back()
 
 
 def _short_errors():

@@ -212,4 +212,21 @@ PY
     { cat "$TMP/out"; fail "rank 0 killed: no line saying the learning rates follow the survivors"; }
   same_as_emulation "$TMP/r0.pt" "PyTorch split, rank 0 killed" DROP=$((redone - 1)):0:4 SCALED=3:$((redone - 1)):2
   pass "PyTorch split np=3, rank 0 SIGKILLed at step 30: rank 1 takes over the console and the files (each epoch's line once in the log opened before and on stdout), HVDSHIM_SCALE_LR's rates follow the survivors (a LambdaLR's too), weights = the emulation ($(cat "$TMP/cmp")); $(cat "$TMP/files")"
+  # rank 0 dies after the last collective (while the script evaluates,
+  # before it saves): no later operation fails for the adapter to take the
+  # change in, so the library hands the console and the files to rank 1 at
+  # its next write: its "done" line is printed and logged, and its weights
+  # (the plain run's: no step was lost) saved
+  rm -f "$TMP/end.pt" "$TMP/end.pt.log"
+  rc=0
+  T=120 LD_PRELOAD="$LIB" mpi 2 --with-ft ulfm -x LD_PRELOAD -x OMP_NUM_THREADS=1 -x HVDSHIM_ELASTIC=1 \
+    -x HVDSHIM_DATA=split "$PYTHON" "$TRAIN" "$TMP/end.pt" 0:end >"$TMP/out" 2>&1 || rc=$?
+  [ $rc = 0 ] || { cat "$TMP/out"; fail "PyTorch split, rank 0 killed after training: status $rc"; }
+  [ "$(grep -c "^done$" "$TMP/out")" = 1 ] && [ "$(grep -c "^epoch 2: loss" "$TMP/out")" = 1 ] ||
+    { cat "$TMP/out"; fail "rank 0 killed after training: rank 1's 'done' is not on stdout once"; }
+  [ -f "$TMP/end.pt" ] && [ "$(tail -n 1 "$TMP/end.pt.log")" = done ] && [ "$(wc -l <"$TMP/end.pt.log")" = 4 ] ||
+    { cat "$TMP/out" "$TMP/end.pt.log"; fail "rank 0 killed after training: rank 1's weights or its log line were not written"; }
+  cmp_weights "$TMP/end.pt" "$TMP/plain.pt" >"$TMP/cmp" 2>&1 ||
+    { cat "$TMP/out" "$TMP/cmp"; fail "rank 0 killed after training: the weights saved differ from the plain run"; }
+  pass "PyTorch split np=2, rank 0 SIGKILLed after the last collective: rank 1 takes over the console and the files at its next write (its line printed and logged once, its weights saved: the plain run's, $(cat "$TMP/cmp"))"
 fi

@@ -7,7 +7,11 @@ shim knows of:
                   it has its batch of STEP (0-based), not in a job hvdrun
                   started again to grow (HVDSHIM_ELASTIC_RESUME=1); with
                   argv[3] FILE, it makes FILE and waits instead (the test
-                  then kills its host: tests/launcher/multihost.sh);
+                  then kills its host: tests/launcher/multihost.sh); STEP
+                  "end": after training, while the others evaluate (a
+                  pause of EVAL_PAUSE seconds, 2 by default, with no
+                  collective) before they print "done", append it to the
+                  log and save;
   DROP=STEP:LO:HI the single-process emulation: rows LO..HI-1 of that step's
                   batch left out (the dead rank's slice under HVDSHIM_DATA=split).
 SPARSE=1: an embedding with sparse gradients (nn.Embedding(sparse=True))
@@ -55,7 +59,7 @@ sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: 0.7 ** e) \
     if os.environ.get("SCHED") == "1" and not scaled else None
 die = sys.argv[2].split(":") if len(sys.argv) > 2 and os.environ.get("HVDSHIM_ELASTIC_RESUME") != "1" else None
 if die:
-    die = [[int(v) for v in die[0].split(",")], int(die[1])]
+    die = [[int(v) for v in die[0].split(",")], -1 if die[1] == "end" else int(die[1])]
 drop = [int(v) for v in os.environ["DROP"].split(":")] if os.environ.get("DROP") else None
 me = int(os.environ.get("OMPI_COMM_WORLD_RANK", "-1"))
 log = open(sys.argv[1] + ".log", "a")
@@ -89,5 +93,12 @@ for epoch in range(3):
         sched.step()
     print("epoch %d: loss %.6f" % (epoch, total / len(loader)))
     log.write("epoch %d: loss %.6f\n" % (epoch, total / len(loader)))
+    log.flush()
+if die and die[1] == -1:  # an evaluation that needs no collective: a rank dies during it
+    if me in die[0]:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(float(os.environ.get("EVAL_PAUSE", "2")))
+    print("done", flush=True)
+    log.write("done\n")
     log.flush()
 torch.save(model.state_dict(), sys.argv[1])
