@@ -22,7 +22,7 @@ from .gradients.step import _wrap_step
 from . import rng as _rng
 from .rng import seed_torch_at_import as _seed_torch
 from .models import (_M, RANDOM_INITS, _count_batch, _forward_pre_hook, adopt_free, converted, hook_forwards,
-                     module_made, note_new_params, reinitialised)
+                     module_made, note_new_params, reinitialised, to_eval)
 from .data.iterable import _dealt_iter, _dealt_len
 from .data.iteration import _IT, padded_slices
 from .data.loaders import _prepare_loader, _warn_if_alone
@@ -231,6 +231,17 @@ def _patch():
                     converted()
         return _apply
     wrap(torch.nn.Module, "_apply", make_apply)
+
+    # a registered model's buffers take rank 0's when it leaves training (models.to_eval)
+    def make_train(orig):
+        def train(self, mode=True):
+            was = self.training
+            out = orig(self, mode)
+            if was and not mode and self in _S.roots:
+                to_eval(self)
+            return out
+        return train
+    wrap(torch.nn.Module, "train", make_train)
 
     def make_register_parameter(orig):
         def register_parameter(self, name, param):

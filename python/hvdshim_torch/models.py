@@ -17,6 +17,7 @@ from .data.same_batches import _FP, _note_batch, note_root_call
 from .errors import HvdShimError
 from .gradients.hooks import _Param
 from .gradients.params import _P
+from . import elastic as _elastic
 from .lifecycle import _check_stand_aside, _start
 from .resize import free_state, model_state
 from .state import _S
@@ -129,8 +130,8 @@ def _register_root(module):
     _M.known.update(module.modules())
     _follow_params(module, k)
     if _S.rank == 0:
-        info("%s: %d parameters and buffers broadcast from rank 0, %d gradients hooked"
-             % (what, len(entries), sum(1 for p in _P.params if p.hooked)))
+        hooked = sum(1 for p in module.parameters() if p in _P.by_param and _P.by_param[p].hooked)
+        info("%s: %d parameters and buffers broadcast from rank 0, %d gradients hooked" % (what, len(entries), hooked))
     if _S.free_pending:  # (an optimizer made before this first forward: its other parameters, before they are used)
         adopt_free()
 
@@ -150,6 +151,25 @@ def _rank0_values(named, in_backward=False):
         pending.wait()
         for buf, t in copies:
             (t.data if in_backward else t).copy_(buf)
+
+
+def to_eval(module):
+    """A registered model leaves training mode (model.eval()) where each rank
+    keeps its own buffers (HVDSHIM_SYNC_BN off: shard mode's default): its
+    buffers (BatchNorm's running statistics, updated from each rank's own
+    batches) take rank 0's values, as DistributedDataParallel's
+    broadcast_buffers does at every forward, so every rank evaluates the
+    same model: an evaluation that decides (early stopping, the best
+    checkpoint) decides alike on every rank."""
+    if _S.sync_bn or not (_S.enabled and _S.started) or _S.size < 2:
+        return
+    k = next((i for i, ref in enumerate(_S.models) if ref() is module), None)
+    if k is None:
+        return
+    named = [("m%d.b.%s" % (k, n), n, t) for n, t in module.named_buffers()
+             if not _is_lazy(t) and t.device.type in ("cpu", "cuda")]
+    if named:
+        _elastic.retrying(_rank0_values, named)
 
 
 # torch.nn.init's functions that draw random numbers (reset_parameters calls them)

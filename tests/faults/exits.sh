@@ -43,6 +43,8 @@ HVDSHIM_LOG_LEVEL=info shim 3 "$PYTHON" "$FAULT_TRAIN" --fault stop-on-loss --ch
 stops=$(grep -c "stopping at step" "$TMP/stop" || true)
 [ "$stops" -ge 1 ] || { cat "$TMP/stop"; fail "stopping rule: no rank stopped early"; }
 grep -q "rank(s) .* finished; the others go on" "$TMP/stop" || { cat "$TMP/stop"; fail "stopping rule: no join reported"; }
+grep -q "warning (torch): [12] of 3 ranks finished the script while this rank still trains (its backward after optimizer step [0-9]*): training goes on over the [12] left" "$TMP/stop" ||
+  { cat "$TMP/stop"; fail "stopping rule: no warning that training goes on over the ranks left"; }
 bad=$(sed -n 's/.*\] ck \([0-9]*\) \(.*\)/\1 \2/p' "$TMP/stop" | sort -u | awk '{n[$1]++} END {for (k in n) if (n[k] > 1) print k}')
 [ -z "$bad" ] || { cat "$TMP/stop"; fail "ranks still training disagree on the weights at step(s) $bad"; }
 no_leftovers "$tag"

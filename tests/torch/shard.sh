@@ -85,3 +85,40 @@ for mode in sliced random; do
     ! grep -q "^hvdshim\[1\].*same batches" "$TMP/nodl" || { cat "$TMP/nodl"; fail "no DataLoader, $mode batches: expected $want line(s) naming the same batches"; }
 done
 pass "no DataLoader: batches the script cuts itself named once as the same on every rank; random batches not"
+
+# BatchNorm's running statistics follow each rank's own batches in shard
+# mode: at model.eval() they take rank 0's (as DDP's broadcast_buffers
+# does), so every rank evaluates the same model and an early stop on the
+# validation loss stops every rank at the same epoch (each rank's own
+# statistics: the values differ in the 4th digit, and the stop diverged in
+# 2 of 10 seeds, one rank training on alone)
+cat >"$TMP/bn_eval.py" <<'PY'
+import torch, torch.nn as nn
+torch.manual_seed(5)
+model = nn.Sequential(nn.Linear(4, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+train = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(256, 4) * 3 + 1, torch.randn(256, 1)),
+                                    batch_size=32, shuffle=True)
+val_x, val_y = torch.randn(128, 4) * 3 + 1, torch.randn(128, 1)
+best = float("inf")
+for epoch in range(8):
+    model.train()
+    for x, y in train:
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    model.eval()
+    with torch.no_grad():
+        val = nn.functional.mse_loss(model(val_x), val_y).item()
+    print("epoch %d val %.9f mean %.9f" % (epoch, val, model[1].running_mean.sum().item()))
+    if val > best:
+        break
+    best = val
+print("stopped after epoch %d" % epoch)
+PY
+shim 2 "$PYTHON" "$TMP/bn_eval.py" >"$TMP/bn" 2>&1 || { cat "$TMP/bn"; fail "shard mode, BatchNorm evaluated each epoch: the job failed"; }
+r0=$(sed -n 's/^\[rank 0\] //p' "$TMP/bn")
+r1=$(sed -n 's/^\[rank 1\] //p' "$TMP/bn")
+[ -n "$r0" ] && [ "$r0" = "$r1" ] && echo "$r0" | grep -q "^stopped after epoch" ||
+  { cat "$TMP/bn"; fail "shard mode, BatchNorm: the ranks evaluated different models (their lines differ)"; }
+pass "shard mode, BatchNorm: at model.eval() every rank takes rank 0's running statistics: the same validation loss on both ranks each epoch, one early stop ($(echo "$r0" | tail -n 1))"

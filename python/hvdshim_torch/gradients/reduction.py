@@ -20,7 +20,7 @@ from ..collectives import Pending
 from ..data import same_batches
 from ..data.same_batches import _FP
 from ..errors import HvdShimError, MembershipChanged
-from ..state import _S
+from ..state import _S, _warn_once
 from . import round_vector
 from .accumulation import _A, _adopt_k, _propose_k
 from .hyperparams import _apply_hyper, _hyper_slots
@@ -99,6 +99,8 @@ def _reduce_round_once():
     _H.batch.flush(waited=True)
     if _S.data_mode == "split" and got.ranks < _S.size:
         _ranks_left(_S.size - got.ranks)
+    elif got.ranks < _S.size:
+        _ranks_gone(got.ranks, got.rank0)
     f = _share_correction(got.shares) if _S.shares else 1.0
     if got.rank0:  # rank 0 took part
         _apply_hyper(slots, got.hyperparameters())
@@ -125,6 +127,20 @@ def _ranks_left(gone):
         "by the script, a NaN check of the loss before backward) decides differently on each rank; end loops on "
         "a fixed count or on the loss read after backward (averaged over ranks), or use HVDSHIM_DATA=shard"
         % (gone, _S.size, _S.steps))
+
+
+def _ranks_gone(ranks, rank0_here):
+    """Shard mode: ranks have finished the script while this one trains.
+    Said once for each count, by rank 0 (by every rank still training once
+    rank 0 has finished: its console is gone): the rest of training is the
+    ranks left's, a part of the data each, and rank 0's log alone does not
+    show it."""
+    if _S.rank == 0 or not rank0_here:
+        _warn_once("ranks-gone-%d" % ranks,
+                   "%d of %d ranks finished the script while this rank still trains (its backward after optimizer step "
+                   "%d): training goes on over the %d left, each on its own part of the data. Ranks stop at "
+                   "different points when a decision is taken on a value each rank computes alone (an early stop on "
+                   "its own loss or accuracy, a count of its own batches)" % (_S.size - ranks, _S.size, _S.steps, ranks))
 
 
 def _start_over():
