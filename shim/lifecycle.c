@@ -171,11 +171,15 @@ __attribute__((constructor)) static void hvd_shim_ctor(void) {
   hvd_log_set_rank(rank);
   load_config();
   if (!config_ok) {
+    /* One line for the job: rank 0 says it and ends at once, which ends
+     * the job (the launcher stops the other ranks); a rank > 0 says it
+     * only if it is still running 2 s later (its settings alone are bad). */
+    if (rank > 0) sleep(2);
     hvd_log_threshold = HVD_LOG_ERROR;
     HVD_ERROR("%s", config_error);
     _exit(1);
   }
-  hvd_config_check_unknown(warn_unknown);
+  if (rank == 0) hvd_config_check_unknown(warn_unknown); /* (once for the job: every rank has the same names) */
   pthread_atfork(NULL, NULL, fork_child);
   hvd_role_set(HVD_ROLE_ARMED);
   say_role("a rank process");

@@ -90,21 +90,32 @@ def _console_emit(handler, record):
     through the prefixed stderr too; on ranks other than 0, its records
     below WARNING are dropped (every rank logs the same progress: the
     loss it reads is averaged), as their stdout is.  File handlers are left
-    alone."""
-    stream, err = handler.stream, sys.stderr
+    alone.  A handler on stdout (HuggingFace's examples make one) goes
+    where the rank's stdout goes: prefixed with HVDSHIM_WORKER_STDOUT=1;
+    nowhere on the other ranks by default, but for its warnings and
+    errors, which go to the prefixed stderr."""
+    stream, err, out = handler.stream, sys.stderr, sys.stdout
     moved = None
     if isinstance(err, _PrefixedStream) and stream is err._stream:
         moved = err
-    elif isinstance(stream, _PrefixedStream) and stream is not err:  # (the adapter stood aside since)
+    elif isinstance(out, _PrefixedStream) and stream is out._stream:
+        moved = out
+    elif isinstance(stream, _PrefixedStream) and stream is not err and stream is not out:  # (stood aside since)
         moved = stream._stream
     if moved is not None:
         try:
             handler.stream = stream = moved
         except AttributeError:  # (a handler whose stream cannot be set: left as it is)
             pass
-    if _O.quiet_console and record.levelno < logging.WARNING and \
-            (stream is err or stream is sys.stdout or stream is sys.__stderr__ or stream is sys.__stdout__):
-        return None
+    if _O.quiet_console and (stream is err or stream is out or stream is sys.__stderr__ or stream is sys.__stdout__):
+        if record.levelno < logging.WARNING:
+            return None
+        if (stream is out or stream is sys.__stdout__) and _O.stdout_saved is not None:  # (silenced: to stderr)
+            try:
+                handler.stream = err
+                return _emit(handler, record)
+            finally:
+                handler.stream = stream
     return _emit(handler, record)
 
 

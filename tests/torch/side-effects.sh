@@ -29,6 +29,9 @@ logging.getLogger("file").propagate = False
 late = logging.getLogger("late")
 late.addHandler(logging.StreamHandler())
 late.propagate = False
+out = logging.getLogger("out")
+out.addHandler(logging.StreamHandler(sys.stdout))
+out.propagate = False
 m = torch.nn.Linear(4, 1)
 opt = torch.optim.SGD(m.parameters(), lr=0.1)
 for step in range(3):
@@ -40,15 +43,23 @@ for step in range(3):
 logging.getLogger("file").info("to the file")
 late.info("late info")
 late.warning("late warning")
+out.info("out info")
+out.warning("out warning")
 EOF_PY
 shim 2 "$PYTHON" logs.py "$TMP/log-%p.txt" >out 2>err || { cat out err; fail "logging run failed"; }
 [ "$(grep -c '^\[rank 0\] INFO step [0-2] loss' err)" = 3 ] && [ "$(grep -c '^\[rank 0\] late info$' err)" = 1 ] &&
   [ "$(grep -c 'late warning$' err)" = 2 ] && [ "$(grep -c 'INFO\|late info' err)" = 4 ] &&
   [ "$(grep -c '^\[rank 1\] late warning$' err)" = 1 ] || { cat err; fail "logging: expected rank 0's records, rank 1's warnings"; }
 grep -q "^to the file$" "$TMP/log-"*.txt || { cat "$TMP/log-"*.txt; fail "logging: the file handler lost a record"; }
+# a handler on stdout: rank 0's records on stdout; rank 1's warning on the prefixed stderr, its info nowhere
+[ "$(grep -c '^out info$' out)" = 1 ] && [ "$(grep -c '^out warning$' out)" = 1 ] &&
+  [ "$(grep -c '^\[rank 1\] out warning$' err)" = 1 ] && ! grep -q 'out info' err ||
+  { cat out err; fail "logging to stdout: expected rank 0's records on stdout and rank 1's warning on stderr"; }
 HVDSHIM_WORKER_STDOUT=1 shim 2 "$PYTHON" logs.py "$TMP/log-%p.txt" >out 2>err || { cat out err; fail "logging run failed"; }
 [ "$(grep -c '^\[rank 1\] INFO step [0-2] loss' err)" = 3 ] || { cat err; fail "HVDSHIM_WORKER_STDOUT=1: expected rank 1's records"; }
-pass "console logging (configured before and after import torch): rank 0's records prefixed, the others' warnings only (all with HVDSHIM_WORKER_STDOUT=1)"
+[ "$(grep -c '^\[rank [01]\] out info$' out)" = 2 ] && ! grep -q '^out info' out ||
+  { cat out; fail "HVDSHIM_WORKER_STDOUT=1: a handler on stdout: expected every rank's records prefixed"; }
+pass "console logging (configured before and after import torch): rank 0's records prefixed, the others' warnings only (all with HVDSHIM_WORKER_STDOUT=1); a handler on stdout: rank 0's on stdout, the others' warnings on stderr (every rank's, prefixed, with HVDSHIM_WORKER_STDOUT=1)"
 rm -f ck-*.pt
 HVDSHIM_WORKER_STDOUT=1 HVDSHIM_SAVE_RANKS=all shim 2 "$PYTHON" "$TRAIN" --stderr-line --out "$TMP/ck-%p.pt" >out 2>&1 ||
   { cat out; fail "np=2 run with WORKER_STDOUT/SAVE_RANKS failed"; }
