@@ -249,7 +249,8 @@ static void exiting(int status) {
 static pid_t own_mpi_pid;
 
 static void end_own_mpi(int status) {
-  if (!own_mpi_pid || getpid() != own_mpi_pid || hvd_shim_role() == HVD_ROLE_ACTIVE) return;
+  static int ending; /* (MPI_Abort ends through _exit, which comes back here) */
+  if (!own_mpi_pid || getpid() != own_mpi_pid || hvd_shim_role() == HVD_ROLE_ACTIVE || ending) return;
   if (hvd_engine_mpi_early_wait() != 1) return;
   int down = 0, failed = init_tried && init_result != HVD_OK;
   MPI_Finalized(&down);
@@ -258,6 +259,14 @@ static void end_own_mpi(int status) {
     PMPI_Finalize();
     return;
   }
+  ending = 1;
+  /* a failure alike on every rank (the script's error before any training):
+   * rank 0 ends the job, and a rank > 0 only if it still runs a second later,
+   * so the job says it once and no two ranks abort at once (Open MPI 4.1
+   * garbles the help messages of two) */
+  int rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank > 0) sleep(1);
   HVD_ERROR("exiting with status %d%s; ending the job", status, failed ? " after hvd_init failed" : "");
   hvd_log_let_out();
   PMPI_Abort(MPI_COMM_WORLD, status);

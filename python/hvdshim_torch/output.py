@@ -5,6 +5,7 @@ Its state: _O."""
 import logging
 import os
 import sys
+import time
 import traceback
 import torch
 
@@ -178,8 +179,11 @@ def _short_errors():
     """An hvdshim error the script does not catch ends its rank with two
     lines: the message and the script's line that led to it, not a
     traceback through torch and the adapter on every rank
-    (HVDSHIM_LOG_LEVEL=debug keeps Python's traceback).  Other exceptions,
-    and a hook the script installs itself, are left alone."""
+    (HVDSHIM_LOG_LEVEL=debug keeps Python's traceback).  Most are raised
+    alike on every rank (a setting, a loader's batch size): a rank > 0 says
+    its message a second later, when rank 0 has not ended the job by then
+    (its own failure), so the job says it once.  Other exceptions, and a
+    hook the script installs itself, are left alone."""
     previous = sys.excepthook
     inside = (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(torch.__file__)))
 
@@ -192,6 +196,8 @@ def _short_errors():
             if not name.startswith(inside) and not name.startswith("<"):
                 where = "%s:%d, in %s" % (frame.f_code.co_filename, line, frame.f_code.co_name)
         msg = str(value) if str(value).startswith("hvdshim") else "hvdshim: %s" % value
+        if _S.rank > 0:
+            time.sleep(1.0)
         try:
             sys.stderr.write("%s\n  (raised at %s; HVDSHIM_LOG_LEVEL=debug prints the traceback)\n"
                              % (msg, where or "hvdshim's own code"))
