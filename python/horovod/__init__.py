@@ -4,8 +4,8 @@ libhvdshim.so serves this package in a rank when the script imports
 `horovod` and no real Horovod is importable (HVDSHIM_HOROVOD=auto, the
 default), or always (HVDSHIM_HOROVOD=on).  `horovod.torch` is Horovod's
 PyTorch API on hvdshim's engine; every byte moves in libhvdshim.so.  The
-zero-code adapter stands aside when it is imported, as it does for real
-Horovod.  See docs/HOROVOD.md."""
+zero-code adapter stands aside at hvd.init() (at the import of a real
+Horovod).  See docs/HOROVOD.md."""
 
 # The release whose API this package follows.
 __version__ = "0.28.1"

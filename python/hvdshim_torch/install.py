@@ -380,13 +380,13 @@ def _wrap_accelerate(module):
     wrap(acc, "backward", make_backward)
 
 
-class _HorovodWatcher:
-    """Stands aside the moment a script imports Horovod."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name == "horovod" and _S.enabled:
-            _check_stand_aside(HOROVOD)
-        return None
+def _horovod_imported(module):
+    """Real Horovod imported: the script distributes itself, stand aside
+    now.  hvdshim's served package waits for its hvd.init()
+    (lifecycle.horovod_init): a library may import it only to learn
+    whether it can."""
+    if not getattr(module, "__hvdshim__", False):
+        _check_stand_aside(HOROVOD)
 
 
 # ------------------------------------------------------------------ entry
@@ -437,7 +437,7 @@ def install(rng_seed=None):
     _short_errors()
     _set_threads()
     _patch()
-    sys.meta_path.insert(0, _HorovodWatcher())
+    after_import("horovod", _horovod_imported)
     after_import("accelerate.accelerator", _wrap_accelerate)
     capi.LIB.hvd_mpi_early()  # (HVDSHIM_EARLY_MPI: the ranks meet while the script builds its data and model)
     debug("PyTorch %s adapter installed (rank %d of %d, %s gradient hooks, host-memory gradients reduced %s)"

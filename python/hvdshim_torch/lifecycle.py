@@ -33,11 +33,27 @@ def _start():
 
 
 # ------------------------------------------------------------------ stand aside
-HOROVOD = "Horovod is imported"
+HOROVOD = "Horovod is in use"
+
+
+def _horovod_in_use():
+    """Real Horovod imported, or hvdshim's served horovod initialized
+    (hvd.init): a library that only imports it to learn whether it can
+    (torch-ignite's import of horovod.torch) distributes nothing."""
+    mod = sys.modules.get("horovod")
+    if mod is None:
+        return False
+    return not getattr(mod, "__hvdshim__", False) or _S.horovod_init
+
+
+def horovod_init():
+    """The served package's hvd.init(): the script distributes itself."""
+    _S.horovod_init = True
+    _check_stand_aside(HOROVOD)
 
 
 def _other_distribution():
-    if "horovod" in sys.modules or any(m.startswith("horovod.") for m in list(sys.modules)):
+    if _horovod_in_use():
         return HOROVOD
     dist = getattr(torch, "distributed", None)
     try:

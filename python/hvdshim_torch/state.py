@@ -35,6 +35,7 @@ class _State:
         # what the adapter follows of the script (weak references)
         self.models = []            # registered root modules
         self.roots = weakref.WeakSet()  # the registered roots
+        self.horovod_init = False   # the served horovod package's hvd.init() was called (lifecycle.horovod_init)
         self.optimizers = []        # in creation order (hyperparameters follow rank 0)
         self.free_pending = False   # an optimizer was made or given a group since the last look for free parameters
         self.schedulers = []        # the LR schedulers made (HVDSHIM_SCALE_LR: their base_lrs; resize: their state)

@@ -26,9 +26,40 @@ sys.stdout.write("hvd-script-done\n")  # one write: lines of two ranks stay whol
 sys.stdout.flush()
 PY
 PYTHONPATH="$TMP/fake" shim 2 -x PYTHONPATH "$PYTHON" "$TMP/hvd.py" >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "horovod script failed"; }
-grep -q "Horovod is imported: the script distributes itself; hvdshim stands aside" "$TMP/out" &&
+grep -q "Horovod is in use: the script distributes itself; hvdshim stands aside" "$TMP/out" &&
   [ "$(grep -o 'hvd-script-done' "$TMP/out" | wc -l)" = 2 ] || { cat "$TMP/out"; fail "Horovod script not left alone"; }
 pass "Horovod script left alone"
+# hvdshim's served horovod imported only to learn whether it can be (as
+# torch-ignite imports horovod.torch): the script is distributed (4 batches
+# a rank); with hvd.init() it distributes itself and is left alone
+cat >"$TMP/probe.py" <<'PY'
+import sys
+import torch
+try:
+    import horovod.torch as hvd
+except ImportError:
+    hvd = None
+if "init" in sys.argv:
+    hvd.init()
+dl = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 2), torch.randn(64, 1)), batch_size=8)
+m = torch.nn.Linear(2, 1)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+n = 0
+for x, y in dl:
+    opt.zero_grad()
+    torch.nn.functional.mse_loss(m(x), y).backward()
+    opt.step()
+    n += 1
+sys.stdout.write("probe batches %d\n" % n)
+sys.stdout.flush()
+PY
+HVDSHIM_WORKER_STDOUT=1 shim 2 "$PYTHON" "$TMP/probe.py" >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "a script importing horovod.torch failed"; }
+[ "$(grep -c '^\[rank [01]\] probe batches 4$' "$TMP/out")" = 2 ] && ! grep -q "stands aside" "$TMP/out" ||
+  { cat "$TMP/out"; fail "a script that imports horovod.torch and never calls hvd.init() was not distributed"; }
+shim 2 "$PYTHON" "$TMP/probe.py" init >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "a script calling hvd.init() failed"; }
+[ "$(grep -c 'probe batches 8' "$TMP/out")" = 2 ] && grep -q "Horovod is in use: the script distributes itself" "$TMP/out" ||
+  { cat "$TMP/out"; fail "a script calling hvd.init() was not left alone"; }
+pass "hvdshim's horovod imported and not initialized (a library's check): the script is distributed; with hvd.init(): left alone"
 
 # MPI initialized early (HVDSHIM_EARLY_MPI, on by default): when the script
 # imports torch, so the ranks meet before it builds its data and model; the

@@ -13,6 +13,7 @@ from horovod.common import process_sets as _process_sets
 from horovod.common.exceptions import HorovodInternalError
 from horovod.common.process_sets import _add as _add_process_set, global_process_set
 from hvdshim_torch import capi, errors
+from hvdshim_torch import lifecycle as _lifecycle
 from horovod.torch.compression import Compression
 # Horovod's horovod.torch.mpi_ops has every one of these names
 from horovod.torch.basics import (
@@ -43,6 +44,7 @@ def init(comm=None, process_sets=None):
     with _lock:
         if _state["init"]:
             return
+        _lifecycle.horovod_init()  # (the zero-code adapter stands aside: the script distributes itself)
         st = _lib.hvd_init()
         if st != 0:
             raise HorovodInternalError("hvd.init failed: %s" % _last_error())
