@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,6 +174,63 @@ static struct {
   int one_host;       /* what one_host_pml set */
 } early = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
+/* An elastic job (HVDSHIM_ELASTIC, under ULFM) survives deaths once the
+ * engine runs; a rank that dies before every rank is in MPI (its script
+ * failed or was killed before its first use of the data) leaves the others
+ * in MPI_Init_thread, whose fence waits for it with no end, since the
+ * launcher keeps the job alive for the survivors.  This watch bounds that
+ * wait by HVDSHIM_PEER_TIMEOUT_SECONDS. */
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int done;
+} init_watch = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+static void (*init_end)(int code); /* the host's end_process, where known */
+
+static void *init_watch_main(void *arg) {
+  double limit = *(double *)arg;
+  free(arg);
+  pthread_setname_np(pthread_self(), "hvd-init-watch");
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += (time_t)limit;
+  until.tv_nsec += (long)((limit - floor(limit)) * 1e9);
+  if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+  pthread_mutex_lock(&init_watch.mu);
+  int rc = 0;
+  while (!init_watch.done && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&init_watch.cv, &init_watch.mu, &until);
+  int done = init_watch.done;
+  pthread_mutex_unlock(&init_watch.mu);
+  if (done) return NULL;
+  HVD_ERROR("MPI_Init has not returned after %g s (HVDSHIM_PEER_TIMEOUT_SECONDS): a rank of this elastic job died "
+            "or hangs before every rank had started (an elastic job survives deaths once every rank has made its "
+            "first use of the data); ending this rank", limit);
+  hvd_log_let_out();
+  if (init_end) init_end(1);
+  syscall(SYS_exit_group, 1);
+  return NULL;
+}
+
+static pthread_t init_watch_start(int *started) {
+  pthread_t t = 0;
+  double limit = hvd_cfg_double(HVD_CFG_PEER_TIMEOUT_SECONDS), *arg;
+  *started = 0;
+  if (!hvd_cfg_int(HVD_CFG_ELASTIC) || limit <= 0 || !(arg = malloc(sizeof *arg))) return t;
+  *arg = limit;
+  if (pthread_create(&t, NULL, init_watch_main, arg) == 0) *started = 1;
+  else free(arg);
+  return t;
+}
+
+static void init_watch_stop(pthread_t t, int started) {
+  if (!started) return;
+  pthread_mutex_lock(&init_watch.mu);
+  init_watch.done = 1;
+  pthread_cond_broadcast(&init_watch.cv);
+  pthread_mutex_unlock(&init_watch.mu);
+  pthread_join(t, NULL);
+}
+
 int hvd_eng_mpi_early(void) {
   int up = 0, down = 0;
   MPI_Initialized(&up);
@@ -182,7 +240,10 @@ int hvd_eng_mpi_early(void) {
   if (!up && !down && !early.tried) {
     ulfm_detector();
     early.one_host = one_host_pml();
+    int watching;
+    pthread_t watch = init_watch_start(&watching);
     early.rc = PMPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &early.provided); /* not through our hook */
+    init_watch_stop(watch, watching);
     one_host_undo(early.one_host);
     if (early.rc != MPI_SUCCESS) HVD_DEBUG("MPI_Init_thread, started early, failed (code %d)", early.rc);
     early.tried = 1;
@@ -278,6 +339,7 @@ hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err
   int ours = hvd_eng_mpi_early_wait(); /* MPI started early, or a start in another thread waited for */
   MPI_Initialized(&up);
   if (!up && ours == 0) { /* started here, the same way */
+    init_end = host ? host->end_process : NULL;
     hvd_eng_mpi_early();
     ours = hvd_eng_mpi_early_wait();
   }
