@@ -26,5 +26,10 @@ HVD_EXPORT void hvd_abort_job(const char *msg) __attribute__((noreturn));
  * (HVDSHIM_EARLY_MPI), for the engine's start at first use.  1 when
  * initialized. */
 HVD_EXPORT int hvd_mpi_early(void);
+/* A rank failing: on a rank > 0, wait a second, once per process, so that
+ * a failure alike on every rank is said and ended by rank 0 (which ends the
+ * job meanwhile) and a rank's own failure still is (the adapter's error
+ * line, then the exit that ends the job). */
+HVD_EXPORT void hvd_failing_grace(void);
 
 #endif

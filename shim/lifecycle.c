@@ -248,6 +248,11 @@ static void exiting(int status) {
  * (at_exit, hvd_shutdown). */
 static pid_t own_mpi_pid;
 
+void hvd_failing_grace(void) {
+  static int waited;
+  if (hvd_env_rank(NULL) > 0 && !__atomic_exchange_n(&waited, 1, __ATOMIC_ACQ_REL)) sleep(1);
+}
+
 static void end_own_mpi(int status) {
   static int ending; /* (MPI_Abort ends through _exit, which comes back here) */
   if (!own_mpi_pid || getpid() != own_mpi_pid || hvd_shim_role() == HVD_ROLE_ACTIVE || ending) return;
@@ -264,9 +269,7 @@ static void end_own_mpi(int status) {
    * rank 0 ends the job, and a rank > 0 only if it still runs a second later,
    * so the job says it once and no two ranks abort at once (Open MPI 4.1
    * garbles the help messages of two) */
-  int rank = -1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank > 0) sleep(1);
+  hvd_failing_grace();
   HVD_ERROR("exiting with status %d%s; ending the job", status, failed ? " after hvd_init failed" : "");
   hvd_log_let_out();
   PMPI_Abort(MPI_COMM_WORLD, status);

@@ -184,12 +184,13 @@ static struct {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int done;
-} init_watch = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+  double limit;
+} init_watch = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
 static void (*init_end)(int code); /* the host's end_process, where known */
 
 static void *init_watch_main(void *arg) {
-  double limit = *(double *)arg;
-  free(arg);
+  (void)arg;
+  double limit = init_watch.limit;
   pthread_setname_np(pthread_self(), "hvd-init-watch");
   struct timespec until;
   clock_gettime(CLOCK_REALTIME, &until);
@@ -213,12 +214,9 @@ static void *init_watch_main(void *arg) {
 
 static pthread_t init_watch_start(int *started) {
   pthread_t t = 0;
-  double limit = hvd_cfg_double(HVD_CFG_PEER_TIMEOUT_SECONDS), *arg;
-  *started = 0;
-  if (!hvd_cfg_int(HVD_CFG_ELASTIC) || limit <= 0 || !(arg = malloc(sizeof *arg))) return t;
-  *arg = limit;
-  if (pthread_create(&t, NULL, init_watch_main, arg) == 0) *started = 1;
-  else free(arg);
+  init_watch.limit = hvd_cfg_double(HVD_CFG_PEER_TIMEOUT_SECONDS);
+  *started = hvd_cfg_int(HVD_CFG_ELASTIC) && init_watch.limit > 0 &&
+             pthread_create(&t, NULL, init_watch_main, NULL) == 0;
   return t;
 }
 

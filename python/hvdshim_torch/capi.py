@@ -43,6 +43,7 @@ _SIGNATURES = {  # name: (result, arguments)
     "hvd_log_message": (None, [_int, _str, _str]),
     "hvd_abort_job": (None, [_str]),
     "hvd_mpi_early": (_int, []),
+    "hvd_failing_grace": (None, []),
     "hvd_last_error": (_str, []),
     "hvd_gpu_status": (_int, [_str, _size]),
     # operations
