@@ -830,6 +830,7 @@ class Lengths(unittest.TestCase):
         _S.rank, _S.size, _S.enabled, _S.started, _S.data_mode = 1, 2, True, True, "shard"
         _S.loaders, _S.loader_refs, _S.roots = 0, {}, weakref.WeakSet()
         _EV.loader_trained, _S.warned, _EV.mode_event, _EV.data_events = False, set(), -1, 0
+        _EV.backwards, _EV.new_in_order = 0, True
         self.said = []
         self.addCleanup(setattr, roles, "_warn_once", roles._warn_once)
         roles._warn_once = lambda key, msg: self.said.append(msg)
@@ -926,6 +927,127 @@ class Lengths(unittest.TestCase):
             self.switch(model, False)  # evaluation_loop
             self.assertEqual(_batches(val), 10)
             self.assertEqual((len(train), _batches(train)), (5, 5), epoch)  # not just switched: its past says
+        self.assertEqual(self.said, [])
+
+    def backward(self):
+        _EV.data_events += 1
+        _EV.backwards += 1
+
+    def train_epoch(self, model, train, switch_each_step=True):
+        n = 0
+        for _ in _iterate(train):
+            if switch_each_step:
+                self.switch(model, True)
+            self.backward()
+            n += 1
+        return n
+
+    def eval_in_step(self, model, val):
+        """ignite's supervised evaluator, skorch's validation: the iteration
+        begins in training mode with gradients on, and each step switches the
+        model to eval (and disables gradients) itself."""
+        n = 0
+        for _ in _iterate(val):
+            self.switch(model, False)
+            with torch.no_grad():
+                n += 1
+        return n
+
+    def test_evaluation_switched_inside_each_step(self):
+        for shuffle in (False, True):  # (skorch's training loader reads in order by default)
+            _EV.loader_trained, _EV.backwards = False, 0
+            model = torch.nn.Linear(1, 1)
+            _S.roots.add(model)
+            train, val = self.loader(shuffle=shuffle), self.loader()
+            for epoch in range(3):
+                self.assertEqual(self.train_epoch(model, train), 5, epoch)
+                told = len(val)  # (ignite's Engine.run asks first)
+                self.assertEqual((told, self.eval_in_step(model, val)), (10, 10), (shuffle, epoch))
+                self.assertEqual(self.eval_in_step(model, val), 10, epoch)  # (skorch does not ask)
+            _S.roots.discard(model)
+        self.assertEqual(self.said, [])
+
+    def test_in_order_evaluation_without_eval_or_no_grad(self):
+        model = torch.nn.Linear(1, 1)
+        _S.roots.add(model)
+        train, val = self.loader(shuffle=True), self.loader()
+        for epoch in range(3):
+            self.assertEqual(self.train_epoch(model, train), 5)
+            self.assertEqual(_batches(val), 10, epoch)
+        self.assertEqual(self.said, [])
+
+    def test_a_peeked_training_loader_still_trains(self):
+        """PyTorch's CIFAR-10 tutorial: next(iter(trainloader)) to show a few
+        images, then training with model.train() never called."""
+        train = self.loader(shuffle=True)
+        next(iter(_iterate(train)))
+        model = torch.nn.Linear(1, 1)
+        _S.roots.add(model)
+        for epoch in range(2):
+            self.assertEqual(self.train_epoch(model, train, switch_each_step=False), 5, epoch)
+        self.assertEqual(self.said, [])
+
+    def test_taken_for_evaluation_then_trained(self):
+        """A loader evaluated with the model switched inside each step, then
+        trained on in training mode never switched before the loop: its
+        first training iteration is whole (right, no faster), said once, and
+        sharded after; a loader read whole with no backward in training mode
+        (dataset statistics, a prefetching thread) is not taken for one."""
+        _S.rank = 0
+        model = torch.nn.Linear(1, 1)
+        _S.roots.add(model)
+        first, stats, val = self.loader(shuffle=True), self.loader(shuffle=True), self.loader(shuffle=True)
+        self.train_epoch(model, first, switch_each_step=False)
+        self.assertEqual((_batches(stats), _batches(stats)), (5, 5))  # read whole in training mode: trains
+        self.assertEqual(self.train_epoch(model, stats, switch_each_step=False), 5)
+        self.assertEqual(self.eval_in_step(model, val), 5)  # (nothing known of it yet: trains)
+        self.switch(model, True)
+        self.backward()
+        got = [self.train_epoch(model, val) for _ in range(3)]
+        self.assertEqual(got, [10, 5, 5])
+        self.assertEqual(len(self.said), 1)
+        self.assertIn("an earlier one ran in eval mode with no backward pass", self.said[0])
+        # a new in-order loader each epoch, model.train() never called: the
+        # first new one is taken for an evaluation, and the rule ends there
+        got = [self.train_epoch(model, self.loader(), switch_each_step=False) for _ in range(3)]
+        self.assertEqual(got, [10, 5, 5])
+        self.assertEqual(len(self.said), 2)
+        self.assertIn("a new loader reading in order", self.said[1])
+        self.switch(model, True)
+        self.assertEqual(_batches(self.loader()), 5)  # train() just called: the script's word
+
+    def test_evaluator_that_does_not_run_out(self):
+        """ignite's Engine.run takes len(data) batches an epoch without asking
+        for one more, and asks at the next epoch's start (running out, a new
+        iterator then): the trainer's backward passes after the evaluator's
+        last batch are not the evaluator's."""
+        model = torch.nn.Linear(1, 1)
+        _S.roots.add(model)
+        train, val = self.loader(shuffle=True), self.loader()
+
+        class Engine:
+            def __init__(self, data, step):
+                self.data, self.step, self.it = data, step, None
+                self.length = len(data)
+
+            def run(self):
+                n = 0
+                while n < self.length:
+                    try:
+                        batch = next(self.it)
+                    except (StopIteration, TypeError):
+                        self.it = _iterate(self.data)
+                        continue
+                    self.step(batch)
+                    n += 1
+                return n, self.length
+
+        trainer = Engine(train, lambda b: (self.switch(model, True), self.backward()))
+        evaluator = None
+        for epoch in range(3):
+            self.assertEqual(trainer.run(), (5, 5), epoch)
+            evaluator = Engine(val, lambda b: self.switch(model, False))  # (a new run each time: len asked)
+            self.assertEqual(evaluator.run(), (10, 10), epoch)
         self.assertEqual(self.said, [])
 
     def test_kept_answer_wins_and_is_said_once(self):

@@ -122,3 +122,42 @@ r1=$(sed -n 's/^\[rank 1\] //p' "$TMP/bn")
 [ -n "$r0" ] && [ "$r0" = "$r1" ] && echo "$r0" | grep -q "^stopped after epoch" ||
   { cat "$TMP/bn"; fail "shard mode, BatchNorm: the ranks evaluated different models (their lines differ)"; }
 pass "shard mode, BatchNorm: at model.eval() every rank takes rank 0's running statistics: the same validation loss on both ranks each epoch, one early stop ($(echo "$r0" | tail -n 1))"
+
+# An evaluation that begins in training mode with gradients on and switches
+# the model inside each step (ignite's supervised evaluator, skorch's
+# validation) is whole on every rank from the first epoch, in shard and in
+# split mode: every rank counts all 100 validation samples, and len() agrees
+cat >"$TMP/eval_in_step.py" <<'PY'
+import torch, torch.nn as nn
+torch.manual_seed(3)
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+data = lambda n: torch.utils.data.TensorDataset(torch.randn(n, 4), torch.randint(0, 2, (n,)))
+train = torch.utils.data.DataLoader(data(128), batch_size=16, shuffle=True)
+val = torch.utils.data.DataLoader(data(100), batch_size=16)
+for epoch in range(3):
+    for x, y in train:
+        model.train()
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    told, seen, right = len(val), 0, 0
+    for x, y in val:
+        model.eval()
+        with torch.no_grad():
+            seen += len(y)
+            right += (model(x).argmax(1) == y).sum().item()
+    print("epoch %d len %d seen %d right %d" % (epoch, told, seen, right))
+PY
+for mode in shard split; do
+  HVDSHIM_DATA=$mode shim 2 "$PYTHON" "$TMP/eval_in_step.py" >"$TMP/eis" 2>&1 ||
+    { cat "$TMP/eis"; fail "$mode mode, evaluation switched inside each step: the job failed"; }
+  for r in 0 1; do
+    got=$(sed -n "s/^\[rank $r\] epoch [0-9] len 7 seen 100 right [0-9]*$/ok/p" "$TMP/eis" | wc -l)
+    [ "$got" = 3 ] || { cat "$TMP/eis"; fail "$mode mode, evaluation switched inside each step: rank $r did not evaluate all 100 samples in 7 batches each epoch"; }
+  done
+  [ "$(sed -n 's/^\[rank 0\] //p' "$TMP/eis")" = "$(sed -n 's/^\[rank 1\] //p' "$TMP/eis")" ] &&
+    ! grep -q "len() was asked\|taken for an" "$TMP/eis" ||
+    { cat "$TMP/eis"; fail "$mode mode, evaluation switched inside each step: ranks differ, or a warning"; }
+done
+pass "an evaluation begun in training mode that switches the model inside each step (ignite's, skorch's) is whole on every rank from the first epoch, shard and split mode"

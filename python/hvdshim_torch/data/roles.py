@@ -10,6 +10,15 @@ The evidence, strongest first:
     grad) of a known model is in training mode; a wrapper module's own mode
     does not count (timm-style tasks hold the loss in a module that stays in
     train mode while the inner model evaluates);
+  * what the loader's iterations did, seen between two of their batches:
+    one that began in training mode and had the models in eval mode and no
+    backward pass run at its second batch (ignite's evaluator and skorch's
+    validation switch the model inside each step), where none ran a
+    backward pass between two batches, evaluates though the models are in
+    training mode (not just switched there); so does a loader never
+    iterated that reads in order, begun in training mode once another
+    loader has trained.  An iteration taken so that runs a backward pass
+    after all is said once, and the rule ends;
   * the loader's own past: the kind of iteration that followed its last
     kind the previous time; the first time, the same kind again (a loader
     used both ways alternates);
@@ -17,7 +26,8 @@ The evidence, strongest first:
     already, or when it reads in order (shuffle=False) beside one that
     shuffles; else training.
 An iteration (DataLoader.__iter__: begin) trains when gradients are
-enabled and the models' mode says so (no model known yet: training); where
+enabled and the models' mode says so (no model known yet: training) and
+what its iterations did does not say otherwise; where
 the models are in eval mode but were not just switched there (the
 HuggingFace Trainer makes an epoch's iterator before training_step calls
 model.train()), its past decides.
@@ -45,8 +55,11 @@ from ..state import _S, _warn_once
 class _Events:
     def __init__(self):
         self.data_events = 0        # loader iterations made or run out, and outermost backward passes
+        self.backwards = 0          # outermost backward passes
         self.mode_event = -1        # data_events at the last Module.train()/eval() (equal: no event since)
         self.loader_trained = False  # a DataLoader was iterated in training
+        self.new_in_order = True    # a new in-order loader begun in train mode beside a trained one evaluates
+                                    # (until one such trains: Role._settle)
 
 
 _EV = _Events()
@@ -113,6 +126,11 @@ class Role:
         self.sharded = False    # the running (or last) iteration's decision
         self.ended_at = None    # _EV.data_events just after its last iteration ran out
         self.making = None      # the decision while DataLoader.__iter__ makes the iterator
+        self.trained = False    # a backward ran between two batches of one of its iterations: a loader that trains
+        self.evaluates = False  # one of its iterations, begun in training mode, had the models in eval mode and had
+                                # run no backward at its second batch (or end), and none of them trained (gap)
+        self.whole_why = None   # the running iteration is whole by _evaluates_in_train_mode only: which rule
+        self.began_training = False  # the running iteration began with gradients on and the models in training mode
 
     def __getstate__(self):  # (a loader copied or pickled: its role without the references)
         state = dict(self.__dict__)
@@ -147,6 +165,8 @@ class Role:
             return m
         if self.ended_at == _EV.data_events:  # its iteration has just run out: len is about that one
             return self.sharded
+        if m is not False and self._evaluates_in_train_mode():
+            return False
         follows = self._follows()
         if follows is not None:
             return follows
@@ -165,12 +185,60 @@ class Role:
     # -- iterations
     def _own(self):
         """The iteration made now trains, by its own evidence."""
+        self.whole_why = None
+        self.began_training = False
         if not (_S.enabled and torch.is_grad_enabled()):
             return False
         m = models_training()
-        if m is not False or _just_switched():
-            return m is not False
-        return bool(self._follows())  # in eval mode since before the last event: its past decides
+        self.began_training = m is True
+        if m is False and not _just_switched():
+            return bool(self._follows())  # in eval mode since before the last event: its past decides
+        if m is True and not _just_switched():
+            self.whole_why = self._evaluates_in_train_mode()
+        return m is not False and self.whole_why is None
+
+    def _evaluates_in_train_mode(self):
+        """With the models in training mode since before the last event (so
+        not the script's word for this loop), evidence that the loop
+        evaluates all the same, the model switched inside each step (ignite's
+        supervised evaluator, skorch's validation): 'past' where the loader
+        evaluates (gap); 'new' where it was never iterated, reads in order,
+        and another loader trains already; else None.  An iteration taken
+        so that trains after all is said once, and ends the rule (gap)."""
+        if self.evaluates:
+            return "past"
+        if not self.last and _EV.loader_trained and _EV.new_in_order \
+                and _sampler_kind(self._loader and self._loader()) == "order":
+            return "new"
+        return None
+
+    def gap(self, live, backward):
+        """Between two batches of its running iteration `live` (the second
+        one asked for, or the end), whether a backward pass ran since the
+        first: one did, a loader that trains; none, with the models in eval
+        mode now although the iteration began in training mode (the step
+        switched them), or in an iteration taken for an evaluation as a new
+        loader, one that evaluates.  Returns whether to go on
+        watching (not once it trains)."""
+        if self.live is None or self.live() is not live:
+            return False
+        if not backward:
+            if not (self.trained or self.evaluates) and (self.whole_why == "new" or (
+                    live.began_training and models_training() is False)):
+                self.evaluates = True  # (taken for an evaluation when new, and one so far: goes on being one)
+            return True
+        self.trained, self.evaluates = True, False
+        why, self.whole_why = self.whole_why, None
+        if why == "new":
+            _EV.new_in_order = False
+        if why is not None and _S.rank == 0:
+            _warn_once(("taken-for-eval", self.tag), "%s: an iteration begun in training mode was taken for an "
+                       "evaluation (%s) and ran a backward pass: it ran whole on every rank (right, and no faster); "
+                       "its later iterations in training mode are sharded.  Calling model.train() before the loop "
+                       "says so at once" % (self.what, "an earlier one ran in eval mode with no backward pass"
+                                            if why == "past" else "a new loader reading in order, begun after "
+                                            "another loader trained"))
+        return False
 
     def begin(self):
         """DataLoader.__iter__: this iteration's decision (in `making` while
@@ -183,6 +251,8 @@ class Role:
             if d != own and _S.rank == 0:
                 self._say(d)
         self.held = None
+        if d:
+            self.whole_why = None
         kind = _TRAIN if own else _EVAL
         if self.last:
             self.then[self.last] = kind
@@ -206,7 +276,7 @@ class Role:
     def made(self, it):
         """The iteration's iterator, followed until it runs out."""
         self.making = None
-        live = _Live(it, self)
+        live = _Live(it, self, self.began_training)
         self.live = weakref.ref(live)
         return live
 
@@ -221,13 +291,21 @@ class _Live:
     """A DataLoader's iterator, as returned to the script: the inner one's
     length and attributes; its end noted (Role.ended)."""
 
-    def __init__(self, inner, role):
+    def __init__(self, inner, role, began_training):
         self._inner, self._role, self.ended = inner, role, False
+        self.began_training = began_training  # the models in training mode, gradients on, as it began
+        self._asked, self._watch, self._bw = 0, True, _EV.backwards
 
     def __iter__(self):
         return self
 
     def __next__(self):
+        if self._watch:
+            self._asked += 1
+            if self._asked > 1:
+                bw = _EV.backwards
+                self._watch = self._role.gap(self, bw != self._bw)
+                self._bw = bw
         try:
             return next(self._inner)
         except StopIteration:

@@ -128,6 +128,7 @@ def counted(orig, *args, **kwargs):
     would end the step's backward with the inner one)."""
     if not _K.bw_depth:
         _EV.data_events += 1  # (a len() answer is no longer kept for the next loader iteration: data/roles.py)
+        _EV.backwards += 1  # (a loader iteration during which one runs trains: data/roles.py)
         if _rng._R.window is not None:
             _rng.window_close()  # (a script with no optimizer step: its update is done when backward comes again)
     _K.bw_depth += 1
