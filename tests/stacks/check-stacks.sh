@@ -13,7 +13,8 @@
 #                 behaviours and the tools are Python over torch, run on Debian 12's torch 1.13
 #                 and sid's 2.14)
 #   sid           Python 3.14, torch 2.14, Open MPI 6.0   unit, engine, PyTorch (with HuggingFace
-#                                                         transformers and accelerate), launcher, fault suites
+#                                                         transformers and accelerate, torch-ignite,
+#                                                         skorch), launcher, fault suites
 #   package       the Debian packages built here (tools/build-deb.sh, lintian clean) and installed
 #                 with apt into a Debian 12 chroot that never saw the sources: the bundled example
 #                 under /usr/bin/hvdrun, hvdshim-info, man; then purged (tests/stacks/package.sh)
@@ -128,7 +129,7 @@ for name in $stacks; do
     # the trixie chroot serves both trixie stacks: it holds both MPIs
     trixie) suite=trixie mpicc=mpicc.openmpi mpi="Open MPI:openmpi-bin" extra="mpich libmpich-dev" which=all ;;
     trixie-mpich) suite=trixie mpicc=mpicc.mpich mpi="MPICH:mpich" extra="mpich libmpich-dev" which=mpich ;;
-    sid) suite=sid mpicc=mpicc.openmpi mpi="Open MPI:openmpi-bin" extra="python3-transformers python3-accelerate" which=all ;;
+    sid) suite=sid mpicc=mpicc.openmpi mpi="Open MPI:openmpi-bin" extra="python3-transformers python3-accelerate python3-torch-ignite python3-skorch" which=all ;;
     *) say "$name FAILED: unknown stack (trixie, trixie-mpich, sid)"; fail=$((fail + 1)); continue ;;
   esac
   why=$(sh "$tool" why-not "$suite")
