@@ -29,7 +29,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "../base/log.h"
 
 /* ------------------------------------------------------------ state */
 static char **wo;             /* whiteouts: absolute real paths this process removed */
@@ -209,6 +213,37 @@ void hvd_ovl_saw(const char *a) {
   pthread_mutex_unlock(&ovl_mu);
 }
 
+/* A read lease is granted only while no process has the file open for
+ * writing (fcntl F_SETLEASE; the same owner, as the ranks are).  Where
+ * leases are not kept (a network file system: EINVAL) it does not wait. */
+void hvd_ovl_await_writer(int dirfd, const char *path) {
+  struct statx sx;
+  if (!ovl_L->statx || ovl_L->statx(dirfd, path, 0, STATX_TYPE, &sx) != 0 || !S_ISREG(sx.stx_mode) ||
+      !ovl_born_since_start(dirfd, path))
+    return;
+  char a[PATH_MAX];
+  if (hvd_ovl_absolute(dirfd, path, a) || hvd_ovl_excluded_path(a)) return; /* (/dev/shm: torch's workers' memory) */
+  int fd = ovl_L->openat(dirfd, path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return;
+  struct stat st;
+  off_t size = -1;
+  struct timespec mt = {0, 0}, nap = {0, 20000000};
+  double idle = 0, waited = 0;
+  int said = 0;
+  while (syscall(SYS_fcntl, fd, F_SETLEASE, F_RDLCK) != 0 && (errno == EAGAIN || errno == EBUSY) && idle < HVD_OVL_IDLE_WRITER) {
+    if (fstat(fd, &st) == 0 && (st.st_size != size || st.st_mtim.tv_sec != mt.tv_sec || st.st_mtim.tv_nsec != mt.tv_nsec))
+      size = st.st_size, mt = st.st_mtim, idle = 0;
+    if (waited >= 2 && !said) {
+      said = 1;
+      HVD_INFO("waiting to read %s: another process of the job (rank 0) is still writing it", path);
+    }
+    nanosleep(&nap, NULL);
+    idle += 0.02, waited += 0.02;
+  }
+  syscall(SYS_fcntl, fd, F_SETLEASE, F_UNLCK); /* (the system call: the exported fcntl is the fd layer's) */
+  ovl_L->close(fd);
+}
+
 /* ------------------------------------------------------------ realpath */
 /* glibc's realpath checks each component with its own internal calls, so a
  * name that exists only in this rank's overlay (a file it wrote) fails with
@@ -251,8 +286,14 @@ int hvd_ovl_remove(const char *a, int flags) {
   int in_ov = !ovl_path(a, ov) && ovl_lexists(ov, &so);
   int in_real = !ovl_whited(a) && ovl_lexists(a, &sr);
   if (!in_ov && !in_real) {
-    if (ovl_whited(a) || !was_seen(a) || (flags & AT_REMOVEDIR)) rc = -1, err = ENOENT;
-    /* else: seen here, since removed by another process: removed for this rank too */
+    /* Seen here, or in a folder that has changed since this rank started:
+     * removed by another process since (rank 0 rotating the same
+     * checkpoints, clearing the same output folder first, faster than this
+     * rank): removed for this rank too, as it would be for a rank alone.
+     * Removed by this rank already, or in a folder no one has changed:
+     * missing, as alone. */
+    if (ovl_whited(a) || !(((flags & AT_REMOVEDIR) == 0 && was_seen(a)) || ovl_parent_changed_since_start(a)))
+      rc = -1, err = ENOENT;
   } else if (in_ov) {
     if (ovl_L->unlinkat(AT_FDCWD, ov, flags) != 0) rc = -1, err = errno;
   } else if ((flags & AT_REMOVEDIR) && !S_ISDIR(sr.st_mode)) {
@@ -268,12 +309,18 @@ int hvd_ovl_remove(const char *a, int flags) {
   return rc;
 }
 
+/* A real folder another process made since this rank started (rank 0,
+ * past `if not os.path.exists(d): os.makedirs(d)` a moment before this
+ * rank): this rank alone would make it, so it makes its own in the overlay.
+ * One that was there before, or any other kind of file: EEXIST, as alone. */
 int hvd_ovl_mkdir(const char *a, mode_t mode) {
   char ov[PATH_MAX];
   struct stat st;
   int rc = -1, err = 0;
   pthread_mutex_lock(&ovl_mu);
-  if ((!ovl_path(a, ov) && ovl_lexists(ov, &st)) || (!ovl_whited(a) && ovl_lexists(a, &st))) err = EEXIST;
+  if ((!ovl_path(a, ov) && ovl_lexists(ov, &st)) ||
+      (!ovl_whited(a) && ovl_lexists(a, &st) && !(S_ISDIR(st.st_mode) && ovl_born_since_start(AT_FDCWD, a))))
+    err = EEXIST;
   else if (!parent_exists(a)) err = ENOENT;
   else if (ovl_ensure_root() || ovl_path(a, ov)) err = errno;
   else {

@@ -70,14 +70,8 @@ DIR *hvd_ovl_opendir(const char *p) {
 
 /* Made after this rank started, by another process (rank 0 writing the
  * same files as this rank, a temporary of its save in flight): a merged
- * listing leaves it out, as this rank alone would not have it.  Birth time
- * where the file system keeps one, else the change time. */
-static int foreign(DIR *real, const char *name) {
-  struct statx sx;
-  if (!ovl_L->statx || ovl_L->statx(ovl_L->dirfd(real), name, AT_SYMLINK_NOFOLLOW, STATX_BTIME | STATX_CTIME, &sx) != 0) return 0;
-  struct statx_timestamp t = (sx.stx_mask & STATX_BTIME) ? sx.stx_btime : sx.stx_ctime;
-  return t.tv_sec > ovl_t0.tv_sec || (t.tv_sec == ovl_t0.tv_sec && (long)t.tv_nsec > ovl_t0.tv_nsec);
-}
+ * listing leaves it out, as this rank alone would not have it. */
+static int foreign(DIR *real, const char *name) { return ovl_born_since_start(ovl_L->dirfd(real), name); }
 
 static struct dirent64 *merged_next(merged_dir *m) {
   struct dirent64 *e;

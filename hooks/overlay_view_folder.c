@@ -54,6 +54,27 @@ int ovl_fstatat(int dirfd, const char *path, struct stat *st, int flags) {
 }
 int ovl_lexists(const char *p, struct stat *st) { return ovl_fstatat(AT_FDCWD, p, st, AT_SYMLINK_NOFOLLOW) == 0; }
 
+static int after_start(long long sec, long nsec) {
+  return sec > ovl_t0.tv_sec || (sec == ovl_t0.tv_sec && nsec > ovl_t0.tv_nsec);
+}
+
+int ovl_born_since_start(int dirfd, const char *path) {
+  struct statx sx;
+  if (!ovl_L->statx || ovl_L->statx(dirfd, path, AT_SYMLINK_NOFOLLOW, STATX_BTIME | STATX_CTIME, &sx) != 0) return 0;
+  struct statx_timestamp t = (sx.stx_mask & STATX_BTIME) ? sx.stx_btime : sx.stx_ctime;
+  return after_start(t.tv_sec, (long)t.tv_nsec);
+}
+
+int ovl_parent_changed_since_start(const char *a) {
+  char p[PATH_MAX];
+  struct stat st;
+  const char *s = strrchr(a, '/');
+  if (!s || (size_t)(s - a) >= sizeof p) return 0;
+  memcpy(p, a, (size_t)(s - a)), p[s - a] = 0;
+  if (ovl_fstatat(AT_FDCWD, p[0] ? p : "/", &st, 0) != 0) return 0;
+  return after_start((long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+}
+
 /* ------------------------------------------------------------ paths */
 
 /* (dirfd, path) as an absolute, lexically normalized path in out.  A path

@@ -37,6 +37,13 @@ extern pthread_mutex_t ovl_mu;
 int ovl_fstatat(int dirfd, const char *path, struct stat *st, int flags);
 /* `p` exists (a link not followed): its lstat in *st */
 int ovl_lexists(const char *p, struct stat *st);
+/* (dirfd, path), a link not followed, was made after this view started, by
+ * another process (rank 0 running the same script): its birth time where
+ * the file system keeps one, else its change time; 0 where unknown. */
+int ovl_born_since_start(int dirfd, const char *path);
+/* The real folder holding the absolute path `a` had an entry made or
+ * removed since this view started (its modification time). */
+int ovl_parent_changed_since_start(const char *a);
 /* The overlay path of the absolute path `abs` in out (PATH_MAX): 0, or -1
  * while there is no overlay folder, or when it does not fit. */
 int ovl_path(const char *abs, char *out);

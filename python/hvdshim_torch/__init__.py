@@ -16,6 +16,8 @@ those listed before it; tests/unit/pyimports.py checks this map):
                adapter follows of the script, counts several layers read
   output       stdout/stderr of ranks, intra-op threads, an uncaught
                hvdshim error in two lines
+  files        a rank > 0's shutil.rmtree beside rank 0's (the library
+               keeps its files private: hooks/overlay*.c)
   rng          random state: rank 0's at start, per-rank streams (HVDSHIM_RNG)
   frames       the script's own variables saved at a stop and put back in
                the restarted job (resize)

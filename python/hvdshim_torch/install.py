@@ -31,6 +31,7 @@ from .data.roles import iteration_begins, iteration_made, note_switch
 from .data.same_batches import _FP
 from . import norms as _norms
 from . import grow as _grow
+from . import files as _files
 from . import resize as _resize
 
 
@@ -141,6 +142,7 @@ def _patch():
     wrap(torch.nn.Module, "train", make_module_train)
 
     _wrap_optimizers()
+    _files.install()
 
     # what reads gradients between backward and step: accumulated gradients are reduced first
     def make_needs_grads(orig):
