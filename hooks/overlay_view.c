@@ -233,7 +233,7 @@ void hvd_ovl_await_writer(int dirfd, const char *path) {
   while (syscall(SYS_fcntl, fd, F_SETLEASE, F_RDLCK) != 0 && (errno == EAGAIN || errno == EBUSY) && idle < HVD_OVL_IDLE_WRITER) {
     if (fstat(fd, &st) == 0 && (st.st_size != size || st.st_mtim.tv_sec != mt.tv_sec || st.st_mtim.tv_nsec != mt.tv_nsec))
       size = st.st_size, mt = st.st_mtim, idle = 0;
-    if (waited >= 2 && !said) {
+    if (waited >= 0.5 && !said) {
       said = 1;
       HVD_INFO("waiting to read %s: another process of the job (rank 0) is still writing it", path);
     }

@@ -106,13 +106,14 @@ int hvd_ovl_map_write(int dirfd, const char *path, int flags, const void *caller
 /* `abs`, a real regular file, was seen to exist (a removal of it later
  * succeeds even when another process removed it first). */
 void hvd_ovl_saw(const char *abs);
-/* Before a read of the real (dirfd, path): where it is a regular file
- * another process made since this rank started and still has open for
- * writing (rank 0 saving a cache this rank is about to load), waits until
- * it is closed, or has not changed for HVD_OVL_IDLE_WRITER s (a log held
- * open). */
+/* Before the training program's read of the real (dirfd, path) (not the
+ * MPI runtime's: its shared segments stay open for writing): where it is a
+ * regular file another process made since this rank started and still has
+ * open for writing (rank 0 saving a cache this rank is about to load),
+ * waits until it is closed, or has not changed for HVD_OVL_IDLE_WRITER s
+ * (a log held open). */
 void hvd_ovl_await_writer(int dirfd, const char *path);
-#define HVD_OVL_IDLE_WRITER 5.0
+#define HVD_OVL_IDLE_WRITER 1.0
 
 /* ---- changes made in the view (absolute paths; 0, or -1 with errno) ---- */
 /* Removes `abs` (AT_REMOVEDIR for a folder): the overlay's entry, and a
