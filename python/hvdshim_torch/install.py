@@ -22,12 +22,12 @@ from .gradients.step import _wrap_step
 from . import rng as _rng
 from .rng import seed_torch_at_import as _seed_torch
 from .models import (_M, RANDOM_INITS, _count_batch, _forward_pre_hook, adopt_free, converted, hook_forwards,
-                     module_made, note_new_params, reinitialised, to_eval)
+                     module_made, new_model_to_train, note_new_params, reinitialised, to_eval)
 from .data.iterable import _dealt_iter, _dealt_len
 from .data.iteration import _IT, padded_slices
 from .data.loaders import _prepare_loader, _warn_if_alone
 from .data.redeal import redealt
-from .data.roles import iteration_begins, iteration_made, note_switch
+from .data.roles import _EV, iteration_begins, iteration_made, note_switch
 from .data.same_batches import _FP
 from . import norms as _norms
 from . import grow as _grow
@@ -143,6 +143,7 @@ def _patch():
 
     _wrap_optimizers()
     _files.install()
+    _EV.new_model = new_model_to_train  # (data/roles.py: a layer below models)
 
     # what reads gradients between backward and step: accumulated gradients are reduced first
     def make_needs_grads(orig):

@@ -434,6 +434,27 @@ def module_made(module):
         hook_forwards(_S.fwd_hook_fn)
 
 
+def new_model_to_train():
+    """A model made and not run yet, in training mode, holding a trainable
+    parameter: 'optimized' where an optimizer holds one of them (a student
+    next to a teacher in eval mode), 'made' where none does, None where
+    there is no such model (data/roles.py: what an iteration is for)."""
+    held, made = None, None
+    for m in list(_M.fresh):
+        if not m.training or m in _M.known:
+            continue
+        ps = [p for p in m._parameters.values() if p is not None and p.requires_grad]
+        if not ps:
+            continue
+        made = "made"
+        if held is None:
+            held = {id(p) for ref in _S.optimizers if ref() is not None
+                    for g in ref().param_groups for p in g["params"]}
+        if any(id(p) in held for p in ps):
+            return "optimized"
+    return made
+
+
 def _unhook_if_done():
     """Take the global forward pre-hook off once every module made so far has
     been seen (registered with a root, or parameterless), no parameter is

@@ -24,6 +24,10 @@ from hvdshim_torch.gradients.loss_shares import _L  # noqa: E402
 from hvdshim_torch.gradients.params import _P  # noqa: E402
 from hvdshim_torch.gradients.submit import _H  # noqa: E402
 from hvdshim_torch.rng import _R  # noqa: E402
+
+# (the unit tests' loaders train by default: as if a model were made, not run yet)
+_MODEL_MADE = lambda: "made"  # noqa: E731
+_EV.new_model = _MODEL_MADE
 from hvdshim_torch.state import _S  # noqa: E402
 
 
@@ -974,6 +978,54 @@ class Lengths(unittest.TestCase):
         for epoch in range(3):
             self.assertEqual(self.train_epoch(model, train), 5)
             self.assertEqual(_batches(val), 10, epoch)
+        self.assertEqual(self.said, [])
+
+    def test_a_pass_before_any_model_or_optimizer_is_whole(self):
+        """Dataset statistics before the model is made: every rank counts the
+        whole loader (nothing to train yet); the training loop after the
+        model and optimizer are made is sharded, also before the model ran."""
+        import weakref
+        self.addCleanup(setattr, _EV, "new_model", _MODEL_MADE)
+        self.addCleanup(setattr, _S, "optimizers", [])
+        _EV.new_model, _S.optimizers = models.new_model_to_train, []
+        self.addCleanup(models._M.fresh.clear)
+        train = self.loader(shuffle=True)
+        self.assertEqual((len(train), _batches(train)), (10, 10))
+        model = torch.nn.Linear(1, 1)
+        models._M.fresh.add(model)  # (Module.__init__ does it: install.py)
+        self.assertEqual(_batches(train), 5)  # a model made in training mode: training
+        model.eval()
+        self.assertEqual(_batches(train), 10)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        _S.optimizers = [weakref.ref(opt)]  # (an optimizer made: something to train)
+        self.assertEqual(_batches(train), 5)
+        self.assertEqual(self.said, [])
+
+    def test_a_new_student_beside_a_teacher_in_eval(self):
+        """Knowledge distillation: the teacher (run, known) in eval mode, the
+        student made and not run yet, its optimizer made: the student's
+        first loop trains, whether the loader is new or the teacher's."""
+        import weakref
+        self.addCleanup(setattr, _EV, "new_model", _MODEL_MADE)
+        self.addCleanup(setattr, _S, "optimizers", [])
+        self.addCleanup(models._M.fresh.clear)
+        _EV.new_model = models.new_model_to_train
+        teacher = torch.nn.Linear(1, 1)
+        _S.roots.add(teacher)
+        train = self.loader(shuffle=True)
+        self.assertEqual(self.train_epoch(teacher, train), 5)
+        self.switch(teacher, False)
+        student = torch.nn.Linear(1, 1)
+        models._M.fresh.add(student)
+        opt = torch.optim.SGD(student.parameters(), lr=0.1)
+        _S.optimizers = [weakref.ref(opt)]
+        student.train()
+        roles.note_switch()
+        self.assertEqual(self.train_epoch(student, train, switch_each_step=False), 5)
+        self.assertEqual(self.train_epoch(student, self.loader(shuffle=True), switch_each_step=False), 5)
+        _S.optimizers = []  # an EMA copy or a model made for evaluation, no optimizer holding it: evaluation
+        self.switch(teacher, False)
+        self.assertEqual(_batches(self.loader()), 10)
         self.assertEqual(self.said, [])
 
     def test_a_peeked_training_loader_still_trains(self):

@@ -218,3 +218,50 @@ HVDSHIM_OVERLAP=on check 2 aliased --batch 2 --samples 40 --epochs 1
 # uneven last batch: not recognised as a mean, it was not weighed (0.013
 # apart); weighed by the first mean's count, both come out exact
 check 3 full --penalty --samples 250 --batch 30
+
+# What a loop is for, where the models' mode does not say: dataset
+# statistics before any model or optimizer is made (whole on every rank: the
+# plain run's mean), and knowledge distillation (the teacher trained, then in
+# eval; a new student, not run yet, trained with the teacher's logits under
+# no_grad: its first epoch trains, split as the plain run's batches)
+cat >"$TMP/distill.py" <<'PY'
+import torch, torch.nn as nn, torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+torch.manual_seed(0)
+x_all = torch.randn(256, 10) * 2 + 1
+loader = DataLoader(TensorDataset(x_all, (x_all[:, :3].sum(1) > 3).long()), batch_size=32, shuffle=True)
+total, seen = torch.zeros(10), 0
+for x, _ in loader:
+    total += x.sum(0)
+    seen += len(x)
+mean = total / seen
+teacher = nn.Linear(10, 2)
+opt = torch.optim.SGD(teacher.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        opt.zero_grad()
+        F.cross_entropy(teacher(x - mean), y).backward()
+        opt.step()
+teacher.eval()
+student = nn.Linear(10, 2)
+opt = torch.optim.SGD(student.parameters(), lr=0.1)
+student.train()
+for epoch in range(2):
+    for x, y in loader:
+        with torch.no_grad():
+            t = teacher(x - mean)
+        s = student(x - mean)
+        loss = F.cross_entropy(s, y) + F.kl_div(F.log_softmax(s, 1), F.softmax(t, 1), reduction="batchmean")
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+print("statistics over %d samples, mean %.6f" % (seen, mean.sum().item()))
+print("student %.6f teacher %.6f" % (student.weight.sum().item(), teacher.weight.sum().item()))
+PY
+py "$TMP/distill.py" >"$TMP/plain.out" 2>&1 || { cat "$TMP/plain.out"; fail "plain distillation"; }
+HVDSHIM_WORKER_STDOUT=1 shim 2 "$PYTHON" "$TMP/distill.py" >"$TMP/shim.out" 2>&1 || { cat "$TMP/shim.out"; fail "distillation at np=2"; }
+for r in 0 1; do
+  [ "$(sed -n "s/^\[rank $r\] //p" "$TMP/shim.out")" = "$(cat "$TMP/plain.out")" ] ||
+    { cat "$TMP/plain.out" "$TMP/shim.out"; fail "statistics and distillation: rank $r's lines differ from the plain run's"; }
+done
+pass "statistics before any model is made: whole on every rank; a new student beside a teacher in eval: trained split from its first epoch (both lines as plain's: $(tail -n 1 "$TMP/plain.out"))"

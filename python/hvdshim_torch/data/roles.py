@@ -59,7 +59,8 @@ class _Events:
         self.mode_event = -1        # data_events at the last Module.train()/eval() (equal: no event since)
         self.loader_trained = False  # a DataLoader was iterated in training
         self.new_in_order = True    # a new in-order loader begun in train mode beside a trained one evaluates
-                                    # (until one such trains: Role._settle)
+                                    # (until one such trains: Role.gap)
+        self.new_model = lambda: None  # models.new_model_to_train (set by install.py: a layer above)
 
 
 _EV = _Events()
@@ -69,13 +70,17 @@ _RANDOM_SAMPLERS = ("RandomSampler", "SubsetRandomSampler", "WeightedRandomSampl
 
 
 def models_training():
-    """None: no model known yet.  Else True where a layer (a module holding
-    a parameter that requires grad) of a known model is in training mode,
-    False where there are layers and none is; with no trainable layer, some
-    model in training mode."""
+    """None: no model known yet (run), but something to train: an optimizer,
+    or a model made in training mode with a trainable parameter; False
+    where there is neither (a pass over the data before any model is made:
+    dataset statistics).  Else True where a layer (a module holding a
+    parameter that requires grad) of a known model is in training mode, or
+    a model not run yet whose parameter an optimizer holds is (a student
+    beside a teacher in eval mode); False where there are layers and none
+    is; with no trainable layer, some model in training mode."""
     roots = list(_S.roots)
     if not roots:
-        return None
+        return None if any(ref() is not None for ref in _S.optimizers) or _EV.new_model() else False
     seen, layers = set(), False
     for root in roots:
         for m in root.modules():
@@ -86,7 +91,9 @@ def models_training():
                 if m.training:
                     return True
                 layers = True
-    return False if layers else any(r.training for r in roots)
+    if not layers:
+        return any(r.training for r in roots)
+    return _EV.new_model() == "optimized"
 
 
 def training_now():
@@ -170,6 +177,8 @@ class Role:
         follows = self._follows()
         if follows is not None:
             return follows
+        if m is False:  # (its iteration now would not train: _own)
+            return False
         if _EV.loader_trained:  # another loader trains: a new one is taken to evaluate
             return False
         return not (_sampler_kind(self._loader and self._loader()) == "order" and self._random_beside())
