@@ -6,14 +6,15 @@
 #include <unistd.h>
 
 #include "exit_hooks.h"
+#include "overlay_view.h"
 
-static void (*before_exit)(int status);
+static void (*before_exit)(int status, int by_runtime);
 
-void hvd_exit_hooks_on_exit(void (*fn)(int status)) { before_exit = fn; }
+void hvd_exit_hooks_on_exit(void (*fn)(int status, int by_runtime)) { before_exit = fn; }
 
 __attribute__((visibility("default"), noreturn)) void _exit(int status) {
-  void (*fn)(int) = before_exit;
-  if (fn) fn(status);
+  void (*fn)(int, int) = before_exit;
+  if (fn) fn(status, hvd_ovl_excluded_caller(__builtin_return_address(0)));
   syscall(SYS_exit_group, status);
   __builtin_unreachable();
 }

@@ -144,9 +144,10 @@ int hvd_ovl_excluded_path(const char *a) {
  * (shared-memory segments, session folders): never redirected.  (hvdshim's
  * own file calls never come here: they go to the real libc, base/libc.c.) */
 int hvd_ovl_excluded_caller(const void *ret) {
-  static const char *const libs[] = {"libmpi", "libopen-", "libpmix", "libprrte", "libprte", "libhwloc", "libuc",
-                                     "libfabric", "libpsm", "libnccl", "libcuda", "libnvidia", "libibverbs",
-                                     "librdmacm", "libevent", "libmunge", "libpmi"};
+  static const char *const libs[] = {"libmpi", "libopen-", "libopen_mpi", /* (Open MPI 6) */
+                                     "libpmix", "libprrte", "libprte", "libhwloc", "libuc", "libfabric", "libpsm",
+                                     "libnccl", "libcuda", "libnvidia", "libibverbs", "librdmacm", "libevent",
+                                     "libmunge", "libpmi"};
   static const char *const dirs[] = {"/openmpi/", "/pmix/", "/prrte/", "/mpich/", "/ucx/"};
   Dl_info i;
   if (!ret || !dladdr(ret, &i) || !i.dli_fname) return 0;

@@ -129,7 +129,7 @@ static int env_true(const char *name) { /* a BOOL setting read before the settin
   return v && (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcasecmp(v, "on"));
 }
 
-static void exiting(int status); /* _exit's handler (below) */
+static void exiting(int status, int by_runtime); /* _exit's handler (below) */
 static void end_own_mpi(int status);
 static void wait_early(void) { hvd_engine_mpi_early_wait(); }
 
@@ -221,10 +221,13 @@ static void at_exit(int status, void *arg) {
  * with only this rank's private files removed and its reaper told. */
 static volatile int exit_started;
 
-static void exiting(int status) {
+static void exiting(int status, int by_runtime) {
   if (!exit_started && !hvd_fatal_started && hvd_shim_role() == HVD_ROLE_ACTIVE && getpid() == active_pid) {
     exit_started = 1;
-    if (status != 0)
+    if (status != 0 && by_runtime)
+      hvd_fatal_at("lifecycle", 0, "the MPI runtime ended this rank (status %d): another rank's failure is ending "
+                   "the job (its own line says why)", status);
+    else if (status != 0)
       hvd_fatal_at("lifecycle", 0, "this rank called _exit(%d) (os._exit(%d) in Python); ending the job so no rank "
                    "waits for it", status, status);
     hvd_shutdown();

@@ -248,4 +248,14 @@ PY
   cmp_weights "$TMP/end.pt" "$TMP/plain.pt" >"$TMP/cmp" 2>&1 ||
     { cat "$TMP/out" "$TMP/cmp"; fail "rank 0 killed after training: the weights saved differ from the plain run"; }
   pass "PyTorch split np=2, rank 0 SIGKILLed after the last collective: rank 1 takes over the console and the files at its next write (its line printed and logged once, its weights saved: the plain run's, $(cat "$TMP/cmp"))"
+  # An uncaught exception on one rank is not a death the others survive:
+  # the job ends non-zero with that rank's line, and the ranks Open MPI ends
+  # for it (its handler calls _exit) say so, not that they called _exit
+  rc=0
+  T=60 LD_PRELOAD="$LIB" mpi 3 --with-ft ulfm -x LD_PRELOAD -x OMP_NUM_THREADS=1 -x HVDSHIM_ELASTIC=1 \
+    "$PYTHON" "$FAULT_TRAIN" --fault raise --fault-rank 1 --fault-at 5 --steps 100000 >"$TMP/out" 2>&1 || rc=$?
+  [ $rc != 0 ] && grep -q "hvdshim\[1\]: error (lifecycle): this rank is exiting with status 1" "$TMP/out" ||
+    { cat "$TMP/out"; fail "elastic, an exception on rank 1: status $rc, or no line from rank 1"; }
+  ! grep -q "called _exit" "$TMP/out" || { cat "$TMP/out"; fail "elastic, an exception on rank 1: another rank says it called _exit"; }
+  pass "elastic np=3, an uncaught exception on rank 1: the job ends (status $rc) with rank 1's line; the ranks the MPI runtime ends for it say so ($(grep -c "the MPI runtime ended this rank" "$TMP/out") of 2)"
 fi
