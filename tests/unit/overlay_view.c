@@ -221,9 +221,17 @@ static void test_remove(void) {
   hvd_ovl_saw(in_real("seen.txt"));
   CHECK_INT(unlink(in_real("seen.txt")), 0);
   CHECK_INT(hvd_ovl_remove(in_real("seen.txt"), 0), 0);
+  /* a name never there: missing where no one changed the folder since the
+   * view started; in a folder another process changed (rank 0 rotating,
+   * clearing), removed (it cannot be told from a file removed there) */
   errno = 0;
-  CHECK_INT(hvd_ovl_remove(in_real("never.txt"), 0), -1);
+  CHECK_INT(hvd_ovl_remove(in_real("dir/never.txt"), 0), -1);
   CHECK_INT(errno, ENOENT);
+  CHECK_INT(hvd_ovl_remove(in_real("never.txt"), 0), 0);
+  /* a folder there before the view, removed by another process first */
+  CHECK_INT(mkdir(in_real("old"), 0755), 0);
+  CHECK_INT(rmdir(in_real("old")), 0);
+  CHECK_INT(hvd_ovl_remove(in_real("old"), AT_REMOVEDIR), 0);
   /* the overlay's own file */
   CHECK_INT(hvd_ovl_map_write(AT_FDCWD, in_real("scratch.txt"), O_WRONLY | O_CREAT, NULL, out), HVD_OVL_MAPPED);
   put(out, "x");
@@ -246,6 +254,11 @@ static void test_mkdir_rename_realpath(void) {
   errno = 0;
   CHECK_INT(hvd_ovl_mkdir(in_real("dir"), 0755), -1); /* a real one */
   CHECK_INT(errno, EEXIST);
+  /* a real one another process made since the view started (rank 0 past
+   * the same check-then-make): made here too, in the overlay */
+  CHECK_INT(mkdir(in_real("late"), 0755), 0);
+  CHECK_INT(hvd_ovl_mkdir(in_real("late"), 0755), 0);
+  CHECK_INT(hvd_ovl_map_read(AT_FDCWD, in_real("late"), out, abs), HVD_OVL_MAPPED);
   errno = 0;
   CHECK_INT(hvd_ovl_mkdir(in_real("no/such"), 0755), -1);
   CHECK_INT(errno, ENOENT);
@@ -322,11 +335,11 @@ static void test_listing(void) {
   int fd = -1;
   CHECK_INT(hvd_ovl_dirfd(d, &fd), 1);
   CHECK(fd >= 0);
-  /* overlay: copy.txt gone.txt keep.txt new.txt sub; real: dir gone.txt
+  /* overlay: copy.txt gone.txt keep.txt late new.txt sub; real: dir gone.txt
    * keep.txt trunc.txt, not move.txt (whited out) nor later.txt (foreign) */
-  CHECK_STR(listing(d, 1), "copy.txt dir gone.txt keep.txt new.txt sub trunc.txt");
+  CHECK_STR(listing(d, 1), "copy.txt dir gone.txt keep.txt late new.txt sub trunc.txt");
   CHECK_INT(hvd_ovl_rewinddir(d), 1);
-  CHECK_STR(listing(d, 1), "copy.txt dir gone.txt keep.txt new.txt sub trunc.txt");
+  CHECK_STR(listing(d, 1), "copy.txt dir gone.txt keep.txt late new.txt sub trunc.txt");
   CHECK_INT(hvd_ovl_closedir(d), 1);
   /* a folder only in the overlay: the overlay's own, not a merged one */
   d = hvd_ovl_opendir(in_real("sub"));
