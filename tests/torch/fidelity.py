@@ -412,10 +412,10 @@ elif args.case == "lengths":
             correct = loop(tag, loader, last_idx, right)
         print("%s correct %d" % (tag, correct))
 
-    validate("first", test, "imagenet")  # before any training
-    last_idx = len(probe) - 1  # a shuffled loader, before any model ran: taken for training
+    last_idx = len(probe) - 1  # a shuffled loader, before any model ran (an optimizer made): taken for training
     with torch.no_grad():
         print("probe correct %d" % loop("probe", probe, last_idx, right))
+    validate("first", test, "imagenet")  # before any training
     for epoch in range(args.epochs):
         last_idx = len(train) - 1  # len before train() (the ImageNet example's order)
         task.train()

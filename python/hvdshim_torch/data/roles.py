@@ -177,7 +177,7 @@ class Role:
         follows = self._follows()
         if follows is not None:
             return follows
-        if m is False:  # (its iteration now would not train: _own)
+        if m is False and not _S.roots:  # nothing made to train yet (models known in eval: guessed below)
             return False
         if _EV.loader_trained:  # another loader trains: a new one is taken to evaluate
             return False
