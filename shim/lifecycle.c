@@ -273,7 +273,8 @@ static void end_own_mpi(int status) {
    * so the job says it once and no two ranks abort at once (Open MPI 4.1
    * garbles the help messages of two) */
   hvd_failing_grace();
-  HVD_ERROR("exiting with status %d%s; ending the job", status, failed ? " after hvd_init failed" : "");
+  hvd_log_write(HVD_LOG_ERROR, "lifecycle", 0, "this rank is exiting with status %d%s; ending the job so no rank "
+                "waits for it", status, failed ? " after hvd_init failed" : ""); /* (worded as at_exit's) */
   hvd_log_let_out();
   PMPI_Abort(MPI_COMM_WORLD, status);
 }

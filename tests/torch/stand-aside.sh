@@ -111,7 +111,7 @@ grep -q "^MPI_Init 0 initialized 1" "$TMP/out" && grep -q "^MPI_Finalize 0" "$TM
 t0=$(now_ms)
 shim 2 "$PYTHON" "$TMP/early.py" fail --tag "$tag" >"$TMP/out" 2>&1 && { cat "$TMP/out"; fail "a rank's exit 3 before its first use ended the job 0"; }
 t=$(($(now_ms) - t0))
-[ "$(grep -c "exiting with status 3; ending the job" "$TMP/out")" = 1 ] && [ "$t" -lt 40000 ] ||
+[ "$(grep -c "error (lifecycle): this rank is exiting with status 3; ending the job" "$TMP/out")" = 1 ] && [ "$t" -lt 40000 ] ||
   { cat "$TMP/out"; fail "exit 3 before the first use: not one line (MPI_Abort's _exit said it again), or the job waited for rank 0's 60 s ($t ms)"; }
 no_leftovers "$tag"
 pass "MPI initialized early, no engine: a script that trains nothing ends 0; its own MPI_Init and MPI_Finalize succeed; exit 3 on one rank ends the job ($t ms, rank 0 sleeping 60 s)"
