@@ -54,8 +54,7 @@ static int open_common(int dirfd, const char *path, int flags, mode_t mode, cons
   int wr = !tmpfile && !(flags & O_PATH) && ((flags & O_ACCMODE) != O_RDONLY || (flags & (O_CREAT | O_TRUNC)));
   int r = wr ? hvd_ovl_map_write(dirfd, path, flags, caller, m) : map_read(dirfd, path, m);
   if (r == FAIL) return -1;
-  if (r == PASS && !wr && !tmpfile && !(flags & O_PATH) && !hvd_ovl_excluded_caller(caller))
-    hvd_ovl_await_writer(dirfd, path); /* rank 0's, half-written */
+  if (r == PASS && !wr && !tmpfile && !(flags & O_PATH)) hvd_ovl_await_writer(dirfd, path, caller); /* rank 0's, half-written */
   if (r == PASS) return overlay_real.openat(dirfd, path, flags, mode);
   const char *abs = hvd_ovb_enabled() && !tmpfile && !(flags & O_PATH) ? copy_of(m) : NULL;
   int fd;
@@ -140,8 +139,8 @@ static FILE *fopen_common(const char *path, const char *mode, FILE *re, const vo
     }
   }
   const char *at = r == MAPPED ? m : path;
-  if (overlay_on && r == PASS && mode && !strpbrk(mode, "wa+") && hvd_ovl_nonempty(path) && !hvd_ovl_excluded_caller(caller))
-    hvd_ovl_await_writer(AT_FDCWD, path); /* rank 0's, half-written */
+  if (overlay_on && r == PASS && mode && !strpbrk(mode, "wa+") && hvd_ovl_nonempty(path))
+    hvd_ovl_await_writer(AT_FDCWD, path, caller); /* rank 0's, half-written */
   FILE *f = re ? overlay_real.freopen(at, mode, re) : overlay_real.fopen(at, mode);
   if (f && abs)
     hvd_ovb_opened(fileno(f), abs, !wr ? HVD_OVB_READER : stdio_reads ? HVD_OVB_STDIO_RW : HVD_OVB_WRITER,

@@ -216,10 +216,10 @@ void hvd_ovl_saw(const char *a) {
 /* A read lease is granted only while no process has the file open for
  * writing (fcntl F_SETLEASE; the same owner, as the ranks are).  Where
  * leases are not kept (a network file system: EINVAL) it does not wait. */
-void hvd_ovl_await_writer(int dirfd, const char *path) {
-  struct statx sx;
-  if (!ovl_L->statx || ovl_L->statx(dirfd, path, 0, STATX_TYPE, &sx) != 0 || !S_ISREG(sx.stx_mode) ||
-      !ovl_born_since_start(dirfd, path))
+void hvd_ovl_await_writer(int dirfd, const char *path, const void *caller) {
+  struct statx sx; /* one system call for every read-open; the rest only for a file born since the start */
+  if (!ovl_L->statx || ovl_L->statx(dirfd, path, 0, STATX_TYPE | STATX_BTIME | STATX_CTIME, &sx) != 0 ||
+      !S_ISREG(sx.stx_mode) || !ovl_statx_born_since_start(&sx) || hvd_ovl_excluded_caller(caller))
     return;
   char a[PATH_MAX];
   if (hvd_ovl_absolute(dirfd, path, a) || hvd_ovl_excluded_path(a)) return; /* (/dev/shm: torch's workers' memory) */

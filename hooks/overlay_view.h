@@ -112,7 +112,7 @@ void hvd_ovl_saw(const char *abs);
  * open for writing (rank 0 saving a cache this rank is about to load),
  * waits until it is closed, or has not changed for HVD_OVL_IDLE_WRITER s
  * (a log held open). */
-void hvd_ovl_await_writer(int dirfd, const char *path);
+void hvd_ovl_await_writer(int dirfd, const char *path, const void *caller);
 #define HVD_OVL_IDLE_WRITER 1.0
 
 /* ---- changes made in the view (absolute paths; 0, or -1 with errno) ---- */

@@ -58,11 +58,15 @@ static int after_start(long long sec, long nsec) {
   return sec > ovl_t0.tv_sec || (sec == ovl_t0.tv_sec && nsec > ovl_t0.tv_nsec);
 }
 
+int ovl_statx_born_since_start(const struct statx *sx) {
+  struct statx_timestamp t = (sx->stx_mask & STATX_BTIME) ? sx->stx_btime : sx->stx_ctime;
+  return after_start(t.tv_sec, (long)t.tv_nsec);
+}
+
 int ovl_born_since_start(int dirfd, const char *path) {
   struct statx sx;
   if (!ovl_L->statx || ovl_L->statx(dirfd, path, AT_SYMLINK_NOFOLLOW, STATX_BTIME | STATX_CTIME, &sx) != 0) return 0;
-  struct statx_timestamp t = (sx.stx_mask & STATX_BTIME) ? sx.stx_btime : sx.stx_ctime;
-  return after_start(t.tv_sec, (long)t.tv_nsec);
+  return ovl_statx_born_since_start(&sx);
 }
 
 int ovl_parent_changed_since_start(const char *a) {

@@ -41,6 +41,9 @@ int ovl_lexists(const char *p, struct stat *st);
  * another process (rank 0 running the same script): its birth time where
  * the file system keeps one, else its change time; 0 where unknown. */
 int ovl_born_since_start(int dirfd, const char *path);
+/* The same of a statx result that asked for STATX_BTIME | STATX_CTIME. */
+struct statx;
+int ovl_statx_born_since_start(const struct statx *sx);
 /* The real folder holding the absolute path `a` had an entry made or
  * removed since this view started (its modification time). */
 int ovl_parent_changed_since_start(const char *a);

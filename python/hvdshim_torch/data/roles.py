@@ -232,7 +232,7 @@ class Role:
         if self.live is None or self.live() is not live:
             return False
         if not backward:
-            if not (self.trained or self.evaluates) and (self.whole_why == "new" or (
+            if live.asked == 2 and not (self.trained or self.evaluates) and (self.whole_why == "new" or (
                     live.began_training and models_training() is False)):
                 self.evaluates = True  # (taken for an evaluation when new, and one so far: goes on being one)
             return True
@@ -303,15 +303,15 @@ class _Live:
     def __init__(self, inner, role, began_training):
         self._inner, self._role, self.ended = inner, role, False
         self.began_training = began_training  # the models in training mode, gradients on, as it began
-        self._asked, self._watch, self._bw = 0, True, _EV.backwards
+        self.asked, self._watch, self._bw = 0, True, _EV.backwards
 
     def __iter__(self):
         return self
 
     def __next__(self):
         if self._watch:
-            self._asked += 1
-            if self._asked > 1:
+            self.asked += 1
+            if self.asked > 1:
                 bw = _EV.backwards
                 self._watch = self._role.gap(self, bw != self._bw)
                 self._bw = bw
