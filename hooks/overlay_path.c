@@ -182,10 +182,11 @@ static int stat_common(int dirfd, const char *path, struct stat *st, int flags) 
   char m[PATH_MAX], a[PATH_MAX] = "";
   int r = overlay_on && hvd_ovl_nonempty(path) ? hvd_ovl_map_read(dirfd, path, m, a) : PASS;
   if (r == FAIL) return -1;
-  if (r != PASS) return fstatat_(AT_FDCWD, m, st, flags);
-  int rc = fstatat_(dirfd, path, st, flags);
+  int rc = r != PASS ? fstatat_(AT_FDCWD, m, st, flags) : fstatat_(dirfd, path, st, flags);
   /* a real file this rank saw (r == PASS sets a) */
-  if (rc == 0 && overlay_on && a[0] && S_ISREG(st->st_mode)) hvd_ovl_saw(a);
+  if (rc == 0 && r == PASS && overlay_on && a[0] && S_ISREG(st->st_mode)) hvd_ovl_saw(a);
+  /* gone since this rank listed it (removed by rank 0): as listed */
+  if (rc != 0 && errno == ENOENT && a[0] && hvd_ovl_listed(a, flags, st)) rc = 0;
   return rc;
 }
 EXPORT int stat(const char *p, struct stat *st) { return stat_common(AT_FDCWD, p, st, 0); }
@@ -228,10 +229,13 @@ EXPORT int statx(int d, const char *p, int fl, unsigned mask, struct statx *buf)
 }
 EXPORT int faccessat(int d, const char *p, int mode, int fl) {
   overlay_ready();
-  char m[PATH_MAX];
-  int r = overlay_on && hvd_ovl_nonempty(p) ? map_read(d, p, m) : PASS;
+  char m[PATH_MAX], a[PATH_MAX] = "";
+  int r = overlay_on && hvd_ovl_nonempty(p) ? hvd_ovl_map_read(d, p, m, a) : PASS;
   if (r == FAIL) return -1;
-  return r == PASS ? overlay_real.faccessat(d, p, mode, fl) : overlay_real.faccessat(AT_FDCWD, m, mode, fl);
+  int rc = r == PASS ? overlay_real.faccessat(d, p, mode, fl) : overlay_real.faccessat(AT_FDCWD, m, mode, fl);
+  struct stat st; /* gone since this rank listed it (removed by rank 0): there, for a test of existence */
+  if (rc != 0 && errno == ENOENT && mode == F_OK && a[0] && hvd_ovl_listed(a, fl & AT_SYMLINK_NOFOLLOW, &st)) rc = 0;
+  return rc;
 }
 EXPORT int access(const char *p, int mode) { return faccessat(AT_FDCWD, p, mode, 0); }
 

@@ -143,5 +143,12 @@ int hvd_ovl_closedir(DIR *d);
 int hvd_ovl_rewinddir(DIR *d);
 int hvd_ovl_dirfd(DIR *d, int *fd);
 int hvd_ovl_merged(DIR *d);
+/* `abs` (absolute), which a stat just found missing, was a real entry of a
+ * merged listing of a folder that changed since the start, listed in the
+ * last 30 s and not removed in this view since (another process removed
+ * it: rank 0 rotating the checkpoints this rank is sorting by time): 1 with
+ * its attributes as listed in *st (AT_SYMLINK_NOFOLLOW in flags: a link's
+ * own; else a link gives 0), else 0. */
+int hvd_ovl_listed(const char *abs, int flags, struct stat *st);
 
 #endif

@@ -5,8 +5,13 @@
  * listing, a DIR of the view's own: the overlay's entries first, then the
  * real ones not among them, not whited out, and not made by another
  * process since the view started (rank 0's files of the same save).  Every
- * other folder is the real opendir's.  Its state (the open merged
- * listings) is under ovl_mu, with the rest of the view's.  Calls
+ * other folder is the real opendir's.  A merged listing of a folder that
+ * changed since the start keeps what it listed of the real entries, with
+ * their attributes, for a while (hvd_ovl_listed): rank 0 may remove one
+ * between this rank's listing and its stat of it (rotating checkpoints by
+ * their times), and this rank alone would still find it there.  Its state
+ * (the open merged listings, the entries listed) is under ovl_mu, with the
+ * rest of the view's.  Calls
  * overlay_view_folder.c (the overlay path), overlay_view.c (the whiteouts)
  * and the real calls (ovl_L). */
 #define _GNU_SOURCE
@@ -21,11 +26,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <time.h>
 
 /* ------------------------------------------------------------ merged folder listings (under ovl_mu) */
 typedef struct {
   DIR *over, *real;
-  int phase; /* 0: overlay entries, 1: real entries */
+  int phase;   /* 0: overlay entries, 1: real entries */
+  int changed; /* the real folder changed since the start: its entries are kept as listed */
   char path[PATH_MAX];
   char **names;
   size_t n, cap;
@@ -60,6 +68,7 @@ DIR *hvd_ovl_opendir(const char *p) {
   else if (!(m->real = ovl_L->opendir(a))) free(m), m = NULL;
   else {
     m->over = in_ov ? ovl_L->opendir(ov) : NULL;
+    m->changed = real_dir && ovl_changed_since_start(&sr);
     strcpy(m->path, a);
     open_dirs[n_open_dirs++] = m;
     res = (DIR *)m;
@@ -68,10 +77,83 @@ DIR *hvd_ovl_opendir(const char *p) {
   return res;
 }
 
-/* Made after this rank started, by another process (rank 0 writing the
- * same files as this rank, a temporary of its save in flight): a merged
- * listing leaves it out, as this rank alone would not have it. */
-static int foreign(DIR *real, const char *name) { return ovl_born_since_start(ovl_L->dirfd(real), name); }
+/* ------------------------------------------------------------ real entries as listed (under ovl_mu) */
+/* The last real entries merged listings returned from folders that changed
+ * since the start, with their attributes then (a ring).  A stat of one
+ * that has gone since (another process removed it, this rank did not: a
+ * removal here is a whiteout, looked up first) gets them, within
+ * LISTED_SECONDS of the listing: long enough for a listing and the stats
+ * that follow it, short enough that no wait on a name's disappearance
+ * runs on a phantom for longer. */
+#define LISTED_SECONDS 30.0
+typedef struct {
+  char *path;
+  struct stat st;
+  double at; /* when listed (CLOCK_MONOTONIC) */
+} listed_entry;
+static listed_entry listed[256];
+static size_t n_listed;
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void stat_of_statx(const struct statx *x, struct stat *st) {
+  memset(st, 0, sizeof *st);
+  st->st_dev = makedev(x->stx_dev_major, x->stx_dev_minor);
+  st->st_ino = (ino_t)x->stx_ino;
+  st->st_mode = x->stx_mode;
+  st->st_nlink = x->stx_nlink;
+  st->st_uid = x->stx_uid;
+  st->st_gid = x->stx_gid;
+  st->st_rdev = makedev(x->stx_rdev_major, x->stx_rdev_minor);
+  st->st_size = (off_t)x->stx_size;
+  st->st_blksize = (blksize_t)x->stx_blksize;
+  st->st_blocks = (blkcnt_t)x->stx_blocks;
+  st->st_atim.tv_sec = x->stx_atime.tv_sec, st->st_atim.tv_nsec = x->stx_atime.tv_nsec;
+  st->st_mtim.tv_sec = x->stx_mtime.tv_sec, st->st_mtim.tv_nsec = x->stx_mtime.tv_nsec;
+  st->st_ctim.tv_sec = x->stx_ctime.tv_sec, st->st_ctim.tv_nsec = x->stx_ctime.tv_nsec;
+}
+
+static void note_listed(const char *path, const struct statx *x) {
+  char *c = strdup(path);
+  if (!c) return;
+  listed_entry *l = &listed[n_listed++ % (sizeof listed / sizeof *listed)];
+  free(l->path);
+  l->path = c;
+  stat_of_statx(x, &l->st);
+  l->at = now_s();
+}
+
+int hvd_ovl_listed(const char *abs, int flags, struct stat *st) {
+  int found = 0;
+  double t = now_s();
+  pthread_mutex_lock(&ovl_mu);
+  for (size_t k = 0; k < sizeof listed / sizeof *listed && k < n_listed && !found; k++) {
+    listed_entry *l = &listed[(n_listed - 1 - k) % (sizeof listed / sizeof *listed)]; /* the latest first */
+    if (l->path && !strcmp(l->path, abs) && t - l->at <= LISTED_SECONDS &&
+        ((flags & AT_SYMLINK_NOFOLLOW) || !S_ISLNK(l->st.st_mode)) && !ovl_whited(abs))
+      *st = l->st, found = 1;
+  }
+  pthread_mutex_unlock(&ovl_mu);
+  return found;
+}
+
+/* A real entry of a merged listing: 0 where it is to be left out, made after
+ * this rank started by another process (rank 0 writing the same files as
+ * this rank, a temporary of its save in flight), as this rank alone would
+ * not have it; else 1, and kept as listed (`path`, when not NULL) where the
+ * folder changed. */
+static int shown(merged_dir *m, const char *name, const char *path) {
+  struct statx x;
+  unsigned want = STATX_BTIME | STATX_CTIME | (m->changed ? STATX_BASIC_STATS : 0);
+  if (!ovl_L->statx || ovl_L->statx(ovl_L->dirfd(m->real), name, AT_SYMLINK_NOFOLLOW, want, &x) != 0) return 1;
+  if (ovl_statx_born_since_start(&x)) return 0;
+  if (m->changed && path && (x.stx_mask & STATX_BASIC_STATS) == STATX_BASIC_STATS) note_listed(path, &x);
+  return 1;
+}
 
 static struct dirent64 *merged_next(merged_dir *m) {
   struct dirent64 *e;
@@ -96,10 +178,10 @@ static struct dirent64 *merged_next(merged_dir *m) {
     int dup = 0;
     for (size_t i = 0; i < m->n && !dup; i++) dup = !strcmp(m->names[i], e->d_name);
     if (dup) continue;
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
-        ((snprintf(p, sizeof p, "%s/%s", strcmp(m->path, "/") ? m->path : "", e->d_name) < (int)sizeof p && ovl_whited(p)) ||
-         foreign(m->real, e->d_name)))
-      continue;
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+      int fits = snprintf(p, sizeof p, "%s/%s", strcmp(m->path, "/") ? m->path : "", e->d_name) < (int)sizeof p;
+      if ((fits && ovl_whited(p)) || !shown(m, e->d_name, fits ? p : NULL)) continue;
+    }
     memcpy(&m->ent, e, sizeof m->ent);
     return &m->ent;
   }

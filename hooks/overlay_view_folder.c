@@ -69,6 +69,10 @@ int ovl_born_since_start(int dirfd, const char *path) {
   return ovl_statx_born_since_start(&sx);
 }
 
+int ovl_changed_since_start(const struct stat *st) {
+  return after_start((long long)st->st_mtim.tv_sec, st->st_mtim.tv_nsec);
+}
+
 int ovl_parent_changed_since_start(const char *a) {
   char p[PATH_MAX];
   struct stat st;
@@ -76,7 +80,7 @@ int ovl_parent_changed_since_start(const char *a) {
   if (!s || (size_t)(s - a) >= sizeof p) return 0;
   memcpy(p, a, (size_t)(s - a)), p[s - a] = 0;
   if (ovl_fstatat(AT_FDCWD, p[0] ? p : "/", &st, 0) != 0) return 0;
-  return after_start((long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+  return ovl_changed_since_start(&st);
 }
 
 /* ------------------------------------------------------------ paths */

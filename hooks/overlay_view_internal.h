@@ -44,6 +44,9 @@ int ovl_born_since_start(int dirfd, const char *path);
 /* The same of a statx result that asked for STATX_BTIME | STATX_CTIME. */
 struct statx;
 int ovl_statx_born_since_start(const struct statx *sx);
+/* A folder with these attributes had an entry made or removed since this
+ * view started (its modification time). */
+int ovl_changed_since_start(const struct stat *st);
 /* The real folder holding the absolute path `a` had an entry made or
  * removed since this view started (its modification time). */
 int ovl_parent_changed_since_start(const char *a);

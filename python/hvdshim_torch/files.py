@@ -5,7 +5,10 @@ rmtree lists the real folder and then looks at each entry, and rank 0,
 running the same script a moment ahead, may have removed one in between
 (the "start from a clean output folder" idiom, a checkpoint folder
 rotated): an entry gone since the listing is removed for this rank too, as
-it would be for a rank alone.  The folder itself missing fails as alone."""
+it would be for a rank alone.  The folder itself missing fails as alone,
+unless this rank listed it before rank 0 removed it (rotating checkpoints
+by their times: its stat still answers as listed, hooks/overlay_view_dir.c):
+then it is removed for this rank too."""
 import os
 import shutil
 import sys
@@ -15,7 +18,17 @@ from .state import _S
 
 
 def _gone_meanwhile(top, path, exc):
-    return isinstance(exc, FileNotFoundError) and os.path.normpath(str(path)) != top
+    if not isinstance(exc, FileNotFoundError):
+        return False
+    if os.path.normpath(os.fsdecode(path)) != top:
+        return True
+    if not os.path.lexists(top):  # never there in this rank's view: fails as alone
+        return False
+    try:
+        os.rmdir(top)  # listed here, removed by rank 0 since: removed in this rank's view too
+    except OSError:
+        pass
+    return True
 
 
 def install():

@@ -336,11 +336,23 @@ static void test_listing(void) {
   CHECK_INT(hvd_ovl_dirfd(d, &fd), 1);
   CHECK(fd >= 0);
   /* overlay: copy.txt gone.txt keep.txt late new.txt sub; real: dir gone.txt
-   * keep.txt trunc.txt, not move.txt (whited out) nor later.txt (foreign) */
-  CHECK_STR(listing(d, 1), "copy.txt dir gone.txt keep.txt late new.txt sub trunc.txt");
+   * keep.txt listed.txt trunc.txt, not move.txt (whited out) nor later.txt
+   * (foreign) */
+  CHECK_STR(listing(d, 1), "copy.txt dir gone.txt keep.txt late listed.txt new.txt sub trunc.txt");
   CHECK_INT(hvd_ovl_rewinddir(d), 1);
-  CHECK_STR(listing(d, 1), "copy.txt dir gone.txt keep.txt late new.txt sub trunc.txt");
+  CHECK_STR(listing(d, 1), "copy.txt dir gone.txt keep.txt late listed.txt new.txt sub trunc.txt");
   CHECK_INT(hvd_ovl_closedir(d), 1);
+  /* a real entry listed, then removed by "another process" (rank 0 rotating
+   * checkpoints between this rank's listing and its stat): as listed; a
+   * name never listed, or removed in this view since, is missing */
+  struct stat st;
+  CHECK_INT(unlink(in_real("listed.txt")), 0);
+  CHECK_INT(hvd_ovl_listed(in_real("listed.txt"), 0, &st), 1);
+  CHECK_INT((int)st.st_size, (int)strlen("real listed"));
+  CHECK(S_ISREG(st.st_mode));
+  CHECK_INT(hvd_ovl_listed(in_real("never-listed.txt"), 0, &st), 0);
+  CHECK_INT(hvd_ovl_remove(in_real("listed.txt"), 0), 0);
+  CHECK_INT(hvd_ovl_listed(in_real("listed.txt"), 0, &st), 0);
   /* a folder only in the overlay: the overlay's own, not a merged one */
   d = hvd_ovl_opendir(in_real("sub"));
   CHECK(d != NULL);
@@ -754,6 +766,7 @@ int main(int argc, char **argv) {
   put(in_real("move.txt"), "real move");
   put(in_real("seen.txt"), "real seen");
   put(in_real("trunc.txt"), "real trunc");
+  put(in_real("listed.txt"), "real listed");
   put(in_real("dir/a"), "a");
   put(in_real("dir/b"), "b");
   setenv("TMPDIR", tmp_dir, 1);
