@@ -171,8 +171,18 @@ py() {
     echo "$_r" 1<>"$WARM/requests"
     _st=$(timeout "${T:-180}" cat "$_r/status")
     [ -n "$_st" ] || { [ -f "$_r/pid" ] && kill -9 -- "-$(cat "$_r/pid")" 2>/dev/null; _st=124; }
-    : 1<>"$_r/out"
-    : 1<>"$_r/err" # (the readers are released if the run never opened them)
+    # the readers are released where the run never opened the pipes (run
+    # directly, or killed): a writer opened and closed again until each has
+    # ended, since a reader the scheduler has not yet let reach its open
+    # would miss one such release (and wait for ever); bounded at 10 s
+    _i=0
+    while kill -0 $_c1 2>/dev/null || kill -0 $_c2 2>/dev/null; do
+      [ $_i -lt 200 ] || { kill $_c1 $_c2 2>/dev/null; break; }
+      : 1<>"$_r/out"
+      : 1<>"$_r/err"
+      _i=$((_i + 1))
+      sleep 0.05
+    done
     wait $_c1 $_c2
     rm -rf "$_r"
     [ "$_st" = fallback ] || return "$_st"
