@@ -10,6 +10,12 @@
 need_mpirun
 need_torch
 . "$(dirname "$0")/fidelity_common.sh"
+# FIDELITY_SKIP: case names not run here (check-stacks sets it on sid: the
+# adapter's own logic, run on Debian 12, not again on torch 2.14):
+# plateau, early-shard (early stopping sharded), samplers (the sequential
+# and custom samplers; the custom batch sampler stays), dealing (shard
+# mode's dealt batches at np=3 and shuffle=False)
+wants() { case " ${FIDELITY_SKIP-} " in *" $1 "*) return 1 ;; esac; }
 
 # --- an unseeded script (random target): every rank fits the same function
 T=120 HVDSHIM_WORKER_STDOUT=1 run_shim 2 "$PYTHON" "$F" unseeded
@@ -30,10 +36,12 @@ sed -n 's/^\[rank .\] draw //p' "$TMP/shim.out" >"$TMP/draw2"
 pass "unseeded torch, random and numpy: one state on both ranks, a different one in the next job"
 
 # --- ReduceLROnPlateau on each rank's own loss: ranks stay identical
-HVDSHIM_WORKER_STDOUT=1 run_shim 2 "$PYTHON" "$F" plateau --epochs 6
-[ "$(sed -n 's/^\[rank .\] \(lr\|checksum\) //p' "$TMP/shim.out" | sort -u | wc -l)" = 2 ] ||
-  { cat "$TMP/shim.out"; fail "plateau: the ranks' lr or weights differ"; }
-pass "plateau scheduler on local losses: lr and weights identical on both ranks"
+if wants plateau; then
+  HVDSHIM_WORKER_STDOUT=1 run_shim 2 "$PYTHON" "$F" plateau --epochs 6
+  [ "$(sed -n 's/^\[rank .\] \(lr\|checksum\) //p' "$TMP/shim.out" | sort -u | wc -l)" = 2 ] ||
+    { cat "$TMP/shim.out"; fail "plateau: the ranks' lr or weights differ"; }
+  pass "plateau scheduler on local losses: lr and weights identical on both ranks"
+fi
 
 # --- early stopping on each rank's own epoch loss (loss.item() after
 # backward): split, the plain run's epoch, loss and weights; sharded, one
@@ -47,25 +55,33 @@ HVDSHIM_DATA=split HVDSHIM_WORKER_STDOUT=1 run_shim 2 "$PYTHON" "$F" early-stop 
   { cat "$TMP/plain.out" "$TMP/shim.out"; fail "early stopping, split: expected both ranks to say '$stop'"; }
 same "$TMP/p-early.pt" "$TMP/s-early.pt" 1e-4 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "early stopping: weights differ"; }
 same "$TMP/ep/best.pt" "$TMP/es/best.pt" 1e-4 >/dev/null || fail "early stopping: the best-model file differs from plain's"
-for scaler in "" --scaler; do
-  HVDSHIM_WORKER_STDOUT=1 run_shim 2 "$PYTHON" "$F" early-stop --dir "$TMP/eh" $scaler
-  [ "$(sed -n 's/^\[rank .\] \(stopped at\|checksum\) //p' "$TMP/shim.out" | sort -u | wc -l)" = 2 ] ||
-    { cat "$TMP/shim.out"; fail "early stopping, sharded ${scaler}: the ranks stopped at different epochs or differ"; }
-done
-pass "early stopping on the loss read after backward: split at np=2 = plain ($stop; $(cat "$TMP/cmp")); sharded, with and without GradScaler: one decision on both ranks"
+sharded=
+if wants early-shard; then
+  for scaler in "" --scaler; do
+    HVDSHIM_WORKER_STDOUT=1 run_shim 2 "$PYTHON" "$F" early-stop --dir "$TMP/eh" $scaler
+    [ "$(sed -n 's/^\[rank .\] \(stopped at\|checksum\) //p' "$TMP/shim.out" | sort -u | wc -l)" = 2 ] ||
+      { cat "$TMP/shim.out"; fail "early stopping, sharded ${scaler}: the ranks stopped at different epochs or differ"; }
+  done
+  sharded="; sharded, with and without GradScaler: one decision on both ranks"
+fi
+pass "early stopping on the loss read after backward: split at np=2 = plain ($stop; $(cat "$TMP/cmp"))$sharded"
 
 # --- samplers of every kind are sharded (split mode = the plain run)
-for c in sequential custom-sampler custom-batches; do
+samplers="sequential custom-sampler custom-batches"
+wants samplers || samplers=custom-batches
+for c in $samplers; do
   run_plain "$c" --out "$TMP/p-$c.pt"
   HVDSHIM_DATA=split run_shim 2 "$PYTHON" "$F" "$c" --out "$TMP/s-$c.pt"
   same "$TMP/p-$c.pt" "$TMP/s-$c.pt" 1e-4 >"$TMP/cmp" || { cat "$TMP/cmp" "$TMP/shim.out"; fail "$c differs"; }
   pass "$c sampler, split at np=2: $(cat "$TMP/cmp")"
 done
-run_shim 3 "$PYTHON" "$F" custom-batches --epochs 2
-grep -q "^len 4 steps 8" "$TMP/shim.out" || { cat "$TMP/shim.out"; fail "custom batches at np=3: expected 4 per epoch"; }
-run_shim 2 "$PYTHON" "$F" sequential --epochs 1
-grep -q "^len 6 steps 6" "$TMP/shim.out" || { cat "$TMP/shim.out"; fail "shuffle=False at np=2: expected 6 batches"; }
-pass "shard mode: 12 custom batches dealt 4 per rank at np=3; shuffle=False sharded (6 of 12 batches per rank)"
+if wants dealing; then
+  run_shim 3 "$PYTHON" "$F" custom-batches --epochs 2
+  grep -q "^len 4 steps 8" "$TMP/shim.out" || { cat "$TMP/shim.out"; fail "custom batches at np=3: expected 4 per epoch"; }
+  run_shim 2 "$PYTHON" "$F" sequential --epochs 1
+  grep -q "^len 6 steps 6" "$TMP/shim.out" || { cat "$TMP/shim.out"; fail "shuffle=False at np=2: expected 6 batches"; }
+  pass "shard mode: 12 custom batches dealt 4 per rank at np=3; shuffle=False sharded (6 of 12 batches per rank)"
+fi
 
 # --- a shuffled validation loader under no_grad stays whole
 run_plain eval
