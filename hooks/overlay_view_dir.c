@@ -92,7 +92,7 @@ typedef struct {
   double at; /* when listed (CLOCK_MONOTONIC) */
 } listed_entry;
 static listed_entry listed[256];
-static size_t n_listed;
+static volatile size_t n_listed; /* (read without ovl_mu as a hint, as ovl_dirty is) */
 
 static double now_s(void) {
   struct timespec t;
@@ -128,6 +128,7 @@ static void note_listed(const char *path, const struct statx *x) {
 }
 
 int hvd_ovl_listed(const char *abs, int flags, struct stat *st) {
+  if (!n_listed) return 0; /* (read without the lock: every stat that fails, in a process that kept none) */
   int found = 0;
   double t = now_s();
   pthread_mutex_lock(&ovl_mu);
