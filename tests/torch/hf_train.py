@@ -77,7 +77,19 @@ def trainer(args):
     if args.checkpoints:
         more = {"save_strategy": "steps", "save_steps": 4, "save_total_limit": 2, key: "steps", "eval_steps": 4,
                 "load_best_model_at_end": True, "metric_for_best_model": "loss"}
-        extra = {"eval_dataset": Synthetic(32)}
+        import os
+        import time
+        rank = os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0"))
+
+        class Behind(TrainerCallback):
+            """Rank 1 saves a moment after rank 0 (the test's, not the
+            script's: hf.sh checks that rank 1's copies are served from
+            rank 0's files, which must be there first; under load rank 1
+            could save first, and its copies then stay whole)."""
+            def on_step_end(self, _args, state, control, **kw):
+                if control.should_save and rank == "1":
+                    time.sleep(0.5)
+        extra = {"eval_dataset": Synthetic(32), "callbacks": [Behind()]}
     targs = TrainingArguments(output_dir=args.out, per_device_train_batch_size=args.batch, num_train_epochs=2,
                               learning_rate=1e-3, logging_steps=4, report_to=[], seed=0,
                               disable_tqdm=True, use_cpu=args.use_cpu, dataloader_num_workers=0, **more)
