@@ -72,6 +72,13 @@ const char *hvd_ovl_root(void);
  * makes a new folder.  Whiteouts and listings stay. */
 void hvd_ovl_drop(void);
 
+/* Seconds on the monotonic clock (the view's and the bytes layer's waits and ages). */
+static inline double hvd_ovl_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 /* ---- paths ---- */
 /* libc declares its path arguments nonnull, so a plain NULL test could be
  * folded away; a NULL still reaches the real call, which fails with EFAULT. */

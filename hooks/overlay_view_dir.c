@@ -27,7 +27,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
-#include <time.h>
 
 /* ------------------------------------------------------------ merged folder listings (under ovl_mu) */
 typedef struct {
@@ -94,12 +93,6 @@ typedef struct {
 static listed_entry listed[256];
 static volatile size_t n_listed; /* (read without ovl_mu as a hint, as ovl_dirty is) */
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void stat_of_statx(const struct statx *x, struct stat *st) {
   memset(st, 0, sizeof *st);
   st->st_dev = makedev(x->stx_dev_major, x->stx_dev_minor);
@@ -124,13 +117,13 @@ static void note_listed(const char *path, const struct statx *x) {
   free(l->path);
   l->path = c;
   stat_of_statx(x, &l->st);
-  l->at = now_s();
+  l->at = hvd_ovl_now();
 }
 
 int hvd_ovl_listed(const char *abs, int flags, struct stat *st) {
   if (!n_listed) return 0; /* (read without the lock: every stat that fails, in a process that kept none) */
   int found = 0;
-  double t = now_s();
+  double t = hvd_ovl_now();
   pthread_mutex_lock(&ovl_mu);
   for (size_t k = 0; k < sizeof listed / sizeof *listed && k < n_listed && !found; k++) {
     listed_entry *l = &listed[(n_listed - 1 - k) % (sizeof listed / sizeof *listed)]; /* the latest first */
