@@ -20,7 +20,6 @@
 #include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +27,7 @@
 #include <unistd.h>
 
 #include "../base/log.h"
+#include "../base/remover.h"
 
 /* ------------------------------------------------------------ state */
 const hvd_ovl_libc *ovl_L;
@@ -175,33 +175,6 @@ int ovl_path(const char *abs, char *out) {
 }
 
 /* ------------------------------------------------------------ the folder (under ovl_mu) */
-static void spawn_watcher(void) {
-  int p[2];
-  if (pipe2(p, O_CLOEXEC) != 0) return;
-  posix_spawn_file_actions_t fa;
-  posix_spawnattr_t at;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawnattr_init(&at);
-  posix_spawn_file_actions_adddup2(&fa, p[0], 0);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
-  posix_spawn_file_actions_addclosefrom_np(&fa, 3); /* no MPI socket or output pipe held open by it */
-#endif
-  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID); /* outside the rank's process group and signals */
-  /* It reads until the rank's end of the pipe closes (the rank is gone,
-   * however it ended), then removes the folder.  Empty environment: no
-   * preload, so it is not a rank itself. */
-  char *argv[] = {"sh", "-c", "read _ ; rm -rf -- \"$0\"", root, NULL};
-  char *envp[] = {"PATH=/usr/bin:/bin", NULL};
-  pid_t pid;
-  if (posix_spawn(&pid, "/bin/sh", &fa, &at, argv, envp) == 0) watcher_fd = p[1];
-  else ovl_L->close(p[1]);
-  ovl_L->close(p[0]);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&at);
-}
-
 int ovl_ensure_root(void) {
   if (root[0]) return 0;
   const char *t = getenv("TMPDIR");
@@ -221,7 +194,7 @@ int ovl_ensure_root(void) {
   strcpy(root, real);
   rootlen = strlen(root);
   ovl_dirty = 1;
-  spawn_watcher();
+  watcher_fd = hvd_remover_spawn(root); /* removes it if the rank ends without exiting */
   HVD_DEBUG("rank %d's file writes go to %s", my_rank, root);
   return 0;
 }

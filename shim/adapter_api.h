@@ -31,5 +31,10 @@ HVD_EXPORT int hvd_mpi_early(void);
  * job meanwhile) and a rank's own failure still is (the adapter's error
  * line, then the exit that ends the job). */
 HVD_EXPORT void hvd_failing_grace(void);
+/* `path` removed once this process and every process forked from it are
+ * gone, however they end (a SIGKILL too; base/remover.h): a folder that a
+ * clean exit removes itself and a killed process would leave.  0, or -1
+ * where the watcher could not start. */
+HVD_EXPORT int hvd_remove_at_end(const char *path);
 
 #endif

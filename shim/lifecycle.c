@@ -33,6 +33,7 @@
 
 #include "../base/config.h"
 #include "../base/log.h"
+#include "../base/remover.h"
 #include "../base/role.h"
 #include "../collectives/engine/engine.h"
 #include "../collectives/engine/handles.h"
@@ -254,6 +255,11 @@ static pid_t own_mpi_pid;
 void hvd_failing_grace(void) {
   static int waited;
   if (hvd_env_rank(NULL) > 0 && !__atomic_exchange_n(&waited, 1, __ATOMIC_ACQ_REL)) sleep(1);
+}
+
+int hvd_remove_at_end(const char *path) {
+  if (!path || !*path) return -1;
+  return hvd_remover_spawn(path) >= 0 ? 0 : -1; /* (the write end stays open until this process ends) */
 }
 
 static void end_own_mpi(int status) {

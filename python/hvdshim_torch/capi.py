@@ -44,6 +44,7 @@ _SIGNATURES = {  # name: (result, arguments)
     "hvd_abort_job": (None, [_str]),
     "hvd_mpi_early": (_int, []),
     "hvd_failing_grace": (None, []),
+    "hvd_remove_at_end": (_int, [_str]),
     "hvd_last_error": (_str, []),
     "hvd_gpu_status": (_int, [_str, _size]),
     # operations

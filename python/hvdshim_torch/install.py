@@ -9,6 +9,7 @@ import torch
 from . import capi
 from .capi import debug, info, setting
 from .patching import after_import, untraced, wrap
+from . import tempdir as _tempdir
 from .state import _S, _warn_once
 from .output import _redirect_output, _set_threads, _short_errors, cores_per_rank
 from .lifecycle import HOROVOD, _check_stand_aside, _other_distribution, _stand_aside
@@ -404,6 +405,7 @@ def install(rng_seed=None):
             _observe()
         return
     os.environ["HVDSHIM_ACTIVE_PID"] = str(os.getpid())  # this process is the rank
+    _tempdir.install()
     vals = [ctypes.c_int() for _ in range(4)]
     capi.LIB.hvd_launch_info(*[ctypes.byref(v) for v in vals])
     _S.rank, _S.size, _S.local_rank, _S.local_size = (v.value for v in vals)

@@ -45,6 +45,17 @@ victim() {
 sems() { for _p in $(family "$1"); do grep -a -o '/dev/shm/sem\.mp-[^ ]*' "/proc/$_p/maps" 2>/dev/null; done | sort -u | tr '\n' ' '; }
 # sems_left: those of $job_sems still in /dev/shm
 sems_left() { for _f in $job_sems; do [ -e "$_f" ] && echo "$_f"; done | wc -l; }
+# temp_left: what the job left in its own $TMPDIR ($TMP/tmpN) 3 s after its
+# processes were gone, or nothing (multiprocessing's pymp-* folders of the
+# ranks and workers the job's end killed, the rank-private folders: their
+# watchers remove them, base/remover.c).  Not counted: torch's compile
+# cache (torchinductor_USER, torch 2.x), which a plain run keeps too.
+temp_in() { ls -A "$TMP/tmp$n" | grep -v '^torchinductor_' | tr '\n' ' '; }
+temp_left() {
+  _t0=$(now_ms)
+  while [ -n "$(temp_in)" ] && [ $(($(now_ms) - _t0)) -lt 3000 ]; do sleep 0.1; done
+  temp_in
+}
 # gone_within JOB SECONDS: until no process of JOB is left; sets $left (ms waited, or the pids left)
 gone_within() {
   _t0=$(now_ms)
@@ -65,8 +76,9 @@ run() {
   n=$((n + 1))
   job="orphans-$$-$n"
   _out="$TMP/out$n"
+  mkdir -p "$TMP/tmp$n"
   (
-    export ORPHANS_JOB="$job" "$@"
+    export ORPHANS_JOB="$job" TMPDIR="$TMP/tmp$n" "$@"
     if [ "$_mode" = elastic ]; then
       HVDRUN_LIB="$LIB" exec timeout -k 5 120 "$top_builddir/launcher/hvdrun" -np 3 --oversubscribe --min-np 2 \
         "$PYTHON" "$FAULT_TRAIN" --steps $STEPS --step-sleep 0.05 --workers 2 --start "$_start" $DETACHED
@@ -109,7 +121,9 @@ for c in $cases; do
   # tracker, out of it, still unlinks their semaphores; 2 of the 3 ranks'
   # were left when it was in it)
   [ "$(sems_left)" = 0 ] || fail "not elastic, $start, rank $v killed: $(sems_left) of the job's $(echo $job_sems | wc -w) named semaphores left in /dev/shm"
-  pass "not elastic, loader workers by $start, rank $v SIGKILLed: the job ended (status $rc) $took ms after the kill, nothing of it left ${left} ms later (processes, and $(echo $job_sems | wc -w) named semaphores)"
+  tl=$(temp_left)
+  [ -z "$tl" ] || { ps -eo pid,ppid,stat,args | grep -v grep | grep "read _"; fail "not elastic, $start, rank $v killed: left in the job's TMPDIR: $tl"; }
+  pass "not elastic, loader workers by $start, rank $v SIGKILLed: the job ended (status $rc) $took ms after the kill, nothing of it left ${left} ms later (processes, $(echo $job_sems | wc -w) named semaphores, temporary folders)"
 done
 
 # 2. elastic, where the MPI survives a death: each start method, a rank > 0
@@ -126,7 +140,9 @@ if [ $ulfm = 1 ]; then
     [ "$tail_ms" -lt 15000 ] || { cat "$out"; fail "elastic, $start, rank $v killed: the job ended $tail_ms ms after its last line"; }
     gone_within "$job" 3 || { ps -o pid,ppid,pgid,stat,args -p "$(echo $left | tr ' ' ',')"; fail "elastic, $start, rank $v killed: processes left: $left"; }
     [ "$(sems_left)" = 0 ] || fail "elastic, $start, rank $v killed: $(sems_left) of the job's $(echo $job_sems | wc -w) named semaphores left in /dev/shm"
-    pass "elastic (hvdrun --min-np 2), loader workers by $start, rank $v SIGKILLed: the survivors finished, the job ended 0 $tail_ms ms after its last line, nothing left ($(echo $job_sems | wc -w) named semaphores unlinked)"
+    tl=$(temp_left)
+    [ -z "$tl" ] || fail "elastic, $start, rank $v killed: left in the job's TMPDIR: $tl"
+    pass "elastic (hvdrun --min-np 2), loader workers by $start, rank $v SIGKILLed: the survivors finished, the job ended 0 $tail_ms ms after its last line, nothing left ($(echo $job_sems | wc -w) named semaphores unlinked, no temporary folder)"
   done
 fi
 

@@ -1,0 +1,38 @@
+/* The watcher that removes a path when its holders are gone (remover.h). */
+#define _GNU_SOURCE
+#include "remover.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <unistd.h>
+
+int hvd_remover_spawn(const char *path) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) return -1;
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t at;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&at);
+  posix_spawn_file_actions_adddup2(&fa, p[0], 0);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3); /* no MPI socket or output pipe held open by it */
+#endif
+  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID); /* outside the rank's process group and signals */
+  /* It reads until every copy of the write end is closed (the rank and
+   * what it forked are gone, however they ended), then removes the path.
+   * Empty environment: no preload, so it is not a rank itself. */
+  char *argv[] = {"sh", "-c", "read _ ; rm -rf -- \"$0\"", (char *)path, NULL};
+  char *envp[] = {"PATH=/usr/bin:/bin", NULL};
+  pid_t pid;
+  int ok = posix_spawn(&pid, "/bin/sh", &fa, &at, argv, envp) == 0;
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&at);
+  close(p[0]);
+  if (!ok) {
+    close(p[1]);
+    return -1;
+  }
+  return p[1];
+}

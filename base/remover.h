@@ -1,0 +1,17 @@
+/* A path removed once a process and every process that inherited one
+ * descriptor from it are gone, however they ended (a SIGKILL too): the
+ * rank-private folder (hooks/overlay_view_folder.c), multiprocessing's
+ * folder of a rank and its children (hvd_remove_at_end, the PyTorch glue's
+ * tempdir.py).  Uses nothing above base/. */
+#ifndef HVD_REMOVER_H
+#define HVD_REMOVER_H
+
+/* Starts a watcher process (sh, in a session of its own, empty environment:
+ * not a rank, out of the rank's signals and of the reaper's family) that
+ * reads a pipe until its write end is closed everywhere, then removes
+ * `path` (rm -rf).  Returns that write end (close-on-exec: kept by forked
+ * children, not by programs they execute; closing it lets the watcher remove
+ * the path now), or -1 where no watcher could start. */
+int hvd_remover_spawn(const char *path);
+
+#endif
