@@ -9,7 +9,8 @@
  * waits for the rank's end, then reads whether a SIGUSR1 (a clean exit) is
  * pending, and if not signals the family until none of it is left.  It
  * touches nothing of the rank's but processes: no file, no descriptor, no
- * memory that the rank sees.  The family is found in /proc: the members of
+ * memory that the rank sees (the one file it removes is the session folder
+ * of a launcher it had to SIGKILL, which cannot remove it then).  The family is found in /proc: the members of
  * the rank's process group, and every process whose environment, as it
  * was when it executed its program, holds the rank's "PID.START"
  * (children that only forked, without executing, show the environment of
@@ -20,6 +21,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -45,6 +48,8 @@ static pid_t armed_pid; /* the process the reaper watches (this one, once armed)
 static pid_t reaper_pid;
 static pid_t launcher_pid; /* the rank's Open MPI launcher process on this host (0: none found) */
 static unsigned long long launcher_start;
+static char session_dir[PATH_MAX]; /* that launcher's session folder for the job, "" where not known */
+static char session_top[PATH_MAX]; /* the folder above it, removed too where that leaves it empty */
 
 /* ------------------------------------------------------------ /proc */
 /* Fields of /proc/PID/stat after the command name: state (field 3), pgrp
@@ -112,6 +117,26 @@ static void find_launcher(void) {
     }
     p = pp;
   }
+}
+
+/* The launcher's session folder for this job, as the rank's environment
+ * names it (Open MPI 4: .../ompi.HOST.UID/pid.N or jf.N under mpirun or a
+ * daemon; 5 and later: PMIx's server folder .../ompi.N), and the folder
+ * above it (4).  Kept only where the names are Open MPI's: what a reaper
+ * removes after it has SIGKILLed the launcher, which then cannot. */
+static void find_session(void) {
+  session_dir[0] = session_top[0] = 0;
+  const char *d = getenv("OMPI_MCA_orte_jobfam_session_dir"), *top = getenv("OMPI_MCA_orte_top_session_dir");
+  if (!d || !*d) d = getenv("PMIX_SERVER_TMPDIR"), top = NULL;
+  if (!d || d[0] != '/' || strlen(d) >= sizeof session_dir || strstr(d, "/..")) return;
+  const char *b = strrchr(d, '/') + 1;
+  if (strncmp(b, "pid.", 4) && strncmp(b, "jf.", 3) && strncmp(b, "ompi.", 5)) return;
+  strcpy(session_dir, d);
+  size_t n = top ? strlen(top) : 0;
+  const char *tb = top ? strrchr(top, '/') : NULL;
+  if (tb && top[0] == '/' && n < sizeof session_top && !strncmp(d, top, n) && d[n] == '/' && !strchr(d + n + 1, '/') &&
+      !strncmp(tb + 1, "ompi.", 5))
+    strcpy(session_top, top);
 }
 
 /* PID is still the process started at START (not a reused pid), and alive. */
@@ -184,6 +209,22 @@ static int signal_family(pid_t rank, const char *key, int lead, int sig) {
   }
   hvd_libc()->closedir(d);
   return n;
+}
+
+static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *f) {
+  (void)st, (void)f;
+  syscall(SYS_unlinkat, AT_FDCWD, p, flag == FTW_DP ? AT_REMOVEDIR : 0); /* (not the library's own unlinkat) */
+  return 0;
+}
+
+/* The session folder of a launcher this reaper SIGKILLed: it cannot
+ * remove it itself (Open MPI 4 left /tmp/ompi.HOST.UID/jf.N of a cut-off
+ * host's daemon). */
+static void remove_session(void) {
+  if (!session_dir[0]) return;
+  for (int i = 0; i < 20 && still_runs(launcher_pid, launcher_start); i++) nap_ms(50);
+  nftw(session_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  if (session_top[0]) syscall(SYS_unlinkat, AT_FDCWD, session_top, AT_REMOVEDIR); /* only where empty */
 }
 
 /* SIGKILL to PARENT's children. */
@@ -264,6 +305,7 @@ __attribute__((noreturn)) static void reap(pid_t rank, unsigned long long start,
     if (still_runs(launcher_pid, launcher_start)) {
       kill_children(launcher_pid);
       kill(launcher_pid, SIGKILL);
+      remove_session();
     }
   }
   syscall(SYS_exit_group, 0);
@@ -309,6 +351,7 @@ void hvd_reaper_arm(void) {
   }
   int lead = lead_group();
   find_launcher();
+  find_session();
   sigset_t usr1, old;
   sigemptyset(&usr1);
   sigaddset(&usr1, SIGUSR1);

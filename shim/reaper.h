@@ -29,7 +29,10 @@
  * A rank that exits with status 0 (exit, return from main, os._exit(0))
  * tells its reaper so first (SIGUSR1), and its family is left alone, as
  * after a plain run: what Python leaves running on purpose (a background
- * upload started in a session of its own) outlives it.  The reaper holds
+ * upload started in a session of its own) outlives it.  A launcher that
+ * does not end within 5 s of a rank ending the job (it cannot reach a
+ * cut-off host) is SIGKILLed, and its session folder on this host, which it
+ * can no longer remove, with it.  The reaper holds
  * no descriptor of the rank's (its output goes to /dev/null) and ends once
  * the family is gone. */
 #ifndef HVD_REAPER_H

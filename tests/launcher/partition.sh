@@ -11,7 +11,8 @@
 #     hosts): rank 0's watchdog ends the job naming the unreachable host;
 #     mpirun, stuck in its abort (it cannot reach that host's daemon), and
 #     the cut-off daemon are ended by the ranks' reapers: nothing of the job
-#     is left in either namespace within 25 s, the job's status non-zero.
+#     is left in either namespace within 25 s (nor the cut-off daemon's
+#     session folder), the job's status non-zero.
 #     Negative control: HVDSHIM_REAP=0 leaves mpirun and the cut-off side
 #     running past 25 s.
 #  2. A cut shorter than the timeout (1 s, HVDSHIM_PEER_TIMEOUT_SECONDS=8):
@@ -41,13 +42,17 @@ TRAIN="$top_srcdir/tests/launcher/partition_train.py"
 export OMP_NUM_THREADS=1
 comms() { for _p in $(ns_pids $1); do cat /proc/$_p/comm 2>/dev/null; done | tr '\n' ' '; }
 # the ranks' TMPDIR: a rank > 0's private-files folder (hvdshim-rankR-*) is
-# removed by its watcher once the rank is gone, on the cut-off side too
+# removed by its watcher once the rank is gone, on the cut-off side too (and
+# no_overlay_left checks the session folder of that side's daemon)
 export TMPDIR="$TMP/ranks-tmp"
 mkdir -p "$TMPDIR"
 no_overlay_left() { # CASE
   _i=0
   while ls -d "$TMPDIR"/hvdshim-rank* >/dev/null 2>&1 && [ $_i -lt 30 ]; do sleep 0.1; _i=$((_i + 1)); done
   ! ls -d "$TMPDIR"/hvdshim-rank* >/dev/null 2>&1 || fail "$1: a rank's private-files folder was left: $(ls -d "$TMPDIR"/hvdshim-rank* | tr '\n' ' ')"
+  # the cut-off host's Open MPI session folder (its daemon, SIGKILLed by a
+  # reaper, cannot remove it: the reaper does, shim/reaper.c)
+  ! ls -d /tmp/ompi.$B.* "$TMPDIR"/ompi.$B.* >/dev/null 2>&1 || fail "$1: the second host's Open MPI session folder was left: $(ls -d /tmp/ompi.$B.* "$TMPDIR"/ompi.$B.* 2>/dev/null | tr '\n' ' ')"
 }
 # start NAME TIMEOUT STEPS [hvdrun options]: the job in the background ($job)
 # (the script's --workers from $WORKERS),
