@@ -11,6 +11,7 @@
  * Why sitecustomize rather than an audit hook: docs/ARCHITECTURE.md. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +54,37 @@ const char *hvd_python_dir(void) {
   if (has_bootstrap(HVD_PYDIR_INSTALLED)) return HVD_PYDIR_INSTALLED;
   if (has_bootstrap(HVD_PYDIR_SOURCE)) return HVD_PYDIR_SOURCE;
   return NULL;
+}
+
+/* The interpreter's own options (argv up to the script, -c or -m) from
+ * /proc/self/cmdline: the first of -E, -I and -S given (alone or combined,
+ * as -IS or -uE), or 0. */
+char hvd_python_ignores_bootstrap(void) {
+  char buf[4096];
+  int fd = hvd_libc()->open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  const char *end = buf + n;
+  const char *a = buf + strlen(buf) + 1; /* past argv[0] */
+  for (; a < end; a += strlen(a) + 1) {
+    if (a[0] != '-' || !a[1] || !strcmp(a, "--")) return 0; /* the script, "-" (stdin) or the end of the options */
+    if (a[1] == '-') { /* a long option: --check-hash-based-pycs takes the next word */
+      if (!strcmp(a, "--check-hash-based-pycs") && a + strlen(a) + 1 < end) a += strlen(a) + 1;
+      continue;
+    }
+    for (const char *c = a + 1; *c; c++) {
+      if (*c == 'E' || *c == 'I' || *c == 'S') return *c;
+      if (*c == 'c' || *c == 'm') return 0;  /* the rest is the command or the module's */
+      if (*c == 'W' || *c == 'X') {           /* an argument: the rest of this word, or the next word */
+        if (!c[1] && a + strlen(a) + 1 < end) a += strlen(a) + 1;
+        break;
+      }
+    }
+  }
+  return 0;
 }
 
 int hvd_python_arm(void) {

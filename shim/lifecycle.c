@@ -190,6 +190,18 @@ __attribute__((constructor)) static void hvd_shim_ctor(void) {
   on_exit(note_exit, NULL);
   hvd_cuda_arm(local_rank);
   int python = hvd_python_arm();
+  char flag = python ? hvd_python_ignores_bootstrap() : 0;
+  if (flag) {
+    /* Said and ended as a bad setting is (above): every rank would train
+     * alone, the whole script over, as many times as there are ranks. */
+    if (rank > 0) sleep(2);
+    hvd_log_threshold = HVD_LOG_ERROR;
+    HVD_ERROR("this Python was started with -%c, which makes it ignore %s, through which hvdshim loads its "
+              "PyTorch adapter: every rank would run the script alone; start it without -E, -I and -S (or set "
+              "HVDSHIM_DISABLE=1 to run it undistributed)",
+              flag, flag == 'S' ? "the site module" : "PYTHONPATH");
+    _exit(1);
+  }
   hvd_native_arm(hvd_init);
   /* The training program's writes on ranks > 0 go to a private overlay;
    * wrappers (a shell around the program) write real files. */

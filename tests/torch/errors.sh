@@ -97,3 +97,15 @@ ranks_said "$TMP/out" "parameter 'phase' is complex64; hvdshim averages float32"
   { cat "$TMP/out"; fail "expected the complex parameter named"; }
 grep -q "\] step 1$" "$TMP/out" && fail "training started despite the complex parameter"
 pass "complex parameter named before the first step"
+# an interpreter started with -I (or -E, -S) never loads the bootstrap
+# (PYTHONPATH, the site module): the job ends with one line before the
+# script runs, not with every rank training alone; other options (-u,
+# -W ARG, -X ARG before the script) distribute as usual
+shim 2 "$PYTHON" -u -W ignore -I "$TRAIN" --out "$TMP/i.pt" >"$TMP/out" 2>&1 &&
+  { cat "$TMP/out"; fail "python -I: the job exited 0"; }
+msg="this Python was started with -I, which makes it ignore PYTHONPATH"
+ranks_said "$TMP/out" "$msg" 2 && [ ! -e "$TMP/i.pt" ] ||
+  { cat "$TMP/out"; fail "python -I: expected the line (rank 0's; rank 1's too if the launcher had not ended it) and no checkpoint"; }
+shim 2 "$PYTHON" -u -W ignore -X faulthandler "$TRAIN" --out "$TMP/i.pt" >"$TMP/out" 2>&1 && [ -e "$TMP/i.pt" ] &&
+  ! grep -q "started with" "$TMP/out" || { cat "$TMP/out"; fail "python -u -W ignore -X faulthandler: not run as usual"; }
+pass "python -I: one line (\"$msg ...\"), the job ended before the script; -u -W ARG -X ARG run as usual"
