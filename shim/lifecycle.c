@@ -314,7 +314,7 @@ int hvd_mpi_early(void) {
   int ok = !init_tried && hvd_shim_role() == HVD_ROLE_ARMED && config_ok && hvd_cfg_int(HVD_CFG_EARLY_MPI) &&
            !hvd_cfg_int(HVD_CFG_ELASTIC) && !hvd_cfg_int(HVD_CFG_ELASTIC_RESUME) && hvd_env_size() > 1 &&
            hvd_engine_mpi_early();
-  if (ok) own_mpi();
+  if (ok) own_mpi(), hvd_reaper_note_mpi_files();
   pthread_mutex_unlock(&init_mu);
   if (ok) HVD_DEBUG("MPI initialized early (HVDSHIM_EARLY_MPI), for the engine's start at first use");
   return ok;
@@ -362,6 +362,7 @@ hvd_status_t hvd_init(void) {
     goto out;
   }
   hvd_role_set(HVD_ROLE_ACTIVE);
+  hvd_reaper_note_mpi_files();
   char pid[32];
   snprintf(pid, sizeof pid, "%ld", (long)getpid());
   setenv("HVDSHIM_ACTIVE_PID", pid, 1);

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -50,6 +51,17 @@ static pid_t launcher_pid; /* the rank's Open MPI launcher process on this host 
 static unsigned long long launcher_start;
 static char session_dir[PATH_MAX]; /* that launcher's session folder for the job, "" where not known */
 static char session_top[PATH_MAX]; /* the folder above it, removed too where that leaves it empty */
+/* The MPI library's shared-memory files of the rank (Open MPI's
+ * vader_segment.*, sm_segment.*), noted by the rank once MPI is up, in a
+ * page the rank and its reaper share: a rank that dies leaves them (its
+ * launcher removes them only where it outlives the rank), the reaper
+ * removes them. */
+#define NOTED_MAX 8
+typedef struct {
+  volatile int n;
+  char path[NOTED_MAX][256];
+} noted_files;
+static noted_files *noted;
 
 /* ------------------------------------------------------------ /proc */
 /* Fields of /proc/PID/stat after the command name: state (field 3), pgrp
@@ -121,8 +133,8 @@ static void find_launcher(void) {
 
 /* The launcher's session folder for this job, as the rank's environment
  * names it (Open MPI 4: .../ompi.HOST.UID/pid.N or jf.N under mpirun or a
- * daemon; 5 and later: PMIx's server folder .../ompi.N), and the folder
- * above it (4).  Kept only where the names are Open MPI's: what a reaper
+ * daemon; 5 and later: PMIx's server folder, .../ompi.N under mpirun,
+ * .../prted.N under a daemon), and the folder above it (4).  Kept only where the names are Open MPI's: what a reaper
  * removes after it has SIGKILLed the launcher, which then cannot. */
 static void find_session(void) {
   session_dir[0] = session_top[0] = 0;
@@ -130,7 +142,14 @@ static void find_session(void) {
   if (!d || !*d) d = getenv("PMIX_SERVER_TMPDIR"), top = NULL;
   if (!d || d[0] != '/' || strlen(d) >= sizeof session_dir || strstr(d, "/..")) return;
   const char *b = strrchr(d, '/') + 1;
-  if (strncmp(b, "pid.", 4) && strncmp(b, "jf.", 3) && strncmp(b, "ompi.", 5)) return;
+  static const char *const owned[] = {"pid.", "ompi.", "prted.", "prterun."}; /* named after the launcher's pid */
+  int ok = !strncmp(b, "jf.", 3); /* (Open MPI 4's daemon: named after the job family) */
+  for (size_t i = 0; i < sizeof owned / sizeof *owned && !ok; i++) {
+    size_t k = strlen(owned[i]);
+    char *end;
+    ok = !strncmp(b, owned[i], k) && launcher_pid > 0 && strtol(b + k, &end, 10) == launcher_pid && !*end;
+  }
+  if (!ok) return;
   strcpy(session_dir, d);
   size_t n = top ? strlen(top) : 0;
   const char *tb = top ? strrchr(top, '/') : NULL;
@@ -217,14 +236,24 @@ static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *
   return 0;
 }
 
-/* The session folder of a launcher this reaper SIGKILLed: it cannot
- * remove it itself (Open MPI 4 left /tmp/ompi.HOST.UID/jf.N of a cut-off
- * host's daemon). */
+/* The session folder of a launcher that has ended (within a second) while
+ * or before its rank did: SIGKILLed by this reaper, it cannot remove it
+ * itself (Open MPI 4 left /tmp/ompi.HOST.UID/jf.N of a cut-off host's
+ * daemon), nor where it ended before its ranks (pid.N of an mpirun sent
+ * SIGTERM); one that ended after its ranks has removed it already. */
 static void remove_session(void) {
   if (!session_dir[0]) return;
   for (int i = 0; i < 20 && still_runs(launcher_pid, launcher_start); i++) nap_ms(50);
+  if (still_runs(launcher_pid, launcher_start)) return; /* (it goes on: the job's other ranks, ULFM) */
   nftw(session_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
   if (session_top[0]) syscall(SYS_unlinkat, AT_FDCWD, session_top, AT_REMOVEDIR); /* only where empty */
+}
+
+/* The rank's shared-memory files (noted_files). */
+static void remove_noted(void) {
+  if (!noted) return;
+  int n = noted->n;
+  for (int i = 0; i < n && i < NOTED_MAX; i++) syscall(SYS_unlinkat, AT_FDCWD, noted->path[i], 0);
 }
 
 /* SIGKILL to PARENT's children. */
@@ -300,14 +329,18 @@ __attribute__((noreturn)) static void reap(pid_t rank, unsigned long long start,
    * are left (an ssh to the cut-off host, a rank still in its abort):
    * SIGKILL (Open MPI 4.1's mpirun crashes in PMIx_Finalize when SIGTERM
    * finds it in its abort). */
+  remove_noted();
   if (ended_job && launcher_pid > 0) {
     while (still_runs(launcher_pid, launcher_start) && now_ms() - t0 < LAUNCHER_WAIT_MS) nap_ms(100);
     if (still_runs(launcher_pid, launcher_start)) {
       kill_children(launcher_pid);
       kill(launcher_pid, SIGKILL);
-      remove_session();
     }
   }
+  /* A launcher that has ended by now (SIGKILLed above, or ended before its
+   * rank: Open MPI 4.1's mpirun, sent SIGTERM by `timeout`, can exit while
+   * its ranks still run) left its session folder to no one. */
+  if (launcher_pid > 0) remove_session();
   syscall(SYS_exit_group, 0);
   __builtin_unreachable();
 }
@@ -357,6 +390,10 @@ void hvd_reaper_arm(void) {
   sigaddset(&usr1, SIGUSR1);
   sigaddset(&usr1, SIGUSR2);
   sigprocmask(SIG_BLOCK, &usr1, &old); /* a note sent before the reaper runs stays pending */
+  if (!noted) {
+    void *m = mmap(NULL, sizeof *noted, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    noted = m == MAP_FAILED ? NULL : m;
+  }
   pid_t c = fork();
   if (c == 0) reap(self, start, lead);
   sigprocmask(SIG_SETMASK, &old, NULL);
@@ -387,6 +424,29 @@ void hvd_reaper_spare_cleaner(void) {
   cmd[n] = 0;
   /* `python -c 'from multiprocessing.resource_tracker import main;main(FD)'` */
   if (strstr(cmd, "multiprocessing.resource_tracker import main") && getpgrp() != getpid()) setpgid(0, 0);
+}
+
+void hvd_reaper_note_mpi_files(void) {
+  if (!noted || getpid() != armed_pid) return;
+  FILE *f = hvd_libc()->fopen("/proc/self/maps", "re");
+  if (!f) return;
+  char line[PATH_MAX + 128];
+  while (fgets(line, sizeof line, f)) {
+    char *p = strstr(line, " /dev/shm/");
+    if (!p) continue;
+    p++;
+    p[strcspn(p, "\n")] = 0;
+    const char *b = p + strlen("/dev/shm/");
+    if ((strncmp(b, "vader_segment.", 14) && strncmp(b, "sm_segment.", 11)) || strstr(p, " (deleted)") ||
+        strlen(p) >= sizeof noted->path[0])
+      continue;
+    int seen = 0, n = noted->n;
+    for (int i = 0; i < n; i++) seen |= !strcmp(noted->path[i], p);
+    if (seen || n >= NOTED_MAX) continue;
+    strcpy(noted->path[n], p);
+    __atomic_store_n(&noted->n, n + 1, __ATOMIC_RELEASE);
+  }
+  fclose(f);
 }
 
 void hvd_reaper_note_ending(void) {

@@ -31,8 +31,11 @@
  * after a plain run: what Python leaves running on purpose (a background
  * upload started in a session of its own) outlives it.  A launcher that
  * does not end within 5 s of a rank ending the job (it cannot reach a
- * cut-off host) is SIGKILLed, and its session folder on this host, which it
- * can no longer remove, with it.  The reaper holds
+ * cut-off host) is SIGKILLed.  After a rank's abnormal end its reaper also
+ * removes what only a launcher that outlived the rank would have: the MPI
+ * library's shared-memory files the rank mapped (noted once MPI is up), and
+ * the launcher's session folder on this host where that launcher has ended
+ * (SIGKILLed here, or ended first: Open MPI 4.1's mpirun sent SIGTERM).  The reaper holds
  * no descriptor of the rank's (its output goes to /dev/null) and ends once
  * the family is gone. */
 #ifndef HVD_REAPER_H
@@ -51,6 +54,11 @@ void hvd_reaper_spare_cleaner(void);
  * later, as one that cannot reach a cut-off host would be (minutes, until
  * TCP gives up).  Async-signal-safe. */
 void hvd_reaper_note_ending(void);
+
+/* Once MPI is initialized in the armed rank: its MPI library's shared-memory
+ * files (Open MPI's /dev/shm/vader_segment.* and sm_segment.*), which the
+ * reaper removes if the rank dies (its launcher may not outlive it). */
+void hvd_reaper_note_mpi_files(void);
 /* The armed process is ending with STATUS (its exit handler and _exit):
  * status 0 tells the reaper to leave the family alone.  Async-signal-safe;
  * nothing in any other process. */
