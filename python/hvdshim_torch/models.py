@@ -20,7 +20,7 @@ from .gradients.params import _P
 from . import elastic as _elastic
 from .lifecycle import _check_stand_aside, _start
 from .resize import free_state, model_state
-from .state import _S
+from .state import _S, _warn_once
 
 
 class _Models:
@@ -102,6 +102,19 @@ def _verify_same_everywhere(tag, what, sig):
             raise HvdShimError("hvdshim: %s differs across ranks: %s" % (what, diff))
 
 
+def _warn_scripted_norms(module, what):
+    """BatchNorm layers inside TorchScript call torch's own batch_norm, out
+    of reach of the whole batch's statistics (norms.py): said once, naming
+    them, since their outputs then differ from the plain run's."""
+    scripted = [n for n, m in module.named_modules()
+                if isinstance(m, torch.jit.ScriptModule) and "BatchNorm" in (getattr(m, "original_name", "") or "")]
+    if scripted:
+        _warn_once("scripted-bn", "%s: BatchNorm layer(s) %s run under TorchScript, where hvdshim cannot normalize "
+                   "over the whole batch (HVDSHIM_SYNC_BN): each rank normalizes by its own slice, so the run differs "
+                   "from the plain one (script the model after training, or leave BatchNorm out of torch.jit.script)"
+                   % (what, ", ".join("'%s'" % n for n in scripted[:4]) + (" ..." if len(scripted) > 4 else "")))
+
+
 def _register_root(module):
     if not _start():
         return
@@ -129,6 +142,8 @@ def _register_root(module):
     _S.roots.add(module)
     _M.known.update(module.modules())
     _follow_params(module, k)
+    if _S.sync_bn and _S.rank == 0:
+        _warn_scripted_norms(module, what)
     if _S.rank == 0:
         hooked = sum(1 for p in module.parameters() if p in _P.by_param and _P.by_param[p].hooked)
         info("%s: %d parameters and buffers broadcast from rank 0, %d gradients hooked" % (what, len(entries), hooked))

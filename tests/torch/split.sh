@@ -176,6 +176,29 @@ if wants unused; then
     { cat "$TMP/shim.log"; fail "BatchNorm in branches: no deadlock line naming both layers"; }
   pass "BatchNorm in branches the ranks' slices take differently: the job ends, naming both layers"
 fi
+# BatchNorm inside a TorchScript module calls torch's own batch_norm (out of
+# the sync's reach): rank 0 says so once, naming the layer; shard mode,
+# where each rank keeps its own statistics anyway, says nothing
+if wants scriptedbn; then
+  cat >"$TMP/sbn.py" <<'PY'
+import torch, torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+torch.manual_seed(0)
+x, y = torch.randn(128, 3), torch.randn(128, 4)
+head = torch.jit.script(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)))
+m = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), head)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for a, b in DataLoader(TensorDataset(x, y), batch_size=32):
+    opt.zero_grad(); loss = ((m(a) - b) ** 2).mean(); loss.backward(); opt.step()
+print("done")
+PY
+  HVDSHIM_DATA=split shim 2 "$PYTHON" "$TMP/sbn.py" >"$TMP/shim.log" 2>&1 || { cat "$TMP/shim.log"; fail "scripted BatchNorm, split: the run failed"; }
+  [ "$(grep -c "BatchNorm layer(s) '2.1' run under TorchScript" "$TMP/shim.log")" = 1 ] ||
+    { cat "$TMP/shim.log"; fail "scripted BatchNorm, split: expected one warning naming '2.1'"; }
+  HVDSHIM_DATA=shard shim 2 "$PYTHON" "$TMP/sbn.py" >"$TMP/shim.log" 2>&1 || { cat "$TMP/shim.log"; fail "scripted BatchNorm, shard: the run failed"; }
+  ! grep -q "TorchScript" "$TMP/shim.log" || { cat "$TMP/shim.log"; fail "scripted BatchNorm, shard: warned"; }
+  pass "BatchNorm inside torch.jit.script, split mode: one warning naming the layer; shard mode: none"
+fi
 # on in shard mode: 2 ranks of batch 32 train as one process of batch 64
 if wants shardbn; then
   py "$TRAIN" --case bn --batch 64 --out "$TMP/plain-bn64.pt" >"$TMP/plain.log" 2>&1 || { cat "$TMP/plain.log"; fail "plain bn --batch 64 failed"; }
