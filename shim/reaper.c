@@ -8,9 +8,10 @@
  * outside the rank's group, descriptors closed, SIGUSR1 still blocked; it
  * waits for the rank's end, then reads whether a SIGUSR1 (a clean exit) is
  * pending, and if not signals the family until none of it is left.  It
- * touches nothing of the rank's but processes: no file, no descriptor, no
- * memory that the rank sees (the one file it removes is the session folder
- * of a launcher it had to SIGKILL, which cannot remove it then).  The family is found in /proc: the members of
+ * touches nothing of the rank's but processes, and then what no launcher
+ * is left to remove (the MPI segments the rank noted in the one page the
+ * two share, an ended launcher's session folder): no descriptor, no other
+ * memory that the rank sees.  The family is found in /proc: the members of
  * the rank's process group, and every process whose environment, as it
  * was when it executed its program, holds the rank's "PID.START"
  * (children that only forked, without executing, show the environment of
@@ -134,8 +135,9 @@ static void find_launcher(void) {
 /* The launcher's session folder for this job, as the rank's environment
  * names it (Open MPI 4: .../ompi.HOST.UID/pid.N or jf.N under mpirun or a
  * daemon; 5 and later: PMIx's server folder, .../ompi.N under mpirun,
- * .../prted.N under a daemon), and the folder above it (4).  Kept only where the names are Open MPI's: what a reaper
- * removes after it has SIGKILLed the launcher, which then cannot. */
+ * .../prted.N under a daemon), and the folder above it (4).  Kept only
+ * where the names are Open MPI's (N the launcher's pid): what a reaper
+ * removes once the launcher has ended before the rank's family did. */
 static void find_session(void) {
   session_dir[0] = session_top[0] = 0;
   const char *d = getenv("OMPI_MCA_orte_jobfam_session_dir"), *top = getenv("OMPI_MCA_orte_top_session_dir");
