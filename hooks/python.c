@@ -56,20 +56,10 @@ const char *hvd_python_dir(void) {
   return NULL;
 }
 
-/* The interpreter's own options (argv up to the script, -c or -m) from
- * /proc/self/cmdline: the first of -E, -I and -S given (alone or combined,
- * as -IS or -uE), or 0. */
-char hvd_python_ignores_bootstrap(void) {
-  char buf[4096];
-  int fd = hvd_libc()->open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = 0;
+char hvd_python_bootstrap_flag(const char *buf, size_t n) {
   const char *end = buf + n;
-  const char *a = buf + strlen(buf) + 1; /* past argv[0] */
-  for (; a < end; a += strlen(a) + 1) {
+  const char *a = buf + strnlen(buf, n) + 1; /* past argv[0] */
+  for (; a < end; a += strnlen(a, (size_t)(end - a)) + 1) {
     if (a[0] != '-' || !a[1] || !strcmp(a, "--")) return 0; /* the script, "-" (stdin) or the end of the options */
     if (a[1] == '-') { /* a long option: --check-hash-based-pycs takes the next word */
       if (!strcmp(a, "--check-hash-based-pycs") && a + strlen(a) + 1 < end) a += strlen(a) + 1;
@@ -85,6 +75,17 @@ char hvd_python_ignores_bootstrap(void) {
     }
   }
   return 0;
+}
+
+char hvd_python_ignores_bootstrap(void) {
+  char buf[4096];
+  int fd = hvd_libc()->open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0; /* (each word ends with a NUL, so a cut last word still ends) */
+  return hvd_python_bootstrap_flag(buf, (size_t)n);
 }
 
 int hvd_python_arm(void) {

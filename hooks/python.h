@@ -7,8 +7,16 @@
 int hvd_python_arm(void);
 
 /* The interpreter option of this process that keeps it from loading the
- * bootstrap ('E', 'I' or 'S': PYTHONPATH or the site module ignored), or 0. */
+ * bootstrap ('E', 'I' or 'S': PYTHONPATH or the site module ignored), or 0:
+ * hvd_python_bootstrap_flag over /proc/self/cmdline. */
 char hvd_python_ignores_bootstrap(void);
+
+/* The first of -E, -I and -S among a Python command line's interpreter
+ * options (alone or combined, as -IS or -uE), which end at the script, "-",
+ * "--", -c or -m (-W and -X take an argument, in the same word or the
+ * next), or 0.  ARGS: the words, argv[0] first, each ended by a NUL, N
+ * bytes in all (the form of /proc/PID/cmdline). */
+char hvd_python_bootstrap_flag(const char *args, size_t n);
 /* Directory of sitecustomize.py and the adapter, or NULL. */
 const char *hvd_python_dir(void);
 

@@ -18,6 +18,7 @@
 #include "../../base/config.h"
 #include "check.h"
 #include "../../hooks/hookspec.h"
+#include "../../hooks/python.h"
 
 /* ---------------------------------------------------------------- settings */
 
@@ -389,6 +390,33 @@ static void test_cfg_format(void) {
 }
 
 /* Hook specs: types, defaults and expressions over real argument values. */
+/* ---------------------------------------------------------------- python's options */
+
+static char pyflag(const char *const *argv) {
+  char buf[512];
+  size_t n = 0;
+  for (; *argv; argv++) n += (size_t)snprintf(buf + n, sizeof buf - n, "%s", *argv) + 1;
+  return hvd_python_bootstrap_flag(buf, n);
+}
+
+static void test_python_flags(void) {
+  CHECK(pyflag((const char *[]){"python3", "train.py", NULL}) == 0);
+  CHECK(pyflag((const char *[]){"python3", "-I", "train.py", NULL}) == 'I');
+  CHECK(pyflag((const char *[]){"python3", "-uE", "train.py", NULL}) == 'E');
+  CHECK(pyflag((const char *[]){"python3", "-bS", "-u", "train.py", NULL}) == 'S');
+  CHECK(pyflag((const char *[]){"python3", "-W", "ignore", "-I", "train.py", NULL}) == 'I');
+  CHECK(pyflag((const char *[]){"python3", "-Werror", "-X", "dev", "train.py", NULL}) == 0);
+  CHECK(pyflag((const char *[]){"python3", "-X", "E", "train.py", NULL}) == 0); /* (an argument, not the option) */
+  CHECK(pyflag((const char *[]){"python3", "--check-hash-based-pycs", "always", "-s", "-E", "x.py", NULL}) == 'E');
+  CHECK(pyflag((const char *[]){"python3", "train.py", "-I", NULL}) == 0);       /* the script's own */
+  CHECK(pyflag((const char *[]){"python3", "-c", "print(1)", "-I", NULL}) == 0); /* the command's */
+  CHECK(pyflag((const char *[]){"python3", "-m", "pkg", "-E", NULL}) == 0);
+  CHECK(pyflag((const char *[]){"python3", "-uc", "print(1)", NULL}) == 0);
+  CHECK(pyflag((const char *[]){"python3", "-", "-I", NULL}) == 0);
+  CHECK(pyflag((const char *[]){"python3", "-s", "--", "-I", NULL}) == 0);
+  CHECK(pyflag((const char *[]){"python3", NULL}) == 0);
+}
+
 static void test_hookspec(void) {
   const char *text = "long f(const float *g, int *n, unsigned short rows, long cols, void *raw)\n"
                      "  g: allreduce count=*n * rows + cols/2 - 1 op=sum after\n"
@@ -718,6 +746,7 @@ int main(int argc, char **argv) {
       {"GPU element moves (casts, averages) match the CPU path", test_elem_move},
       {"GPU pinning: CUDA_VISIBLE_DEVICES choice", test_pin_pick},
       {"settings: integer values as text", test_cfg_format},
+      {"python options that drop the bootstrap (-E, -I, -S)", test_python_flags},
       {"hook specs: types, defaults, expressions", test_hookspec},
       {"autotune search finds the best pair of a noisy landscape", test_autotune},
       {"coordinator: agreement, mismatch, duplicates, cache invalidation, joined ranks, stalls", test_coordinator},
