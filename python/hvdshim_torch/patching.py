@@ -68,6 +68,26 @@ def after_import(name, fn):
 def _mark_untraced(_module):
     for fn, cell in _UNTRACED:
         cell[0] = _dynamo_disabled(fn)
+    if _UNTRACED_WRAPPER:
+        _never_compiled(_UNTRACED_WRAPPER[0])
+
+
+_UNTRACED_WRAPPER = []  # one wrapper made by untraced() (they all share its code)
+
+
+def _never_compiled(fn):
+    """Dynamo told not to compile fn's own frame (its code: every wrapper
+    untraced() made), while still running what it calls as usual (the
+    marked fn).  Left to it, dynamo compiles the wrapper each time a compiled
+    model's call reaches the hook, guarded on the module's type and the
+    inputs' dtypes and grad: it compiled again for each new one until
+    torch's recompile limit, warning each time.  torch's own skip marker
+    (torch._dynamo.decorators.skip, torch 2.x); without it, nothing."""
+    try:
+        from torch._dynamo import decorators
+        decorators.skip(fn)
+    except Exception:  # pylint: disable=broad-except
+        pass
 
 
 def untraced(fn):
@@ -87,5 +107,6 @@ def untraced(fn):
         return cell[0](*args, **kwargs)
     if not _UNTRACED:  # the first: one watcher for them all (torch.compile imports it at its first call)
         after_import("torch._dynamo", _mark_untraced)
+        _UNTRACED_WRAPPER.append(hook)
     _UNTRACED.append((fn, cell))
     return hook
