@@ -51,7 +51,6 @@ static pid_t reaper_pid;
 static pid_t launcher_pid; /* the rank's Open MPI launcher process on this host (0: none found) */
 static unsigned long long launcher_start;
 static char session_dir[PATH_MAX]; /* that launcher's session folder for the job, "" where not known */
-static char session_top[PATH_MAX]; /* the folder above it, removed too where that leaves it empty */
 /* The MPI library's shared-memory files of the rank (Open MPI's
  * vader_segment.*, sm_segment.*), noted by the rank once MPI is up, in a
  * page the rank and its reaper share: a rank that dies leaves them (its
@@ -135,13 +134,13 @@ static void find_launcher(void) {
 /* The launcher's session folder for this job, as the rank's environment
  * names it (Open MPI 4: .../ompi.HOST.UID/pid.N or jf.N under mpirun or a
  * daemon; 5 and later: PMIx's server folder, .../ompi.N under mpirun,
- * .../prted.N under a daemon), and the folder above it (4).  Kept only
+ * .../prted.N under a daemon).  Kept only
  * where the names are Open MPI's (N the launcher's pid): what a reaper
  * removes once the launcher has ended before the rank's family did. */
 static void find_session(void) {
-  session_dir[0] = session_top[0] = 0;
-  const char *d = getenv("OMPI_MCA_orte_jobfam_session_dir"), *top = getenv("OMPI_MCA_orte_top_session_dir");
-  if (!d || !*d) d = getenv("PMIX_SERVER_TMPDIR"), top = NULL;
+  session_dir[0] = 0;
+  const char *d = getenv("OMPI_MCA_orte_jobfam_session_dir");
+  if (!d || !*d) d = getenv("PMIX_SERVER_TMPDIR");
   if (!d || d[0] != '/' || strlen(d) >= sizeof session_dir || strstr(d, "/..")) return;
   const char *b = strrchr(d, '/') + 1;
   static const char *const owned[] = {"pid.", "ompi.", "prted.", "prterun."}; /* named after the launcher's pid */
@@ -153,11 +152,6 @@ static void find_session(void) {
   }
   if (!ok) return;
   strcpy(session_dir, d);
-  size_t n = top ? strlen(top) : 0;
-  const char *tb = top ? strrchr(top, '/') : NULL;
-  if (tb && top[0] == '/' && n < sizeof session_top && !strncmp(d, top, n) && d[n] == '/' && !strchr(d + n + 1, '/') &&
-      !strncmp(tb + 1, "ompi.", 5))
-    strcpy(session_top, top);
 }
 
 /* PID is still the process started at START (not a reused pid), and alive. */
@@ -248,7 +242,9 @@ static void remove_session(void) {
   for (int i = 0; i < 20 && still_runs(launcher_pid, launcher_start); i++) nap_ms(50);
   if (still_runs(launcher_pid, launcher_start)) return; /* (it goes on: the job's other ranks, ULFM) */
   nftw(session_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-  if (session_top[0]) syscall(SYS_unlinkat, AT_FDCWD, session_top, AT_REMOVEDIR); /* only where empty */
+  /* (Not the folder above it, Open MPI 4's ompi.HOST.UID, even empty: a
+   * launcher starting meanwhile on this host makes its own folder in it,
+   * and failed to start when it was removed under it.) */
 }
 
 /* The rank's shared-memory files (noted_files). */

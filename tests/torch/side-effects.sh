@@ -8,7 +8,9 @@ cd "$TMP"
 # stdout: rank 0 only; stderr: every rank, prefixed; checkpoint: rank 0 only
 shim 2 "$PYTHON" "$TRAIN" --stderr-line --out "$TMP/ck-%p.pt" >out 2>err || { cat out err; fail "np=2 run failed"; }
 [ "$(grep -c '^epoch' out)" = 2 ] || { cat out; fail "expected 2 epoch lines (rank 0 only) on stdout"; }
-grep -q '^\[rank 1\] a line on stderr' err && grep -q '^\[rank 0\] a line on stderr' err ||
+# (not anchored: rank 0's progress line ends without a newline, and the
+# launcher may put rank 1's line right after it; seen once under load)
+grep -q '\[rank 1\] a line on stderr' err && grep -q '\[rank 0\] a line on stderr' err ||
   { cat err; fail "stderr lines not kept with a rank prefix"; }
 # a line redrawn in place (a progress bar): rank 0's keeps the prefix after
 # each carriage return, the other ranks' is dropped
