@@ -78,6 +78,7 @@ char hvd_python_bootstrap_flag(const char *buf, size_t n) {
 }
 
 char hvd_python_ignores_bootstrap(void) {
+  if (!dlsym(RTLD_DEFAULT, "Py_BytesMain")) return 0; /* not a Python interpreter */
   char buf[4096];
   int fd = hvd_libc()->open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;

@@ -6,9 +6,10 @@
  * Python interpreter (the training program), else 0. */
 int hvd_python_arm(void);
 
-/* The interpreter option of this process that keeps it from loading the
- * bootstrap ('E', 'I' or 'S': PYTHONPATH or the site module ignored), or 0:
- * hvd_python_bootstrap_flag over /proc/self/cmdline. */
+/* The interpreter option of this process, where it is a Python
+ * interpreter, that keeps it from loading the bootstrap ('E', 'I' or 'S':
+ * PYTHONPATH or the site module ignored), or 0: hvd_python_bootstrap_flag
+ * over /proc/self/cmdline. */
 char hvd_python_ignores_bootstrap(void);
 
 /* The first of -E, -I and -S among a Python command line's interpreter

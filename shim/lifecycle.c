@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,6 +141,23 @@ static void note_exit(int status, void *arg) {
   hvd_reaper_note_exit(status);
 }
 
+/* A rank that must not start (a bad setting, a Python that ignores the
+ * bootstrap) says why and ends, before anything is armed.  One line for
+ * the job: rank 0 says it and ends at once, which ends the job (the
+ * launcher stops the other ranks); a rank > 0 says it only if it is still
+ * running 2 s later (the fault is its own). */
+__attribute__((noreturn, format(printf, 2, 3))) static void refuse_start(int rank, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (rank > 0) sleep(2);
+  hvd_log_threshold = HVD_LOG_ERROR;
+  HVD_ERROR("%s", msg);
+  _exit(1);
+}
+
 __attribute__((constructor)) static void hvd_shim_ctor(void) {
   hvd_mpi_hooks_on_finalize(hvd_shutdown); /* the program's MPI_Finalize stops the engine first */
   hvd_mpi_hooks_on_init(wait_early);       /* and its MPI_Init finds MPI started early up */
@@ -171,15 +189,16 @@ __attribute__((constructor)) static void hvd_shim_ctor(void) {
   }
   hvd_log_set_rank(rank);
   load_config();
-  if (!config_ok) {
-    /* One line for the job: rank 0 says it and ends at once, which ends
-     * the job (the launcher stops the other ranks); a rank > 0 says it
-     * only if it is still running 2 s later (its settings alone are bad). */
-    if (rank > 0) sleep(2);
-    hvd_log_threshold = HVD_LOG_ERROR;
-    HVD_ERROR("%s", config_error);
-    _exit(1);
-  }
+  if (!config_ok) refuse_start(rank, "%s", config_error);
+  /* A Python that ignores the bootstrap: every rank would train alone,
+   * the whole script over, as many times as there are ranks. */
+  char flag = hvd_python_ignores_bootstrap();
+  if (flag)
+    refuse_start(rank,
+                 "this Python was started with -%c, which makes it ignore %s, through which hvdshim loads its PyTorch "
+                 "adapter: every rank would run the script alone; start it without -E, -I and -S (or set "
+                 "HVDSHIM_DISABLE=1 to run it undistributed)",
+                 flag, flag == 'S' ? "the site module" : "PYTHONPATH");
   if (rank == 0) hvd_config_check_unknown(warn_unknown); /* (once for the job: every rank has the same names) */
   pthread_atfork(NULL, NULL, fork_child);
   hvd_role_set(HVD_ROLE_ARMED);
@@ -190,18 +209,6 @@ __attribute__((constructor)) static void hvd_shim_ctor(void) {
   on_exit(note_exit, NULL);
   hvd_cuda_arm(local_rank);
   int python = hvd_python_arm();
-  char flag = python ? hvd_python_ignores_bootstrap() : 0;
-  if (flag) {
-    /* Said and ended as a bad setting is (above): every rank would train
-     * alone, the whole script over, as many times as there are ranks. */
-    if (rank > 0) sleep(2);
-    hvd_log_threshold = HVD_LOG_ERROR;
-    HVD_ERROR("this Python was started with -%c, which makes it ignore %s, through which hvdshim loads its "
-              "PyTorch adapter: every rank would run the script alone; start it without -E, -I and -S (or set "
-              "HVDSHIM_DISABLE=1 to run it undistributed)",
-              flag, flag == 'S' ? "the site module" : "PYTHONPATH");
-    _exit(1);
-  }
   hvd_native_arm(hvd_init);
   /* The training program's writes on ranks > 0 go to a private overlay;
    * wrappers (a shell around the program) write real files. */

@@ -19,7 +19,7 @@ import os
 from . import capi
 from .patching import wrap
 
-_watched = [None, None]  # (pid, folder) watched
+_watched = [None]  # the folder watched
 
 
 def _watch(proc):
@@ -29,8 +29,8 @@ def _watch(proc):
     if os.environ.get("HVDSHIM_ACTIVE_PID") != str(os.getpid()):
         return  # (a worker starting processes of its own: they take the rank's folder over)
     d = multiprocessing.util.get_temp_dir()
-    if _watched != [os.getpid(), d]:
-        _watched[:] = [os.getpid(), d]
+    if _watched[0] != d:  # (one watcher a folder)
+        _watched[0] = d
         if capi.LIB.hvd_remove_at_end(d.encode()) != 0:
             capi.debug("no watcher for %s: a killed rank's processes may leave it" % d)
     config = getattr(proc, "_config", None)
