@@ -16,8 +16,8 @@ for sig in INT TERM; do
   tag="sig$sig-$$"
   mkdir -p "$TMP/tmp-$sig"
   TMPDIR="$TMP/tmp-$sig" T=120 shim 3 "$PYTHON" "$FAULT_TRAIN" --steps 100000 --step-sleep 0.02 --workers 2 \
-    --tag "$tag" >"$TMP/out" 2>&1 &
-  wait_for "$TMP/out" "\[rank 2\] step 20" 90
+    --tag "$tag" >"$TMP/out-$sig" 2>&1 &
+  wait_for "$TMP/out-$sig" "\[rank 2\] step 20" 90
   mp= segs=
   for p in $(pgrep -f -- "--tag $tag"); do
     case $(cat "/proc/$p/comm" 2>/dev/null) in mpirun | orterun | prterun) mp=$p ;; esac
