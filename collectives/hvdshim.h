@@ -80,6 +80,13 @@ HVD_EXPORT hvd_status_t hvd_init(void);
  * stops and what hvd_init initialized is finalized.  Run at a normal exit
  * (status 0) too; an exit with another status ends the whole job instead. */
 HVD_EXPORT void hvd_shutdown(void);
+/* Horovod's end instead of the join above: once any rank has called
+ * hvd_shutdown_ends_job(1), a rank that stops for good (hvd_shutdown, or a
+ * normal exit) while others still submit ends every rank's collectives in
+ * the same cycle: what they have in flight, and every later submission,
+ * fail with HVD_ERR_SHUTDOWN; a rank with less work calls hvd_join instead.
+ * (The served horovod package turns it on in a job of fixed size.) */
+HVD_EXPORT void hvd_shutdown_ends_job(int on);
 HVD_EXPORT int hvd_initialized(void);
 HVD_EXPORT int hvd_rank(void);
 HVD_EXPORT int hvd_size(void);

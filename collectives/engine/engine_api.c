@@ -140,6 +140,12 @@ void hvd_elastic_follow(void) {
   pthread_mutex_unlock(&e->qmu);
 }
 
+void hvd_shutdown_ends_job(int on) {
+  pthread_mutex_lock(&e->qmu);
+  e->stop_ends_job = on != 0;
+  pthread_mutex_unlock(&e->qmu);
+}
+
 int hvd_elastic_ack(int *rank, int *size, int *rank0_lost, char *what, size_t len) {
   pthread_mutex_lock(&e->qmu);
   int changes = (int)(e->rebuilds - e->acked);

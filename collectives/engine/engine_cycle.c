@@ -75,7 +75,7 @@
 
 /* F_STOPPED: a rank has stopped for good (hvd_shutdown); F_RUNNING: a rank
  * is not stuck (below), so a deadlock is not declared */
-enum { F_SLOW = 1, F_STOPPED = 2, F_RUNNING = 4, F_JOINED = 8 /* this rank has joined */ };
+enum { F_SLOW = 1, F_STOPPED = 2, F_RUNNING = 4, F_JOINED = 8 /* this rank has joined */, F_ENDS_ON_STOP = 16 };
 
 /* Stuck: this rank waits on hvdshim (a user thread in a wait, or one that
  * ended less than a second ago) and has submitted nothing for
@@ -276,6 +276,7 @@ static hvd_eng_rc run(hvd_engine *e, int *go_on) {
   hvd_req *q = hvd_eng_take_queue_locked(e);
   int stopping = e->stop_requested;
   double stop_time = e->stop_time;
+  int ends_on_stop = e->stop_ends_job;
   if (e->join_asked != HVD_NO_HANDLE) { /* hvd_join: this rank joins once its own work has completed */
     e->join_handle = e->join_asked;
     e->join_asked = HVD_NO_HANDLE;
@@ -309,6 +310,7 @@ static hvd_eng_rc run(hvd_engine *e, int *go_on) {
   if (e->stopped_self) flags |= F_STOPPED;
   if (e->deadlock_s <= 0 || !stuck(e, now)) flags |= F_RUNNING;
   if (e->joined_self) flags |= F_JOINED;
+  if (ends_on_stop) flags |= F_ENDS_ON_STOP;
   v[0] = ~flags;
   uint64_t *ready = v + 1, *invalid = ready + e->wc;
   hvd_eng_offer_cached(e, ready, invalid, now);
@@ -325,6 +327,17 @@ static hvd_eng_rc run(hvd_engine *e, int *go_on) {
   if (e->autotune) apply_tuning(e, v[e->tw], v[e->tw + 1]);
   hvd_liveness_tick();
   flags = ~v[0];
+  if ((flags & F_STOPPED) && (flags & F_ENDS_ON_STOP)) { /* hvd_shutdown_ends_job: every rank leaves now */
+    hvd_liveness_busy(0);
+    const char *why = e->stopped_self ? "this rank has finished (hvd_shutdown)"
+                                      : "the job's collectives have been shut down: a rank finished (shutdown, or its "
+                                        "exit) while this one still submits; a rank that runs out of work first "
+                                        "calls join (hvd_join; hvd.join() in Horovod's API)";
+    fail_join(e, why);
+    hvd_eng_fail_everything(e, why);
+    *go_on = 0;
+    return HVD_ENG_OK;
+  }
   int before = e->njoined;
   if (flags & F_JOINED) { /* some rank has joined: which ones (every rank agrees to ask) */
     int n = agree_joined(e, &e->last_joined);

@@ -209,6 +209,9 @@ struct hvd_engine {
    * change_msg: the last change; rank0_lost: the first rank 0 died).
    * Under qmu. */
   int follow, rank0_lost;
+  /* hvd_shutdown_ends_job: a rank's stop for good ends every rank's
+   * collectives (F_ENDS_ON_STOP), as Horovod's shutdown does.  Under qmu. */
+  int stop_ends_job;
   int ack_rank, ack_size; /* this rank's place in the newest membership (set before anything fails) */
   uint64_t acked;
   char change_msg[600];

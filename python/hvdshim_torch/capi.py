@@ -32,6 +32,7 @@ _SIGNATURES = {  # name: (result, arguments)
     # the job
     "hvd_init": (_int, []),
     "hvd_shutdown": (None, []),
+    "hvd_shutdown_ends_job": (None, [ctypes.c_int]),
     "hvd_initialized": (_int, []),
     "hvd_role_now": (_str, []),
     "hvd_launch_info": (None, [ctypes.POINTER(_int)] * 4),

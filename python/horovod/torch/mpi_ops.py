@@ -52,6 +52,8 @@ def init(comm=None, process_sets=None):
             _lib.hvd_elastic_follow()
             errors.following = True
             _state["elastic"] = True
+        else:  # Horovod's end: a rank that finishes ends the others' collectives (not a join)
+            _lib.hvd_shutdown_ends_job(1)
         _state["init"] = True
         global_process_set._global(_lib.hvd_size())
     _cross_info()
