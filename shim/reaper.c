@@ -131,11 +131,26 @@ static void find_launcher(void) {
   }
 }
 
+/* S (after a prefix) names the launcher: "N", or "HOST.N.UID" (Open MPI
+ * 5), N the launcher's pid, HOST this host's name (or its first label),
+ * UID this user's. */
+static int names_launcher(const char *s) {
+  char *end;
+  if (launcher_pid <= 0) return 0;
+  if (strtol(s, &end, 10) == launcher_pid && end != s && !*end) return 1;
+  char want[64], host[256] = "";
+  snprintf(want, sizeof want, ".%ld.%lu", (long)launcher_pid, (unsigned long)getuid());
+  size_t n = strlen(s), w = strlen(want);
+  if (n <= w || strcmp(s + n - w, want) || gethostname(host, sizeof host - 1) != 0) return 0;
+  size_t h = n - w, full = strlen(host), first = strcspn(host, ".");
+  return (h == full || h == first) && !strncmp(s, host, h);
+}
+
 /* The launcher's session folder for this job, as the rank's environment
  * names it (Open MPI 4: .../ompi.HOST.UID/pid.N or jf.N under mpirun or a
- * daemon; 5 and later: PMIx's server folder, .../ompi.N under mpirun,
- * .../prted.N under a daemon).  Kept only
- * where the names are Open MPI's (N the launcher's pid): what a reaper
+ * daemon; 5: PMIx's server folder, .../prterun.HOST.N.UID under mpirun,
+ * .../prted.HOST.N.UID under a daemon; 6: .../ompi.N, .../prted.N).  Kept
+ * only where the names are Open MPI's (N the launcher's pid): what a reaper
  * removes once the launcher has ended before the rank's family did. */
 static void find_session(void) {
   session_dir[0] = 0;
@@ -143,12 +158,11 @@ static void find_session(void) {
   if (!d || !*d) d = getenv("PMIX_SERVER_TMPDIR");
   if (!d || d[0] != '/' || strlen(d) >= sizeof session_dir || strstr(d, "/..")) return;
   const char *b = strrchr(d, '/') + 1;
-  static const char *const owned[] = {"pid.", "ompi.", "prted.", "prterun."}; /* named after the launcher's pid */
+  static const char *const owned[] = {"pid.", "ompi.", "prted.", "prterun."}; /* named after the launcher */
   int ok = !strncmp(b, "jf.", 3); /* (Open MPI 4's daemon: named after the job family) */
   for (size_t i = 0; i < sizeof owned / sizeof *owned && !ok; i++) {
     size_t k = strlen(owned[i]);
-    char *end;
-    ok = !strncmp(b, owned[i], k) && launcher_pid > 0 && strtol(b + k, &end, 10) == launcher_pid && !*end;
+    ok = !strncmp(b, owned[i], k) && names_launcher(b + k);
   }
   if (!ok) return;
   strcpy(session_dir, d);

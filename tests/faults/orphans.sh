@@ -48,19 +48,11 @@ sems_left() { for _f in $job_sems; do [ -e "$_f" ] && echo "$_f"; done | wc -l; 
 # temp_left: what the job left in its own $TMPDIR ($TMP/tmpN) 3 s after its
 # processes were gone, or nothing (multiprocessing's pymp-* folders of the
 # ranks and workers the job's end killed, the rank-private folders: their
-# watchers remove them, base/remover.c).  Not counted: torch's compile
-# cache (torchinductor_USER, torch 2.x), which a plain run keeps too.
-# An empty ompi.HOST.UID (Open MPI 4's folder for every job of the host,
-# removed by the last launcher, never by a reaper) is not counted either.
-temp_in() {
-  (cd "$TMP/tmp$n" && for _f in $(ls -A); do
-    case $_f in torchinductor_*) ;; ompi.*) rmdir "$_f" 2>/dev/null || echo "$_f" ;; *) echo "$_f" ;; esac
-  done) | tr '\n' ' '
-}
+# watchers remove them, base/remover.c); torch's own aside (tmp_left).
 temp_left() {
   _t0=$(now_ms)
-  while [ -n "$(temp_in)" ] && [ $(($(now_ms) - _t0)) -lt 3000 ]; do sleep 0.1; done
-  temp_in
+  while [ -n "$(tmp_left "$TMP/tmp$n")" ] && [ $(($(now_ms) - _t0)) -lt 3000 ]; do sleep 0.1; done
+  tmp_left "$TMP/tmp$n"
 }
 # gone_within JOB SECONDS: until no process of JOB is left; sets $left (ms waited, or the pids left)
 gone_within() {

@@ -1,18 +1,20 @@
 #!/bin/sh
-# Ctrl-C, and `timeout`: SIGINT, then SIGTERM, to mpirun in the middle of
-# training (np=3, two DataLoader worker processes per rank): mpirun, every
-# rank and every worker are gone within 30 s, and nothing is left behind:
-# no process, nothing in the job's own TMPDIR (Open MPI's session folder,
-# multiprocessing's, the ranks' private folders; torch's compile cache
-# aside), none of the MPI library's shared-memory files the ranks mapped
-# (/dev/shm/vader_segment.*, sm_segment.*).  Open MPI 4.1's mpirun, sent
-# SIGTERM, can exit while its ranks still run (about 1 run in 6 with
-# `timeout` here), leaving its session folder and the ranks' segments to no
-# one: the ranks' reapers remove them (shim/reaper.c).
+# Ctrl-C, `timeout`, and a launcher killed: SIGINT, SIGTERM, then SIGKILL,
+# to mpirun in the middle of training (np=3, two DataLoader worker processes
+# per rank): mpirun, every rank and every worker are gone within 30 s, and
+# nothing is left behind: no process, nothing in the job's own TMPDIR (Open
+# MPI's session folder, multiprocessing's, the ranks' private folders;
+# torch's own aside: tmp_left in tests/lib.sh), none of the MPI library's
+# shared-memory files the ranks mapped (/dev/shm/vader_segment.*,
+# sm_segment.*).  Open MPI 4.1's mpirun, sent SIGTERM, can exit while its
+# ranks still run (about 1 run in 6 with `timeout` here), and one sent
+# SIGKILL always does, leaving its session folder and the ranks' segments to
+# no one: the ranks' reapers remove them (shim/reaper.c; Open MPI 5 names
+# the folder prterun.HOST.PID.UID).
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
 need_torch
-for sig in INT TERM; do
+for sig in INT TERM KILL; do
   tag="sig$sig-$$"
   mkdir -p "$TMP/tmp-$sig"
   TMPDIR="$TMP/tmp-$sig" T=120 shim 3 "$PYTHON" "$FAULT_TRAIN" --steps 100000 --step-sleep 0.02 --workers 2 \
@@ -29,15 +31,14 @@ for sig in INT TERM; do
   t0=$(now_ms)
   kill -$sig "$mp"
   wait
+  # (SIGKILL: mpirun is gone at once; its ranks end by themselves)
+  while pgrep -f -- "--tag $tag" >/dev/null && [ $(($(now_ms) - t0)) -lt 30000 ]; do sleep 0.05; done
   took=$(($(now_ms) - t0))
   [ "$took" -lt 30000 ] || fail "SIG$sig: the job took $took ms to end"
   no_leftovers "$tag"
   _i=0
   while :; do
-    # (an empty ompi.HOST.UID: Open MPI 4's folder for every job of the
-    # host, removed by the last launcher, not by a reaper: left empty when
-    # mpirun ended first)
-    left=$(cd "$TMP/tmp-$sig" && for f in $(ls -A); do case $f in torchinductor_*) ;; ompi.*) rmdir "$f" 2>/dev/null || echo "$f" ;; *) echo "$f" ;; esac; done | tr '\n' ' ')
+    left=$(tmp_left "$TMP/tmp-$sig")
     for f in $segs; do [ -e "$f" ] && left="$left$f "; done
     [ -n "$left" ] && [ $_i -lt 30 ] || break
     sleep 0.1
