@@ -366,6 +366,7 @@ hvd_status_t hvd_init(void) {
   init_result = hvd_engine_start(&host, init_error, sizeof init_error);
   if (init_result != HVD_OK) {
     if (hvd_engine_mpi_early_wait() == 1) own_mpi(); /* the start left up the MPI it initialized */
+    hvd_reaper_note_mpi_files(); /* (what MPI made before the start failed) */
     goto out;
   }
   hvd_role_set(HVD_ROLE_ACTIVE);

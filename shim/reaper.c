@@ -2,16 +2,17 @@
  *
  * Two processes take part.  The armed rank, in its constructor (one
  * thread, before main): it becomes a process-group leader where it is not
- * one, blocks SIGUSR1 across a fork, and appends its token
- * "PID.START.REAPER" (its pid, its start time in clock ticks since boot,
- * the reaper's pid) to HVDSHIM_FAMILY.  The reaper, the fork's child:
- * outside the rank's group, descriptors closed, SIGUSR1 still blocked; it
- * waits for the rank's end, then reads whether a SIGUSR1 (a clean exit) is
- * pending, and if not signals the family until none of it is left.  It
- * touches nothing of the rank's but processes, and then what no launcher
- * is left to remove (the MPI segments the rank noted in the one page the
- * two share, an ended launcher's session folder): no descriptor, no other
- * memory that the rank sees.  The family is found in /proc: the members of
+ * one, blocks SIGUSR1, SIGUSR2 and NOTE_SIG across a fork, and appends its
+ * token "PID.START.REAPER" (its pid, its start time in clock ticks since
+ * boot, the reaper's pid) to HVDSHIM_FAMILY.  The reaper, the fork's child:
+ * outside the rank's group, descriptors closed, those signals still
+ * blocked; it waits for the rank's end, noting what the rank's MPI made
+ * each time the rank sends NOTE_SIG (read from /proc: the files the rank
+ * maps, those its Hydra proxy holds), then reads whether a SIGUSR1 (a clean
+ * exit) is pending, and if not signals the family until none of it is
+ * left.  It touches nothing of the rank's but processes, and then what no
+ * launcher is left to remove (the MPI files it noted, an ended launcher's
+ * session folder): no descriptor, no memory that the rank sees.  The family is found in /proc: the members of
  * the rank's process group, and every process whose environment, as it
  * was when it executed its program, holds the rank's "PID.START"
  * (children that only forked, without executing, show the environment of
@@ -29,8 +30,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <termios.h>
@@ -51,17 +52,26 @@ static pid_t reaper_pid;
 static pid_t launcher_pid; /* the rank's Open MPI launcher process on this host (0: none found) */
 static unsigned long long launcher_start;
 static char session_dir[PATH_MAX]; /* that launcher's session folder for the job, "" where not known */
-/* The MPI library's shared-memory files of the rank (Open MPI's
- * vader_segment.*, sm_segment.*), noted by the rank once MPI is up, in a
- * page the rank and its reaper share: a rank that dies leaves them (its
- * launcher removes them only where it outlives the rank), the reaper
- * removes them. */
+/* What the rank's MPI made that a rank that dies leaves (its launcher
+ * removes it only where it outlives the rank), noted by the reaper when the
+ * rank says MPI is up (NOTE_SIG; a signal, not memory the two share, so
+ * that a rank that is a wrapper shell's `exec` of the armed image still
+ * can): the MPI library's shared-memory files the rank maps (Open MPI's
+ * vader_segment.*, sm_segment.*), removed by the reaper. */
+#define NOTE_SIG (SIGRTMIN + 3)
 #define NOTED_MAX 8
 typedef struct {
-  volatile int n;
+  int n;
   char path[NOTED_MAX][256];
+  /* MPICH's Hydra: the topology file its proxy (the rank's launcher on
+   * this host) wrote for the ranks' MPI (/tmp/hydra_hwloc_xmlfile_*) and
+   * removes at a normal end, not when the job is aborted; removed once
+   * that proxy has ended (owner, owner_start) */
+  char owned[256];
+  pid_t owner;
+  unsigned long long owner_start;
 } noted_files;
-static noted_files *noted;
+static noted_files noted; /* (the reaper's) */
 
 /* ------------------------------------------------------------ /proc */
 /* Fields of /proc/PID/stat after the command name: state (field 3), pgrp
@@ -98,16 +108,23 @@ static int read_stat(pid_t pid, char *state, pid_t *pgrp, unsigned long long *st
 
 /* Open MPI's processes that start ranks: mpirun (orterun, prterun) on the
  * launching host, a daemon (orted, prted) on the others. */
-static int is_launcher(pid_t pid) {
-  char path[64], comm[32] = "";
+/* PID's program name (its comm) into COMM; 0, or -1 where it is gone. */
+static int read_comm(pid_t pid, char comm[32]) {
+  char path[64];
   snprintf(path, sizeof path, "/proc/%ld/comm", (long)pid);
   int fd = hvd_libc()->open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, comm, sizeof comm - 1);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, comm, 31);
   close(fd);
-  if (n <= 0) return 0;
+  if (n <= 0) return -1;
   comm[n] = 0;
   comm[strcspn(comm, "\n")] = 0;
+  return 0;
+}
+
+static int is_launcher(pid_t pid) {
+  char comm[32];
+  if (read_comm(pid, comm) != 0) return 0;
   static const char *names[] = {"mpirun", "orterun", "prterun", "orted", "prted"};
   for (size_t i = 0; i < sizeof names / sizeof *names; i++)
     if (!strcmp(comm, names[i])) return 1;
@@ -263,9 +280,73 @@ static void remove_session(void) {
 
 /* The rank's shared-memory files (noted_files). */
 static void remove_noted(void) {
-  if (!noted) return;
-  int n = noted->n;
-  for (int i = 0; i < n && i < NOTED_MAX; i++) syscall(SYS_unlinkat, AT_FDCWD, noted->path[i], 0);
+  for (int i = 0; i < noted.n; i++) syscall(SYS_unlinkat, AT_FDCWD, noted.path[i], 0);
+}
+
+static int is_hydra_proxy(pid_t pid) {
+  char comm[32];
+  return read_comm(pid, comm) == 0 && !strcmp(comm, "hydra_pmi_proxy");
+}
+
+/* Hydra's proxy among the rank's nearest ancestors holds its topology file
+ * open once the ranks' MPI has asked for it: noted with the proxy as owner. */
+static void note_hydra_file(pid_t rank) {
+  pid_t p = 0;
+  if (read_stat_ppid(rank, NULL, &p, NULL, NULL) != 0) return;
+  for (int up = 0; up < 4 && p > 1 && !is_hydra_proxy(p); up++)
+    if (read_stat_ppid(p, NULL, &p, NULL, NULL) != 0) return;
+  unsigned long long start;
+  if (p <= 1 || !is_hydra_proxy(p) || read_stat(p, NULL, NULL, &start) != 0) return;
+  char dir[64];
+  snprintf(dir, sizeof dir, "/proc/%ld/fd", (long)p);
+  DIR *d = hvd_libc()->opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  while ((e = hvd_libc()->readdir(d))) {
+    char link[sizeof dir + sizeof e->d_name + 1], target[256];
+    snprintf(link, sizeof link, "%s/%s", dir, e->d_name);
+    ssize_t n = syscall(SYS_readlinkat, AT_FDCWD, link, target, sizeof target - 1);
+    if (n <= 0 || n >= (ssize_t)sizeof target - 1) continue;
+    target[n] = 0;
+    const char *b = strrchr(target, '/');
+    if (target[0] != '/' || !b || strncmp(b + 1, "hydra_hwloc_xmlfile_", 20) || strstr(target, " (deleted)")) continue;
+    noted.owner = p, noted.owner_start = start;
+    strcpy(noted.owned, target);
+    break;
+  }
+  hvd_libc()->closedir(d);
+}
+
+/* The rank has said MPI is up (NOTE_SIG): note what it made. */
+static void note_mpi_files(pid_t rank) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%ld/maps", (long)rank);
+  FILE *f = hvd_libc()->fopen(path, "re");
+  if (!f) return;
+  char line[PATH_MAX + 128];
+  while (fgets(line, sizeof line, f)) {
+    char *p = strstr(line, " /dev/shm/");
+    if (!p) continue;
+    p++;
+    p[strcspn(p, "\n")] = 0;
+    const char *b = p + strlen("/dev/shm/");
+    if ((strncmp(b, "vader_segment.", 14) && strncmp(b, "sm_segment.", 11)) || strstr(p, " (deleted)") ||
+        strlen(p) >= sizeof noted.path[0])
+      continue;
+    int seen = 0;
+    for (int i = 0; i < noted.n; i++) seen |= !strcmp(noted.path[i], p);
+    if (!seen && noted.n < NOTED_MAX) strcpy(noted.path[noted.n++], p);
+  }
+  fclose(f);
+  if (!noted.owned[0]) note_hydra_file(rank);
+}
+
+/* The Hydra proxy's topology file (noted_files.owned), once the proxy has
+ * ended (within a second of the rank's family). */
+static void remove_owned(void) {
+  if (!noted.owned[0] || noted.owner <= 0) return;
+  for (int i = 0; i < 20 && still_runs(noted.owner, noted.owner_start); i++) nap_ms(50);
+  if (!still_runs(noted.owner, noted.owner_start)) syscall(SYS_unlinkat, AT_FDCWD, noted.owned, 0);
 }
 
 /* SIGKILL to PARENT's children. */
@@ -306,13 +387,30 @@ __attribute__((noreturn)) static void reap(pid_t rank, unsigned long long start,
 #ifdef SYS_pidfd_open
   pfd = (int)syscall(SYS_pidfd_open, rank, 0);
 #endif
+  sigset_t notes;
+  sigemptyset(&notes);
+  sigaddset(&notes, NOTE_SIG); /* (blocked since the fork: one sent before this point is pending) */
+  int sfd = signalfd(-1, &notes, SFD_NONBLOCK | SFD_CLOEXEC);
+  struct timespec zero = {0, 0};
   if (getppid() == rank) {
     if (pfd >= 0) {
-      struct pollfd p = {.fd = pfd, .events = POLLIN};
-      while (poll(&p, 1, -1) < 0 && errno == EINTR) {
+      struct pollfd p[2] = {{.fd = pfd, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
+      for (;;) {
+        if (poll(p, sfd >= 0 ? 2 : 1, -1) < 0) {
+          if (errno == EINTR) continue;
+          break;
+        }
+        if (p[0].revents) break;
+        struct signalfd_siginfo si;
+        int got = 0;
+        while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) got = 1;
+        if (got) note_mpi_files(rank);
       }
     } else {
-      while (getppid() == rank) nap_ms(200); /* no pidfd (Linux before 5.3): the parent changes at its end */
+      while (getppid() == rank) { /* no pidfd (Linux before 5.3): the parent changes at its end */
+        if (sigtimedwait(&notes, NULL, &zero) == NOTE_SIG) note_mpi_files(rank);
+        nap_ms(200);
+      }
     }
   }
   sigset_t usr1, usr2;
@@ -320,7 +418,6 @@ __attribute__((noreturn)) static void reap(pid_t rank, unsigned long long start,
   sigaddset(&usr1, SIGUSR1);
   sigemptyset(&usr2);
   sigaddset(&usr2, SIGUSR2);
-  struct timespec zero = {0, 0};
   if (sigtimedwait(&usr1, NULL, &zero) == SIGUSR1) syscall(SYS_exit_group, 0); /* a clean exit */
   int ended_job = sigtimedwait(&usr2, NULL, &zero) == SIGUSR2;
   char key[64];
@@ -353,6 +450,7 @@ __attribute__((noreturn)) static void reap(pid_t rank, unsigned long long start,
    * rank: Open MPI 4.1's mpirun, sent SIGTERM by `timeout`, can exit while
    * its ranks still run) left its session folder to no one. */
   if (launcher_pid > 0) remove_session();
+  remove_owned();
   syscall(SYS_exit_group, 0);
   __builtin_unreachable();
 }
@@ -401,11 +499,8 @@ void hvd_reaper_arm(void) {
   sigemptyset(&usr1);
   sigaddset(&usr1, SIGUSR1);
   sigaddset(&usr1, SIGUSR2);
+  sigaddset(&usr1, NOTE_SIG);
   sigprocmask(SIG_BLOCK, &usr1, &old); /* a note sent before the reaper runs stays pending */
-  if (!noted) {
-    void *m = mmap(NULL, sizeof *noted, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    noted = m == MAP_FAILED ? NULL : m;
-  }
   pid_t c = fork();
   if (c == 0) reap(self, start, lead);
   sigprocmask(SIG_SETMASK, &old, NULL);
@@ -439,26 +534,7 @@ void hvd_reaper_spare_cleaner(void) {
 }
 
 void hvd_reaper_note_mpi_files(void) {
-  if (!noted || getpid() != armed_pid) return;
-  FILE *f = hvd_libc()->fopen("/proc/self/maps", "re");
-  if (!f) return;
-  char line[PATH_MAX + 128];
-  while (fgets(line, sizeof line, f)) {
-    char *p = strstr(line, " /dev/shm/");
-    if (!p) continue;
-    p++;
-    p[strcspn(p, "\n")] = 0;
-    const char *b = p + strlen("/dev/shm/");
-    if ((strncmp(b, "vader_segment.", 14) && strncmp(b, "sm_segment.", 11)) || strstr(p, " (deleted)") ||
-        strlen(p) >= sizeof noted->path[0])
-      continue;
-    int seen = 0, n = noted->n;
-    for (int i = 0; i < n; i++) seen |= !strcmp(noted->path[i], p);
-    if (seen || n >= NOTED_MAX) continue;
-    strcpy(noted->path[n], p);
-    __atomic_store_n(&noted->n, n + 1, __ATOMIC_RELEASE);
-  }
-  fclose(f);
+  if (reaper_pid > 0 && getpid() == armed_pid) kill(reaper_pid, NOTE_SIG);
 }
 
 void hvd_reaper_note_ending(void) {

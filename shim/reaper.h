@@ -33,7 +33,8 @@
  * does not end within 5 s of a rank ending the job (it cannot reach a
  * cut-off host) is SIGKILLed.  After a rank's abnormal end its reaper also
  * removes what only a launcher that outlived the rank would have: the MPI
- * library's shared-memory files the rank mapped (noted once MPI is up), and
+ * library's shared-memory files the rank mapped and Hydra's topology file
+ * (noted once MPI is up), and
  * the launcher's session folder on this host where that launcher has ended
  * (SIGKILLed here, or ended first: Open MPI 4.1's mpirun sent SIGTERM).  The reaper holds
  * no descriptor of the rank's (its output goes to /dev/null) and ends once
@@ -55,9 +56,13 @@ void hvd_reaper_spare_cleaner(void);
  * TCP gives up).  Async-signal-safe. */
 void hvd_reaper_note_ending(void);
 
-/* Once MPI is initialized in the armed rank: its MPI library's shared-memory
- * files (Open MPI's /dev/shm/vader_segment.* and sm_segment.*), which the
- * reaper removes if the rank dies (its launcher may not outlive it). */
+/* Once MPI is initialized in the armed rank: the reaper notes what the MPI
+ * made that a launcher which does not outlive the rank leaves, and removes
+ * it if the rank dies: the MPI library's shared-memory files (Open MPI's
+ * /dev/shm/vader_segment.* and sm_segment.*), and MPICH's Hydra proxy's
+ * topology file (/tmp/hydra_hwloc_xmlfile_*, once the proxy has ended: an
+ * aborted job's proxy does not remove it).  Async-signal-safe (a signal to
+ * the reaper). */
 void hvd_reaper_note_mpi_files(void);
 /* The armed process is ending with STATUS (its exit handler and _exit):
  * status 0 tells the reaper to leave the family alone.  Async-signal-safe;

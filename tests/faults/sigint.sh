@@ -17,7 +17,11 @@ need_torch
 for sig in INT TERM KILL; do
   tag="sig$sig-$$"
   mkdir -p "$TMP/tmp-$sig"
-  TMPDIR="$TMP/tmp-$sig" T=120 shim 3 "$PYTHON" "$FAULT_TRAIN" --steps 100000 --step-sleep 0.02 --workers 2 \
+  # (SIGKILL: each rank started by a wrapper shell's exec, whose image armed
+  # the reaper that the rank's MPI notes its files to)
+  wrap=
+  [ $sig = KILL ] && wrap="$TMP/wrap.sh" && printf '#!/bin/sh\nexec "$@"\n' >"$wrap" && chmod +x "$wrap"
+  TMPDIR="$TMP/tmp-$sig" T=120 shim 3 $wrap "$PYTHON" "$FAULT_TRAIN" --steps 100000 --step-sleep 0.02 --workers 2 \
     --tag "$tag" >"$TMP/out-$sig" 2>&1 &
   wait_for "$TMP/out-$sig" "\[rank 2\] step 20" 90
   mp= segs=
@@ -45,5 +49,5 @@ for sig in INT TERM KILL; do
     _i=$((_i + 1))
   done
   [ -z "$left" ] || fail "SIG$sig to mpirun: left behind: $left"
-  pass "SIG$sig to mpirun: $n processes (mpirun, ranks, workers) gone after $took ms, none left, nor files ($(echo $segs | wc -w) MPI shared-memory segments)"
+  pass "SIG$sig to mpirun$([ $sig = KILL ] && echo ", each rank a wrapper shell's exec"): $n processes (mpirun, ranks, workers) gone after $took ms, none left, nor files ($(echo $segs | wc -w) MPI shared-memory segments)"
 done
