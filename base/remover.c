@@ -6,7 +6,9 @@
 #include <spawn.h>
 #include <unistd.h>
 
-int hvd_remover_spawn(const char *path) {
+/* The watcher: /bin/sh running SCRIPT with the arguments after it, stdin
+ * the read end of a new pipe whose write end is returned. */
+static int spawn(char *const argv[]) {
   int p[2];
   if (pipe2(p, O_CLOEXEC) != 0) return -1;
   posix_spawn_file_actions_t fa;
@@ -20,10 +22,7 @@ int hvd_remover_spawn(const char *path) {
   posix_spawn_file_actions_addclosefrom_np(&fa, 3); /* no MPI socket or output pipe held open by it */
 #endif
   posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID); /* outside the rank's process group and signals */
-  /* It reads until every copy of the write end is closed (the rank and
-   * what it forked are gone, however they ended), then removes the path.
-   * Empty environment: no preload, so it is not a rank itself. */
-  char *argv[] = {"sh", "-c", "read _ ; rm -rf -- \"$0\"", (char *)path, NULL};
+  /* Empty environment: no preload, so it is not a rank itself. */
   char *envp[] = {"PATH=/usr/bin:/bin", NULL};
   pid_t pid;
   int ok = posix_spawn(&pid, "/bin/sh", &fa, &at, argv, envp) == 0;
@@ -35,4 +34,18 @@ int hvd_remover_spawn(const char *path) {
     return -1;
   }
   return p[1];
+}
+
+int hvd_remover_spawn(const char *path) {
+  /* It reads until every copy of the write end is closed (the rank and
+   * what it forked are gone, however they ended), then removes the path. */
+  char *argv[] = {"sh", "-c", "read _ ; rm -rf -- \"$0\"", (char *)path, NULL};
+  return spawn(argv);
+}
+
+int hvd_remover_spawn_list(void) {
+  /* One path a line, collected until the write end is closed everywhere. */
+  char *argv[] = {"sh", "-c", "while IFS= read -r p; do set -- \"$@\" \"$p\"; done; [ $# -eq 0 ] || rm -rf -- \"$@\"",
+                  "hvdshim-remover", NULL};
+  return spawn(argv);
 }

@@ -1,8 +1,8 @@
 /* A path removed once a process and every process that inherited one
  * descriptor from it are gone, however they ended (a SIGKILL too): the
  * rank-private folder (hooks/overlay_view_folder.c), multiprocessing's
- * folder of a rank and its children (hvd_remove_at_end, the PyTorch glue's
- * tempdir.py).  Uses nothing above base/. */
+ * folder of a rank and its children and torch's import-time folder
+ * (hvd_remove_at_end, the PyTorch glue's tempdir.py).  Uses nothing above base/. */
 #ifndef HVD_REMOVER_H
 #define HVD_REMOVER_H
 
@@ -13,5 +13,9 @@
  * children, not by programs they execute; closing it lets the watcher remove
  * the path now), or -1 where no watcher could start. */
 int hvd_remover_spawn(const char *path);
+/* The same for paths given later: each line written to the returned end
+ * (a path and a newline, in one write) is removed when it is closed
+ * everywhere. */
+int hvd_remover_spawn_list(void);
 
 #endif

@@ -33,8 +33,10 @@ HVD_EXPORT int hvd_mpi_early(void);
 HVD_EXPORT void hvd_failing_grace(void);
 /* `path` removed once this process and every process forked from it are
  * gone, however they end (a SIGKILL too; base/remover.h): a folder that a
- * clean exit removes itself and a killed process would leave.  0, or -1
- * where the watcher could not start. */
+ * clean exit removes itself and a killed process would leave (one watcher
+ * a process, whatever the number of paths).  0, or -1 where the watcher
+ * could not start or the path is empty, too long (PIPE_BUF) or holds a
+ * newline. */
 HVD_EXPORT int hvd_remove_at_end(const char *path);
 
 #endif

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <sys/auxv.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -276,9 +277,26 @@ void hvd_failing_grace(void) {
   if (hvd_env_rank(NULL) > 0 && !__atomic_exchange_n(&waited, 1, __ATOMIC_ACQ_REL)) sleep(1);
 }
 
+/* One watcher a process for the paths it hands over (its list's write end
+ * stays open until this process and its forks end). */
+static int at_end_fd = -1;
+static pid_t at_end_pid;
+static pthread_mutex_t at_end_mu = PTHREAD_MUTEX_INITIALIZER;
+
 int hvd_remove_at_end(const char *path) {
-  if (!path || !*path) return -1;
-  return hvd_remover_spawn(path) >= 0 ? 0 : -1; /* (the write end stays open until this process ends) */
+  size_t n = path ? strlen(path) : 0;
+  char line[PIPE_BUF];
+  if (!n || n + 1 > sizeof line || memchr(path, '\n', n)) return -1;
+  memcpy(line, path, n);
+  line[n] = '\n';
+  pthread_mutex_lock(&at_end_mu);
+  if (at_end_fd < 0 || at_end_pid != getpid()) { /* (a forked child: a watcher of its own) */
+    at_end_fd = hvd_remover_spawn_list();
+    at_end_pid = getpid();
+  }
+  int ok = at_end_fd >= 0 && write(at_end_fd, line, n + 1) == (ssize_t)(n + 1);
+  pthread_mutex_unlock(&at_end_mu);
+  return ok ? 0 : -1;
 }
 
 static void end_own_mpi(int status) {

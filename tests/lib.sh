@@ -221,18 +221,15 @@ wait_for() {
     sleep 0.1
   done
 }
-# tmp_left DIR: what a job left in its own TMPDIR DIR, but torch's own files
-# that a plain process killed by a signal leaves too (its compile cache,
-# torchinductor_USER; a folder of torch's that holds only the module it
-# generates at import, _remote_module_non_scriptable.py, torch 2.x) and an
-# empty ompi.HOST.UID (Open MPI 4's folder for every job of the host,
-# removed by the last launcher, never by a reaper; removed here)
+# tmp_left DIR: what a job left in its own TMPDIR DIR, but torch's compile
+# cache (torchinductor_USER, which a plain run keeps too) and an empty
+# ompi.HOST.UID (Open MPI 4's folder for every job of the host, removed by
+# the last launcher, never by a reaper; removed here)
 tmp_left() {
   (cd "$1" && for _f in $(ls -A); do
     case $_f in
       torchinductor_*) ;;
       ompi.*) rmdir "$_f" 2>/dev/null || echo "$_f" ;;
-      tmp*) [ -z "$(ls -A "$_f" | grep -v -x -e __pycache__ -e _remote_module_non_scriptable.py)" ] || echo "$_f" ;;
       *) echo "$_f" ;;
     esac
   done) | tr '\n' ' '

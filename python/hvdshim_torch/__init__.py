@@ -18,7 +18,7 @@ those listed before it; tests/unit/pyimports.py checks this map):
                hvdshim error in two lines
   files        a rank > 0's shutil.rmtree beside rank 0's (the library
                keeps its files private: hooks/overlay*.c)
-  tempdir      multiprocessing's folder, removed however the rank ends
+  tempdir      multiprocessing's and torch's folders, removed however the rank ends
   rng          random state: rank 0's at start, per-rank streams (HVDSHIM_RNG)
   frames       the script's own variables saved at a stop and put back in
                the restarted job (resize)

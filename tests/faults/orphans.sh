@@ -48,7 +48,7 @@ sems_left() { for _f in $job_sems; do [ -e "$_f" ] && echo "$_f"; done | wc -l; 
 # temp_left: what the job left in its own $TMPDIR ($TMP/tmpN) 3 s after its
 # processes were gone, or nothing (multiprocessing's pymp-* folders of the
 # ranks and workers the job's end killed, the rank-private folders: their
-# watchers remove them, base/remover.c); torch's own aside (tmp_left).
+# watchers remove them, base/remover.c); torch's compile cache aside (tmp_left).
 temp_left() {
   _t0=$(now_ms)
   while [ -n "$(tmp_left "$TMP/tmp$n")" ] && [ $(($(now_ms) - _t0)) -lt 3000 ]; do sleep 0.1; done

@@ -3,8 +3,8 @@
 # to mpirun in the middle of training (np=3, two DataLoader worker processes
 # per rank): mpirun, every rank and every worker are gone within 30 s, and
 # nothing is left behind: no process, nothing in the job's own TMPDIR (Open
-# MPI's session folder, multiprocessing's, the ranks' private folders;
-# torch's own aside: tmp_left in tests/lib.sh), none of the MPI library's
+# MPI's session folder, multiprocessing's and torch's, the ranks' private
+# folders; torch's compile cache aside), none of the MPI library's
 # shared-memory files the ranks mapped (/dev/shm/vader_segment.*,
 # sm_segment.*).  Open MPI 4.1's mpirun, sent SIGTERM, can exit while its
 # ranks still run (about 1 run in 6 with `timeout` here), and one sent
