@@ -38,8 +38,8 @@ for c in uneven join; do
     diff "$TMP/want-$c.$r" "$TMP/served-$c.$r" >"$TMP/d" || { cat "$TMP/out-$c" "$TMP/d"; fail "$c: rank $r's lines differ from their formulas (< wanted, > served)"; }
   done
   if [ $c = uneven ]; then
-    [ "$(grep -c "rank [01] step [345]: .*a rank finished (shutdown, or its exit) while this one still submits" "$TMP/out-$c")" = 6 ] ||
-      { cat "$TMP/out-$c"; fail "uneven: the errors do not say that a rank finished"; }
+    [ "$(cat "$TMP/served-$c".err.[01] | grep -c "^step [345]: .*a rank finished (shutdown, or its exit) while this one still submits")" = 6 ] ||
+      { cat "$TMP/out-$c" "$TMP/served-$c".err.*; fail "uneven: the errors do not say that a rank finished"; }
   fi
   what="matched their formulas"
   if [ -n "$real" ]; then
