@@ -82,6 +82,9 @@ else
   kill -9 $pids
   rc=0
   wait $job || rc=$?
+  # (what the dead host leaves on its disk: every process there was killed,
+  # its rank's cleaners too; removed here, as that host's reboot would)
+  for p in $pids; do rm -rf "/tmp/prted.$p" /tmp/hvdshim-rank*-"$p"-*; done
   [ $rc = 0 ] || { cat "$TMP/host.log"; fail "a host lost at step $at (ELASTIC_SEED=$seed): status $rc"; }
   grep -q "rank(s) 2 died: this script goes on from optimizer step [0-9]* over 2 rank(s) (was 3)" "$TMP/host.log" ||
     { cat "$TMP/host.log"; fail "a host lost: no line saying the script goes on over 2"; }
