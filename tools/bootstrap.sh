@@ -23,3 +23,4 @@ make -j"$(nproc)" examples/engine_demo >/dev/null
 echo "bootstrap: running the example: launcher/hvdrun -np 2 -- /usr/bin/python3 examples/train.py"
 cd "$(mktemp -d)" # the example writes its checkpoint to the current directory
 "$OLDPWD/launcher/hvdrun" --oversubscribe -np 2 -- /usr/bin/python3 "$OLDPWD/examples/train.py" </dev/null
+echo "bootstrap: the example's checkpoint (written by rank 0 alone): $PWD/example-checkpoint.pt"
