@@ -12,11 +12,12 @@
  * exit) is pending, and if not signals the family until none of it is
  * left.  It touches nothing of the rank's but processes, and then what no
  * launcher is left to remove (the MPI files it noted, an ended launcher's
- * session folder): no descriptor, no memory that the rank sees.  The family is found in /proc: the members of
- * the rank's process group, and every process whose environment, as it
- * was when it executed its program, holds the rank's "PID.START"
- * (children that only forked, without executing, show the environment of
- * the rank's own start, which has not the token: they are the group's). */
+ * session folder): no descriptor, no memory that the rank sees.  The
+ * family is found in /proc: the members of the rank's process group, and
+ * every process whose environment, as it was when it executed its program,
+ * holds the rank's "PID.START" (children that only forked, without
+ * executing, show the environment of the rank's own start, which has not
+ * the token: they are the group's). */
 #define _GNU_SOURCE
 #include "reaper.h"
 
@@ -106,8 +107,6 @@ static int read_stat(pid_t pid, char *state, pid_t *pgrp, unsigned long long *st
   return read_stat_ppid(pid, state, NULL, pgrp, start);
 }
 
-/* Open MPI's processes that start ranks: mpirun (orterun, prterun) on the
- * launching host, a daemon (orted, prted) on the others. */
 /* PID's program name (its comm) into COMM; 0, or -1 where it is gone. */
 static int read_comm(pid_t pid, char comm[32]) {
   char path[64];
@@ -122,6 +121,8 @@ static int read_comm(pid_t pid, char comm[32]) {
   return 0;
 }
 
+/* Open MPI's processes that start ranks: mpirun (orterun, prterun) on the
+ * launching host, a daemon (orted, prted) on the others. */
 static int is_launcher(pid_t pid) {
   char comm[32];
   if (read_comm(pid, comm) != 0) return 0;
@@ -131,22 +132,28 @@ static int is_launcher(pid_t pid) {
   return 0;
 }
 
-/* The nearest ancestor of this process that is an Open MPI launcher (a
- * wrapper shell may stand between), a few generations up at most. */
-static void find_launcher(void) {
-  launcher_pid = 0;
-  pid_t p = getppid();
+/* MPICH's Hydra: its proxy starts the ranks of a host. */
+static int is_hydra_proxy(pid_t pid) {
+  char comm[32];
+  return read_comm(pid, comm) == 0 && !strcmp(comm, "hydra_pmi_proxy");
+}
+
+/* The nearest ancestor of PID for which IS holds (a wrapper shell may stand
+ * between), a few generations up at most, and its start time; 0: none. */
+static pid_t ancestor(pid_t pid, int (*is)(pid_t), unsigned long long *start) {
+  pid_t p;
+  if (read_stat_ppid(pid, NULL, &p, NULL, NULL) != 0) return 0;
   for (int up = 0; up < 4 && p > 1; up++) {
     pid_t pp;
-    unsigned long long t;
-    if (read_stat_ppid(p, NULL, &pp, NULL, &t) != 0) return;
-    if (is_launcher(p)) {
-      launcher_pid = p, launcher_start = t;
-      return;
-    }
+    if (read_stat_ppid(p, NULL, &pp, NULL, start) != 0) return 0;
+    if (is(p)) return p;
     p = pp;
   }
+  return 0;
 }
+
+/* This process's Open MPI launcher. */
+static void find_launcher(void) { launcher_pid = ancestor(getpid(), is_launcher, &launcher_start); }
 
 /* S (after a prefix) names the launcher: "N", or "HOST.N.UID" (Open MPI
  * 5), N the launcher's pid, HOST this host's name (or its first label),
@@ -263,15 +270,19 @@ static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *
   return 0;
 }
 
+/* PID (started at START) has ended, or does within a second. */
+static int ends_soon(pid_t pid, unsigned long long start) {
+  for (int i = 0; i < 20 && still_runs(pid, start); i++) nap_ms(50);
+  return !still_runs(pid, start);
+}
+
 /* The session folder of a launcher that has ended (within a second) while
  * or before its rank did: SIGKILLed by this reaper, it cannot remove it
  * itself (Open MPI 4 left /tmp/ompi.HOST.UID/jf.N of a cut-off host's
  * daemon), nor where it ended before its ranks (pid.N of an mpirun sent
  * SIGTERM); one that ended after its ranks has removed it already. */
 static void remove_session(void) {
-  if (!session_dir[0]) return;
-  for (int i = 0; i < 20 && still_runs(launcher_pid, launcher_start); i++) nap_ms(50);
-  if (still_runs(launcher_pid, launcher_start)) return; /* (it goes on: the job's other ranks, ULFM) */
+  if (!session_dir[0] || !ends_soon(launcher_pid, launcher_start)) return; /* (it goes on: other ranks, ULFM) */
   nftw(session_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
   /* (Not the folder above it, Open MPI 4's ompi.HOST.UID, even empty: a
    * launcher starting meanwhile on this host makes its own folder in it,
@@ -283,20 +294,12 @@ static void remove_noted(void) {
   for (int i = 0; i < noted.n; i++) syscall(SYS_unlinkat, AT_FDCWD, noted.path[i], 0);
 }
 
-static int is_hydra_proxy(pid_t pid) {
-  char comm[32];
-  return read_comm(pid, comm) == 0 && !strcmp(comm, "hydra_pmi_proxy");
-}
-
 /* Hydra's proxy among the rank's nearest ancestors holds its topology file
  * open once the ranks' MPI has asked for it: noted with the proxy as owner. */
 static void note_hydra_file(pid_t rank) {
-  pid_t p = 0;
-  if (read_stat_ppid(rank, NULL, &p, NULL, NULL) != 0) return;
-  for (int up = 0; up < 4 && p > 1 && !is_hydra_proxy(p); up++)
-    if (read_stat_ppid(p, NULL, &p, NULL, NULL) != 0) return;
   unsigned long long start;
-  if (p <= 1 || !is_hydra_proxy(p) || read_stat(p, NULL, NULL, &start) != 0) return;
+  pid_t p = ancestor(rank, is_hydra_proxy, &start);
+  if (!p) return;
   char dir[64];
   snprintf(dir, sizeof dir, "/proc/%ld/fd", (long)p);
   DIR *d = hvd_libc()->opendir(dir);
@@ -344,9 +347,8 @@ static void note_mpi_files(pid_t rank) {
 /* The Hydra proxy's topology file (noted_files.owned), once the proxy has
  * ended (within a second of the rank's family). */
 static void remove_owned(void) {
-  if (!noted.owned[0] || noted.owner <= 0) return;
-  for (int i = 0; i < 20 && still_runs(noted.owner, noted.owner_start); i++) nap_ms(50);
-  if (!still_runs(noted.owner, noted.owner_start)) syscall(SYS_unlinkat, AT_FDCWD, noted.owned, 0);
+  if (noted.owned[0] && noted.owner > 0 && ends_soon(noted.owner, noted.owner_start))
+    syscall(SYS_unlinkat, AT_FDCWD, noted.owned, 0);
 }
 
 /* SIGKILL to PARENT's children. */
