@@ -4,6 +4,7 @@ for operations together; Batch hands many allreduces to the engine in one
 call; allreduce, broadcast_bytes and the allgather pair submit one."""
 import ctypes
 import math
+import struct
 
 import torch
 
@@ -72,6 +73,39 @@ class Pending:
             capi.LIB.hvd_wait_all(handles, len(items), None)
 
 
+def _item_layout():
+    """hvd_allreduce_item as a struct (one pack_into a gradient, where setting
+    the ctypes fields one by one costs three times as long), checked against
+    capi.AllreduceItem's offsets."""
+    fmt = struct.Struct("@PPNiiiP")
+    want = [f.offset for f in (getattr(capi.AllreduceItem, n) for n, _t in capi.AllreduceItem._fields_)]
+    got, off = [], 0
+    for code in "PPNiiiP":
+        size = struct.calcsize("@" + code)
+        off = (off + size - 1) // size * size
+        got.append(off)
+        off += size
+    if got != want or fmt.size != ctypes.sizeof(capi.AllreduceItem):
+        raise ImportError("hvdshim: hvd_allreduce_item's layout is not %s (offsets %s)" % (got, want))
+    return fmt
+
+
+_ITEM = _item_layout()
+_NAMES = {}  # a name (bytes) -> (the bytes object kept, the address of its characters)
+
+
+def _name_address(name):
+    """The address of a name's characters (valid while the name is kept:
+    the engine copies names it takes).  The names a step submits are few and
+    the same from step to step; past 65536 new ones are not kept."""
+    got = _NAMES.get(name)
+    if got is None:
+        got = (name, ctypes.cast(ctypes.c_char_p(name), ctypes.c_void_p).value)
+        if len(_NAMES) < 65536:
+            _NAMES[name] = got
+    return got[1]
+
+
 class Batch:
     """Allreduces queued here, then handed to the engine in one call
     (hvd_allreduce_batch_async: one wake-up of the engine thread)."""
@@ -116,9 +150,9 @@ class Batch:
             return
         n = len(items)
         arr, handles = self._arrays(n)
-        for it, (name, t, op, _pending, _what, _done, stream) in zip(arr, items):
-            it.name, it.buf, it.count, it.dtype, it.op = name, t.data_ptr(), t.numel(), HVD_DTYPES[t.dtype], op
-            it.device, it.stream = (t.get_device(), stream) if t.is_cuda else (-1, None)
+        for i, (name, t, op, _pending, _what, _done, stream) in enumerate(items):
+            _ITEM.pack_into(arr, i * _ITEM.size, _name_address(name), t.data_ptr(), t.numel(), HVD_DTYPES[t.dtype],
+                            op, t.get_device() if stream is not None else -1, stream or 0)
         st = capi.LIB.hvd_allreduce_batch_async_ex(arr, n, handles, capi.BATCH_CALLER_WAITS if waited else 0)
         bad = None
         for h, (_name, t, _op, pending, what, on_done, _stream) in zip(handles[:n], items):

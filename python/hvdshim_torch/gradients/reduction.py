@@ -10,6 +10,8 @@ the gradients only other ranks produced are filled in, rank 0's
 hyperparameters and k taken, split mode's shares corrected.  Ranks dying
 meanwhile (HVDSHIM_ELASTIC): the survivors start the step's reduction over
 from their own gradients (_start_over)."""
+import ctypes
+
 import torch
 
 from .. import elastic as _elastic
@@ -47,11 +49,27 @@ def _submit_round():
     n, m = len(_P.used), len(slots)
     rank0 = ([v for _g, _k, _i, v in slots], _propose_k(), _grow.proposal()) if _S.rank == 0 else None
     shares = _share_pieces(_L.share) if _S.shares else None  # (split mode: this rank's denominator, if it weighed)
-    vec = torch.tensor(round_vector.pack(_P.used, m, rank0, shares), dtype=torch.float32)
+    vec = _round_buffer(round_vector.pack(_P.used, m, rank0, shares))
     flags = Pending()
     _H.batch.add(b"hvdshim.round.%d.%d" % (n, m), vec, SUM, flags, "agreeing on used parameters and hyperparameters")
     _H.batch.flush(waited=True)  # the end of backward waits for it next
     _H.round = (vec, slots, flags)
+
+
+def _round_buffer(vals):
+    """A float32 tensor holding vals: one kept for each length (the round of
+    the step before has been read back when the next is packed), written
+    through the ctypes array it shares its memory with (a new tensor from a
+    list each step costs several times as long)."""
+    kept = _ROUNDS.get(len(vals))
+    if kept is None:
+        arr = (ctypes.c_float * len(vals))()
+        kept = _ROUNDS[len(vals)] = (arr, torch.frombuffer(arr, dtype=torch.float32))
+    kept[0][:] = vals
+    return kept[1]
+
+
+_ROUNDS = {}  # the round's length -> (ctypes array, the tensor on its memory)
 
 
 def _reduce_round():

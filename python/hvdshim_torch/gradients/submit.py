@@ -85,7 +85,7 @@ def _submit_grad(prm):
                                         torch.zeros((0,) + tuple(p.shape[1:]), dtype=p.dtype), p.shape)
         else:
             g = p.grad = torch.zeros_like(p)
-    if g.device.type not in ("cpu", "cuda"):
+    if not (g.is_cpu or g.is_cuda):
         raise HvdShimError("hvdshim: parameter '%s' has its gradient on %s; hvdshim handles CPU and CUDA tensors"
                            % (prm.name, g.device))
     _H.submitted.add(prm.index)
