@@ -111,6 +111,20 @@ def _one_backward(overlap):
 class Constants(unittest.TestCase):
     """The adapter's copies of hvdshim.h's enum values are the header's."""
 
+    def test_batch_items_packed_as_the_struct(self):
+        """Batch.flush packs each item with one struct.pack_into: every field
+        reads back through capi.AllreduceItem (a GPU item's device and
+        stream, a host item's -1 and NULL), the name from its kept copy."""
+        arr = (capi.AllreduceItem * 2)()
+        name = b"m0.weight"
+        collectives._ITEM.pack_into(arr, collectives._ITEM.size, collectives._name_address(name), 0x1000, 7,
+                                    capi.FLOAT16, capi.AVG, 3, 0xabc0)
+        collectives._ITEM.pack_into(arr, 0, collectives._name_address(b"x" * 40), 0x2000, 5, capi.FLOAT32, capi.SUM,
+                                    -1, 0)
+        got = [(it.name, it.buf, it.count, it.dtype, it.op, it.device, it.stream) for it in arr]
+        self.assertEqual(got, [(b"x" * 40, 0x2000, 5, capi.FLOAT32, capi.SUM, -1, None),
+                               (name, 0x1000, 7, capi.FLOAT16, capi.AVG, 3, 0xabc0)])
+
     def test_enums_match_the_header(self):
         import re
         path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "collectives", "hvdshim.h")
