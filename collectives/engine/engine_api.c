@@ -123,14 +123,7 @@ static hvd_status_t reject(hvd_status_t st, const char *fmt, ...) {
   return st;
 }
 
-void hvd_next_shape(const int64_t *dims, int ndims) {
-  uint32_t h = 2166136261u; /* FNV-1a over the rank and the dimensions; 0 is kept for "not given" */
-  for (int i = -1; i < ndims; i++) {
-    uint64_t v = i < 0 ? (uint64_t)ndims : (uint64_t)dims[i];
-    for (int b = 0; b < 8; b++) h = (h ^ (uint8_t)(v >> (8 * b))) * 16777619u;
-  }
-  next_shape = h ? h : 1;
-}
+void hvd_next_shape(const int64_t *dims, int ndims) { next_shape = hvd_shape_tag(dims, ndims); }
 
 void hvd_next_process_set(int id) { next_set = id; }
 

@@ -91,7 +91,11 @@ static void describe_value(char *out, size_t n, int field, const hvd_sig *s) {
   case 3: snprintf(out, n, "root %d", s->root); break;
   case 4: snprintf(out, n, "%lld elements", (long long)s->count); break;
   case 5: snprintf(out, n, "%lld elements per row", (long long)s->row_elems); break;
-  case 7: snprintf(out, n, "shape #%08x", (unsigned)s->shape); break;
+  case 7: {
+    size_t k = (size_t)snprintf(out, n, "shape ");
+    if (k < n) hvd_shape_describe(out + k, n - k, s->shape);
+    break;
+  }
   case 8: snprintf(out, n, "process set %d", (int)s->set); break;
   case 9: snprintf(out, n, "%lld ranks", (long long)s->count); break;
   case 10: snprintf(out, n, "member list #%08x", (unsigned)s->shape); break;

@@ -1,6 +1,7 @@
 /* Byte buffers and negotiation records.  See wire.h for the layouts. */
 #include "wire.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,4 +126,36 @@ int hvd_wire_get_resp(hvd_buf *b, hvd_wire_resp *r, int nranks) {
     }
   }
   return b->bad ? -1 : 0;
+}
+
+static const int shape_bits[] = {0, 28, 14, 9, 7}; /* bits per dimension, by the number of dimensions */
+
+uint32_t hvd_shape_tag(const int64_t *dims, int ndims) {
+  if (ndims >= 0 && ndims <= 4) {
+    uint32_t v = 0;
+    int i = 0, b = shape_bits[ndims];
+    for (; i < ndims && dims[i] >= 0 && dims[i] < ((int64_t)1 << b); i++) v = (v << b) | (uint32_t)dims[i];
+    if (i == ndims) return 0x80000000u | (uint32_t)ndims << 28 | v;
+  }
+  uint32_t h = 2166136261u; /* FNV-1a over the rank and the dimensions */
+  for (int i = -1; i < ndims; i++) {
+    uint64_t v = i < 0 ? (uint64_t)ndims : (uint64_t)dims[i];
+    for (int k = 0; k < 8; k++) h = (h ^ (uint8_t)(v >> (8 * k))) * 16777619u;
+  }
+  h &= 0x7fffffffu;
+  return h ? h : 1;
+}
+
+void hvd_shape_describe(char *out, size_t n, uint32_t tag) {
+  int nd = (int)(tag >> 28 & 7);
+  if (!(tag & 0x80000000u) || nd > 4) {
+    snprintf(out, n, "#%08x", (unsigned)tag);
+    return;
+  }
+  int b = shape_bits[nd];
+  size_t len = (size_t)snprintf(out, n, "[");
+  for (int i = 0; i < nd && len < n; i++)
+    len += (size_t)snprintf(out + len, n - len, "%s%u", i ? ", " : "",
+                            (unsigned)(tag >> (b * (nd - 1 - i)) & ((1u << b) - 1)));
+  if (len < n) snprintf(out + len, n - len, "]");
 }

@@ -46,11 +46,20 @@ typedef struct {
   int32_t root;
   int64_t count;     /* elements (allgather: this rank's rows) */
   int64_t row_elems; /* allgather only */
-  uint32_t shape;    /* a hash of the tensor's dimensions (allgather: all but the first); 0 = not given */
+  uint32_t shape;    /* the tensor's dimensions as a tag (allgather: all but the first): hvd_shape_tag; 0 = not given */
   int32_t set;       /* process set id (0: every rank) */
 } hvd_sig;
 
 const char *hvd_kind_name(int kind);
+
+/* A tensor's dimensions as hvd_sig's 32-bit shape tag, which ranks compare:
+ * a small shape exactly (top bit set, the rank in the next three bits, the
+ * dimensions below: up to 4 dimensions, each under 2^28, 2^14, 2^9 or 2^7
+ * by rank), so a mismatch can name the shapes; a larger one as a hash
+ * (top bit clear, never 0: 0 means not given).  hvd_shape_describe writes
+ * "[2, 3]", or "#hash" for a hashed one. */
+uint32_t hvd_shape_tag(const int64_t *dims, int ndims);
+void hvd_shape_describe(char *out, size_t n, uint32_t tag);
 
 typedef struct {
   hvd_sig sig;

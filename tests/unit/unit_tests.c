@@ -603,13 +603,32 @@ static void test_coordinator(void) {
   CHECK_STR(out, "ERROR m: allreduce 'm': ranks disagree on the dtype: float32 on ranks 0,2; float64 on ranks 1,3\n"
                  "ERROR c: allreduce 'c': ranks disagree on the count: 10 elements on ranks 0-2; 12 elements on rank 3");
 
-  /* the same count in another shape (hvd_next_shape's tag) */
+  /* the same count in another shape (hvd_next_shape's tag): small shapes named, large ones by hash */
   hvd_sig wide = f32, tall = f32;
-  wide.shape = 0x2u, tall.shape = 0x5u;
+  const int64_t two_five[] = {2, 5}, five_two[] = {5, 2}, big[] = {50257, 768}, big_t[] = {768, 50257};
+  wide.shape = hvd_shape_tag(two_five, 2), tall.shape = hvd_shape_tag(five_two, 2);
   req(&in, 0, "s", wide, 0), req(&in, 1, "s", tall, 0), req(&in, 2, "s", wide, 0), req(&in, 3, "s", wide, 0);
   run_round(&k, &in, 3.5, out, sizeof out, NULL);
-  CHECK_STR(out, "ERROR s: allreduce 's': ranks disagree on the shape (the same element count): shape #00000002 on "
-                 "ranks 0,2,3; shape #00000005 on rank 1");
+  CHECK_STR(out, "ERROR s: allreduce 's': ranks disagree on the shape (the same element count): shape [2, 5] on "
+                 "ranks 0,2,3; shape [5, 2] on rank 1");
+  wide.shape = hvd_shape_tag(big, 2), tall.shape = hvd_shape_tag(big_t, 2);
+  CHECK(!(wide.shape & 0x80000000u) && !(tall.shape & 0x80000000u) && wide.shape && wide.shape != tall.shape);
+  req(&in, 0, "h", wide, 0), req(&in, 1, "h", tall, 0), req(&in, 2, "h", wide, 0), req(&in, 3, "h", wide, 0);
+  run_round(&k, &in, 3.6, out, sizeof out, NULL);
+  CHECK_STR_HAS(out, "ranks disagree on the shape (the same element count): shape #");
+  { /* the tag: every rank up to 4 exactly at its limits, the same shape the same tag, the rest hashed */
+    char d[96];
+    const int64_t one[] = {268435455}, three[] = {511, 0, 7}, four[] = {127, 1, 2, 3}, over[] = {128, 1, 2, 3},
+                  five[] = {1, 2, 3, 4, 5}, neg[] = {-1, 2};
+    hvd_shape_describe(d, sizeof d, hvd_shape_tag(NULL, 0)); CHECK_STR(d, "[]");
+    hvd_shape_describe(d, sizeof d, hvd_shape_tag(one, 1)); CHECK_STR(d, "[268435455]");
+    hvd_shape_describe(d, sizeof d, hvd_shape_tag(three, 3)); CHECK_STR(d, "[511, 0, 7]");
+    hvd_shape_describe(d, sizeof d, hvd_shape_tag(four, 4)); CHECK_STR(d, "[127, 1, 2, 3]");
+    CHECK(hvd_shape_tag(four, 4) == hvd_shape_tag(four, 4) && hvd_shape_tag(one, 1) != hvd_shape_tag(NULL, 0));
+    CHECK(!(hvd_shape_tag(over, 4) & 0x80000000u) && !(hvd_shape_tag(five, 5) & 0x80000000u) &&
+          !(hvd_shape_tag(neg, 2) & 0x80000000u) && hvd_shape_tag(over, 4) != hvd_shape_tag(four, 4));
+    hvd_shape_describe(d, sizeof d, 0xf0000000u); CHECK_STR(d, "#f0000000"); /* no such rank: shown as a tag */
+  }
 
   /* a rank's duplicate record in one round counts once */
   req(&in, 0, "d", f32, 0), req(&in, 0, "d", f32, 0), req(&in, 1, "d", f32, 0), req(&in, 1, "d", f32, 0);

@@ -146,7 +146,7 @@ def synchronize(handle):
             first_error = _last_error()
         _release(h)
     if first_error:
-        if "disagree on the shape" in first_error and op.shapes:
+        if "disagree on the shape" in first_error and "shape #" in first_error and op.shapes:  # (a large one, hashed)
             first_error += " (this rank: %s)" % ", ".join(str(list(s)) for s in op.shapes)
         raise HorovodInternalError(first_error)
     return op.finish()
