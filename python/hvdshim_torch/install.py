@@ -413,6 +413,7 @@ def install(rng_seed=None):
     _S.data_iterable = setting("HVDSHIM_DATA_ITERABLE") or "deal"
     _S.scale_lr = setting("HVDSHIM_SCALE_LR") == "1"
     _S.rng_mode = setting("HVDSHIM_RNG") or "per-rank"
+    _S.rng_default = "HVDSHIM_RNG" not in os.environ  # (the default; set: the user chose, kept)
     _S.check_steps = int(setting("HVDSHIM_CHECK_STEPS") or 0)
     _S.accumulate = (setting("HVDSHIM_ACCUMULATE") or "auto") != "off"
     _S.bucket = int(setting("HVDSHIM_BUCKET") or 0)

@@ -142,6 +142,22 @@ def diverge():
     debug("random state: rank %d's streams are its own from here on" % r)
 
 
+def follow_rank0(name):
+    """Every rank trains on the same batches (data/same_batches.py) under
+    per-rank streams, the default: each rank's dropout masks and noise
+    being its own, the job would compute neither the plain run nor more
+    data than it.  From here on every rank draws rank 0's streams (as
+    HVDSHIM_RNG=same), which are the plain run's: rank 0's were never
+    mixed, and the step window (closed here) is not opened again.  Every
+    rank calls it at the same point (a broadcast)."""
+    window_close()
+    st = rank0_states(name)
+    if _S.rank != 0:
+        _set_states(st)
+    _S.rng_mode = "same"
+    debug("random state: every rank draws rank 0's streams from here on (the same batches on every rank)")
+
+
 def _window_generators():
     """(device, generator) of torch's default generators the window swaps:
     the CPU's, and the current CUDA device's once CUDA is in use."""

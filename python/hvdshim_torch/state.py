@@ -23,6 +23,7 @@ class _State:
         self.data_iterable = "deal"  # HVDSHIM_DATA_ITERABLE
         self.scale_lr = False       # HVDSHIM_SCALE_LR
         self.rng_mode = "per-rank"  # HVDSHIM_RNG
+        self.rng_default = True     # HVDSHIM_RNG not set (per-rank by default; same where every rank has the same batches)
         self.check_steps = 0        # HVDSHIM_CHECK_STEPS
         self.accumulate = True      # HVDSHIM_ACCUMULATE auto: learn k backward passes per step and reduce once
         self.bucket = 0             # HVDSHIM_BUCKET: bytes batched before they are handed over (0: none)

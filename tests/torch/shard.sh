@@ -85,6 +85,43 @@ for mode in sliced random; do
     ! grep -q "^hvdshim\[1\].*same batches" "$TMP/nodl" || { cat "$TMP/nodl"; fail "no DataLoader, $mode batches: expected $want line(s) naming the same batches"; }
 done
 pass "no DataLoader: batches the script cuts itself named once as the same on every rank; random batches not"
+# ...and where they are the same, every rank draws rank 0's random numbers
+# once that is seen (after the third step), so a model with dropout takes
+# the plain run's steps: from step 4 on its losses stay near the plain
+# run's; with HVDSHIM_RNG=per-rank set, each rank keeps its own masks, and
+# they drift (here 20 times as far, 0.0005 against 0.012 on average)
+cat >"$TMP/nodl_drop.py" <<'EOF_PY'
+import torch
+import torch.nn.functional as F
+torch.manual_seed(0)
+X = torch.randn(512, 10)
+Y = (X[:, 0] > 0).long()
+m = torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.Linear(16, 2))
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for step in range(30):
+    opt.zero_grad()
+    loss = F.cross_entropy(m(X[16 * step:16 * step + 16]), Y[16 * step:16 * step + 16])
+    loss.backward()
+    opt.step()
+    print("step %d loss %.8f" % (step, loss.item()))
+EOF_PY
+"$PYTHON" "$TMP/nodl_drop.py" >"$TMP/drop-plain" 2>&1 || { cat "$TMP/drop-plain"; fail "dropout, no DataLoader: the plain run failed"; }
+shim 2 "$PYTHON" "$TMP/nodl_drop.py" >"$TMP/drop-shim" 2>&1 || { cat "$TMP/drop-shim"; fail "dropout, no DataLoader: the shim's run failed"; }
+HVDSHIM_RNG=per-rank shim 2 "$PYTHON" "$TMP/nodl_drop.py" >"$TMP/drop-own" 2>&1 ||
+  { cat "$TMP/drop-own"; fail "dropout, no DataLoader, HVDSHIM_RNG=per-rank: the run failed"; }
+grep -q "same batches.*From here on every rank draws rank 0's random numbers" "$TMP/drop-shim" &&
+  ! grep -q "From here on" "$TMP/drop-own" || { cat "$TMP/drop-shim" "$TMP/drop-own"; fail "dropout, no DataLoader: the line on following rank 0's random numbers (expected by default, not with HVDSHIM_RNG=per-rank)"; }
+"$PYTHON" - "$TMP/drop-plain" "$TMP/drop-shim" "$TMP/drop-own" <<'PY' || fail "dropout, no DataLoader: the shim's losses did not stay near the plain run's"
+import re, sys
+runs = [{int(a): float(b) for a, b in re.findall(r"step (\d+) loss ([0-9.]+)", open(f).read())} for f in sys.argv[1:]]
+plain, follow, own = runs
+if not all(len(r) == 30 for r in runs):
+    sys.exit("a run did not print 30 steps")
+far = [sum(abs(r[k] - plain[k]) for k in range(4, 30)) / 26 for r in (follow, own)]
+print("mean |loss - plain's| over steps 4-29: following rank 0 %.2e, per-rank %.2e" % tuple(far))
+sys.exit(0 if far[0] < far[1] / 4 else "following rank 0's random numbers is not nearer the plain run")
+PY
+pass "no DataLoader, the same batches, dropout: every rank draws rank 0's random numbers from step 4, the losses near the plain run's"
 
 # BatchNorm's running statistics follow each rank's own batches in shard
 # mode: at model.eval() they take rank 0's (as DDP's broadcast_buffers

@@ -8,6 +8,7 @@ Its state: _FP."""
 import torch
 
 from .. import elastic as _elastic
+from .. import rng as _rng
 from ..capi import warn
 from ..state import _S
 from .roles import _EV
@@ -69,8 +70,14 @@ def check_same_batches():
         return
     mine = torch.tensor(fp if fp is not None else [0.0, 0.0, 0, 0], dtype=torch.float64)  # (given up: nothing said)
     hi, lo = (v.tolist() for v in _elastic.extremes(b"hvdshim.same-batches", mine, "comparing the ranks' first training batches"))
-    if hi == lo and lo[2] >= 1 and lo[3] == 1 and _S.rank == 0:
+    if not (hi == lo and lo[2] >= 1 and lo[3] == 1):
+        return
+    follow = _S.rng_mode == "per-rank" and _S.rng_default
+    if follow:  # (decided alike on every rank: the reduced fingerprints and the settings are)
+        _elastic.retrying(_rng.follow_rank0, b"hvdshim.rng.same-batches")
+    if _S.rank == 0:
         warn("every rank trained on the same batches in its first steps, and no DataLoader was iterated in "
              "training: the %d ranks compute what one process does, no faster.  hvdshim shards DataLoaders; "
              "batches a script cuts from its data itself (x[i:i + batch]) are the same on every rank (docs/PYTORCH.md, "
-             "'Data')" % _S.size)
+             "'Data')%s" % (_S.size, ".  From here on every rank draws rank 0's random numbers (dropout masks, "
+                            "noise), so the steps are the plain run's" if follow else ""))
