@@ -26,6 +26,10 @@ every rank starts from one state:
     iteration (data/iteration.dealt_batches, install.py), whichever comes first.
     Python's `random` and NumPy stay per-rank there (swapping their states
     would cost ~14 us a step).
+  * Where every rank trains on the same batches (no DataLoader: batches the
+    script cuts itself; data/same_batches.py, after the third reducing
+    backward) and HVDSHIM_RNG is not set, every rank takes rank 0's states
+    again and keeps drawing them (follow_rank0): the plain run's draws.
   * same: the streams stay identical on every rank.  off: none of this.
 
 Its state: _R.
