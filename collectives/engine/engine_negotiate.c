@@ -252,9 +252,10 @@ hvd_eng_rc hvd_eng_slow_path(hvd_engine *e, double now) {
     }
     if (!r || r->cache_bit >= 0)
       HVD_FATAL("internal error: the coordinator answered '%s', which this rank has not submitted", name);
-    if (w.type == HVD_RESP_ERROR) {
+    if (w.type == HVD_RESP_ERROR) { /* the failed handle carries the message to the caller (an exception, a hook's
+                                       * fatal line): a script that catches it prints nothing more, as in Horovod */
       char *m = strndup(w.msg, w.msg_len);
-      HVD_ERROR("%s", m ? m : name);
+      HVD_INFO("%s", m ? m : name);
       hvd_eng_finish(e, r, HVD_ERR_MISMATCH, m, NULL, 0);
       free(m);
       continue;

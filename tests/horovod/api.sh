@@ -11,8 +11,9 @@ need_torch
 for np in 2 3; do
   shim $np "$PYTHON" "$top_srcdir/tests/horovod/api.py" >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "np=$np: the API suite failed"; }
   grep -q "^api done 23$" "$TMP/out" || { cat "$TMP/out"; fail "np=$np: not every case ran"; }
-  # the errors named their cause on every rank, and the job went on
-  [ "$(grep -c "allreduce 'allreduce.bad.count': ranks disagree on the count" "$TMP/out")" = "$np" ] ||
-    { cat "$TMP/out"; fail "np=$np: the count mismatch was not reported by every rank"; }
+  # the errors named their cause on every rank (api.py checks each message),
+  # and the job went on; the script caught them, so nothing else said them
+  # (as in Horovod: the engine's own line is at HVDSHIM_LOG_LEVEL=info)
+  ! grep -q "ranks disagree" "$TMP/out" || { cat "$TMP/out"; fail "np=$np: a mismatch the script caught was printed"; }
   pass "np=$np: $(grep -c '^ok ' "$TMP/out") API cases match their formulas; mismatches raise on every rank"
 done
