@@ -76,15 +76,11 @@ class Pending:
 def _item_layout():
     """hvd_allreduce_item as a struct (one pack_into a gradient, where setting
     the ctypes fields one by one costs three times as long), checked against
-    capi.AllreduceItem's offsets."""
-    fmt = struct.Struct("@PPNiiiP")
-    want = [f.offset for f in (getattr(capi.AllreduceItem, n) for n, _t in capi.AllreduceItem._fields_)]
-    got, off = [], 0
-    for code in "PPNiiiP":
-        size = struct.calcsize("@" + code)
-        off = (off + size - 1) // size * size
-        got.append(off)
-        off += size
+    capi.AllreduceItem's offsets ("0X" aligns without adding an X)."""
+    codes = "PPNiiiP"
+    got = [struct.calcsize("@%s0%s" % (codes[:i], c)) for i, c in enumerate(codes)]
+    want = [getattr(capi.AllreduceItem, n).offset for n, _t in capi.AllreduceItem._fields_]
+    fmt = struct.Struct("@" + codes)
     if got != want or fmt.size != ctypes.sizeof(capi.AllreduceItem):
         raise ImportError("hvdshim: hvd_allreduce_item's layout is not %s (offsets %s)" % (got, want))
     return fmt

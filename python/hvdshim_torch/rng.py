@@ -110,14 +110,20 @@ def rank0_states(name, cuda=True):
     return pickle.loads(bytes(buf.tolist()))
 
 
+def _adopt_rank0_states(name):
+    """Every rank takes rank 0's generator states (rank0_states); returns them."""
+    st = rank0_states(name)
+    if _S.rank != 0:
+        _set_states(st)
+    return st
+
+
 def take_rank0_states():
     """At engine start: every rank takes rank 0's generator states."""
     if _S.rng_mode == "off" or _R.synced:
         return
     _R.synced = True
-    st = rank0_states(b"hvdshim.rng")
-    if _S.rank != 0:
-        _set_states(st)
+    st = _adopt_rank0_states(b"hvdshim.rng")
     # the step window's shared streams are seeded from this agreed state
     _R.seed = mixed_seed(bytes(st["torch"].tolist()), -1)
     debug("random state: rank 0's (torch, random%s)" % (", numpy" if _numpy_random() is not None else ""))
@@ -155,9 +161,7 @@ def follow_rank0(name):
     mixed, and the step window (closed here) is not opened again.  Every
     rank calls it at the same point (a broadcast)."""
     window_close()
-    st = rank0_states(name)
-    if _S.rank != 0:
-        _set_states(st)
+    _adopt_rank0_states(name)
     _S.rng_mode = "same"
     debug("random state: every rank draws rank 0's streams from here on (the same batches on every rank)")
 
