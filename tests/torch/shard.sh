@@ -86,10 +86,11 @@ for mode in sliced random; do
 done
 pass "no DataLoader: batches the script cuts itself named once as the same on every rank; random batches not"
 # ...and where they are the same, every rank draws rank 0's random numbers
-# once that is seen (after the third step), so a model with dropout takes
-# the plain run's steps: from step 4 on its losses stay near the plain
-# run's; with HVDSHIM_RNG=per-rank set, each rank keeps its own masks, and
-# they drift (here 20 times as far, 0.0005 against 0.012 on average)
+# once that is seen (after the third step), so a model with dropout draws
+# the plain run's masks from then on: here, a slowly trained model, its
+# losses from step 4 on stay near the plain run's; with HVDSHIM_RNG=per-rank
+# set, each rank keeps its own masks, and they drift (20 times as far,
+# 0.0005 against 0.012 on average)
 cat >"$TMP/nodl_drop.py" <<'EOF_PY'
 import torch
 import torch.nn.functional as F
@@ -121,7 +122,7 @@ far = [sum(abs(r[k] - plain[k]) for k in range(4, 30)) / 26 for r in (follow, ow
 print("mean |loss - plain's| over steps 4-29: following rank 0 %.2e, per-rank %.2e" % tuple(far))
 sys.exit(0 if far[0] < far[1] / 4 else "following rank 0's random numbers is not nearer the plain run")
 PY
-pass "no DataLoader, the same batches, dropout: every rank draws rank 0's random numbers from step 4, the losses near the plain run's"
+pass "no DataLoader, the same batches, dropout: every rank draws rank 0's random numbers from step 4; this slowly trained model's losses stay near the plain run's"
 
 # BatchNorm's running statistics follow each rank's own batches in shard
 # mode: at model.eval() they take rank 0's (as DDP's broadcast_buffers

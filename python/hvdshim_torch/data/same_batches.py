@@ -80,4 +80,5 @@ def check_same_batches():
              "training: the %d ranks compute what one process does, no faster.  hvdshim shards DataLoaders; "
              "batches a script cuts from its data itself (x[i:i + batch]) are the same on every rank (docs/PYTORCH.md, "
              "'Data')%s" % (_S.size, ".  From here on every rank draws rank 0's random numbers (dropout masks, "
-                            "noise), so the steps are the plain run's" if follow else ""))
+                            "noise), as the plain run does; HVDSHIM_RNG=same set from the start reproduces the "
+                            "plain run exactly" if follow else ""))
