@@ -28,6 +28,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -374,9 +375,39 @@ static void close_all_but_std(void) {
   for (int fd = 3; fd < max; fd++) close(fd);
 }
 
+/* The command line ps shows for this process, which the fork gave the
+ * rank's: overwritten in place (the argument area named by fields 48 and 49
+ * of /proc/self/stat), so a list of processes does not show the reaper as a
+ * second copy of the rank, whose pid someone killing "one rank" might take
+ * as well (a rank killed with its reaper leaves its loader workers to keep
+ * the launcher waiting: nothing is left to end them). */
+static void retitle(pid_t rank) {
+  char buf[1024];
+  int fd = hvd_libc()->open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return;
+  buf[n] = 0;
+  char *p = strrchr(buf, ')');
+  if (!p) return;
+  p += 2; /* field 3 */
+  for (int field = 3; field < 48 && p; field++) {
+    p = strchr(p, ' ');
+    if (p) p++;
+  }
+  unsigned long long from = 0, to = 0;
+  if (!p || sscanf(p, "%llu %llu", &from, &to) != 2 || !from || to <= from + 1 || to - from > (1u << 20)) return;
+  char *area = (char *)(uintptr_t)from;
+  size_t len = (size_t)(to - from);
+  memset(area, 0, len);
+  snprintf(area, len, "hvdshim-reaper (of rank pid %ld)", (long)rank);
+}
+
 __attribute__((noreturn)) static void reap(pid_t rank, unsigned long long start, int lead) {
   setpgid(0, 0); /* out of the rank's group: neither its signals nor our own kill(-rank) reach us */
   prctl(PR_SET_NAME, "hvdshim-reaper", 0, 0, 0);
+  retitle(rank);
   int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU};
   for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) signal(sigs[i], SIG_IGN);
   int null = hvd_libc()->open("/dev/null", O_RDWR);

@@ -8,9 +8,10 @@
  * so a launcher that counts a process as gone only when its pipes close
  * (Open MPI 5 and 6) never ends the job; one that does not (Open MPI 4)
  * ends it and leaves them behind.  The armed rank forks, in its
- * constructor, a small process outside its process group that waits for
- * the rank's end (a pidfd; its parent's change where there is none) and
- * then ends the rank's family:
+ * constructor, a small process outside its process group (titled
+ * `hvdshim-reaper (of rank pid N)` in ps) that waits for the rank's end
+ * (a pidfd; its parent's change where there is none) and then ends the
+ * rank's family:
  *   - the rank's process group (the rank leads one: Open MPI makes every
  *     rank a group leader, and the constructor makes the rank one where
  *     the launcher did not, unless it owns the terminal's foreground);

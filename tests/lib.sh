@@ -143,7 +143,9 @@ shim() {
   [ -n "${OMP_NUM_THREADS-}" ] && set -- -x OMP_NUM_THREADS "$@"
   # HVDSHIM_ELASTIC=1 make check TESTS=...: the suites with elastic on (Open MPI 5+)
   [ "${HVDSHIM_ELASTIC-}" = 1 ] && [ "${MPI_KIND:-ompi}" = ompi ] && set -- --with-ft ulfm "$@"
-  LD_PRELOAD="$LIB" mpi "$_np" -x LD_PRELOAD "$@"
+  # (HVDCHECK_TMP: the processes of this test's jobs, by their environment:
+  # no_leftovers; the reapers' command line is not the rank's)
+  HVDCHECK_TMP="$TMP" LD_PRELOAD="$LIB" mpi "$_np" -x LD_PRELOAD -x HVDCHECK_TMP "$@"
 }
 
 # Plain runs from a warm interpreter (tests/warm.py): `python SCRIPT` or
@@ -238,6 +240,12 @@ tmp_left() {
 no_leftovers() {
   sleep 1
   _left=$(pgrep -f -- "--tag $1" || true)
-  [ -z "$_left" ] || { ps -o pid,stat,args -p $_left; fail "processes left behind: $_left"; }
+  _left="$_left $(job_processes)"
+  [ -z "$(echo $_left)" ] || { ps -o pid,stat,args -p "$(echo $_left | tr ' ' ',')"; fail "processes left behind: $_left"; }
+}
+# job_processes: the pids of processes started by this test's jobs (shim)
+# still there, reapers included (HVDCHECK_TMP in their environment)
+job_processes() {
+  grep -lzx "HVDCHECK_TMP=$TMP" /proc/[0-9]*/environ 2>/dev/null | sed 's|/proc/\([0-9]*\)/environ|\1|' | tr '\n' ' '
 }
 now_ms() { date +%s%3N; }

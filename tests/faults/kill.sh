@@ -7,6 +7,7 @@
 #     notice, name the rank and end the job);
 #  3. as 2, the victim is rank 0 (coordinator, timeline writer): the
 #     timeline it was writing is still valid JSON.
+# The victim's reaper is titled as such in ps (not the rank's command line).
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
 need_torch
@@ -18,6 +19,9 @@ run() { # run NAME VICTIM MPIRUN-OPTIONS...
   job=$!
   wait_for "$TMP/$_name" "\[rank $_victim\] step 20" 60
   pid=$(rank_pid "$tag" "$_victim") || { cat "$TMP/$_name"; fail "$_name: rank $_victim not found"; }
+  # (the victim's reaper shows as such, not as a second copy of the rank)
+  grep -qzx "hvdshim-reaper (of rank pid $pid)" $(for p in $(job_processes); do echo "/proc/$p/cmdline"; done) 2>/dev/null ||
+    { ps -eo pid,ppid,comm,args; fail "$_name: no process titled 'hvdshim-reaper (of rank pid $pid)'"; }
   t0=$(now_ms)
   kill -9 "$pid"
   wait "$job"
