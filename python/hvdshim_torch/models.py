@@ -18,6 +18,7 @@ from .errors import HvdShimError
 from .gradients.hooks import _Param
 from .gradients.params import _P
 from . import elastic as _elastic
+from . import rng as _rng
 from .lifecycle import _check_stand_aside, _start
 from .resize import free_state, model_state
 from .state import _S, _warn_once
@@ -375,10 +376,14 @@ def _count_batch(module, inputs):
     if _FP.same_batches is not None:
         note_root_call()
     if module.training and torch.is_grad_enabled():
+        # (a training forward inside the step window: another pass of an accumulation
+        # window begins; its masks are this rank's own, and its batch, perhaps drawn
+        # in the window, is not compared)
+        in_window = _rng.window_close()
         x = inputs[0] if inputs else _first_keyword_tensor()
         if isinstance(x, torch.Tensor) and x.dim() > 0:
             _S.samples += x.shape[0]
-            if _FP.same_batches is not None and 1 <= _S.reductions < 3:
+            if _FP.same_batches is not None and 1 <= _S.reductions < 3 and not in_window:
                 _note_batch(x)
 
 

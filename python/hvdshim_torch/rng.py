@@ -21,9 +21,14 @@ every rank starts from one state:
     rank shares instead: what a script draws there acts on the averaged
     gradients (gradient noise, a random perturbation), which the plain run
     draws once for the whole batch, so every replica must draw the same.
-    The window closes at the end of the step, at a zero_grad, when the
-    next backward begins, or at the next training batch or DataLoader
-    iteration (data/iteration.dealt_batches, install.py), whichever comes first.
+    It opens only where the step comes next (gradients/reduction._step_next:
+    with gradient accumulation, not after the passes before a window's
+    last, whose next batch and dropout masks are each rank's own), and at
+    the start of every step.  It closes at the end of the step, at a
+    zero_grad, when the next backward begins, at a model's training forward
+    (while the global forward hook is on: models._count_batch), or at the
+    next training batch or DataLoader iteration
+    (data/iteration.dealt_batches, install.py), whichever comes first.
     Python's `random` and NumPy stay per-rank there (swapping their states
     would cost ~14 us a step).
   * Where every rank trains on the same batches (no DataLoader: batches the
@@ -53,6 +58,8 @@ class _Streams:
         self.seed = None            # the job's agreed seed of the step window's shared streams (engine start)
         self.shared = {}            # device -> the shared stream's state, between windows (window_open)
         self.window = None          # while a window is open: [(device, generator, this rank's own state)]
+        self.withheld = None        # a reducing backward that opened no window (more passes were due): the
+        #                             generators' states then, [(generator, state)], until a window or the step
 
 
 _R = _Streams()
@@ -189,6 +196,7 @@ def window_open():
     """A reducing backward ended (HVDSHIM_RNG=per-rank): torch's generators
     draw from the shared stream until window_close; this rank's own states
     are kept aside."""
+    _R.withheld = None
     if _S.rng_mode != "per-rank" or _R.window is not None or _R.seed is None:
         return
     saved = []
@@ -199,15 +207,39 @@ def window_open():
     _R.window = saved
 
 
+def withhold():
+    """A reducing backward ended that is not the last of its step (gradient
+    accumulation): no window (the next pass's draws are this rank's own),
+    but the generators' states are noted, so the step can tell whether
+    anything was drawn before it (drew_since_withheld)."""
+    if _S.rng_mode != "per-rank" or _R.window is not None or _R.seed is None:
+        return
+    _R.withheld = [(g, g.get_state()) for _device, g in _window_generators()]
+
+
+def drew_since_withheld():
+    """At a step: None where the last reducing backward opened the window
+    (or opened none for another reason), else whether this rank drew from
+    torch's generators since it: draws that may have shaped the update
+    (gradient noise), each rank's own, which the step window would have
+    made the same everywhere (the backward could not know the step came
+    next)."""
+    noted, _R.withheld = _R.withheld, None
+    if noted is None:
+        return None
+    return any(not torch.equal(g.get_state(), state) for g, state in noted)
+
+
 def window_close():
     """The optimizer step ended (or a zero_grad, the next backward, the next
     training batch): the shared stream is kept for the next window, this
     rank's own states come back."""
     saved = _R.window
     if saved is None:
-        return
+        return False
     _R.window = None
     for device, g, mine in saved:
         _R.shared[device] = g.get_state()
         g.set_state(mine)
+    return True
 

@@ -1,7 +1,8 @@
 """Gradient accumulation as scripts write it: K backward passes per
 optimizer step (each loss divided by K), an epoch whose batch count K does
 not divide (a short last step), gradient clipping before every step, and a
-parameter used only in some backward passes.  Float64; saves the final
+parameter used only in some backward passes; with --noise, noise drawn and
+added to the gradients before clipping.  Float64; saves the final
 state_dict to --out."""
 import argparse
 
@@ -27,6 +28,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--batches", type=int, default=10)
     ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--noise", type=float, default=0.0)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -45,6 +47,9 @@ def main():
             loss.backward()
             total += float(loss)
             if (i + 1) % args.k == 0 or i + 1 == len(loader):
+                for p in model.parameters() if args.noise else ():
+                    if p.grad is not None:
+                        p.grad.add_(args.noise * torch.randn_like(p.grad))
                 nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 opt.step()
                 opt.zero_grad()

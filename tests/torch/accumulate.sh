@@ -31,3 +31,10 @@ HVDSHIM_DATA=shard shim 3 "$PYTHON" "$A" --k 3 --batches 21 --out "$TMP/s3.pt" >
   { cat "$TMP/s3.out"; fail "np=3 shard k=3"; }
 grep -q "3 backward passes per optimizer step" "$TMP/s3.out" || { cat "$TMP/s3.out"; fail "np=3: k=3 not adopted"; }
 pass "k=3 at np=3 (shard): ranks identical at every step, k adopted"
+# noise added to the gradients between the last backward and the step: drawn
+# alike on every rank, also in the first step, whose last backward could not
+# know it was the last (the replicas step alike: the guard at every step)
+HVDSHIM_DATA=shard shim 2 "$PYTHON" "$A" --noise 0.05 --epochs 2 --batches 20 --out "$TMP/noise.pt" >"$TMP/noise.out" 2>&1 ||
+  { cat "$TMP/noise.out"; fail "np=2 shard k=4 with gradient noise"; }
+grep -q "4 backward passes per optimizer step" "$TMP/noise.out" || { cat "$TMP/noise.out"; fail "gradient noise: k=4 not adopted"; }
+pass "k=4 at np=2 (shard), noise drawn and added to the gradients before each step: ranks identical at every step"

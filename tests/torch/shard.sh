@@ -56,35 +56,48 @@ pass "HVDSHIM_DATA=off: every rank reads the whole epoch"
 # no DataLoader: batches cut from the data by the script are the same on
 # every rank (named once, by rank 0); batches drawn at random are not (each
 # rank's stream is its own after the first backward).  (A loader iterated in
-# training: nothing is compared; every other test here has one.)
+# training: nothing is compared; every other test here has one.)  Also with
+# gradient accumulation (4 passes a step, each drawing the next batch after
+# its forward, as nanoGPT does): the passes before the agreed k must not draw
+# in the step window (they did: every rank drew the same batches, named as
+# the same batches, and from then on every rank drew rank 0's stream)
 cat >"$TMP/nodl.py" <<'EOF_PY'
 import sys
 import torch
 import torch.nn.functional as F
 torch.manual_seed(0)
-X, mode = torch.randn(256, 10), sys.argv[1]
+X, mode, k = torch.randn(256, 10), sys.argv[1], int(sys.argv[2])
 Y = (X[:, 0] > 0).long()
 m = torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.ReLU(), torch.nn.Dropout(0.1), torch.nn.Linear(16, 2))
 opt = torch.optim.SGD(m.parameters(), lr=0.1)
-for step in range(12):
-    if mode == "sliced":
-        i = 16 * step
-        x, y = X[i:i + 16], Y[i:i + 16]
-    else:
-        ix = torch.randint(256, (16,))
-        x, y = X[ix], Y[ix]
+def batch(i):
+    ix = torch.arange(16 * i, 16 * i + 16) % 256 if mode == "sliced" else torch.randint(256, (16,))
+    return X[ix], Y[ix], int(ix.sum())
+x, y, tag = batch(0)
+for step in range(12 // k):
     opt.zero_grad()
-    F.cross_entropy(m(x), y).backward()
+    for micro in range(k):
+        loss = F.cross_entropy(m(x), y) / k
+        print("step %d pass %d batch %d" % (step, micro, tag))
+        x, y, tag = batch(step * k + micro + 1)
+        loss.backward()
     opt.step()
 print("done")
 EOF_PY
-for mode in sliced random; do
-  shim 2 "$PYTHON" "$TMP/nodl.py" $mode >"$TMP/nodl" 2>&1 || { cat "$TMP/nodl"; fail "no-DataLoader run ($mode) failed"; }
+for run in sliced:1 random:1 sliced:4 random:4; do
+  mode=${run%:*} k=${run#*:}
+  HVDSHIM_WORKER_STDOUT=1 shim 2 "$PYTHON" "$TMP/nodl.py" $mode $k >"$TMP/nodl" 2>&1 || { cat "$TMP/nodl"; fail "no-DataLoader run ($mode, k=$k) failed"; }
   want=0; [ $mode = sliced ] && want=1
   [ "$(grep -c 'warning (torch): every rank trained on the same batches in its first steps, and no DataLoader was iterated in training: the 2 ranks compute what one process does' "$TMP/nodl")" = $want ] &&
-    ! grep -q "^hvdshim\[1\].*same batches" "$TMP/nodl" || { cat "$TMP/nodl"; fail "no DataLoader, $mode batches: expected $want line(s) naming the same batches"; }
+    ! grep -q "^hvdshim\[1\].*same batches" "$TMP/nodl" || { cat "$TMP/nodl"; fail "no DataLoader, $mode batches, k=$k: expected $want line(s) naming the same batches"; }
+  [ $mode = random ] || continue
+  # each rank's own batches from the first backward on: only those drawn before it are the same
+  same=$(sed -n 's/^\(\[rank [01]\] \)\{0,1\}\(step [0-9]* pass [0-9]*\) batch \([0-9]*\)$/\2 \3/p' "$TMP/nodl" | sort | uniq -d | cut -d' ' -f1-4 | tr '\n' ',')
+  want="step 0 pass 0,step 0 pass 1,"  # (each drawn before the first backward ended: rank 0's stream)
+  [ $k = 1 ] && want="step 0 pass 0,step 1 pass 0,"
+  [ "$same" = "$want" ] || { cat "$TMP/nodl"; fail "random batches, k=$k: the same on both ranks at: $same (expected: $want)"; }
 done
-pass "no DataLoader: batches the script cuts itself named once as the same on every rank; random batches not"
+pass "no DataLoader: batches the script cuts itself named once as the same on every rank; random batches not, and drawn per rank from the first backward on (also with 4 passes a step)"
 # ...and where they are the same, every rank draws rank 0's random numbers
 # once that is seen (after the third step), so a model with dropout draws
 # the plain run's masks from then on: here, a slowly trained model, its

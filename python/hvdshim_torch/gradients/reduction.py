@@ -18,7 +18,7 @@ from .. import elastic as _elastic
 from .. import grow as _grow
 from .. import rng as _rng
 from ..capi import SUM, debug
-from ..collectives import Pending
+from ..collectives import GRAD_DTYPES, Pending, allreduce_now
 from ..data import same_batches
 from ..data.same_batches import _FP
 from ..errors import HvdShimError, MembershipChanged
@@ -72,16 +72,16 @@ def _round_buffer(vals):
 _ROUNDS = {}  # the round's length -> (ctypes array, the tensor on its memory)
 
 
-def _reduce_round():
-    """End of a reducing backward (or accumulated gradients needed now):
-    the round (_submit_round) unless the last gradient sent it already, the
+def _reduce_round(imminent=False):
+    """End of a reducing backward (or accumulated gradients needed now,
+    imminent: the step comes next): the round (_submit_round) unless the last gradient sent it already, the
     gradients only other ranks produced, rank 0's hyperparameters and k.
     Ranks dying meanwhile (HVDSHIM_ELASTIC): the survivors start the
     step's reduction over from their own gradients (_start_over)."""
     try:
         for attempt in range(_elastic._RETRIES + 1):
             try:
-                _reduce_round_once()
+                _reduce_round_once(imminent)
                 break
             except MembershipChanged:
                 if attempt == _elastic._RETRIES:
@@ -100,7 +100,7 @@ def _reduce_round():
         _L.share, _L.share_s = None, 1.0
 
 
-def _reduce_round_once():
+def _reduce_round_once(imminent):
     if _H.round is None:
         _submit_round()
     vec, slots, flags = _H.round
@@ -131,7 +131,28 @@ def _reduce_round_once():
     if f != 1.0:
         _reweigh(f)
     _rng.diverge()
-    _rng.window_open()  # until the step ends: what the script draws on the averaged gradients, every rank draws
+    if imminent or _step_next():
+        _rng.window_open()  # until the step ends: what the script draws on the averaged gradients, every rank draws
+    else:
+        _rng.withhold()
+
+
+def _step_next():
+    """Whether the optimizer step, not another backward pass, is what comes
+    after this reducing one: where more passes follow first (gradient
+    accumulation whose k is not agreed yet, or this pass not the agreed
+    k-th), the next pass's batch and dropout masks are drawn there, and
+    drawn in the step window they would be the same on every rank.  By the
+    window's agreed k, else the last step's number of passes, else (the
+    first step) the first pass only; always for a script that updates its
+    weights by hand (no optimizer)."""
+    if _A.in_step or not _S.optimizers:
+        return True
+    if _A.k > 1:
+        return _A.bw_window >= _A.k
+    if _A.windows:
+        return _A.bw_window >= _A.windows[-1]
+    return _A.bw_window == 1
 
 
 def _ranks_left(gone):
@@ -187,13 +208,42 @@ def _start_over():
     _elastic.redone(_S.steps + 1)
 
 
+def resync_if_drawn():
+    """At the start of a step whose last reducing backward opened no step
+    window (it seemed not the last of the step: the first step of gradient
+    accumulation, whose pass count was not known yet): where any rank drew
+    from torch's generators since then (noise added to the gradients), each
+    rank drew its own, so every rank's gradients are averaged again and the
+    replicas step alike.  One small agreement (every rank has the same
+    withheld window: it follows from the agreed counts), once or twice in
+    a run."""
+    drew = _rng.drew_since_withheld()
+    if drew is None:
+        return
+    hi, _lo = _elastic.extremes(b"hvdshim.rng.withheld", torch.tensor([1.0 if drew else 0.0], dtype=torch.float64),
+                                "agreeing whether the ranks drew before the step")
+    if float(hi[0]) == 0.0:
+        return
+    debug("random numbers were drawn between the last backward and the step before the step's pass count was known; "
+          "each rank drew its own: the gradients are averaged again")
+    for prm in _P.params:
+        p = prm.ref()
+        g = p.grad if p is not None else None
+        if g is None or g.is_sparse or g.dtype not in GRAD_DTYPES or not (g.is_cpu or g.is_cuda):
+            continue
+        buf = g if g.is_contiguous() else g.contiguous()
+        allreduce_now(b"hvdshim.resync." + prm.bname, buf, _S.grad_op, prm.what)
+        if buf is not g:
+            g.copy_(buf)
+
+
 def _reduce_deferred(why):
     """Gradients that only accumulated are needed now (a step, clipping, an
     unscale): reduce them before going on."""
     if _A.deferred and _S.enabled and _S.started and not _A.in_backward:
         debug("reducing accumulated gradients before %s (the step came sooner than %d backward passes)"
               % (why, _A.k))
-        _reduce_round()
+        _reduce_round(imminent=True)
 
 
 def _reweigh(f):

@@ -8,7 +8,7 @@ from ..patching import wrap
 from ..state import _S
 from .accumulation import _A, _end_window
 from .backward import _average_loss
-from .reduction import _reduce_deferred
+from .reduction import _reduce_deferred, resync_if_drawn
 from .replicas import _check_replicas
 
 
@@ -24,6 +24,9 @@ def _wrap_step(cls):
         def step(self, closure=None, *args, **kwargs):
             if _A.in_step == 0:
                 _reduce_deferred("the optimizer step")
+                if _rng._R.diverged and _S.enabled and _S.started:
+                    resync_if_drawn()
+                    _rng.window_open()  # (what the step draws acts on every replica: drawn alike, however it came)
             _A.in_step += 1
             try:
                 if closure is None:  # (not passed on: a script's own optimizer may take none)
