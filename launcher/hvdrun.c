@@ -11,8 +11,9 @@
  * forwards every HVDSHIM_* and HOROVOD_* variable of this environment (and
  * OMP_NUM_THREADS, PYTHONPATH when set); adds --allow-run-as-root only when
  * run as root; binds nothing (--bind-to none --map-by slot: the frameworks
- * run their own threads).  --verbose prints the command it runs, --dry-run
- * prints it and stops.  Every mistake is one line naming it and the fix.
+ * run their own threads).  -x NAME[=VALUE] (mpirun's flag) forwards NAME
+ * too, set to VALUE first where given.  --verbose prints the command it
+ * runs, --dry-run prints it and stops.  Every mistake is one line naming it and the fix.
  *
  * --min-np M (Horovod's flag): an elastic job (HVDSHIM_ELASTIC=1,
  * HVDSHIM_ELASTIC_MIN_NP=M): ranks that die no longer end it while M are
@@ -29,6 +30,7 @@
  * Environment: HVDRUN_MPIRUN (mpirun to use), HVDRUN_SRUN (srun to use),
  * HVDRUN_LIB (libhvdshim.so to preload). */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -66,6 +68,7 @@ static void usage(FILE *f) {
         "  -H, --hosts LIST   hosts and their slots: a:4,b:4 (a host without :slots has 1)\n"
         "  --hostfile FILE    an Open MPI hostfile ('host slots=N' per line)\n"
         "  --oversubscribe    allow more ranks than slots\n"
+        "  -x NAME[=VALUE]    set NAME (to VALUE) in every rank's environment (repeatable)\n"
         "  --min-np M         elastic: ranks that die no longer end the job while M are left (Open MPI 5+)\n"
         "  --host-discovery-script S  elastic: S prints host:slots lines; when it lists more slots than ranks,\n"
         "                     or no longer lists a host or slots the job runs on, the job stops at an\n"
@@ -307,6 +310,31 @@ static const char *srun_mpi(const char *srun) {
   return pmix ? "pmix" : NULL;
 }
 
+/* -x NAME[=VALUE]: NAME a variable name; set here to VALUE where given
+ * (srun and Hydra pass this whole environment; Open MPI gets -x NAME), or
+ * else set in this environment already. */
+static void env_option(argv_t *xs, const char *x) {
+  size_t len = strcspn(x, "=");
+  int ok = len > 0 && (isalpha((unsigned char)x[0]) || x[0] == '_');
+  for (size_t k = 1; ok && k < len; k++) ok = isalnum((unsigned char)x[k]) || x[k] == '_';
+  if (!ok) die("-x '%s': not a variable name (-x NAME or -x NAME=VALUE)", x);
+  if (x[len] == '=') {
+    char *name = strndup(x, len);
+    if (!name || setenv(name, x + len + 1, 1) != 0) die("-x '%s': cannot set it", x);
+    free(name);
+  } else if (!getenv(x)) {
+    die("-x %s: %s is not set here; give -x %s=VALUE, or export it first", x, x, x);
+  }
+  push(xs, x);
+}
+
+/* Whether the variable is one hvdrun forwards to Open MPI's ranks anyway. */
+static int forwarded_anyway(const char *name, size_t len) {
+  return !strncmp(name, "HVDSHIM_", 8) || !strncmp(name, "HOROVOD_", 8) ||
+         (len == 15 && !strncmp(name, "OMP_NUM_THREADS", 15)) || (len == 10 && !strncmp(name, "PYTHONPATH", 10)) ||
+         (len == 10 && !strncmp(name, "LD_PRELOAD", 10));
+}
+
 /* ------------------------------------------------------------------ main */
 
 int main(int argc, char **argv) {
@@ -315,6 +343,7 @@ int main(int argc, char **argv) {
   const char *hosts = NULL, *hostfile = NULL, *discovery = NULL;
   int grow_flags = 0; /* a flag of growing was given */
   int oversub = 0, verbose = 0, dry = 0, i = 1;
+  argv_t xs = {0}; /* -x NAME[=VALUE], as given */
   for (; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--")) {
@@ -334,6 +363,9 @@ int main(int argc, char **argv) {
       hostfile = val, i++;
     } else if (!strcmp(a, "--oversubscribe")) {
       oversub = 1;
+    } else if (!strcmp(a, "-x")) {
+      if (!val) die("-x needs a variable: -x NAME (forwarded as set here) or -x NAME=VALUE");
+      env_option(&xs, val), i++;
     } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
       verbose = 1;
     } else if (!strcmp(a, "--dry-run")) {
@@ -379,12 +411,13 @@ int main(int argc, char **argv) {
     if (hosts || hostfile) die("--host-discovery-script lists the hosts: leave out -H and --hostfile");
     if (max_np && max_np < np) die("--max-np %ld is less than -np %ld", max_np, np);
     /* the options each run repeats, then the command */
-    char **args = calloc((size_t)(argc - i) + 8, sizeof *args);
+    char **args = calloc((size_t)(argc - i) + 8 + 2 * (size_t)xs.n, sizeof *args);
     int n = 0;
     char mn[32];
     if (!args) die("out of memory");
     if (oversub) args[n++] = "--oversubscribe";
     if (verbose) args[n++] = "--verbose";
+    for (int k = 0; k < xs.n; k++) args[n++] = "-x", args[n++] = xs.v[k];
     if (min_np) snprintf(mn, sizeof mn, "%ld", min_np), args[n++] = "--min-np", args[n++] = mn;
     if (dry) die("--dry-run with --host-discovery-script: the command depends on what the script lists; run "
                  "hvdrun -np N -H HOSTS --dry-run instead");
@@ -406,6 +439,8 @@ int main(int argc, char **argv) {
     die("libhvdshim.so not found (looked in %s); build it (make) or set HVDRUN_LIB=/path/to/libhvdshim.so", looked);
 
   argv_t cmd = {0}, envs = {0}; /* envs: NAME=VALUE set for mpirun */
+  for (int k = 0; k < xs.n; k++)
+    if (strchr(xs.v[k], '=')) push(&envs, xs.v[k]);
   int across = 0;
   const char *slurm = getenv("SLURM_JOB_ID");
   const char *srun_env = getenv("HVDRUN_SRUN");
@@ -497,11 +532,15 @@ int main(int argc, char **argv) {
       const char *eq = strchr(*e, '=');
       if (!eq) continue;
       int len = (int)(eq - *e);
-      if (!strncmp(*e, "HVDSHIM_", 8) || !strncmp(*e, "HOROVOD_", 8) || (len == 15 && !strncmp(*e, "OMP_NUM_THREADS", 15)) ||
-          (len == 10 && !strncmp(*e, "PYTHONPATH", 10))) {
+      if (forwarded_anyway(*e, (size_t)len) && !(len == 10 && !strncmp(*e, "LD_PRELOAD", 10))) {
         push(&cmd, "-x");
         pushf(&cmd, "%.*s", len, *e);
       }
+    }
+    for (int k = 0; k < xs.n; k++) { /* (-x NAME[=VALUE] not forwarded above; set in this environment) */
+      const char *x = xs.v[k];
+      size_t len = strcspn(x, "=");
+      if (!forwarded_anyway(x, len)) push(&cmd, "-x"), pushf(&cmd, "%.*s", (int)len, x);
     }
   }
 command:

@@ -23,6 +23,9 @@ err "-np: '0' is not a positive number" -np 0 x
 err "-np: 'two' is not a positive number" -np two x
 err "no command to run (hvdrun -np 2 python3 train.py)" -np 2
 err "unknown option '--fast'" -np 2 --fast x
+err "-x '1A=b': not a variable name (-x NAME or -x NAME=VALUE)" -np 2 -x 1A=b x
+err "-x HVDCHECK_UNSET: HVDCHECK_UNSET is not set here; give -x HVDCHECK_UNSET=VALUE, or export it first" -np 2 -x HVDCHECK_UNSET x
+err "-x needs a variable" -np 2 -x
 err "--min-np 4 is more than -np 3" -np 3 --min-np 4 x
 err "--min-np: 'x' is not a positive number" -np 3 --min-np=x x
 err "--max-np, --elastic-timeout and --reset-limit need --host-discovery-script" -np 2 --max-np 4 x
@@ -51,7 +54,7 @@ cp "$HVDRUN" "$TMP/hvdrun-moved"
 "$TMP/hvdrun-moved" -np 1 x 2>"$TMP/err" && fail "a moved hvdrun found a library"
 grep -q "hvdrun: libhvdshim.so not found (looked in .*); build it (make) or set HVDRUN_LIB=" "$TMP/err" ||
   { cat "$TMP/err"; fail "missing library message"; }
-pass "23 wrong uses each refused with one line and status 2"
+pass "26 wrong uses each refused with one line and status 2"
 
 # The mpirun line: preload, forwarded settings, binding, root flag, hosts.
 HVDSHIM_CYCLE_TIME=2 HOROVOD_FUSION_THRESHOLD=1M OMP_NUM_THREADS=1 LD_PRELOAD=libm.so.6 \
@@ -71,7 +74,11 @@ else
   grep -qF -- "--allow-run-as-root" "$TMP/line" && fail "--allow-run-as-root for a user that is not root"
 fi
 "$HVDRUN" --dry-run -np 1 -- sh -c 'echo "a b"' | grep -qF "sh -c 'echo \"a b\"'" || fail "arguments are not quoted for the shell"
-pass "mpirun line: preload (the user's LD_PRELOAD kept), HVDSHIM_/HOROVOD_/OMP settings forwarded, no binding, root flag only as root"
+# -x NAME[=VALUE] (mpirun's flag): set here where a value is given, forwarded
+HOME=/h "$HVDRUN" --dry-run -np 2 -x FOO=bar -x HOME -x HVDSHIM_X=1 -- ./t >"$TMP/lx" || fail "-x dry run"
+grep -qF -- "FOO=bar HVDSHIM_X=1 " "$TMP/lx" && grep -qF -- " -x HVDSHIM_X -x FOO -x HOME ./t" "$TMP/lx" ||
+  { cat "$TMP/lx"; fail "-x: not set and forwarded"; }
+pass "mpirun line: preload (the user's LD_PRELOAD kept), HVDSHIM_/HOROVOD_/OMP settings and -x ones forwarded, no binding, root flag only as root"
 
 # Other launchers, told apart by their --version: Open MPI 5+ (prterun) takes
 # oversubscription as a mapping modifier; MPICH's Hydra gets -n, -hosts (an
