@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
@@ -552,6 +553,40 @@ void hvd_reaper_arm(void) {
             lead ? "leading" : "not leading");
 }
 
+/* Python's multiprocessing forkserver started by the rank's main thread
+ * dies with the rank (PR_SET_PDEATHSIG): the loader workers it forks watch
+ * their parent, the forkserver, not the rank, and it outlives the rank for
+ * as long as they do (they hold its liveness pipe), so where the rank's
+ * reaper is gone with the rank nothing else would end them.  The signal
+ * comes when the thread that forked the child ends, so only a forkserver
+ * that the rank's main thread started (listed in its task's children) is
+ * tied; at a clean end of the rank none of its clients is left.  Not with
+ * HVDSHIM_REAP=0. */
+static void tie_forkserver(void) {
+  const char *off = getenv("HVDSHIM_REAP"); /* (HVDSHIM_REAP=0: the rank's processes are left alone) */
+  if (off && (!strcmp(off, "0") || !strcasecmp(off, "false") || !strcasecmp(off, "off") || !strcasecmp(off, "no")))
+    return;
+  const char *a = getenv("HVDSHIM_ACTIVE_PID");
+  long rank = a ? strtol(a, NULL, 10) : 0;
+  if (rank <= 1 || getppid() != (pid_t)rank) return;
+  char path[96], kids[4096];
+  snprintf(path, sizeof path, "/proc/%ld/task/%ld/children", rank, rank);
+  int fd = hvd_libc()->open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ssize_t n = read(fd, kids, sizeof kids - 1);
+  close(fd);
+  if (n <= 0) return;
+  kids[n] = 0;
+  char me[24];
+  int len = snprintf(me, sizeof me, "%ld", (long)getpid());
+  int found = 0;
+  for (char *p = kids; (p = strstr(p, me)) != NULL; p += len)
+    if ((p == kids || p[-1] == ' ') && (p[len] == ' ' || p[len] == 0 || p[len] == '\n')) found = 1;
+  if (!found) return;
+  prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  if (getppid() != (pid_t)rank) raise(SIGKILL); /* the rank ended before the tie */
+}
+
 void hvd_reaper_spare_cleaner(void) {
   int fd = hvd_libc()->open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
@@ -564,6 +599,8 @@ void hvd_reaper_spare_cleaner(void) {
   cmd[n] = 0;
   /* `python -c 'from multiprocessing.resource_tracker import main;main(FD)'` */
   if (strstr(cmd, "multiprocessing.resource_tracker import main") && getpgrp() != getpid()) setpgid(0, 0);
+  /* `python -c 'from multiprocessing.forkserver import main; main(...)'` */
+  if (strstr(cmd, "multiprocessing.forkserver import main")) tie_forkserver();
 }
 
 void hvd_reaper_note_mpi_files(void) {

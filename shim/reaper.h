@@ -48,7 +48,10 @@
  * one its earlier image forked.  Idempotent. */
 void hvd_reaper_arm(void);
 /* In a process a rank started: where it is Python's multiprocessing
- * resource tracker, leave the rank's process group (see above). */
+ * resource tracker, leave the rank's process group (see above); where it
+ * is its forkserver, started by the rank's main thread, die with the rank
+ * (PR_SET_PDEATHSIG: its loader workers watch it, not the rank, so where
+ * the reaper died with the rank they end too). */
 void hvd_reaper_spare_cleaner(void);
 /* The armed process ends the job (MPI_Abort), or its part of it: the
  * reaper, once the rank has ended, also ends the rank's Open MPI launcher

@@ -18,6 +18,8 @@
 #     run; before, it never ended: Open MPI 5 and 6 count a process as gone
 #     once its output pipes close, and the dead rank's workers held them),
 #     nothing left.
+#  1b. The rank killed together with its reaper (forkserver): the job still
+#     ends and nothing is left (the forkserver dies with the rank).
 #  3. Negative control: with HVDSHIM_REAP=0 the dead rank's processes are
 #     still there after the same time (and, under ULFM, the job has not
 #     ended: it is ended by the test).
@@ -123,6 +125,23 @@ for c in $cases; do
   [ -z "$tl" ] || { ps -eo pid,ppid,stat,args | grep -v grep | grep "read _"; fail "not elastic, $start, rank $v killed: left in the job's TMPDIR: $tl"; }
   pass "not elastic, loader workers by $start, rank $v SIGKILLed: the job ended (status $rc) $took ms after the kill, nothing of it left ${left} ms later (processes, $(echo $job_sems | wc -w) named semaphores, temporary folders)"
 done
+
+# 1b. the rank killed together with its reaper (a user taking both pids):
+# nothing reaps its family, but a forkserver the rank started dies with it
+# (PR_SET_PDEATHSIG), and its workers follow (they watch it) within their 5 s
+# check: the job ends and nothing is left (before, they and the forkserver
+# lived on, and Open MPI 5 and 6 never ended the job)
+run plain forkserver 1 2>/dev/null &
+bg=$!
+n=$((n + 1)) # (run's, in the background)
+job="orphans-$$-$n"
+wait_for "$TMP/out$n" "\[rank 1\] step 10" 120
+_vp=$(victim "$job" 1) || { cat "$TMP/out$n"; fail "rank and reaper: rank 1 not found"; }
+_rp=$(pgrep -f "^hvdshim-reaper \(of rank pid $_vp\)") || fail "rank and reaper: the reaper of rank 1 (pid $_vp) not found"
+kill -9 "$_vp" "$_rp"
+wait "$bg"
+gone_within "$job" 12 || { ps -o pid,ppid,pgid,stat,args -p "$(echo $left | tr ' ' ',')"; fail "rank 1 and its reaper killed: processes left 12 s after the job ended: $left"; }
+pass "rank 1 SIGKILLed with its reaper (loader workers by forkserver): the job ended, nothing of it left $left ms later"
 
 # 2. elastic, where the MPI survives a death: each start method, a rank > 0
 # and rank 0 (trixie's Open MPI 5, ELASTIC_TORCH=mpi: two of them; the
