@@ -11,6 +11,8 @@
 #  1. Not elastic: the job ends non-zero within 30 s of the
 #     kill, and nothing of it is left 3 s after its end (the reaper's
 #     SIGTERM, then SIGKILL after 2 s).
+#  1b. The rank killed together with its reaper (forkserver): the job still
+#     ends and nothing is left (the forkserver dies with the rank).
 #  2. Elastic (HVDSHIM_ELASTIC=1 under ULFM: sid, trixie's Open MPI 5;
 #     hvdrun --min-np 2): the survivors train on and finish, the job ends 0
 #     within 15 s of its last line (1-7 s measured on sid: the survivors'
@@ -18,8 +20,6 @@
 #     run; before, it never ended: Open MPI 5 and 6 count a process as gone
 #     once its output pipes close, and the dead rank's workers held them),
 #     nothing left.
-#  1b. The rank killed together with its reaper (forkserver): the job still
-#     ends and nothing is left (the forkserver dies with the rank).
 #  3. Negative control: with HVDSHIM_REAP=0 the dead rank's processes are
 #     still there after the same time (and, under ULFM, the job has not
 #     ended: it is ended by the test).
