@@ -32,7 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
@@ -77,25 +76,42 @@ typedef struct {
 static noted_files noted; /* (the reaper's) */
 
 /* ------------------------------------------------------------ /proc */
+/* A /proc file into BUF (at most SIZE - 1 bytes, then a 0): its length, or
+ * -1 where it cannot be read or is empty (the process is gone). */
+static ssize_t read_proc(const char *path, char *buf, size_t size) {
+  int fd = hvd_libc()->open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  size_t len = 0;
+  ssize_t n;
+  while (len < size - 1 && (n = read(fd, buf + len, size - 1 - len)) > 0) len += (size_t)n;
+  close(fd);
+  buf[len] = 0;
+  return len ? (ssize_t)len : -1;
+}
+
+/* /proc/PID/stat (PID 0: this process's) into BUF: its field 3 (state), or
+ * NULL where the process is gone. */
+static char *stat_fields(pid_t pid, char *buf, size_t size) {
+  char path[64];
+  if (pid) snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+  else snprintf(path, sizeof path, "/proc/self/stat");
+  if (read_proc(path, buf, size) < 0) return NULL;
+  char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+  return p && p[1] == ' ' ? p + 2 : NULL;
+}
+
 /* Fields of /proc/PID/stat after the command name: state (field 3), pgrp
  * (5), start time (22).  0, or -1 when the process is gone. */
 static int read_stat_ppid(pid_t pid, char *state, pid_t *ppid, pid_t *pgrp, unsigned long long *start) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
-  int fd = hvd_libc()->open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return -1;
-  buf[n] = 0;
-  char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+  char buf[1024];
+  char *p = stat_fields(pid, buf, sizeof buf);
   if (!p) return -1;
   char st = 0;
   long pp = 0, pg = 0;
   unsigned long long t = 0;
   /* state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime
    * priority nice threads itrealvalue starttime */
-  if (sscanf(p + 2, "%c %ld %ld %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &st, &pp, &pg,
+  if (sscanf(p, "%c %ld %ld %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &st, &pp, &pg,
              &t) != 4)
     return -1;
   if (state) *state = st;
@@ -113,12 +129,7 @@ static int read_stat(pid_t pid, char *state, pid_t *pgrp, unsigned long long *st
 static int read_comm(pid_t pid, char comm[32]) {
   char path[64];
   snprintf(path, sizeof path, "/proc/%ld/comm", (long)pid);
-  int fd = hvd_libc()->open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  ssize_t n = read(fd, comm, 31);
-  close(fd);
-  if (n <= 0) return -1;
-  comm[n] = 0;
+  if (read_proc(path, comm, 32) < 0) return -1;
   comm[strcspn(comm, "\n")] = 0;
   return 0;
 }
@@ -207,13 +218,9 @@ static int environ_names(pid_t pid, const char *key) {
   static char buf[1 << 18];
   char path[64];
   snprintf(path, sizeof path, "/proc/%ld/environ", (long)pid);
-  int fd = hvd_libc()->open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  size_t len = 0;
-  ssize_t n;
-  while (len < sizeof buf - 1 && (n = read(fd, buf + len, sizeof buf - 1 - len)) > 0) len += (size_t)n;
-  close(fd);
-  buf[len] = 0;
+  ssize_t got = read_proc(path, buf, sizeof buf);
+  if (got < 0) return 0;
+  size_t len = (size_t)got;
   size_t klen = strlen(key), plen = strlen(FAMILY_ENV "=");
   for (size_t i = 0; i < len; i += strlen(buf + i) + 1) {
     if (strncmp(buf + i, FAMILY_ENV "=", plen)) continue;
@@ -384,15 +391,7 @@ static void close_all_but_std(void) {
  * the launcher waiting: nothing is left to end them). */
 static void retitle(pid_t rank) {
   char buf[1024];
-  int fd = hvd_libc()->open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return;
-  buf[n] = 0;
-  char *p = strrchr(buf, ')');
-  if (!p) return;
-  p += 2; /* field 3 */
+  char *p = stat_fields(0, buf, sizeof buf); /* field 3 */
   for (int field = 3; field < 48 && p; field++) {
     p = strchr(p, ' ');
     if (p) p++;
@@ -563,37 +562,32 @@ void hvd_reaper_arm(void) {
  * tied; at a clean end of the rank none of its clients is left.  Not with
  * HVDSHIM_REAP=0. */
 static void tie_forkserver(void) {
-  const char *off = getenv("HVDSHIM_REAP"); /* (HVDSHIM_REAP=0: the rank's processes are left alone) */
-  if (off && (!strcmp(off, "0") || !strcasecmp(off, "false") || !strcasecmp(off, "off") || !strcasecmp(off, "no")))
-    return;
+  const char *reap = getenv("HVDSHIM_REAP");
+  int64_t on = 1;
+  double unused;
+  char err[160];
+  if (reap && hvd_cfg_parse(HVD_CFG_REAP, reap, &on, &unused, err, sizeof err) == 0 && !on) return;
   const char *a = getenv("HVDSHIM_ACTIVE_PID");
   long rank = a ? strtol(a, NULL, 10) : 0;
   if (rank <= 1 || getppid() != (pid_t)rank) return;
   char path[96], kids[4096];
   snprintf(path, sizeof path, "/proc/%ld/task/%ld/children", rank, rank);
-  int fd = hvd_libc()->open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  ssize_t n = read(fd, kids, sizeof kids - 1);
-  close(fd);
-  if (n <= 0) return;
-  kids[n] = 0;
-  char me[24];
-  int len = snprintf(me, sizeof me, "%ld", (long)getpid());
+  if (read_proc(path, kids, sizeof kids) < 0) return;
   int found = 0;
-  for (char *p = kids; (p = strstr(p, me)) != NULL; p += len)
-    if ((p == kids || p[-1] == ' ') && (p[len] == ' ' || p[len] == 0 || p[len] == '\n')) found = 1;
+  for (char *p = kids, *end; !found; p = end) { /* "PID PID ..." */
+    long kid = strtol(p, &end, 10);
+    if (end == p) break;
+    found = kid == (long)getpid();
+  }
   if (!found) return;
   prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   if (getppid() != (pid_t)rank) raise(SIGKILL); /* the rank ended before the tie */
 }
 
 void hvd_reaper_spare_cleaner(void) {
-  int fd = hvd_libc()->open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
   char cmd[512];
-  ssize_t n = read(fd, cmd, sizeof cmd - 1);
-  close(fd);
-  if (n <= 0) return;
+  ssize_t n = read_proc("/proc/self/cmdline", cmd, sizeof cmd);
+  if (n < 0) return;
   for (ssize_t i = 0; i < n; i++)
     if (!cmd[i]) cmd[i] = ' '; /* the arguments as one string */
   cmd[n] = 0;

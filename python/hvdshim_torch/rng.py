@@ -192,12 +192,18 @@ def _first_shared(device):
     return g.get_state()
 
 
+def _window_closed_here():
+    """Streams are per rank (HVDSHIM_RNG=per-rank, the seed agreed) and no
+    window is open."""
+    return _S.rng_mode == "per-rank" and _R.window is None and _R.seed is not None
+
+
 def window_open():
     """A reducing backward ended (HVDSHIM_RNG=per-rank): torch's generators
     draw from the shared stream until window_close; this rank's own states
     are kept aside."""
     _R.withheld = None
-    if _S.rng_mode != "per-rank" or _R.window is not None or _R.seed is None:
+    if not _window_closed_here():
         return
     saved = []
     for device, g in _window_generators():
@@ -212,7 +218,7 @@ def withhold():
     accumulation): no window (the next pass's draws are this rank's own),
     but the generators' states are noted, so the step can tell whether
     anything was drawn before it (drew_since_withheld)."""
-    if _S.rng_mode != "per-rank" or _R.window is not None or _R.seed is None:
+    if not _window_closed_here():
         return
     _R.withheld = [(g, g.get_state()) for _device, g in _window_generators()]
 
