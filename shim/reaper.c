@@ -385,10 +385,11 @@ static void close_all_but_std(void) {
 
 /* The command line ps shows for this process, which the fork gave the
  * rank's: overwritten in place (the argument area named by fields 48 and 49
- * of /proc/self/stat), so a list of processes does not show the reaper as a
- * second copy of the rank, whose pid someone killing "one rank" might take
- * as well (a rank killed with its reaper leaves its loader workers to keep
- * the launcher waiting: nothing is left to end them). */
+ * of /proc/self/stat, where it starts at argv[0]), so a list of processes
+ * does not show the reaper as a second copy of the rank, whose pid someone
+ * killing "one rank" might take as well (a rank killed with its reaper
+ * leaves its loader workers to keep the launcher waiting: nothing is left to
+ * end them). */
 static void retitle(pid_t rank) {
   char buf[1024];
   char *p = stat_fields(0, buf, sizeof buf); /* field 3 */
@@ -398,6 +399,9 @@ static void retitle(pid_t rank) {
   }
   unsigned long long from = 0, to = 0;
   if (!p || sscanf(p, "%llu %llu", &from, &to) != 2 || !from || to <= from + 1 || to - from > (1u << 20)) return;
+  /* only where that area is this program's own argv (libc set argv[0] at its
+   * start): under valgrind the kernel's area is the tool's, not the client's */
+  if ((uintptr_t)program_invocation_name != (uintptr_t)from) return;
   char *area = (char *)(uintptr_t)from;
   size_t len = (size_t)(to - from);
   memset(area, 0, len);

@@ -121,6 +121,9 @@ impaired_set() {
       ;;
     *)
       [ -n "$WIRE_PID" ] && { kill $WIRE_PID; wait $WIRE_PID 2>/dev/null; }
+      # (the last wire's "ready" gone first: the background child truncates
+      # the file only when it runs, and the wait below must see this one's)
+      rm -f "$TMP/wire.out"
       "$WIRE" $NSDIR/$A $VA $NSDIR/$B $VB "$1" "$2" >"$TMP/wire.out" 2>"$TMP/wire.err" &
       WIRE_PID=$!
       _i=0
