@@ -210,7 +210,7 @@ FAULT_TRAIN="$top_srcdir/tests/faults/fault_train.py"
 rank_pid() {
   for _p in $(pgrep -f -- "--tag $1" || true); do
     grep -q python "/proc/$_p/cmdline" 2>/dev/null || continue
-    tr '\0' '\n' <"/proc/$_p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$_p"; return 0; }
+    tr '\0' '\n' <"/proc/$_p/environ" 2>/dev/null | grep -qx -E "(OMPI_COMM_WORLD_RANK|PMI_RANK)=$2" && { echo "$_p"; return 0; }
   done
   return 1
 }

@@ -193,13 +193,17 @@ for name in $stacks; do
   # the private files' bytes at checkpoint sizes (libc and torch's writers),
   # Horovod's recipes) nor the tools, which are Python over torch and run
   # on the torch versions either side of trixie's 2.6 (CI's time: split and
-  # the recipes were 3.5 minutes there).  MPICH: the same without the native and fault suites
-  # (the fault tests find Open MPI's launcher processes by name) and the
-  # launchers other than hvdrun (Hydra), and without the suites whose
+  # the recipes were 3.5 minutes there).  MPICH: the same without the native suite
+  # and the launchers other than hvdrun (Hydra), and without the suites whose
   # difference from trixie's Open MPI run is torch's arithmetic, the same
-  # torch 2.6 (split, fidelity, Horovod's recipes: 4.5 minutes of CI), nor
-  # Horovod's own suite, the served package's Python over the engine, whose
-  # MPI calls the engine suites run on MPICH (about 2 minutes of CI).
+  # torch 2.6 (split, fidelity, Horovod's recipes: 4.5 minutes of CI) or the
+  # adapter's own logic (shard.sh's sharding, 113 s), nor Horovod's own suite,
+  # the served package's Python over the engine, whose MPI calls the engine
+  # suites run on MPICH (about 2 minutes of CI).  Of the fault suites, a rank
+  # killed (kill.sh, Hydra's -disable-auto-cleanup for the watchdog's cases)
+  # and a rank's exit status ending the job (exits.sh): about 65 s; the others
+  # find Open MPI's launcher by name (sigint.sh), or their negative control
+  # cannot tell on Hydra, which ends the whole family itself (orphans.sh).
   [ "$suite" = trixie ] && tests=$(echo "$tests" | tr ' ' '\n' |
     grep -v -E '^tests/torch/(side-effects|observe|accumulate|injection|examples|hf|endless|iterable|fidelity-data|split|private-bytes|file-races)\.sh$|^tests/horovod/recipes\.sh$|^tests/tools/' | tr '\n' ' ')
   # Hosts joining (grow.sh) restarts jobs through hvdrun and the plain
@@ -224,8 +228,8 @@ for name in $stacks; do
   # freed and read back in tests/torch/hf.sh (every byte, a 1-byte cap)
   [ "$suite" = sid ] && tests=$(echo "$tests" | tr ' ' '\n' | grep -v -x 'tests/torch/private-bytes\.sh' | tr '\n' ' ')
   # (and the test runner's own warm interpreter, tests/unit/warm.sh: Python's, run on trixie's Open MPI stack)
-  [ "$which" = mpich ] && tests=$(echo "$tests" | tr ' ' '\n' | grep -E '^tests/(unit|mpi|torch|horovod|gpu)/|^tests/launcher/hvdrun' |
-    grep -v -E '^tests/torch/(split|fidelity)\.sh$|^tests/horovod/(recipes|suite)\.sh$|^tests/unit/warm\.sh$' | tr '\n' ' ')
+  [ "$which" = mpich ] && tests=$(echo "$tests" | tr ' ' '\n' | grep -E '^tests/(unit|mpi|torch|horovod|gpu)/|^tests/launcher/hvdrun|^tests/faults/(kill|exits)\.sh$' |
+    grep -v -E '^tests/torch/(split|fidelity|shard)\.sh$|^tests/horovod/(recipes|suite)\.sh$|^tests/unit/warm\.sh$' | tr '\n' ' ')
   # trixie's Open MPI 5 runs elastic.sh's engine cases and, of its PyTorch
   # cases, those the MPI and its launcher take part in (ELASTIC_TORCH=mpi):
   # the adapter's other behaviours under a death are Python over torch, run
