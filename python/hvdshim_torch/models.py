@@ -137,8 +137,16 @@ def _register_root(module):
     saved = model_state(k)  # a restarted job: the state it saved (every rank has it)
     if saved is not None:
         module.load_state_dict(saved)
-    _rank0_values([("m%d.%s.%s" % (k, kind, n), n, t) for kind, n, t in entries
-                   if t not in _P.by_param])  # (one shared with a model registered earlier has them)
+    fresh = [("m%d.%s.%s" % (k, kind, n), n, t) for kind, n, t in entries
+             if t not in _P.by_param]  # (one shared with a model registered earlier has them)
+    _rank0_values(fresh)
+    # parameters followed before as an optimizer's that no model held (the
+    # optimizer was made, and another model ran, before this one's first
+    # forward: a GAN's generator) are this model's: named so from now on
+    adopted = [(n, _P.by_param[p]) for n, p in module.named_parameters()
+               if p in _P.by_param and _P.by_param[p].name.startswith("free")]
+    for n, prm in adopted:
+        prm.rename("m%d.%s" % (k, n))
     _S.models.append(weakref.ref(module))
     _S.roots.add(module)
     _M.known.update(module.modules())
@@ -147,7 +155,9 @@ def _register_root(module):
         _warn_scripted_norms(module, what)
     if _S.rank == 0:
         hooked = sum(1 for p in module.parameters() if p in _P.by_param and _P.by_param[p].hooked)
-        info("%s: %d parameters and buffers broadcast from rank 0, %d gradients hooked" % (what, len(entries), hooked))
+        info("%s: %d parameters and buffers broadcast from rank 0%s, %d gradients hooked" % (
+            what, len(fresh), " (%d more were at an optimizer's first use, as parameters no model run so far held)"
+            % len(adopted) if adopted else "", hooked))
     if _S.free_pending:  # (an optimizer made before this first forward: its other parameters, before they are used)
         adopt_free()
 
@@ -346,8 +356,8 @@ def adopt_free(in_backward=False):
     for _kind, n, p in entries:
         _follow(n, p, False)
     if _S.rank == 0:
-        info("%d parameter(s) of an optimizer that no model holds (first: shape %s): broadcast from rank 0 and "
-             "followed" % (len(new), tuple(new[0].shape)))
+        info("%d parameter(s) of an optimizer that no model run so far holds (first: shape %s): broadcast from "
+             "rank 0 and followed" % (len(new), tuple(new[0].shape)))
 
 
 def _hook_unfrozen():

@@ -102,6 +102,7 @@ def main():
     ap.add_argument("--branch-bn", action="store_true")  # --case unused: a BatchNorm layer in each branch
     ap.add_argument("--noise-out")  # --case gradnoise: save the noise drawn at every step
     ap.add_argument("--noise-in")  # --case gradnoise: add these (saved) instead of drawing
+    ap.add_argument("--d-first", action="store_true")  # --case gan: the discriminator's forward on the real batch first (dcgan)
     ap.add_argument("--penalty", action="store_true")  # the loss plus an L2 penalty by hand and a mean over the hidden activations
     ap.add_argument("--stop-above", type=float)  # training ends at a batch holding a row whose first feature is above this
     ap.add_argument("--print-lr", action="store_true")
@@ -273,9 +274,15 @@ def main():
         for epoch in range(args.epochs):
             for x, _ in batches():
                 z = torch.tanh(x[:, :4] * 3 + torch.randn(4, generator=gen))  # noise per sample, from the data
-                fake = G(z)
-                optD.zero_grad()
-                lossD = bce(D(x), torch.ones(x.shape[0], 1)) + bce(D(fake.detach()), torch.zeros(x.shape[0], 1))
+                if args.d_first:  # pytorch/examples' dcgan: D's first forward comes before G's (G's optimizer made)
+                    optD.zero_grad()
+                    bce(D(x), torch.ones(x.shape[0], 1)).backward()
+                    fake = G(z)
+                    lossD = bce(D(fake.detach()), torch.zeros(x.shape[0], 1))
+                else:
+                    fake = G(z)
+                    optD.zero_grad()
+                    lossD = bce(D(x), torch.ones(x.shape[0], 1)) + bce(D(fake.detach()), torch.zeros(x.shape[0], 1))
                 lossD.backward()
                 optD.step()
                 optG.zero_grad()

@@ -40,14 +40,19 @@ class _Param:
 
     def __init__(self, index, name, p, sparse):
         self.index = index
-        self.name = name
-        self.bname = name.encode()
-        self.what = "averaging the gradient of '%s'" % name
+        self.rename(name)
         self.ref = weakref.ref(p)
         self.hooked = False
         self.acc = None
         self.kind = None  # torch 1.x: (dtype, device) when hooked
         self.sparse = sparse  # gradient is a sparse COO tensor (embedding with sparse=True)
+
+    def rename(self, name):
+        """The name its gradient's allreduces, the timeline and the messages
+        use (the same on every rank, as every rank runs the same code)."""
+        self.name = name
+        self.bname = name.encode()
+        self.what = "averaging the gradient of '%s'" % name
 
     def hook(self):
         p = self.ref()
