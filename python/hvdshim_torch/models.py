@@ -11,7 +11,7 @@ import weakref
 
 import torch
 
-from .capi import info
+from .capi import debug, info
 from .collectives import GRAD_DTYPES, Pending, allgather_finish, allgather_start, broadcast_bytes
 from .data.same_batches import _FP, _note_batch, note_root_call
 from .errors import HvdShimError
@@ -386,6 +386,8 @@ def _count_batch(module, inputs):
     if _FP.same_batches is not None:
         note_root_call()
     if module.training and torch.is_grad_enabled():
+        if _rng.manual_undecided():
+            decide_manual_window()
         # (a training forward inside the step window: another pass of an accumulation
         # window begins; its masks are this rank's own, and its batch, perhaps drawn
         # in the window, is not compared)
@@ -395,6 +397,49 @@ def _count_batch(module, inputs):
             _S.samples += x.shape[0]
             if _FP.same_batches is not None and 1 <= _S.reductions < 3 and not in_window:
                 _note_batch(x)
+
+
+_MANUAL_LOOKS = 8  # training forwards without a draw since the backward after which the window is opened
+
+
+def decide_manual_window():
+    """A script with no optimizer (it updates its weights by hand after
+    backward), at a training forward after a reducing backward that opened
+    no step window.  Where a rank drew from torch's generators since, it
+    drew either its next batch (random data the script makes itself: each
+    rank's own, as the plain run's next batch is another) or noise its
+    update put into the weights, which every rank must draw alike.  The
+    ranks' weights tell which: the same everywhere, the draws stay each
+    rank's own (the window never opens for this script); else every rank
+    takes rank 0's weights now and the window opens after every reducing
+    backward (the noise drawn there is the same everywhere).  Decided once:
+    at the first forward that finds a draw on any rank, or after
+    _MANUAL_LOOKS forwards that found none (the window).  Every rank comes
+    here at the same forward (the withheld backward and the count are the
+    same everywhere)."""
+    drew = _rng.drew_since_withheld()
+    _S.recheck = True  # (the global forward pre-hook may come off once decided)
+    hi, _lo = _elastic.extremes(b"hvdshim.rng.manual", torch.tensor([1.0 if drew else 0.0], dtype=torch.float64),
+                                "agreeing whether the ranks drew since the backward")
+    if float(hi[0]) == 0.0:
+        _rng._R.manual_looks += 1
+        if _rng._R.manual_looks >= _MANUAL_LOOKS:
+            _rng._R.manual = "window"
+        return
+    followed = [(prm, prm.ref()) for prm in _P.params]
+    followed = [(prm, p) for prm, p in followed if p is not None and p.layout == torch.strided]
+    with torch.no_grad():
+        sums = torch.tensor([float(p.detach().double().sum()) for _prm, p in followed] or [0.0], dtype=torch.float64)
+    hi, lo = _elastic.extremes(b"hvdshim.rng.manual.weights", sums, "comparing the ranks' weights")
+    if torch.equal(hi, lo):
+        _rng._R.manual = "own"
+        debug("no optimizer: what the script drew between its backward and its next forward left the weights alike "
+              "on every rank (its own batches): those draws stay each rank's own")
+        return
+    _rng._R.manual = "window"
+    _elastic.retrying(_rank0_values, [("hvdshim.manual.%s" % prm.name, prm.name, p) for prm, p in followed])
+    debug("no optimizer: the ranks' weights differed after the script's own update (noise drawn by each rank): "
+          "every rank took rank 0's, and what the script draws after each backward is the same everywhere from now on")
 
 
 def _first_keyword_tensor():
@@ -492,7 +537,8 @@ def _unhook_if_done():
     compared (same_batches.check_same_batches): a module call with a global hook
     takes torch's slow path (the tiny model's 4 calls a step: 15-20 us)."""
     _S.recheck = False
-    if _S.fwd_hook is None or _M.frozen or _S.count_samples or _FP.same_batches is not None or _M.adopt:
+    if _S.fwd_hook is None or _M.frozen or _S.count_samples or _FP.same_batches is not None or _M.adopt \
+            or _rng.manual_pending():
         return
     for m in list(_M.fresh):
         if m in _M.known or m in _M.paramless:

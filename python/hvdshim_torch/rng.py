@@ -24,7 +24,13 @@ every rank starts from one state:
     It opens only where the step comes next (gradients/reduction._step_next:
     with gradient accumulation, not after the passes before a window's
     last, whose next batch and dropout masks are each rank's own), and at
-    the start of every step.  It closes at the end of the step, at a
+    the start of every step.  A script with no optimizer (its weights
+    updated by hand after backward) may draw there its next batch (random
+    data it makes itself: each rank's own) or noise for its update (the same
+    everywhere): the first training forward after a backward whose ranks
+    drew compares the ranks' weights once (models.decide_manual_window):
+    alike, the window never opens for it; else every rank takes rank 0's
+    weights and the window opens after every reducing backward.  It closes at the end of the step, at a
     zero_grad, when the next backward begins, at a model's training forward
     (while the global forward hook is on: models._count_batch), or at the
     next training batch or DataLoader iteration
@@ -60,6 +66,10 @@ class _Streams:
         self.window = None          # while a window is open: [(device, generator, this rank's own state)]
         self.withheld = None        # a reducing backward that opened no window (more passes were due): the
         #                             generators' states then, [(generator, state)], until a window or the step
+        self.manual = None          # a script with no optimizer (weights updated by hand): "window" where the
+        #                             window opens after its reducing backward passes, "own" where it does not;
+        #                             None until decided (models.decide_manual_window), meanwhile withheld
+        self.manual_looks = 0       # training forwards that found nothing drawn since the backward, undecided
 
 
 _R = _Streams()
@@ -211,6 +221,25 @@ def window_open():
         saved.append((device, g, g.get_state()))
         g.set_state(shared if shared is not None else _first_shared(device))
     _R.window = saved
+
+
+def manual_window():
+    """A script with no optimizer: whether its reducing backward opens the
+    step window (decided at the first training forward after a backward
+    whose ranks drew, models.decide_manual_window; withheld until then)."""
+    return _R.manual == "window"
+
+
+def manual_pending():
+    """A script with no optimizer so far under per-rank streams whose
+    window is not decided: the global forward pre-hook stays on for it."""
+    return _R.manual is None and not _S.optimizers and _S.rng_mode == "per-rank"
+
+
+def manual_undecided():
+    """A script with no optimizer whose reducing backward withheld the
+    window, not decided yet: the training forward decides."""
+    return _R.manual is None and _R.withheld is not None and not _S.optimizers
 
 
 def withhold():

@@ -98,6 +98,44 @@ for run in sliced:1 random:1 sliced:4 random:4; do
   [ "$same" = "$want" ] || { cat "$TMP/nodl"; fail "random batches, k=$k: the same on both ranks at: $same (expected: $want)"; }
 done
 pass "no DataLoader: batches the script cuts itself named once as the same on every rank; random batches not, and drawn per rank from the first backward on (also with 4 passes a step)"
+# no optimizer (pytorch/examples' regression: a random batch drawn at the top
+# of each step, the weights updated by hand after backward): the batches are
+# each rank's own from the first backward on (they were drawn in the step
+# window, the same everywhere, and named as the same batches), and noise the
+# update adds to the weights is the same on every rank (the replicas stay
+# equal: the first forward after a draw compares the weights)
+cat >"$TMP/nodl_manual.py" <<'EOF_PY'
+import sys
+import torch
+import torch.nn.functional as F
+torch.manual_seed(0)
+noise = float(sys.argv[1])
+W = torch.randn(4, 1)
+fc = torch.nn.Linear(4, 1)
+for step in range(12):
+    x = torch.randn(16, 4)
+    print("step %d batch %.6f" % (step, float(x.sum())))
+    fc.zero_grad()
+    F.smooth_l1_loss(fc(x), x.mm(W)).backward()
+    with torch.no_grad():
+        for p in fc.parameters():
+            p.add_(-0.1 * p.grad)
+            if noise:
+                p.add_(torch.randn_like(p) * noise)
+print("weights %.8f %.8f" % (float(fc.weight.sum()), float(fc.bias.sum())))
+EOF_PY
+for noise in 0 0.01; do
+  HVDSHIM_WORKER_STDOUT=1 shim 2 "$PYTHON" "$TMP/nodl_manual.py" $noise >"$TMP/manual" 2>&1 || { cat "$TMP/manual"; fail "no optimizer, noise $noise: the run failed"; }
+  ! grep -q "same batches" "$TMP/manual" || { cat "$TMP/manual"; fail "no optimizer, noise $noise: random batches named as the same on every rank"; }
+  [ "$(grep -c '^\[rank [01]\] weights' "$TMP/manual")" = 2 ] && [ "$(sed -n 's/^\[rank [01]\] weights //p' "$TMP/manual" | sort -u | wc -l)" = 1 ] ||
+    { cat "$TMP/manual"; fail "no optimizer, noise $noise: the ranks' weights differ at the end"; }
+  same=$(sed -n 's/^\[rank [01]\] \(step [0-9]*\) batch \(.*\)$/\1 \2/p' "$TMP/manual" | sort | uniq -d | cut -d' ' -f1-2 | tr '\n' ',')
+  want="step 0,"  # (drawn before the first backward: rank 0's stream); with noise, the step
+  # window's from the third on (the second batch, drawn with the first noise before the weights were compared, each rank's own)
+  [ $noise = 0 ] || want=$(seq 0 11 | grep -v -x 1 | sed 's/^/step /' | sort | tr '\n' ',')
+  [ "$same" = "$want" ] || { cat "$TMP/manual"; fail "no optimizer, noise $noise: batches the same on both ranks at: $same (expected: $want)"; }
+done
+pass "no optimizer, weights updated by hand: random batches each rank's own from the first backward on; noise in the update the same on every rank (weights equal)"
 # ...and where they are the same, every rank draws rank 0's random numbers
 # once that is seen (after the third step), so a model with dropout draws
 # the plain run's masks from then on: here, a slowly trained model, its

@@ -144,10 +144,13 @@ def _step_next():
     k-th), the next pass's batch and dropout masks are drawn there, and
     drawn in the step window they would be the same on every rank.  By the
     window's agreed k, else the last step's number of passes, else (the
-    first step) the first pass only; always for a script that updates its
-    weights by hand (no optimizer)."""
-    if _A.in_step or not _S.optimizers:
+    first step) the first pass only; for a script that updates its weights
+    by hand (no optimizer), as decided at its first training forward after
+    a backward whose ranks drew (models.decide_manual_window)."""
+    if _A.in_step:
         return True
+    if not _S.optimizers:
+        return _rng.manual_window()
     if _A.k > 1:
         return _A.bw_window >= _A.k
     if _A.windows:
