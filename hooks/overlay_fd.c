@@ -239,7 +239,7 @@ static ssize_t do_copy_range(int out, void *c) {
   copy_args *a = c;
   return overlay_fdc.copy_file_range(a->in, a->off_in, out, a->off_out, a->n, a->fl);
 }
-static ssize_t copy_common(int in, off_t *off_in, int out, off_t *off_out, size_t n, unsigned fl, int range) {
+static ssize_t copy_piece(int in, off_t *off_in, int out, off_t *off_out, size_t n, unsigned fl, int range) {
   copy_args a = {in, off_in, off_out, n, fl};
   hvd_ovb_io rio = {0};
   if (!plain_fd(in) && hvd_ovb_begin(in, off_in ? *off_in : -1, n, 0, &rio)) return -1;
@@ -249,6 +249,20 @@ static ssize_t copy_common(int in, off_t *off_in, int out, off_t *off_out, size_
   hvd_ovb_end(&rio, r, e);
   errno = e;
   return r;
+}
+/* In pieces of at most PIECE, as writes are (Python's shutil.copyfile sends
+ * up to 1 GiB in one sendfile: the bytes layer kept a whole checkpoint's
+ * copy); the offsets the kernel moved carry on: the bytes copied, a short
+ * count when a later piece failed or the source ended, or -1. */
+static ssize_t copy_common(int in, off_t *off_in, int out, off_t *off_out, size_t n, unsigned fl, int range) {
+  size_t done = 0;
+  for (;;) {
+    size_t want = n - done < PIECE ? n - done : PIECE;
+    ssize_t r = copy_piece(in, off_in, out, off_out, want, fl, range);
+    if (r < 0) return done ? (ssize_t)done : -1;
+    done += (size_t)r;
+    if ((size_t)r < want || done >= n) return (ssize_t)done;
+  }
 }
 static ssize_t sendfile_common(int out, int in, off_t *off, size_t n) {
   overlay_ready();

@@ -5,6 +5,9 @@ large buffer (--mb MiB) that changes every epoch, saved
   1. by path as checkpoints/epoch-N.pt and loaded back, keeping the last 2
      (rotation), the folder listed,
   2. to a temporary, os.replace'd into checkpoints/last.pt, loaded back,
+     and copied to best.pt with shutil.copyfile (one sendfile of the whole
+     file: pytorch/examples' ImageNet trainer's model_best.pth.tar),
+     loaded back,
   3. with its random state (different on every rank under the shim) in
      rng.pt, loaded back,
 
@@ -14,6 +17,7 @@ it starts from checkpoints/last.pt.  Plain Python and torch, no hvdshim."""
 import argparse
 import hashlib
 import os
+import shutil
 import sys
 
 import torch
@@ -88,6 +92,9 @@ for epoch in range(start, args.epochs):
     torch.save({"model": state, "opt": opt.state_dict(), "epoch": epoch}, tmp)
     os.replace(tmp, last)
     check("last.pt", state, torch.load(last)["model"])
+    best = os.path.join(args.dir, "best.pt")
+    shutil.copyfile(last, best)
+    check("best.pt", state, torch.load(best)["model"])
     want = sorted(["epoch-%d.pt" % e for e in range(max(0, epoch - 1), epoch + 1)] + ["last.pt"])
     if sorted(os.listdir(ck)) != want:
         print("listing %s, expected %s" % (sorted(os.listdir(ck)), want), file=sys.stderr, flush=True)
