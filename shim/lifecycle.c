@@ -228,8 +228,9 @@ static void at_exit(int status, void *arg) {
   (void)arg;
   if (hvd_shim_role() != HVD_ROLE_ACTIVE || getpid() != active_pid) return;
   if (status != 0) {
+    /* (the status the launcher sees is the low byte: exit(-1) is 255) */
     hvd_fatal_at("lifecycle", 0, "this rank is exiting with status %d (an uncaught exception, sys.exit(%d) or "
-                 "exit(%d)); ending the job so no rank waits for it", status, status, status);
+                 "exit(%d)); ending the job so no rank waits for it", status & 0xff, status, status);
   }
   hvd_shutdown();
 }
@@ -317,7 +318,7 @@ static void end_own_mpi(int status) {
    * garbles the help messages of two) */
   hvd_failing_grace();
   hvd_log_write(HVD_LOG_ERROR, "lifecycle", 0, "this rank is exiting with status %d%s; ending the job so no rank "
-                "waits for it", status, failed ? " after hvd_init failed" : ""); /* (worded as at_exit's) */
+                "waits for it", status & 0xff, failed ? " after hvd_init failed" : ""); /* (worded as at_exit's) */
   hvd_log_let_out();
   PMPI_Abort(MPI_COMM_WORLD, status);
 }

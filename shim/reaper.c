@@ -402,10 +402,12 @@ static void retitle(pid_t rank) {
   /* only where that area is this program's own argv (libc set argv[0] at its
    * start): under valgrind the kernel's area is the tool's, not the client's */
   if ((uintptr_t)program_invocation_name != (uintptr_t)from) return;
-  char *area = (char *)(uintptr_t)from;
+  char *area = (char *)(uintptr_t)from, title[64];
   size_t len = (size_t)(to - from);
+  snprintf(title, sizeof title, "hvdshim-reaper (of rank pid %ld)", (long)rank);
+  if (strlen(title) >= len) snprintf(title, sizeof title, "hvdshim-reaper %ld", (long)rank); /* a short command line */
   memset(area, 0, len);
-  snprintf(area, len, "hvdshim-reaper (of rank pid %ld)", (long)rank);
+  snprintf(area, len, "%s", title);
 }
 
 __attribute__((noreturn)) static void reap(pid_t rank, unsigned long long start, int lead) {
