@@ -204,6 +204,25 @@ def _patch():
             return init_process_group
         wrap(dist, "init_process_group", make_init_pg)
 
+    # a script that starts its own training processes (pytorch/examples'
+    # ImageNet trainer with --multiprocessing-distributed: mp.spawn, then
+    # init_process_group in each child): every rank starts them, and they
+    # are out of hvdshim's reach
+    tmp = getattr(torch, "multiprocessing", None)
+    for fn in ("spawn", "start_processes"):
+        if tmp is not None and callable(getattr(tmp, fn, None)):
+            def make_spawn(orig, fn=fn):
+                def spawn(*args, **kwargs):
+                    if _S.enabled and _S.rank == 0:
+                        _warn_once("spawn", "torch.multiprocessing.%s was called on every rank: the script starts its "
+                                   "own processes, as one that distributes itself does (--multiprocessing-distributed, "
+                                   "a process per device): every one of the %d ranks starts them, and hvdshim does not "
+                                   "reach them (their gradients are not averaged with the ranks', their files are "
+                                   "real); run such a script with -np 1, or without that option" % (fn, _S.size))
+                    return orig(*args, **kwargs)
+                return spawn
+            wrap(tmp, fn, make_spawn)
+
     # modules made from now on reach the forward pre-hook at their first
     # forward (it goes back on for them when it was taken off)
     made = untraced(module_made)

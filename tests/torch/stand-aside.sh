@@ -29,6 +29,24 @@ PYTHONPATH="$TMP/fake" shim 2 -x PYTHONPATH "$PYTHON" "$TMP/hvd.py" >"$TMP/out" 
 grep -q "Horovod is in use: the script distributes itself; hvdshim stands aside" "$TMP/out" &&
   [ "$(grep -o 'hvd-script-done' "$TMP/out" | wc -l)" = 2 ] || { cat "$TMP/out"; fail "Horovod script not left alone"; }
 pass "Horovod script left alone"
+# A script that starts its own processes (pytorch/examples' ImageNet trainer
+# with --multiprocessing-distributed: mp.spawn, a process group in each
+# child): one warning, by rank 0, naming the call; the script runs on
+cat >"$TMP/spawn.py" <<'PY'
+import torch
+import torch.multiprocessing as mp
+def child(i):
+    pass
+if __name__ == "__main__":
+    m = torch.nn.Linear(2, 1)
+    m(torch.ones(1, 2)).sum().backward()
+    mp.spawn(child, nprocs=1)
+    print("spawn-done")
+PY
+shim 2 "$PYTHON" "$TMP/spawn.py" >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "a script calling mp.spawn failed"; }
+[ "$(grep -c 'hvdshim\[0\]: warning (torch): torch.multiprocessing.spawn was called on every rank: the script starts its own processes' "$TMP/out")" = 1 ] &&
+  ! grep -q "hvdshim\[1\].*multiprocessing" "$TMP/out" && grep -q "spawn-done" "$TMP/out" || { cat "$TMP/out"; fail "mp.spawn: expected one warning, from rank 0"; }
+pass "a script starting its own processes (mp.spawn): one warning naming it"
 # hvdshim's served horovod imported only to learn whether it can be (as
 # torch-ignite imports horovod.torch): the script is distributed (4 batches
 # a rank); with hvd.init() it distributes itself and is left alone
