@@ -427,7 +427,8 @@ def decide_manual_window():
             _rng._R.manual = "window"
         return
     followed = [(prm, prm.ref()) for prm in _P.params]
-    followed = [(prm, p) for prm, p in followed if p is not None and p.layout == torch.strided]
+    followed = [(prm, p) for prm, p in followed
+                if p is not None and p.layout == torch.strided and p.device.type in ("cpu", "cuda")]
     with torch.no_grad():
         sums = torch.tensor([float(p.detach().double().sum()) for _prm, p in followed] or [0.0], dtype=torch.float64)
     hi, lo = _elastic.extremes(b"hvdshim.rng.manual.weights", sums, "comparing the ranks' weights")

@@ -30,11 +30,12 @@ every rank starts from one state:
     everywhere): the first training forward after a backward whose ranks
     drew compares the ranks' weights once (models.decide_manual_window):
     alike, the window never opens for it; else every rank takes rank 0's
-    weights and the window opens after every reducing backward.  It closes at the end of the step, at a
-    zero_grad, when the next backward begins, at a model's training forward
-    (while the global forward hook is on: models._count_batch), or at the
-    next training batch or DataLoader iteration
-    (data/iteration.dealt_batches, install.py), whichever comes first.
+    weights and the window opens after every reducing backward.  It closes
+    at the end of the step, at a zero_grad, when the next backward begins,
+    at a model's training forward (while the global forward hook is on:
+    models._count_batch), or at the next training batch or DataLoader
+    iteration (data/iteration.dealt_batches, install.py), whichever comes
+    first.
     Python's `random` and NumPy stay per-rank there (swapping their states
     would cost ~14 us a step).
   * Where every rank trains on the same batches (no DataLoader: batches the
