@@ -90,6 +90,7 @@ run() {
   wait_for "$_out" "\[rank $_v\] step 10" 120
   _vp=$(victim "$job" "$_v") || { cat "$_out"; fail "$_mode, $_start: rank $_v not found"; }
   job_sems=$(sems "$job")
+  echo "$job_sems" >"$_out.sems" # (for the cases that run it in the background)
   _t0=$(now_ms)
   kill -9 "$_vp"
   rc=0
@@ -146,7 +147,12 @@ _rp=$(pgrep -f "^hvdshim-reaper \(of rank pid $_vp\)") || fail "rank and reaper:
 kill -9 "$_vp" "$_rp"
 wait "$bg"
 gone_within "$job" 12 || { ps -o pid,ppid,pgid,stat,args -p "$(echo $left | tr ' ' ',')"; fail "rank 1 and its reaper killed: processes left 12 s after the job ended: $left"; }
-pass "rank 1 SIGKILLed with its reaper (loader workers by forkserver): the job ended, nothing of it left $left ms later"
+# (the named semaphores: unlinked by rank 1's resource tracker once the
+# workers are gone, unless the launcher ended it first; counted, and removed)
+job_sems=$(cat "$TMP/out$n.sems")
+sl=$(sems_left)
+rm -f $job_sems
+pass "rank 1 SIGKILLed with its reaper (loader workers by forkserver): the job ended, no process of it left $left ms later ($sl of its $(echo $job_sems | wc -w) named semaphores left, removed by the test)"
 
 # 2. elastic, where the MPI survives a death: each start method, a rank > 0
 # and rank 0 (trixie's Open MPI 5, ELASTIC_TORCH=mpi: two of them; the
@@ -181,7 +187,7 @@ if [ $ulfm = 1 ]; then
   ctl_sems=$(sems "orphans-$$-$n")
   for p in $(family "orphans-$$-$n"); do kill -9 "$p" 2>/dev/null; done
   wait "$ctl"
-  rm -f $ctl_sems # (this test's own SIGKILL of the tracker left them)
+  rm -f $ctl_sems $(cat "$TMP/out$n.sems" 2>/dev/null) # (this test's own SIGKILL of the tracker left them)
   [ $ended = 0 ] || { cat "$TMP/out$n"; fail "negative control: with HVDSHIM_REAP=0 the elastic job ended anyway: the test cannot tell"; }
   pass "negative control: with HVDSHIM_REAP=0 the elastic job had not ended 5 s after its survivors finished ($left of its processes alive; ended by the test)"
 else
@@ -191,7 +197,7 @@ else
   ctl_sems=$(sems "$job")
   for p in $(family "$job"); do kill -9 "$p" 2>/dev/null; done
   sleep 0.5
-  rm -f $ctl_sems # (this test's own SIGKILL of the tracker left them)
+  rm -f $ctl_sems $(cat "$TMP/out$n.sems" 2>/dev/null) # (this test's own SIGKILL of the tracker left them)
   [ "$left" -gt 0 ] || fail "negative control: with HVDSHIM_REAP=0 nothing of the job was left either: the test cannot tell"
   pass "negative control: with HVDSHIM_REAP=0, $left processes of the job were left 3 s after it ended"
 fi
