@@ -17,6 +17,7 @@ from .data.same_batches import _FP, _note_batch, note_root_call
 from .errors import HvdShimError
 from .gradients.hooks import _Param
 from .gradients.params import _P
+from .gradients.replicas import differing
 from . import elastic as _elastic
 from . import rng as _rng
 from .lifecycle import _check_stand_aside, _start
@@ -426,19 +427,16 @@ def decide_manual_window():
         if _rng._R.manual_looks >= _MANUAL_LOOKS:
             _rng._R.manual = "window"
         return
-    followed = [(prm, prm.ref()) for prm in _P.params]
-    followed = [(prm, p) for prm, p in followed
-                if p is not None and p.layout == torch.strided and p.device.type in ("cpu", "cuda")]
-    with torch.no_grad():
-        sums = torch.tensor([float(p.detach().double().sum()) for _prm, p in followed] or [0.0], dtype=torch.float64)
-    hi, lo = _elastic.extremes(b"hvdshim.rng.manual.weights", sums, "comparing the ranks' weights")
-    if torch.equal(hi, lo):
+    got = differing(b"hvdshim.rng.manual.weights")
+    if got is None or not got[3]:
         _rng._R.manual = "own"
         debug("no optimizer: what the script drew between its backward and its next forward left the weights alike "
               "on every rank (its own batches): those draws stay each rank's own")
         return
     _rng._R.manual = "window"
-    _elastic.retrying(_rank0_values, [("hvdshim.manual.%s" % prm.name, prm.name, p) for prm, p in followed])
+    followed = [(prm, prm.ref()) for prm in _P.params]
+    _elastic.retrying(_rank0_values, [("hvdshim.manual.%s" % prm.name, prm.name, p) for prm, p in followed
+                                      if p is not None])
     debug("no optimizer: the ranks' weights differed after the script's own update (noise drawn by each rank): "
           "every rank took rank 0's, and what the script draws after each backward is the same everywhere from now on")
 

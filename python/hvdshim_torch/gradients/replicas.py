@@ -9,12 +9,11 @@ from ..state import _S
 from .params import _P
 
 
-def _check_replicas():
-    """Every HVDSHIM_CHECK_STEPS optimizer steps: one float64 max over
-    [sums, -sums] of every hooked parameter; where max and min differ the
-    replicas have diverged, and every rank stops with the same message."""
-    if not _S.check_steps or _S.steps % _S.check_steps or not _P.params:
-        return
+def differing(tag):
+    """The followed parameters' checksums compared across the ranks: one
+    float64 max over [sums, -sums] (every rank calls it at the same point).
+    (names, hi, lo, bad): the names, the largest and smallest sum of each,
+    the indices where they differ; None where no parameter is followed."""
     names, tensors = [], []
     for prm in _P.params:
         p = prm.ref()
@@ -22,10 +21,22 @@ def _check_replicas():
             names.append(prm.name)
             tensors.append(p.detach().sum(dtype=torch.float64).cpu())  # (summed in float64, with no float64 copy)
     if not tensors:
-        return
+        return None
     sums = torch.nan_to_num(torch.stack(tensors), nan=1.0e308, posinf=1.5e308, neginf=-1.5e308)
-    hi, lo = _elastic.extremes(b"hvdshim.guard.%d" % len(names), sums, "comparing parameter checksums across ranks")
-    bad = (hi != lo).nonzero().flatten().tolist()
+    hi, lo = _elastic.extremes(b"%s.%d" % (tag, len(names)), sums, "comparing parameter checksums across ranks")
+    return names, hi, lo, (hi != lo).nonzero().flatten().tolist()
+
+
+def _check_replicas():
+    """Every HVDSHIM_CHECK_STEPS optimizer steps: where the ranks'
+    parameters differ (differing) the replicas have diverged, and every
+    rank stops with the same message."""
+    if not _S.check_steps or _S.steps % _S.check_steps or not _P.params:
+        return
+    got = differing(b"hvdshim.guard")
+    if got is None:
+        return
+    names, hi, lo, bad = got
     if bad:
         i = bad[0]
         raise HvdShimError("hvdshim: the ranks' models diverged by optimizer step %d: parameter '%s' differs across "
