@@ -40,6 +40,7 @@
 #include "../collectives/engine/engine.h"
 #include "../collectives/engine/handles.h"
 #include "../collectives/hvdshim.h"
+#include "../collectives/transports/liveness.h"
 #include "../hooks/cuda_hooks.h"
 #include "../hooks/exit_hooks.h"
 #include "../hooks/mpi_hooks.h"
@@ -184,6 +185,7 @@ __attribute__((constructor)) static void hvd_shim_ctor(void) {
   const char *active = getenv("HVDSHIM_ACTIVE_PID");
   if (active && *active) {
     hvd_reaper_spare_cleaner();
+    hvd_reaper_bear_hydra_notice(NULL);
     hvd_log_set_rank(rank);
     say_role("started by the active rank process (HVDSHIM_ACTIVE_PID)");
     return;
@@ -207,6 +209,7 @@ __attribute__((constructor)) static void hvd_shim_ctor(void) {
   /* before any thread: the reaper is a fork of this process as it is now;
    * its exit note is the last exit handler to run */
   hvd_reaper_arm();
+  hvd_reaper_bear_hydra_notice(hvd_liveness_watching);
   on_exit(note_exit, NULL);
   hvd_cuda_arm(local_rank);
   int python = hvd_python_arm();

@@ -603,6 +603,32 @@ void hvd_reaper_spare_cleaner(void) {
   if (strstr(cmd, "multiprocessing.forkserver import main")) tie_forkserver();
 }
 
+/* Hydra's notice of a dead peer (hvd_reaper_bear_hydra_notice): nothing,
+ * but in the rank while nothing watches its peers, where it ends the
+ * process as before (async-signal-safe: getpid, sigaction, raise). */
+static int (*notice_kept)(void);
+static pid_t notice_pid;
+
+static void hydra_notice(int sig) {
+  if (notice_kept && getpid() == notice_pid && !notice_kept()) {
+    signal(sig, SIG_DFL);
+    raise(sig);
+  }
+}
+
+void hvd_reaper_bear_hydra_notice(int (*watched)(void)) {
+  struct sigaction old;
+  if (sigaction(SIGUSR1, NULL, &old) != 0 || old.sa_handler != SIG_DFL || (old.sa_flags & SA_SIGINFO)) return;
+  if (!ancestor(getpid(), is_hydra_proxy, NULL)) return;
+  notice_kept = watched, notice_pid = getpid();
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = hydra_notice;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, NULL);
+}
+
 void hvd_reaper_note_mpi_files(void) {
   if (reaper_pid > 0 && getpid() == armed_pid) kill(reaper_pid, NOTE_SIG);
 }

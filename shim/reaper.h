@@ -73,4 +73,19 @@ void hvd_reaper_note_mpi_files(void);
  * nothing in any other process. */
 void hvd_reaper_note_exit(int status);
 
+/* In a rank (WATCHED: whether a watchdog is watching its peers now), and
+ * in a program a rank executed (WATCHED NULL): under MPICH's Hydra, SIGUSR1
+ * is borne where its action is the default.  With -disable-auto-cleanup, a
+ * rank's death makes the proxy send SIGUSR1 to the process group of every
+ * rank of its host (Hydra's fault notice; MPICH's library does not catch
+ * it), which ended them and their loader workers at once, before the
+ * watchdog could name the lost rank: now it names it and ends the job 2 s
+ * later.  A rank that nothing watches yet (in MPI_Init, where Hydra's
+ * barrier waits for the dead rank for ever) still ends by the signal, and
+ * its reaper ends its children; its forked children and the programs it
+ * executed ignore it.  A handler of the script's own (signal.signal)
+ * replaces this one; under other launchers SIGUSR1 keeps its default (Open
+ * MPI's mpirun forwards a user's SIGUSR1 to the ranks). */
+void hvd_reaper_bear_hydra_notice(int (*watched)(void));
+
 #endif

@@ -191,7 +191,7 @@ int hvd_liveness_start(MPI_Comm comm, int rank, int size, int watchdog, double p
   if (size < 2 || !watchdog) return 0; /* nobody to wait for, or only the table */
   HVD_CHECK_PTHREAD(pthread_create(&thread, NULL, watch, NULL), "cannot start the watchdog thread");
   pthread_setname_np(thread, "hvd-liveness");
-  running = 1;
+  __atomic_store_n(&running, 1, __ATOMIC_RELAXED);
   return 0;
 }
 
@@ -217,11 +217,13 @@ void hvd_liveness_stop(void) {
     pthread_cond_signal(&cv);
     pthread_mutex_unlock(&mu);
     pthread_join(thread, NULL);
-    running = 0;
+    __atomic_store_n(&running, 0, __ATOMIC_RELAXED);
   }
   free(peers);
   peers = NULL;
 }
+
+int hvd_liveness_watching(void) { return __atomic_load_n(&running, __ATOMIC_RELAXED); }
 
 void hvd_liveness_forked_child(void) {
   pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;

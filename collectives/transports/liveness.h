@@ -38,6 +38,8 @@ void hvd_liveness_busy(int busy);
 void hvd_liveness_tick(void);
 /* Stops and joins the watchdog (before MPI is finalized). */
 void hvd_liveness_stop(void);
+/* Whether the watchdog thread runs in this process now.  Async-signal-safe. */
+int hvd_liveness_watching(void);
 /* A process of this host (same pid namespace): 'D' dead (gone, or a zombie
  * its parent has not reaped), 'S' stopped (SIGSTOP, a debugger), 'A' alive.
  * Also the elastic shared-memory waits' check of their peers. */

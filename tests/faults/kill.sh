@@ -8,7 +8,7 @@
 #  3. as 2, the victim is rank 0 (coordinator, timeline writer): the
 #     timeline it was writing is still valid JSON.
 # Under MPICH's Hydra the launcher names no rank in 1 (its banner gives one
-# process's pid) and ends the job itself in 3.
+# process's pid) and may end the job itself in 2 and 3.
 # The victim's reaper is titled as such in ps (not the rank's command line).
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
@@ -43,7 +43,14 @@ run default 1
 [ "$MPI_KIND" = hydra ] || tr -s '\n ' '  ' <"$TMP/default" | grep -q "process rank 1 with PID .* exited on signal 9\|lost rank 1 " ||
   { cat "$TMP/default"; fail "default: the lost rank is not named"; }
 run recovery 1 $RECOVER
-grep -q "lost rank 1 (pid $pid on .*): the process is gone" "$TMP/recovery" || { cat "$TMP/recovery"; fail "recovery: the shim did not name the lost rank"; }
+# (Hydra's proxy answers the death with SIGUSR1 to every rank's process
+# group, which the ranks bear (reaper.h), and in about half the runs with
+# SIGKILL right after it, -disable-auto-cleanup or not: MPICH 4.2.1, seen
+# with perf's signal:signal_generate; then it names no rank, as in 1)
+grep -q "lost rank 1 (pid $pid on .*): the process is gone" "$TMP/recovery" ||
+  { [ "$MPI_KIND" = hydra ] && grep -q "EXIT STRING: Killed (signal 9)" "$TMP/recovery"; } ||
+  { cat "$TMP/recovery"; fail "recovery: the shim did not name the lost rank"; }
+! grep -q "User defined signal 1" "$TMP/recovery" || { cat "$TMP/recovery"; fail "recovery: a rank ended by Hydra's SIGUSR1"; }
 export HVDSHIM_TIMELINE="$TMP/timeline.json"
 run coordinator 0 $RECOVER
 # (Hydra ends the job itself when rank 0 dies, even without auto-cleanup:
