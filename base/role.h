@@ -3,6 +3,8 @@
 #ifndef HVD_ROLE_H
 #define HVD_ROLE_H
 
+#include <stddef.h>
+
 typedef enum {
   HVD_ROLE_DORMANT = 0,  /* not a rank, or a child of an active rank */
   HVD_ROLE_DISABLED = 1, /* HVDSHIM_DISABLE=1, or a setuid/setgid process */
@@ -26,6 +28,9 @@ static inline int hvd_role_is_new_rank0(void) { return __atomic_load_n(&hvd_role
 /* Rank from the launcher's environment (OpenMPI, PMIx, MPICH/Hydra, SLURM),
  * or -1.  Sets *local_rank too (-1 if unknown). */
 int hvd_env_rank(int *local_rank);
+/* The same, read from another process's environment block (the contents
+ * of /proc/PID/environ, LEN bytes). */
+int hvd_env_block_rank(const char *blk, size_t len, int *local_rank);
 /* Ranks on this host from the launcher's environment, or -1. */
 int hvd_env_local_size(void);
 /* Ranks in the job from the launcher's environment, or -1. */

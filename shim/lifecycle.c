@@ -210,6 +210,7 @@ __attribute__((constructor)) static void hvd_shim_ctor(void) {
    * its exit note is the last exit handler to run */
   hvd_reaper_arm();
   hvd_reaper_bear_hydra_notice(hvd_liveness_watching);
+  hvd_engine_set_start_probe(hvd_reaper_local_rank_gone);
   on_exit(note_exit, NULL);
   hvd_cuda_arm(local_rank);
   int python = hvd_python_arm();

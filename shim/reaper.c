@@ -43,6 +43,7 @@
 #include "../base/config.h"
 #include "../base/libc.h"
 #include "../base/log.h"
+#include "../base/role.h"
 
 #define FAMILY_ENV "HVDSHIM_FAMILY"
 #define GRACE_MS 2000   /* SIGTERM, then SIGKILL to what is left */
@@ -230,6 +231,60 @@ static int environ_names(pid_t pid, const char *key) {
       if (!c) break;
       e = c + 1;
     }
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------ a rank gone before MPI */
+/* A launcher of either kind: Open MPI's (mpirun, orted, prted) or Hydra's proxy. */
+static int is_any_launcher(pid_t pid) { return is_launcher(pid) || is_hydra_proxy(pid); }
+
+#define PROBE_MAX 256 /* local ranks followed */
+static struct {
+  pid_t launcher;
+  int misses[PROBE_MAX];     /* consecutive probes that found the local rank's process gone */
+  int rank[PROBE_MAX];       /* its rank and pid, where a probe has seen it */
+  pid_t pid[PROBE_MAX];
+} probe;
+
+int hvd_reaper_local_rank_gone(char *who, size_t n) {
+  int me_local = -1, local_size = hvd_env_local_size();
+  if (hvd_env_rank(&me_local) < 0 || local_size < 2 || local_size > PROBE_MAX) return 0;
+  if (!probe.launcher) probe.launcher = ancestor(getpid(), is_any_launcher, NULL);
+  if (!probe.launcher) return 0; /* (started by something else: srun's step daemon; nothing to tell by) */
+  int alive[PROBE_MAX] = {0};
+  DIR *d = opendir("/proc");
+  if (!d) return 0;
+  static char env[1 << 18]; /* (the watch thread's alone) */
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    char *end;
+    long pid = strtol(de->d_name, &end, 10);
+    if (*end || pid <= 1 || pid == (long)getpid()) continue;
+    /* a process of this job: below this launcher (a rank, a wrapper shell,
+     * their children while the rank lives; a dead rank's are reparented) */
+    pid_t at = (pid_t)pid, up;
+    int in_job = 0;
+    for (int k = 0; k < 4 && !in_job && read_stat_ppid(at, NULL, &up, NULL, NULL) == 0 && up > 1; k++, at = up)
+      in_job = up == probe.launcher;
+    if (!in_job) continue;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/environ", pid);
+    ssize_t got = read_proc(path, env, sizeof env);
+    int local = -1, rank = got > 0 ? hvd_env_block_rank(env, (size_t)got, &local) : -1;
+    if (rank < 0 || local < 0 || local >= local_size) continue;
+    alive[local] = 1;
+    probe.rank[local] = rank + 1, probe.pid[local] = (pid_t)pid;
+  }
+  closedir(d);
+  for (int l = 0; l < local_size; l++) {
+    probe.misses[l] = alive[l] || l == me_local ? 0 : probe.misses[l] + 1;
+    if (probe.misses[l] < 2) continue; /* (gone in two probes 0.5 s apart: not a process between exec and start) */
+    char host[64] = "";
+    gethostname(host, sizeof host - 1);
+    if (probe.rank[l]) snprintf(who, n, "rank %d (pid %ld on %s)", probe.rank[l] - 1, (long)probe.pid[l], host);
+    else snprintf(who, n, "local rank %d of %s", l, host);
+    return 1;
   }
   return 0;
 }

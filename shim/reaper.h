@@ -43,6 +43,8 @@
 #ifndef HVD_REAPER_H
 #define HVD_REAPER_H
 
+#include <stddef.h>
+
 /* In an armed rank process's constructor: fork the reaper, or, in the
  * same process after an exec (a wrapper shell's `exec python`), find the
  * one its earlier image forked.  Idempotent. */
@@ -87,5 +89,16 @@ void hvd_reaper_note_exit(int status);
  * replaces this one; under other launchers SIGUSR1 keeps its default (Open
  * MPI's mpirun forwards a user's SIGUSR1 to the ranks). */
 void hvd_reaper_bear_hydra_notice(int (*watched)(void));
+
+/* In a rank waiting in MPI_Init (the engine's start watch, every 0.5 s):
+ * 1, naming it into WHO, where a rank of this job on this host has had no
+ * process for two calls in a row (it ended before MPI started: its script
+ * failed, or it was killed, before importing torch), which MPI_Init waits
+ * for with no end where the launcher keeps the job alive (mpirun
+ * --enable-recovery, Hydra's -disable-auto-cleanup, a rank that ended with
+ * status 0).  The job's processes are the launcher's (mpirun, orted, prted,
+ * hydra_pmi_proxy) descendants, a few generations down, whose environment
+ * names a local rank; 0 where no such launcher is found. */
+int hvd_reaper_local_rank_gone(char *who, size_t n);
 
 #endif

@@ -38,5 +38,9 @@ int hvd_engine_mpi_early(void);
 /* That start (waited for while another thread makes it): 1 when it
  * initialized MPI, -1 when it failed, 0 when there was none. */
 int hvd_engine_mpi_early_wait(void);
+/* The host's probe, asked while MPI_Init waits (from 2 s on, every 0.5 s):
+ * 1, naming it into WHO, where a rank of the job has ended before it
+ * started MPI; the engine then ends this process with one line. */
+void hvd_engine_set_start_probe(int (*gone)(char *who, size_t n));
 
 #endif

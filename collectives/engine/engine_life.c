@@ -174,49 +174,79 @@ static struct {
   int one_host;       /* what one_host_pml set */
 } early = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-/* An elastic job (HVDSHIM_ELASTIC, under ULFM) survives deaths once the
- * engine runs; a rank that dies before every rank is in MPI (its script
- * failed or was killed before its first use of the data) leaves the others
- * in MPI_Init_thread, whose fence waits for it with no end, since the
- * launcher keeps the job alive for the survivors.  This watch bounds that
- * wait by HVDSHIM_PEER_TIMEOUT_SECONDS. */
+/* MPI_Init_thread's fence waits for every rank with no end.  Where a rank
+ * ended before it started MPI (its script failed or was killed before
+ * importing torch, or ended with status 0) and the launcher keeps the job
+ * alive (mpirun --enable-recovery, an elastic job under ULFM, Hydra's
+ * -disable-auto-cleanup, any launcher for a status 0), the others would wait
+ * there for ever.  This watch, a thread for the length of the call, bounds
+ * that wait: from 2 s on it asks the host's probe every 0.5 s whether a rank
+ * of this host is gone (hvd_engine_set_start_probe) and ends this rank
+ * naming it; in an elastic job (HVDSHIM_ELASTIC, whose ranks may be on
+ * other hosts) also after HVDSHIM_PEER_TIMEOUT_SECONDS. */
 static struct {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int done;
-  double limit;
+  double limit; /* 0: no time limit */
 } init_watch = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
 static void (*init_end)(int code); /* the host's end_process, where known */
+static int (*start_probe)(char *who, size_t n);
 
-static void *init_watch_main(void *arg) {
-  (void)arg;
-  double limit = init_watch.limit;
-  pthread_setname_np(pthread_self(), "hvd-init-watch");
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += (time_t)limit;
-  until.tv_nsec += (long)((limit - floor(limit)) * 1e9);
-  if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
-  pthread_mutex_lock(&init_watch.mu);
-  int rc = 0;
-  while (!init_watch.done && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&init_watch.cv, &init_watch.mu, &until);
-  int done = init_watch.done;
-  pthread_mutex_unlock(&init_watch.mu);
-  if (done) return NULL;
-  HVD_ERROR("MPI_Init has not returned after %g s (HVDSHIM_PEER_TIMEOUT_SECONDS): a rank of this elastic job died "
-            "or hangs before every rank had started (an elastic job survives deaths once every rank has made its "
-            "first use of the data); ending this rank", limit);
+void hvd_engine_set_start_probe(int (*gone)(char *who, size_t n)) { start_probe = gone; }
+
+#define INIT_PROBE_FROM_S 2.0
+#define INIT_PROBE_EVERY_S 0.5
+
+static void init_watch_end(void) {
   hvd_log_let_out();
   if (init_end) init_end(1);
   syscall(SYS_exit_group, 1);
+}
+
+static void *init_watch_main(void *arg) {
+  (void)arg;
+  double limit = init_watch.limit, waited = 0;
+  pthread_setname_np(pthread_self(), "hvd-init-watch");
+  pthread_mutex_lock(&init_watch.mu);
+  while (!init_watch.done) {
+    double step = waited < INIT_PROBE_FROM_S ? INIT_PROBE_FROM_S : INIT_PROBE_EVERY_S;
+    if (limit > 0 && waited + step > limit) step = limit - waited;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)step;
+    until.tv_nsec += (long)((step - floor(step)) * 1e9);
+    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    int rc = 0;
+    while (!init_watch.done && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&init_watch.cv, &init_watch.mu, &until);
+    if (init_watch.done) break;
+    waited += step;
+    pthread_mutex_unlock(&init_watch.mu);
+    char who[160];
+    if (start_probe && start_probe(who, sizeof who)) {
+      HVD_ERROR("%s ended before every rank had started MPI (its script failed or was killed before importing torch, "
+                "or ended with status 0), and MPI_Init waits for it with no end where the launcher keeps the job "
+                "(--enable-recovery, -disable-auto-cleanup, an elastic job); ending this rank", who);
+      init_watch_end();
+    }
+    if (limit > 0 && waited >= limit) {
+      HVD_ERROR("MPI_Init has not returned after %g s (HVDSHIM_PEER_TIMEOUT_SECONDS): a rank of this elastic job "
+                "died or hangs before every rank had started (an elastic job survives deaths once every rank has "
+                "made its first use of the data); ending this rank", limit);
+      init_watch_end();
+    }
+    pthread_mutex_lock(&init_watch.mu);
+  }
+  pthread_mutex_unlock(&init_watch.mu);
   return NULL;
 }
 
 static pthread_t init_watch_start(int *started) {
   pthread_t t = 0;
-  init_watch.limit = hvd_cfg_double(HVD_CFG_PEER_TIMEOUT_SECONDS);
-  *started = hvd_cfg_int(HVD_CFG_ELASTIC) && init_watch.limit > 0 &&
-             pthread_create(&t, NULL, init_watch_main, NULL) == 0;
+  double limit = hvd_cfg_double(HVD_CFG_PEER_TIMEOUT_SECONDS);
+  init_watch.limit = hvd_cfg_int(HVD_CFG_ELASTIC) && limit > 0 ? limit : 0;
+  init_watch.done = 0;
+  *started = (init_watch.limit > 0 || start_probe) && pthread_create(&t, NULL, init_watch_main, NULL) == 0;
   return t;
 }
 

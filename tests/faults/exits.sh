@@ -7,7 +7,12 @@
 #    finish their training and the job exits 0;
 #  - a stopping rule on the local loss (ranks stop at different steps):
 #    each joins when it stops, the job exits 0, and at every step all ranks
-#    still training hold the same weights.
+#    still training hold the same weights;
+#  - a rank that ends before it starts MPI (its command fails before
+#    importing torch, np=2) where the launcher keeps the job alive (mpirun
+#    --enable-recovery, Hydra's -disable-auto-cleanup): the other, whose
+#    MPI_Init would wait for it for ever, names it and ends within 30 s
+#    (the launcher's status is its own: Open MPI 4.1's is 0 in that mode).
 # No case leaves a process behind.
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
@@ -48,4 +53,14 @@ grep -q "warning (torch): [12] of 3 ranks finished the script while this rank st
 bad=$(sed -n 's/.*\] ck \([0-9]*\) \(.*\)/\1 \2/p' "$TMP/stop" | sort -u | awk '{n[$1]++} END {for (k in n) if (n[k] > 1) print k}')
 [ -z "$bad" ] || { cat "$TMP/stop"; fail "ranks still training disagree on the weights at step(s) $bad"; }
 no_leftovers "$tag"
-pass "exception and sys.exit(3) end the job; sys.exit(0) and a local stopping rule ($stops rank(s) stopped early) join, exit 0, weights agree"
+RECOVER=--enable-recovery
+[ "$MPI_KIND" = hydra ] && RECOVER=-disable-auto-cleanup
+t0=$(now_ms)
+shim 2 $RECOVER "$(by_rank "$PYTHON $FAULT_TRAIN --steps 30 --tag $tag" "sh -c 'exit 3'")" >"$TMP/before-mpi" 2>&1
+took=$(($(now_ms) - t0))
+grep -q "hvdshim\[0\]: error (engine_life.c:[0-9]*): \(local rank 1 of [^ ]*\|rank 1 (pid [0-9]* on [^ ]*)\) ended before every rank had started MPI" "$TMP/before-mpi" ||
+  { cat "$TMP/before-mpi"; fail "a rank gone before MPI: the other did not name it"; }
+[ "$took" -lt 30000 ] || { cat "$TMP/before-mpi"; fail "a rank gone before MPI: the job took $took ms"; }
+no_leftovers "$tag"
+echo "a rank gone before MPI ($RECOVER): named, job ended after $took ms"
+pass "exception and sys.exit(3) end the job; sys.exit(0) and a local stopping rule ($stops rank(s) stopped early) join, exit 0, weights agree; a rank gone before MPI is named"
