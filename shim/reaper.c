@@ -253,11 +253,11 @@ int hvd_reaper_local_rank_gone(char *who, size_t n) {
   if (!probe.launcher) probe.launcher = ancestor(getpid(), is_any_launcher, NULL);
   if (!probe.launcher) return 0; /* (started by something else: srun's step daemon; nothing to tell by) */
   int alive[PROBE_MAX] = {0};
-  DIR *d = opendir("/proc");
+  DIR *d = hvd_libc()->opendir("/proc");
   if (!d) return 0;
   static char env[1 << 18]; /* (the watch thread's alone) */
   struct dirent *de;
-  while ((de = readdir(d))) {
+  while ((de = hvd_libc()->readdir(d))) {
     char *end;
     long pid = strtol(de->d_name, &end, 10);
     if (*end || pid <= 1 || pid == (long)getpid()) continue;
@@ -276,7 +276,7 @@ int hvd_reaper_local_rank_gone(char *who, size_t n) {
     alive[local] = 1;
     probe.rank[local] = rank + 1, probe.pid[local] = (pid_t)pid;
   }
-  closedir(d);
+  hvd_libc()->closedir(d);
   for (int l = 0; l < local_size; l++) {
     probe.misses[l] = alive[l] || l == me_local ? 0 : probe.misses[l] + 1;
     if (probe.misses[l] < 2) continue; /* (gone in two probes 0.5 s apart: not a process between exec and start) */
