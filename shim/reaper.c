@@ -263,11 +263,7 @@ int hvd_reaper_local_rank_gone(char *who, size_t n) {
     if (*end || pid <= 1 || pid == (long)getpid()) continue;
     /* a process of this job: below this launcher (a rank, a wrapper shell,
      * their children while the rank lives; a dead rank's are reparented) */
-    pid_t at = (pid_t)pid, up;
-    int in_job = 0;
-    for (int k = 0; k < 4 && !in_job && read_stat_ppid(at, NULL, &up, NULL, NULL) == 0 && up > 1; k++, at = up)
-      in_job = up == probe.launcher;
-    if (!in_job) continue;
+    if (ancestor((pid_t)pid, is_any_launcher, NULL) != probe.launcher) continue;
     char path[64];
     snprintf(path, sizeof path, "/proc/%ld/environ", pid);
     errno = 0;
