@@ -188,7 +188,9 @@ def _short_errors():
 
     def hook(kind, value, tb):
         if not isinstance(value, HvdShimError) or setting("HVDSHIM_LOG_LEVEL") == "debug":
-            return previous(kind, value, tb)
+            previous(kind, value, tb)
+            _split_hint(value)
+            return None
         where = ""
         for frame, line in traceback.walk_tb(tb):  # the innermost frame of the script's own code
             name = os.path.abspath(frame.f_code.co_filename)
@@ -203,6 +205,30 @@ def _short_errors():
         except Exception:
             previous(kind, value, tb)
     sys.excepthook = hook
+
+
+_SIZE_WORDS = ("size", "shape", "dimension", "match")
+
+
+def _split_hint(value):
+    """Split mode, a script ending on an error about tensors' sizes: one
+    line after its traceback saying what split mode changed (each rank's
+    forward sees its slice of every batch, so a tensor the script sized by
+    the loader's batch size no longer fits it)."""
+    rows = _S.nominal_rows
+    if _S.data_mode != "split" or not rows or _S.size <= 1 or not isinstance(value, (RuntimeError, ValueError)):
+        return
+    text = str(value).lower()
+    if not any(w in text for w in _SIZE_WORDS):
+        return
+    try:
+        sys.stderr.write("hvdshim: split mode (HVDSHIM_DATA=split): each rank's forward gets %d of the %d rows of "
+                         "every batch, so a tensor the script sized by the batch size (a parameter or buffer made "
+                         "with it, a view or an expand to it) does not fit this rank's part; run with the default "
+                         "HVDSHIM_DATA=shard, where every rank's batches are whole\n" % (-(-rows // _S.size), rows))
+        sys.stderr.flush()
+    except Exception:  # pylint: disable=broad-except
+        pass
 
 
 def cores_per_rank():

@@ -143,7 +143,11 @@ until _vp=$(victim "$job" 1); do # (retried: one sid run found no rank 1 at the 
   [ $_i -lt 50 ] || { ps -o pid,ppid,comm,args -p "$(family "$job" | tr '\n' ',')0"; cat "$TMP/out$n"; fail "rank and reaper: rank 1 not found"; }
   sleep 0.1
 done
-_rp=$(pgrep -f "^hvdshim-reaper \(of rank pid $_vp\)") || fail "rank and reaper: the reaper of rank 1 (pid $_vp) not found"
+_rp=$(pgrep -f "^hvdshim-reaper \(of rank pid $_vp\)") || {
+  # (once on sid: not found; what the job's processes were then, to trace it)
+  ps -o pid,ppid,pgid,comm,args -p "$(family "$job" | tr '\n' ',')0"
+  fail "rank and reaper: the reaper of rank 1 (pid $_vp) not found"
+}
 kill -9 "$_vp" "$_rp"
 wait "$bg"
 gone_within "$job" 12 || { ps -o pid,ppid,pgid,stat,args -p "$(echo $left | tr ' ' ',')"; fail "rank 1 and its reaper killed: processes left 12 s after the job ended: $left"; }

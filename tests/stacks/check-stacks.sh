@@ -255,7 +255,7 @@ for name in $stacks; do
   # they are also compared with real Horovod; sid runs Horovod's own suite
   # on torch 2.14 (suite.sh), which calls the same API
   if [ "$suite" = sid ]; then
-    env="SPLIT_SKIP='no-optimizer gan frozen noncontig late shared own-optimizer gradnoise free reinit iterable swa linprobe manualbn unused maxnorm full3 bn250 shardbn scriptedbn' FIDELITY_SKIP='plateau early-shard samplers dealing' "
+    env="SPLIT_SKIP='no-optimizer gan frozen noncontig late shared own-optimizer gradnoise free reinit iterable swa linprobe manualbn unused maxnorm full3 bn250 shardbn scriptedbn batchsized' FIDELITY_SKIP='plateau early-shard samplers dealing' "
     tests=$(echo "$tests" | tr ' ' '\n' | grep -v -x -e 'tests/tools/hvdshim-ab\.sh' -e 'tests/horovod/recipes\.sh' | tr '\n' ' ')
   fi
   run "${env}make -j$jobs check TESTS='$tests'" >"$cache/$name.check.log" 2>&1

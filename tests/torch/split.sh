@@ -213,6 +213,30 @@ PY
   ! grep -q "TorchScript" "$TMP/shim.log" || { cat "$TMP/shim.log"; fail "scripted BatchNorm, shard: warned"; }
   pass "BatchNorm inside torch.jit.script, split mode: one warning naming the layer; shard mode: none"
 fi
+# a parameter sized by the loader's batch size (a class token per row, as
+# pytorch/examples' vision_transformer makes it): the slices do not fit it;
+# the script's own error, then one line saying what split mode changed
+if wants batchsized; then
+  cat >"$TMP/bsz.py" <<'PY'
+import torch, torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+torch.manual_seed(0)
+x, y = torch.randn(128, 3), torch.randn(128, 4)
+lin, token = nn.Linear(3, 4), nn.Parameter(torch.zeros(32, 4))
+opt = torch.optim.SGD(list(lin.parameters()) + [token], lr=0.1)
+for a, b in DataLoader(TensorDataset(x, y), batch_size=32):
+    opt.zero_grad(); loss = ((lin(a) + token - b) ** 2).mean(); loss.backward(); opt.step()
+print("done")
+PY
+  py "$TMP/bsz.py" >"$TMP/plain.log" 2>&1 || { cat "$TMP/plain.log"; fail "batch-sized parameter: the plain run failed"; }
+  HVDSHIM_DATA=split shim 2 "$PYTHON" "$TMP/bsz.py" >"$TMP/shim.log" 2>&1 && { cat "$TMP/shim.log"; fail "batch-sized parameter, split: the run did not fail"; }
+  grep -q "must match the size" "$TMP/shim.log" || { cat "$TMP/shim.log"; fail "batch-sized parameter, split: torch's own error not shown"; }
+  # (each rank that printed the traceback: one line after it)
+  [ "$(grep -c "hvdshim: split mode (HVDSHIM_DATA=split): each rank's forward gets 16 of the 32 rows" "$TMP/shim.log")" = "$(grep -c "RuntimeError: The size of tensor" "$TMP/shim.log")" ] ||
+    { cat "$TMP/shim.log"; fail "batch-sized parameter, split: expected one line saying what split mode changed after each traceback"; }
+  HVDSHIM_DATA=shard shim 2 "$PYTHON" "$TMP/bsz.py" >"$TMP/shim.log" 2>&1 || { cat "$TMP/shim.log"; fail "batch-sized parameter, shard: the run failed"; }
+  pass "a parameter sized by the batch size, split mode: torch's error and a line after it naming the cause and HVDSHIM_DATA=shard; shard mode trains"
+fi
 # on in shard mode: 2 ranks of batch 32 train as one process of batch 64
 if wants shardbn; then
   py "$TRAIN" --case bn --batch 64 --out "$TMP/plain-bn64.pt" >"$TMP/plain.log" 2>&1 || { cat "$TMP/plain.log"; fail "plain bn --batch 64 failed"; }
