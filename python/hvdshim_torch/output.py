@@ -189,6 +189,7 @@ def _short_errors():
     def hook(kind, value, tb):
         if not isinstance(value, HvdShimError) or setting("HVDSHIM_LOG_LEVEL") == "debug":
             previous(kind, value, tb)
+            _worker_hint(value, tb, inside[0])
             _split_hint(value)
             return None
         where = ""
@@ -205,6 +206,27 @@ def _short_errors():
         except Exception:
             previous(kind, value, tb)
     sys.excepthook = hook
+
+
+def _worker_hint(value, tb, own):
+    """torch's SIGCHLD handler raises a DataLoader worker's death in
+    whatever Python the rank runs next, which can be one of hvdshim's
+    gradient hooks: one line after the traceback saying so, where its
+    innermost frame is hvdshim's own."""
+    if not isinstance(value, RuntimeError) or "DataLoader worker" not in str(value):
+        return
+    last = None
+    for frame, _line in traceback.walk_tb(tb):
+        last = frame
+    if last is None or not os.path.abspath(last.f_code.co_filename).startswith(own):
+        return
+    try:
+        sys.stderr.write("hvdshim: a DataLoader worker of this rank ended (the error above); torch raises that in the "
+                         "Python the rank runs next, here hvdshim's own code (%s): the worker's end is the cause, not "
+                         "hvdshim\n" % last.f_code.co_name)
+        sys.stderr.flush()
+    except Exception:  # pylint: disable=broad-except
+        pass
 
 
 _SIZE_WORDS = ("size", "shape", "dimension", "match")

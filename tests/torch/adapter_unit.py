@@ -448,6 +448,47 @@ class Streams(unittest.TestCase):
         self.assertEqual(sink.getvalue(), "[rank 1] ab\n[rank 1] c\n[rank 1] d")
 
 
+class ErrorHints(unittest.TestCase):
+    """The lines after an uncaught exception's traceback (output.py)."""
+
+    @staticmethod
+    def _hints(message, filename, split=None):
+        """What _worker_hint and _split_hint write for a RuntimeError(message)
+        raised in code compiled as `filename`."""
+        own = os.path.dirname(os.path.abspath(output.__file__))
+        try:
+            exec(compile("raise RuntimeError(message)", filename, "exec"), {"message": message})  # pylint: disable=exec-used
+        except RuntimeError as e:
+            value, tb = e, e.__traceback__
+        saved = (sys.stderr, _S.data_mode, _S.nominal_rows, _S.size)
+        sys.stderr = io.StringIO()
+        try:
+            if split:
+                _S.data_mode, _S.nominal_rows, _S.size = "split", split[0], split[1]
+            output._worker_hint(value, tb, own)
+            output._split_hint(value)
+            return sys.stderr.getvalue()
+        finally:
+            sys.stderr, _S.data_mode, _S.nominal_rows, _S.size = saved
+
+    def test_worker_death_in_a_hook(self):
+        own = os.path.dirname(os.path.abspath(output.__file__))
+        dead = "DataLoader worker (pid(s) 1234) exited unexpectedly"
+        said = self._hints(dead, os.path.join(own, "gradients", "hooks.py"))
+        self.assertEqual(said.count("\n"), 1, said)
+        self.assertIn("a DataLoader worker of this rank ended", said)
+        self.assertEqual(self._hints(dead, "/elsewhere/train.py"), "")  # raised in the script: torch's own words
+        self.assertEqual(self._hints("other", os.path.join(own, "x.py")), "")
+
+    def test_split_size_error(self):
+        bad = "The size of tensor a (16) must match the size of tensor b (32) at non-singleton dimension 0"
+        said = self._hints(bad, "/elsewhere/train.py", split=(32, 2))
+        self.assertIn("gets 16 of the 32 rows", said)
+        self.assertIn("HVDSHIM_DATA=shard", said)
+        self.assertEqual(self._hints(bad, "/elsewhere/train.py"), "")  # shard mode: nothing to add
+        self.assertEqual(self._hints("out of memory", "/elsewhere/train.py", split=(32, 2)), "")
+
+
 class Rules(unittest.TestCase):
     def setUp(self):
         self.stub = StubLib()
