@@ -232,6 +232,7 @@ static void at_exit(int status, void *arg) {
   (void)arg;
   if (hvd_shim_role() != HVD_ROLE_ACTIVE || getpid() != active_pid) return;
   if (status != 0) {
+    hvd_failing_grace(); /* (an error alike on every rank: rank 0's line alone, as end_own_mpi) */
     /* (the status the launcher sees is the low byte: exit(-1) is 255) */
     hvd_fatal_at("lifecycle", 0, "this rank is exiting with status %d (an uncaught exception, sys.exit(%d) or "
                  "exit(%d)); ending the job so no rank waits for it", status & 0xff, status, status);
@@ -254,7 +255,7 @@ static void exiting(int status, int by_runtime) {
       hvd_fatal_at("lifecycle", 0, "the MPI runtime ended this rank (status %d): another rank's failure is ending "
                    "the job (its own line says why)", status);
     else if (status != 0)
-      hvd_fatal_at("lifecycle", 0, "this rank called _exit(%d) (os._exit(%d) in Python); ending the job so no rank "
+      hvd_failing_grace(), hvd_fatal_at("lifecycle", 0, "this rank called _exit(%d) (os._exit(%d) in Python); ending the job so no rank "
                    "waits for it", status, status);
     hvd_shutdown();
   }
