@@ -12,15 +12,20 @@ def wrap(owner, name, make):
     (its name, qualified name, doc and module; __wrapped__); returns the
     original."""
     orig = getattr(owner, name)
-    wrapped = make(orig)
+    setattr(owner, name, passing_for(make(orig), orig))
+    return orig
+
+
+def passing_for(wrapped, orig):
+    """wrapped, given orig's name, qualified name, doc and module, and
+    orig as its __wrapped__."""
     wrapped.__wrapped__ = orig
     for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
         try:
             setattr(wrapped, attr, getattr(orig, attr))
         except (AttributeError, TypeError):
             pass
-    setattr(owner, name, wrapped)
-    return orig
+    return wrapped
 
 
 def _dynamo_disabled(fn):

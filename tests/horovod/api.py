@@ -292,6 +292,38 @@ def parameters_and_optimizer_state():
 
 
 @case
+def elastic_state_and_objects():
+    """Horovod's pytorch_cifar10_elastic.py: a TorchState holding the
+    DistributedOptimizer's learning-rate scheduler, synced at the decorated
+    function's call; and objects that hold the optimizer, broadcast whole
+    (its class is made at run time, so cloudpickle copies it by value, the
+    step hvdshim wraps in it too)."""
+    m = torch.nn.Linear(2, 2)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1 * (R + 1)),
+                                   named_parameters=m.named_parameters())
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    state = hvd.elastic.TorchState(model=m, optimizer=opt, scheduler=sched, epoch=R)
+
+    @hvd.elastic.run
+    def train(st):
+        return st.epoch, st.scheduler.base_lrs[0], st.optimizer.param_groups[0]["lr"]
+    epoch, base, lr = train(state)
+    check((epoch, round(base, 6), round(lr, 6)) == (0, 0.1, 0.1), "the state after its sync: rank 0's (%r)"
+          % ((epoch, base, lr),))
+    check(state.scheduler is sched and sched.optimizer is opt, "the scheduler stays the script's, on its optimizer")
+    m(torch.ones(1, 2)).sum().backward()
+    opt.step()
+    sched.step()
+    check(round(opt.param_groups[0]["lr"], 6) == 0.05, "the scheduler steps the script's optimizer")
+    got = hvd.broadcast_object(sched, root_rank=0, name="sched")
+    check(type(got).__name__ == "StepLR" and round(got.optimizer.param_groups[0]["lr"], 6) == 0.05
+          and type(got.optimizer).__name__ == type(opt).__name__, "a scheduler broadcast whole")
+    if R > 0:  # the copy's class is a copy of the DistributedOptimizer's; its step works
+        check(got.optimizer is not opt and getattr(type(got.optimizer).step, "hvdshim_step", False),
+              "the copy's step is hvdshim's wrapper, made again")
+
+
+@case
 def join():
     for rnd in range(2):  # rank r has r+1 batches; join is reusable
         for s in range(R + 1):

@@ -2,6 +2,7 @@
 Python objects from one rank to all."""
 import io
 import pickle
+import types
 
 import torch
 
@@ -9,9 +10,9 @@ from horovod.common.process_sets import global_process_set
 from horovod.torch.mpi_ops import allgather, broadcast_, broadcast_async_, synchronize, rank
 
 try:  # Horovod pickles objects with cloudpickle (lambdas, local classes)
-    import cloudpickle as _pickler
+    import cloudpickle
 except ImportError:
-    _pickler = pickle
+    cloudpickle = None
 
 
 def broadcast_parameters(params, root_rank, process_set=global_process_set):
@@ -56,9 +57,30 @@ def _object_name(kind, name):
     return "noname.%d" % _unnamed[kind]
 
 
+if cloudpickle is not None:
+    class _Pickler(cloudpickle.CloudPickler):
+        """cloudpickle, but for the optimizer steps hvdshim wraps: a class
+        copied by value (a DistributedOptimizer's, made at run time; one
+        defined in __main__) holds its step as hvdshim's wrapper, which is
+        written as the original step wrapped again on the receiving rank
+        (the wrapper itself, a closure over the adapter's state, cannot be
+        pickled)."""
+
+        def reducer_override(self, obj):
+            if isinstance(obj, types.FunctionType):
+                from hvdshim_torch.gradients.step import reduce_step
+                how = reduce_step(obj)
+                if how is not None:
+                    return how
+            return super().reducer_override(obj)
+
+
 def _dumps(obj):
     buf = io.BytesIO()
-    _pickler.dump(obj, buf)
+    if cloudpickle is not None:
+        _Pickler(buf, protocol=cloudpickle.DEFAULT_PROTOCOL).dump(obj)
+    else:
+        pickle.dump(obj, buf)
     return buf.getvalue()
 
 

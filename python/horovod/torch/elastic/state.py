@@ -1,5 +1,5 @@
-"""hvd.elastic.TorchState: the models, optimizers and ElasticSamplers of a
-training run (each kept by a handler that saves, restores and syncs it),
+"""hvd.elastic.TorchState: the models, optimizers, ElasticSamplers and
+learning-rate schedulers of a training run (each kept by a handler that saves, restores and syncs it),
 and plain Python objects beside them (ObjectState)."""
 import copy
 
@@ -13,8 +13,8 @@ from horovod.torch.mpi_ops import rank
 
 class TorchState(ObjectState):
     """State of a PyTorch training run: every keyword argument becomes an
-    attribute; a model (torch.nn.Module), an optimizer (torch.optim.Optimizer)
-    or an ElasticSampler is kept by its handler (its state_dict is what is
+    attribute; a model (torch.nn.Module), an optimizer (torch.optim.Optimizer),
+    an ElasticSampler or a learning-rate scheduler is kept by its handler (its state_dict is what is
     committed and synced), anything else as a plain object.  Assigning a
     new object to a handled attribute commits it."""
 
@@ -120,10 +120,30 @@ class SamplerStateHandler(_StateDictHandler):
         self.value.load_state_dict(broadcast_object(self.value.state_dict()))
 
 
+class SchedulerStateHandler(_StateDictHandler):
+    """A learning-rate scheduler (hvdshim's; Horovod 0.28.1 keeps one as a
+    plain object): its state_dict is committed and synced, so the scheduler
+    stays bound to the script's optimizer on every rank.  Horovod pickles
+    the whole scheduler instead, its optimizer with it, and a rank > 0 gets
+    a copy that steps a copy of the optimizer after a sync."""
+
+    def sync(self):
+        self.value.load_state_dict(broadcast_object(self.value.state_dict()))
+
+
+def _schedulers():
+    """torch's scheduler base classes here (ReduceLROnPlateau is none of
+    their subclasses before torch 2.2)."""
+    sched = torch.optim.lr_scheduler
+    kinds = [getattr(sched, n) for n in ("LRScheduler", "_LRScheduler", "ReduceLROnPlateau") if hasattr(sched, n)]
+    return tuple(k for k in kinds if isinstance(k, type))
+
+
 _handler_registry = [
     (torch.nn.Module, ModelStateHandler),
     (torch.optim.Optimizer, OptimizerStateHandler),
     (ElasticSampler, SamplerStateHandler),
+    (_schedulers(), SchedulerStateHandler),
 ]
 
 
