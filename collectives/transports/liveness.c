@@ -39,6 +39,7 @@ static int64_t last_tick_ns;   /* last completed step while busy */
 static int ticked_once;        /* a collective completed: every peer was up */
 static int64_t defer_until_ns; /* a lower live rank of this host ends the job first (judge) */
 static int lower_live;         /* how many: this rank waits that many seconds */
+static char first_dead[1024];  /* the ranks found gone when that wait began */
 
 static int64_t mono_ns(void) {
   struct timespec ts;
@@ -127,6 +128,10 @@ static void judge(void) {
    * later, leaves with status 1 without a second MPI_Abort. */
   if (dead[0]) {
     if (!defer_until_ns) {
+      /* the ranks gone at the first look are the ones named: a lower rank
+       * that ends the job meanwhile is gone too by the time a deferring
+       * rank speaks */
+      snprintf(first_dead, sizeof first_dead, "%s", dead);
       lower_live = 0;
       for (int r = 0; r < my_rank; r++)
         if (is_local(r) && hvd_process_state(peers[r].pid) != 'D') lower_live++;
@@ -134,9 +139,9 @@ static void judge(void) {
     }
     if (now < defer_until_ns) return;
 #define LOST "lost rank %s: the process is gone (killed or crashed) and this rank has waited %.0f s for it in a collective; "
-    if (!lower_live) HVD_FATAL(LOST "ending the job", dead, stuck);
+    if (!lower_live) HVD_FATAL(LOST "ending the job", first_dead, stuck);
     hvd_fatal_started = 1;
-    HVD_ERROR(LOST "ending this rank (a lower rank of this host ends the job)", dead, stuck);
+    HVD_ERROR(LOST "ending this rank (a lower rank of this host ends the job)", first_dead, stuck);
 #undef LOST
     syscall(SYS_exit_group, 1); /* not _exit: the shim interposes it */
   }

@@ -51,6 +51,9 @@ grep -q "lost rank 1 (pid $pid on .*): the process is gone" "$TMP/recovery" ||
   { [ "$MPI_KIND" = hydra ] && grep -q "EXIT STRING: Killed (signal 9)" "$TMP/recovery"; } ||
   { cat "$TMP/recovery"; fail "recovery: the shim did not name the lost rank"; }
 ! grep -q "User defined signal 1" "$TMP/recovery" || { cat "$TMP/recovery"; fail "recovery: a rank ended by Hydra's SIGUSR1"; }
+# (rank 2 waits a second for rank 0 to end the job; where it still runs
+# then, it names the rank found gone, not rank 0, which ended the job)
+! grep -q "lost rank 0" "$TMP/recovery" || { cat "$TMP/recovery"; fail "recovery: rank 0, which ended the job, named as lost"; }
 export HVDSHIM_TIMELINE="$TMP/timeline.json"
 run coordinator 0 $RECOVER
 # (Hydra ends the job itself when rank 0 dies, even without auto-cleanup:
