@@ -184,7 +184,9 @@ def _short_errors():
     (its own failure), so the job says it once.  Other exceptions, and a
     hook the script installs itself, are left alone."""
     previous = sys.excepthook
-    inside = (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(torch.__file__)))
+    here = os.path.dirname(os.path.abspath(__file__))
+    # (hvdshim's packages, the served horovod beside this one, and torch's)
+    inside = (here, os.path.join(os.path.dirname(here), "horovod") + os.sep, os.path.dirname(os.path.abspath(torch.__file__)))
 
     def hook(kind, value, tb):
         if not isinstance(value, HvdShimError) or setting("HVDSHIM_LOG_LEVEL") == "debug":

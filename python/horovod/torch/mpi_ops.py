@@ -31,6 +31,16 @@ from horovod.torch.ops import (
 from horovod.torch.tensors import Adasum, Average, Max, Min, Product, Sum
 
 
+
+class _InitFailed(HorovodInternalError, errors.HvdShimError):
+    """hvd.init could not start the engine (a setting, the MPI): Horovod's
+    exception, which uncaught ends the rank with hvdshim's two lines (the
+    cause and the script's line) instead of a traceback on every rank."""
+
+
+_InitFailed.__name__ = _InitFailed.__qualname__ = "HorovodInternalError"  # (what a script prints of it)
+_InitFailed.__module__ = HorovodInternalError.__module__
+
 def init(comm=None, process_sets=None):
     """Start hvdshim's engine (MPI, background thread); again is a no-op."""
     if comm is not None and comm != [] and not _is_world(comm):
@@ -47,7 +57,7 @@ def init(comm=None, process_sets=None):
         _lifecycle.horovod_init()  # (the zero-code adapter stands aside: the script distributes itself)
         st = _lib.hvd_init()
         if st != 0:
-            raise HorovodInternalError("hvd.init failed: %s" % _last_error())
+            raise _InitFailed("hvd.init failed: %s" % _last_error())
         if capi.setting("HVDSHIM_ELASTIC") == "1":  # ranks may die: this package takes each change in (_take_change)
             _lib.hvd_elastic_follow()
             errors.following = True
