@@ -299,8 +299,8 @@ def elastic_state_and_objects():
     (its class is made at run time, so cloudpickle copies it by value, the
     step hvdshim wraps in it too)."""
     m = torch.nn.Linear(2, 2)
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1 * (R + 1)),
-                                   named_parameters=m.named_parameters())
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1 * (R + 1), momentum=0.5),
+                                   named_parameters=m.named_parameters())  # (momentum: a state to sync on torch 2)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
     state = hvd.elastic.TorchState(model=m, optimizer=opt, scheduler=sched, epoch=R)
 
