@@ -339,13 +339,13 @@ static int ends_soon(pid_t pid, unsigned long long start) {
   return !still_runs(pid, start);
 }
 
-/* The session folder of a launcher that has ended (within a second) while
- * or before its rank did: SIGKILLed by this reaper, it cannot remove it
+/* The session folder of a launcher that has ended while or before its rank
+ * did: SIGKILLed by this reaper, it cannot remove it
  * itself (Open MPI 4 left /tmp/ompi.HOST.UID/jf.N of a cut-off host's
  * daemon), nor where it ended before its ranks (pid.N of an mpirun sent
  * SIGTERM); one that ended after its ranks has removed it already. */
 static void remove_session(void) {
-  if (!session_dir[0] || !ends_soon(launcher_pid, launcher_start)) return; /* (it goes on: other ranks, ULFM) */
+  if (!session_dir[0]) return;
   nftw(session_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
   /* (Not the folder above it, Open MPI 4's ompi.HOST.UID, even empty: a
    * launcher starting meanwhile on this host makes its own folder in it,
@@ -531,7 +531,6 @@ __attribute__((noreturn)) static void reap(pid_t rank, unsigned long long start,
    * are left (an ssh to the cut-off host, a rank still in its abort):
    * SIGKILL (Open MPI 4.1's mpirun crashes in PMIx_Finalize when SIGTERM
    * finds it in its abort). */
-  remove_noted();
   if (ended_job && launcher_pid > 0) {
     while (still_runs(launcher_pid, launcher_start) && now_ms() - t0 < LAUNCHER_WAIT_MS) nap_ms(100);
     if (still_runs(launcher_pid, launcher_start)) {
@@ -541,8 +540,15 @@ __attribute__((noreturn)) static void reap(pid_t rank, unsigned long long start,
   }
   /* A launcher that has ended by now (SIGKILLed above, or ended before its
    * rank: Open MPI 4.1's mpirun, sent SIGTERM by `timeout`, can exit while
-   * its ranks still run) left its session folder to no one. */
-  if (launcher_pid > 0) remove_session();
+   * its ranks still run) left its session folder and the ranks'
+   * shared-memory segments to no one.  One that still runs removes them at
+   * the job's end (Open MPI 4.1 to 6 do), and meanwhile the job may go on
+   * without this rank (ULFM: every survivor maps every rank's segment, and
+   * Open MPI warns at its end when one was removed under it). */
+  if (launcher_pid <= 0 || ends_soon(launcher_pid, launcher_start)) {
+    remove_noted();
+    if (launcher_pid > 0) remove_session();
+  }
   remove_owned();
   syscall(SYS_exit_group, 0);
   __builtin_unreachable();
