@@ -29,7 +29,7 @@ from . import capi, errors
 from .capi import MAX, warn
 from .errors import HvdShimError, MembershipChanged
 from .collectives import allreduce, Pending
-from .output import _O, _PrefixedStream
+from .output import _O, _PrefixedStream, renumber
 from .state import _S, is_number
 
 
@@ -64,6 +64,7 @@ def recover():
     old, old_rank = _S.size, _S.rank
     _S.rank, _S.size = rank.value, size.value
     _E.changes += n
+    renumber(_S.rank)  # (its lines: "[rank N]" with its number among the survivors)
     for fn in _S.on_change:  # (data/redeal._redeal_all: what the loaders' workers were asked for in the old split)
         fn()
     if _S.scale_lr and _S.size != old:
@@ -119,9 +120,9 @@ def _take_over(resumed=False):
         if capi.LIB.hvd_overlay_console_back() != 0:
             warn("could not take over stdout: descriptor 1 was not put back on the console")
         _O.stdout_saved = None
+    renumber(0)
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, _PrefixedStream):
-            stream._prefix = "[rank 0] "
             stream.redraws = True
     _O.quiet_console = False
 

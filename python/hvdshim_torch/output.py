@@ -174,6 +174,14 @@ def _restore_output():
         capi.LIB.hvd_overlay_console_back()
 
 
+def renumber(rank):
+    """This rank's prefixed lines carry its number `rank` from here on (its
+    place among the survivors of an elastic job)."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, _PrefixedStream):
+            stream._prefix = "[rank %d] " % rank
+
+
 def _short_errors():
     """An hvdshim error the script does not catch ends its rank with two
     lines: the message and the script's line that led to it, not a

@@ -447,6 +447,18 @@ class Streams(unittest.TestCase):
         s.flush()
         self.assertEqual(sink.getvalue(), "[rank 1] ab\n[rank 1] c\n[rank 1] d")
 
+    def test_renumbered_after_a_shrink(self):
+        sink = io.StringIO()
+        saved = sys.stderr
+        sys.stderr = output._PrefixedStream(sink, "[rank 2] ")
+        try:
+            sys.stderr.write("before\n")
+            output.renumber(1)  # (rank 1 died: rank 2 is rank 1 among the survivors)
+            sys.stderr.write("after\n")
+        finally:
+            sys.stderr = saved
+        self.assertEqual(sink.getvalue(), "[rank 2] before\n[rank 1] after\n")
+
 
 class ErrorHints(unittest.TestCase):
     """The lines after an uncaught exception's traceback (output.py)."""
