@@ -274,7 +274,10 @@ void hvd_eng_recover(hvd_engine *e) {
   }
   char msg[1024];
   snprintf(msg, sizeof msg, "rank(s) %s died (%s); the job goes on over %d rank(s)", dead, why, n);
-  HVD_WARN("%s", msg);
+  /* a program that follows the changes (hvd_elastic_follow: the PyTorch
+   * adapter, the served horovod) says it in its own words, once, on rank 0 */
+  if (e->follow) HVD_INFO("%s", msg);
+  else HVD_WARN("%s", msg);
   /* What completed here is held until the next round showed every rank got
    * that far; a survivor published a cycle only if all ran it, so the
    * survivors agree: held completions of a cycle some survivor published

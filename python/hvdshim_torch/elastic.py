@@ -72,12 +72,13 @@ def recover():
     took = lost0.value and _S.rank == 0 and not _E.took_over
     if took:
         _take_over()
-    if _S.rank == 0:
+    if _S.rank == 0:  # (the one line of it: the engine's own is at HVDSHIM_LOG_LEVEL=info where it is followed)
         back = _S.resume_steps  # a restarted job whose script is not back yet: the step it comes back to
-        warn("%s: this script goes on from optimizer step %d over %d rank(s) (was %d)%s"
-             % (msg.split(" (")[0], (back or _S.steps) + 1, _S.size, old,
+        head, _, cause = msg.partition(" (")
+        warn("%s: this script goes on from optimizer step %d over %d rank(s) (was %d)%s%s"
+             % (head, (back or _S.steps) + 1, _S.size, old,
                 "; rank %d is rank 0 now: the console and the files are its from here on" % old_rank if took
-                else ""))
+                else "", "; %s" % cause[:-1] if cause.endswith(")") else ""))
 
 
 def _rescale_lr(factor):
