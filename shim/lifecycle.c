@@ -251,12 +251,14 @@ static volatile int exit_started;
 static void exiting(int status, int by_runtime) {
   if (!exit_started && !hvd_fatal_started && hvd_shim_role() == HVD_ROLE_ACTIVE && getpid() == active_pid) {
     exit_started = 1;
-    if (status != 0 && by_runtime)
+    if (status != 0 && by_runtime) {
       hvd_fatal_at("lifecycle", 0, "the MPI runtime ended this rank (status %d): another rank's failure is ending "
                    "the job (its own line says why)", status);
-    else if (status != 0)
-      hvd_failing_grace(), hvd_fatal_at("lifecycle", 0, "this rank called _exit(%d) (os._exit(%d) in Python); ending the job so no rank "
+    } else if (status != 0) {
+      hvd_failing_grace();
+      hvd_fatal_at("lifecycle", 0, "this rank called _exit(%d) (os._exit(%d) in Python); ending the job so no rank "
                    "waits for it", status, status);
+    }
     hvd_shutdown();
   }
   if (!hvd_fatal_started) hvd_overlay_cleanup();
