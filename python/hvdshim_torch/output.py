@@ -194,7 +194,8 @@ def _short_errors():
     previous = sys.excepthook
     here = os.path.dirname(os.path.abspath(__file__))
     # (hvdshim's packages, the served horovod beside this one, and torch's)
-    inside = (here, os.path.join(os.path.dirname(here), "horovod") + os.sep, os.path.dirname(os.path.abspath(torch.__file__)))
+    inside = (here, os.path.join(os.path.dirname(here), "horovod") + os.sep,
+              os.path.dirname(os.path.abspath(torch.__file__)))
 
     def hook(kind, value, tb):
         if not isinstance(value, HvdShimError) or setting("HVDSHIM_LOG_LEVEL") == "debug":

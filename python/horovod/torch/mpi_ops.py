@@ -31,7 +31,6 @@ from horovod.torch.ops import (
 from horovod.torch.tensors import Adasum, Average, Max, Min, Product, Sum
 
 
-
 class _InitFailed(HorovodInternalError, errors.HvdShimError):
     """hvd.init could not start the engine (a setting, the MPI): Horovod's
     exception, which uncaught ends the rank with hvdshim's two lines (the
@@ -40,6 +39,7 @@ class _InitFailed(HorovodInternalError, errors.HvdShimError):
 
 _InitFailed.__name__ = _InitFailed.__qualname__ = "HorovodInternalError"  # (what a script prints of it)
 _InitFailed.__module__ = HorovodInternalError.__module__
+
 
 def init(comm=None, process_sets=None):
     """Start hvdshim's engine (MPI, background thread); again is a no-op."""

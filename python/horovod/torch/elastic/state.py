@@ -1,6 +1,7 @@
 """hvd.elastic.TorchState: the models, optimizers, ElasticSamplers and
-learning-rate schedulers of a training run (each kept by a handler that saves, restores and syncs it),
-and plain Python objects beside them (ObjectState)."""
+learning-rate schedulers of a training run (each kept by a handler that
+saves, restores and syncs it), and plain Python objects beside them
+(ObjectState)."""
 import copy
 
 import torch
@@ -14,8 +15,9 @@ from horovod.torch.mpi_ops import rank
 class TorchState(ObjectState):
     """State of a PyTorch training run: every keyword argument becomes an
     attribute; a model (torch.nn.Module), an optimizer (torch.optim.Optimizer),
-    an ElasticSampler or a learning-rate scheduler is kept by its handler (its state_dict is what is
-    committed and synced), anything else as a plain object.  Assigning a
+    an ElasticSampler or a learning-rate scheduler is kept by its handler
+    (its state_dict is what is committed and synced), anything else as a
+    plain object.  Assigning a
     new object to a handled attribute commits it."""
 
     def __init__(self, model=None, optimizer=None, **kwargs):
