@@ -462,6 +462,8 @@ def _first_keyword_tensor():
 
 
 def _forward_pre_hook(module, inputs):
+    if _TRACING():  # torch.jit.trace (SummaryWriter.add_graph's): what it runs is traced and run again to check, and
+        return None  # the first forward's broadcast would differ between the two; the next real forward is the first
     if module in _M.known:  # (every forward of every module comes here while it is on: the known ones first)
         if module in _S.roots:
             if _M.adopt:
@@ -490,6 +492,9 @@ def _forward_pre_hook(module, inputs):
     _register_root(module)
     _count_samples(module, inputs)
     return None
+
+
+_TRACING = torch.jit.is_tracing
 
 
 def hook_forwards(hook):

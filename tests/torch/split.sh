@@ -237,6 +237,30 @@ PY
   HVDSHIM_DATA=shard shim 2 "$PYTHON" "$TMP/bsz.py" >"$TMP/shim.log" 2>&1 || { cat "$TMP/shim.log"; fail "batch-sized parameter, shard: the run failed"; }
   pass "a parameter sized by the batch size, split mode: torch's error and a line after it naming the cause and HVDSHIM_DATA=shard; shard mode trains"
 fi
+# torch.jit.trace as the model's first forward (SummaryWriter.add_graph's,
+# as weiaicunzai/pytorch-cifar100 calls it before training): the trace
+# checks itself by running again, and the first forward's broadcast made
+# the two graphs differ ("Tracing failed sanity checks"); now the first
+# real forward is the model's first, and the run is the plain one
+if wants traced; then
+  cat >"$TMP/traced.py" <<'PY'
+import sys, torch, torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+torch.manual_seed(0)
+x, y = torch.randn(128, 3, 8, 8), torch.randint(0, 4, (128,))
+net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(144, 4))
+torch.jit.trace(net, torch.zeros(1, 3, 8, 8))
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+for a, b in DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True):
+    opt.zero_grad(); nn.functional.cross_entropy(net(a), b).backward(); opt.step()
+torch.save(net.state_dict(), sys.argv[1])
+PY
+  py "$TMP/traced.py" "$TMP/traced-plain.pt" >"$TMP/plain.log" 2>&1 || { cat "$TMP/plain.log"; fail "traced first: the plain run failed"; }
+  HVDSHIM_DATA=split shim 2 "$PYTHON" "$TMP/traced.py" "$TMP/traced-shim.pt" >"$TMP/shim.log" 2>&1 ||
+    { cat "$TMP/shim.log"; fail "traced first: the np=2 run failed"; }
+  same "$TMP/traced-plain.pt" "$TMP/traced-shim.pt" 1e-4 >"$TMP/cmp" 2>&1 || { cat "$TMP/cmp"; fail "traced first: np=2 differs from the plain run"; }
+  pass "torch.jit.trace as the model's first forward (SummaryWriter.add_graph), np=2: the plain run's weights ($(cat "$TMP/cmp"))"
+fi
 # on in shard mode: 2 ranks of batch 32 train as one process of batch 64
 if wants shardbn; then
   py "$TRAIN" --case bn --batch 64 --out "$TMP/plain-bn64.pt" >"$TMP/plain.log" 2>&1 || { cat "$TMP/plain.log"; fail "plain bn --batch 64 failed"; }
