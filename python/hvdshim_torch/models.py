@@ -461,6 +461,9 @@ def _first_keyword_tensor():
     return None
 
 
+_TRACING = torch.jit.is_tracing  # (looked up once: the pre-hook runs at every module call while it is on)
+
+
 def _forward_pre_hook(module, inputs):
     if _TRACING():  # torch.jit.trace (SummaryWriter.add_graph's): what it runs is traced and run again to check, and
         return None  # the first forward's broadcast would differ between the two; the next real forward is the first
@@ -492,9 +495,6 @@ def _forward_pre_hook(module, inputs):
     _register_root(module)
     _count_samples(module, inputs)
     return None
-
-
-_TRACING = torch.jit.is_tracing
 
 
 def hook_forwards(hook):

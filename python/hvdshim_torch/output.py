@@ -231,13 +231,9 @@ def _worker_hint(value, tb, own):
         last = frame
     if last is None or not os.path.abspath(last.f_code.co_filename).startswith(own):
         return
-    try:
-        sys.stderr.write("hvdshim: a DataLoader worker of this rank ended (the error above); torch raises that in the "
-                         "Python the rank runs next, here hvdshim's own code (%s): the worker's end is the cause, not "
-                         "hvdshim\n" % last.f_code.co_name)
-        sys.stderr.flush()
-    except Exception:  # pylint: disable=broad-except
-        pass
+    _after_traceback("hvdshim: a DataLoader worker of this rank ended (the error above); torch raises that in the "
+                     "Python the rank runs next, here hvdshim's own code (%s): the worker's end is the cause, not "
+                     "hvdshim" % last.f_code.co_name)
 
 
 _SIZE_WORDS = ("size", "shape", "dimension", "match")
@@ -254,11 +250,16 @@ def _split_hint(value):
     text = str(value).lower()
     if not any(w in text for w in _SIZE_WORDS):
         return
+    _after_traceback("hvdshim: split mode (HVDSHIM_DATA=split): each rank's forward gets %d of the %d rows of "
+                     "every batch, so a tensor the script sized by the batch size (a parameter or buffer made with "
+                     "it, a view or an expand to it) does not fit this rank's part; run with the default "
+                     "HVDSHIM_DATA=shard, where every rank's batches are whole" % (-(-rows // _S.size), rows))
+
+
+def _after_traceback(line):
+    """One line of hvdshim's after an uncaught exception's traceback."""
     try:
-        sys.stderr.write("hvdshim: split mode (HVDSHIM_DATA=split): each rank's forward gets %d of the %d rows of "
-                         "every batch, so a tensor the script sized by the batch size (a parameter or buffer made "
-                         "with it, a view or an expand to it) does not fit this rank's part; run with the default "
-                         "HVDSHIM_DATA=shard, where every rank's batches are whole\n" % (-(-rows // _S.size), rows))
+        sys.stderr.write(line + "\n")
         sys.stderr.flush()
     except Exception:  # pylint: disable=broad-except
         pass
