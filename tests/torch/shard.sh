@@ -98,6 +98,12 @@ for run in sliced:1 random:1 sliced:4 random:4; do
   [ "$same" = "$want" ] || { cat "$TMP/nodl"; fail "random batches, k=$k: the same on both ranks at: $same (expected: $want)"; }
 done
 pass "no DataLoader: batches the script cuts itself named once as the same on every rank; random batches not, and drawn per rank from the first backward on (also with 4 passes a step)"
+# HVDSHIM_DATA=split with random batches and no loader (nanoGPT): split mode
+# has nothing to cut, and the job is not the plain run: said once, by rank 0
+HVDSHIM_DATA=split shim 2 "$PYTHON" "$TMP/nodl.py" random 1 >"$TMP/nodl" 2>&1 || { cat "$TMP/nodl"; fail "no-DataLoader run (random, split) failed"; }
+[ "$(grep -c 'warning (torch): HVDSHIM_DATA=split, but no DataLoader was iterated in training: this script draws its batches itself, each rank its own, so a step trains on 2 such batches' "$TMP/nodl")" = 1 ] &&
+  ! grep -q "same batches" "$TMP/nodl" || { cat "$TMP/nodl"; fail "no DataLoader, random batches, HVDSHIM_DATA=split: expected one line saying split mode cut nothing"; }
+pass "no DataLoader, random batches, HVDSHIM_DATA=split: one line says split mode had no loader to cut"
 # no optimizer (pytorch/examples' regression: a random batch drawn at the top
 # of each step, the weights updated by hand after backward): the batches are
 # each rank's own from the first backward on (they were drawn in the step

@@ -60,7 +60,9 @@ def check_same_batches():
     streams are per rank).  The same everywhere: every rank trained on the
     same batches (a script that cuts its data itself, X[i:i+bs]; random
     batches drawn under HVDSHIM_RNG=same), so N ranks compute what one
-    does, no faster: named once, by rank 0.  (The decision to compare is
+    does, no faster: named once, by rank 0.  Different under
+    HVDSHIM_DATA=split: split mode, which cuts loaders' batches, had none
+    to cut, and the job is not the plain run: named once, by rank 0.  (The decision to compare is
     the same on every rank: the count of reducing passes and whether a
     loader was iterated in training are; a rank that gave up its
     fingerprint still takes part.)"""
@@ -70,7 +72,14 @@ def check_same_batches():
         return
     mine = torch.tensor(fp if fp is not None else [0.0, 0.0, 0, 0], dtype=torch.float64)  # (given up: nothing said)
     hi, lo = (v.tolist() for v in _elastic.extremes(b"hvdshim.same-batches", mine, "comparing the ranks' first training batches"))
-    if not (hi == lo and lo[2] >= 1 and lo[3] == 1):
+    if not (lo[2] >= 1 and lo[3] == 1):
+        return
+    if hi != lo:  # each rank's own batches (drawn at random, as nanoGPT's get_batch draws them)
+        if _S.data_mode == "split" and _S.rank == 0:
+            warn("HVDSHIM_DATA=split, but no DataLoader was iterated in training: this script draws its batches "
+                 "itself, each rank its own, so a step trains on %d such batches (%d times the plain run's), as in "
+                 "shard mode, not on the plain run's batch cut in %d.  Split mode cuts only DataLoaders' batches "
+                 "(docs/PYTORCH.md, 'Data')" % (_S.size, _S.size, _S.size))
         return
     follow = _S.rng_mode == "per-rank" and _S.rng_default
     if follow:  # (decided alike on every rank: the reduced fingerprints and the settings are)
