@@ -189,8 +189,10 @@ def _short_errors():
     (HVDSHIM_LOG_LEVEL=debug keeps Python's traceback).  Most are raised
     alike on every rank (a setting, a loader's batch size): a rank > 0 says
     its message a second later, when rank 0 has not ended the job by then
-    (its own failure), so the job says it once.  Other exceptions, and a
-    hook the script installs itself, are left alone."""
+    (its own failure), so the job says it once.  Other exceptions keep
+    Python's traceback, a rank > 0's also a second late (a shape error in
+    the script's own line is raised alike on every rank: rank 0's
+    traceback alone); a hook the script installs itself is left alone."""
     previous = sys.excepthook
     here = os.path.dirname(os.path.abspath(__file__))
     # (hvdshim's packages, the served horovod beside this one, and torch's)
@@ -199,6 +201,7 @@ def _short_errors():
 
     def hook(kind, value, tb):
         if not isinstance(value, HvdShimError) or setting("HVDSHIM_LOG_LEVEL") == "debug":
+            capi.LIB.hvd_failing_grace()
             previous(kind, value, tb)
             _worker_hint(value, tb, inside[0])
             _split_hint(value)

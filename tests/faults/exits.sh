@@ -1,7 +1,7 @@
 #!/bin/sh
 # How a rank's script ends decides the job's end (np=3, unmodified script):
 #  - an uncaught exception on one rank: the job ends at once, non-zero, the
-#    traceback shown;
+#    traceback shown; on every rank: rank 0's traceback alone;
 #  - sys.exit(3) in the middle of an epoch: the same;
 #  - sys.exit(0) in the middle of an epoch: that rank joins; the others
 #    finish their training and the job exits 0;
@@ -31,6 +31,15 @@ grep -q "hvdshim\[1\]: error (lifecycle): this rank is exiting with status 1" "$
 [ "$took" -lt 30000 ] || fail "exception: the job took $took ms"
 no_leftovers "$tag"
 echo "exception: job ended after $took ms with the traceback"
+# the same exception on every rank (a shape error in the script's own line):
+# rank 0's traceback alone (a rank > 0 prints its own a second late, by when
+# rank 0 has ended the job)
+shim 3 "$PYTHON" "$FAULT_TRAIN" --fault raise --fault-rank -1 --fault-at 5 --steps 100000 --tag "$tag" >"$TMP/raise-all" 2>&1 &&
+  { cat "$TMP/raise-all"; fail "exception on every rank: the job exited 0"; }
+[ "$(grep -c "Traceback" "$TMP/raise-all")" = 1 ] && grep -q "^\[rank 0\] RuntimeError: injected fault at step 5" "$TMP/raise-all" ||
+  { cat "$TMP/raise-all"; fail "exception on every rank: expected rank 0's traceback alone"; }
+no_leftovers "$tag"
+echo "exception on every rank: rank 0's traceback alone"
 
 shim 3 "$PYTHON" "$FAULT_TRAIN" --fault exit --exit-code 3 --fault-rank 2 --fault-at 5 --steps 100000 --tag "$tag" >"$TMP/exit3" 2>&1 &&
   { cat "$TMP/exit3"; fail "sys.exit(3): the job exited 0"; }

@@ -9,7 +9,7 @@ process it breaks, as an outside tool would.
 Prints "step K" to stderr after each optimizer step ("[rank r] " prefixed
 under the shim), "ck K VALUE" with --checksums, and "done K" at the end.
 
-Faults (on rank --fault-rank, at step --fault-at):
+Faults (on rank --fault-rank, -1 every rank, at step --fault-at):
   raise         an uncaught RuntimeError
   exit          sys.exit(--exit-code) in the middle of the epoch
   sleep         time.sleep(--sleep-seconds): stops submitting, stays alive
@@ -38,7 +38,7 @@ def main():
     ap.add_argument("--detached", action="store_true",
                     help="start a helper program in a session of its own (it outlives the script unless ended)")
     ap.add_argument("--fault", default="none", choices=["none", "raise", "exit", "sleep", "complex", "stop-on-loss"])
-    ap.add_argument("--fault-rank", type=int, default=1)
+    ap.add_argument("--fault-rank", type=int, default=1, help="-1: every rank")
     ap.add_argument("--fault-at", type=int, default=3)
     ap.add_argument("--exit-code", type=int, default=0)
     ap.add_argument("--sleep-seconds", type=float, default=1000.0)
@@ -77,7 +77,7 @@ def main():
     stopped = False
     while step < args.steps and not stopped:
         for x, y in loader:
-            if args.fault in ("raise", "exit", "sleep") and me == args.fault_rank and step == args.fault_at:
+            if args.fault in ("raise", "exit", "sleep") and args.fault_rank in (me, -1) and step == args.fault_at:
                 if args.fault == "raise":
                     raise RuntimeError("injected fault at step %d" % step)
                 if args.fault == "exit":
