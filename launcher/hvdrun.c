@@ -14,6 +14,9 @@
  * run their own threads).  -x NAME[=VALUE] (mpirun's flag) forwards NAME
  * too, set to VALUE first where given.  --verbose prints the command it
  * runs, --dry-run prints it and stops.  Every mistake is one line naming it and the fix.
+ * It then runs that command as its child and returns once the job's
+ * processes on this host are gone, with the launcher's status
+ * (supervise.c).
  *
  * --min-np M (Horovod's flag): an elastic job (HVDSHIM_ELASTIC=1,
  * HVDSHIM_ELASTIC_MIN_NP=M): ranks that die no longer end it while M are
@@ -42,6 +45,7 @@
 #include "../config.h"
 #include "grow.h"
 #include "libpath.h"
+#include "supervise.h"
 
 #ifndef HVD_LIBDIR
 #define HVD_LIBDIR "/usr/local/lib"
@@ -557,7 +561,5 @@ command:
     fputs("hvdrun: ", stderr);
     print_argv(stderr, &envs, &cmd);
   }
-  fflush(NULL);
-  execv(exe ? exe : cmd.v[0], cmd.v);
-  die("cannot run %s: %s", exe ? exe : cmd.v[0], strerror(errno));
+  return hvd_supervise(exe ? exe : cmd.v[0], cmd.v);
 }

@@ -51,3 +51,54 @@ for sig in INT TERM KILL; do
   [ -z "$left" ] || fail "SIG$sig to mpirun: left behind: $left"
   pass "SIG$sig to mpirun$([ $sig = KILL ] && echo ", each rank a wrapper shell's exec"): $n processes (mpirun, ranks, workers) gone after $took ms, none left, nor files ($(echo $segs | wc -w) MPI shared-memory segments)"
 done
+
+# hvdrun returns once the job's processes are gone (launcher/supervise.c):
+# Ctrl-C typed in a terminal (script(1)'s pseudo-terminal: the kernel sends
+# SIGINT to the foreground process group, hvdrun and mpirun) and SIGTERM
+# sent to hvdrun alone (as `timeout` sends it first).  Open MPI 6's prterun
+# returned 60-100 ms before its ranks' reapers had finished; under Open MPI
+# 4.1 the reapers too outlived mpirun.  Checked at the moment hvdrun
+# returns: no process of the job (reapers and loader workers included); its
+# status is the signal's (130, 143) and one line says what ended the job.
+HVDRUN="$top_builddir/launcher/hvdrun"
+for how in ctrl-c term; do
+  tag="hv-$how-$$" st=
+  out="$TMP/out-hv-$how"
+  if [ $how = ctrl-c ]; then
+    fifo="$TMP/tty-in"
+    mkfifo "$fifo"
+    # (HVDCHECK_TMP, which marks the job's processes, not in script's or its shell's environment)
+    script -qfec "HVDCHECK_TMP='$TMP' HVDRUN_MPIRUN='$MPIRUN' '$HVDRUN' -np 2 -x HVDCHECK_TMP -- '$PYTHON' \
+'$FAULT_TRAIN' --steps 100000 --step-sleep 0.02 --workers 2 --tag $tag; echo HVDRUN-STATUS=\$?" /dev/null \
+      <"$fifo" >"$out" 2>&1 &
+    hv=$!
+    exec 7>"$fifo"
+  else
+    HVDCHECK_TMP="$TMP" HVDRUN_MPIRUN="$MPIRUN" "$HVDRUN" -np 2 -x HVDCHECK_TMP -- "$PYTHON" "$FAULT_TRAIN" \
+      --steps 100000 --step-sleep 0.02 --workers 2 --tag "$tag" >"$out" 2>&1 &
+    hv=$!
+  fi
+  wait_for "$out" "\[rank 1\] step 20" 90
+  n=$(job_processes | wc -w)
+  t0=$(now_ms)
+  if [ $how = ctrl-c ]; then printf '\003' >&7; else kill -TERM $hv; fi
+  if [ $how = ctrl-c ]; then
+    while ! grep -q "HVDRUN-STATUS=" "$out" && [ $(($(now_ms) - t0)) -lt 30000 ]; do sleep 0.01; done
+    left=$(job_processes)
+    st=$(sed -n 's/.*HVDRUN-STATUS=\([0-9]*\).*/\1/p' "$out")
+    exec 7>&-
+    wait $hv
+  else
+    while kill -0 $hv 2>/dev/null && [ $(($(now_ms) - t0)) -lt 30000 ]; do sleep 0.01; done
+    left=$(job_processes)
+    kill -0 $hv 2>/dev/null || { wait $hv; st=$?; }
+  fi
+  took=$(($(now_ms) - t0))
+  [ -n "${st-}" ] && [ "$took" -lt 30000 ] || { cat "$out"; fail "hvdrun, $how: it had not returned after $took ms"; }
+  [ -z "$(echo $left)" ] || { ps -o pid,ppid,stat,args -p "$(echo $left | tr ' ' ',')"; fail "hvdrun, $how: returned (status $st) while processes of the job still ran: $left"; }
+  want=143 line="hvdrun: SIGTERM: the job has ended, none of its processes left"
+  [ $how = ctrl-c ] && want=130 line="hvdrun: SIGINT (Ctrl-C): the job has ended, none of its processes left"
+  [ "$st" = $want ] && grep -q "$line" "$out" || { cat "$out"; fail "hvdrun, $how: status $st (expected $want, as the signal's) or no line '$line'"; }
+  no_leftovers "$tag"
+  pass "hvdrun, $([ $how = ctrl-c ] && echo "Ctrl-C in a terminal" || echo "SIGTERM to hvdrun"): returned after $took ms with status $st, when none of the job's $n processes was left"
+done

@@ -1,0 +1,179 @@
+/* hvdrun's last act: run the launcher (mpirun, mpiexec, srun) as a child
+ * and return only once the job's processes on this host are gone.
+ *
+ * An mpirun can end before its ranks: Open MPI 6's prterun returns on
+ * Ctrl-C about a second before its ranks have finished their exit, and
+ * Open MPI 4.1's mpirun, sent SIGTERM, sometimes exits while they still
+ * run.  The shell's prompt (or `timeout`'s end, or a batch script's next
+ * line) then came while the job still ran and held its files.  hvdrun
+ * makes itself the subreaper of what it starts (PR_SET_CHILD_SUBREAPER):
+ * a rank, a DataLoader worker or a rank's reaper whose parent ends becomes
+ * hvdrun's child, and hvdrun waits for them all after the launcher's end,
+ * up to ORPHAN_WAIT_S; what is left then is ended (SIGKILL) and said in
+ * one line.
+ *
+ * Signals: a terminal's (Ctrl-C, Ctrl-\: sent by the kernel to the whole
+ * foreground process group, the launcher and the ranks in it) reach the
+ * job themselves and are not passed on; SIGINT, SIGQUIT, SIGTERM, SIGHUP,
+ * SIGUSR1 and SIGUSR2 sent to hvdrun by a process (kill, `timeout`, a
+ * batch system) are passed on to the launcher.  hvdrun ends with the
+ * launcher's status, or by its signal.  A launcher whose hvdrun is
+ * SIGKILLed gets SIGKILL too (PR_SET_PDEATHSIG), as when hvdrun was the
+ * launcher itself. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "supervise.h"
+
+#define ORPHAN_WAIT_S 20 /* above a rank's reaper's longest (shim/reaper.c: 10 s, then 5 for its launcher) */
+
+static volatile pid_t launcher;
+static volatile sig_atomic_t got, typed; /* the first signal that reached hvdrun; from the terminal */
+
+static void pass_on(int sig, siginfo_t *si, void *ctx) {
+  (void)ctx;
+  if (!got && sig != SIGUSR1 && sig != SIGUSR2) got = sig, typed = si && si->si_code == SI_KERNEL;
+  /* (from the terminal: the launcher has it already) */
+  if (launcher > 0 && !(si && si->si_code == SI_KERNEL)) kill(launcher, sig);
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void nap_ms(long ms) {
+  struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&t, NULL);
+}
+
+/* SIGKILL to this process's children (the job's processes left); returns how many. */
+static int kill_children(void) {
+  int n = 0;
+  DIR *d = opendir("/proc");
+  if (!d) return 0;
+  pid_t self = getpid();
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    char *end;
+    long pid = strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end) continue;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[len] = 0;
+    const char *r = strrchr(buf, ')'); /* pid (comm) state ppid ... */
+    char st;
+    long ppid;
+    if (r && sscanf(r + 1, " %c %ld", &st, &ppid) == 2 && ppid == self && st != 'Z' && kill((pid_t)pid, SIGKILL) == 0)
+      n++;
+  }
+  closedir(d);
+  return n;
+}
+
+/* Reaps every child that has ended, waiting (BLOCK) for one where none
+ * has; notes the launcher's status.  0 once no child is left (ECHILD). */
+static int reap(int block, pid_t *ended_launcher, int *launcher_status) {
+  for (;;) {
+    int st;
+    pid_t p = waitpid(-1, &st, block ? 0 : WNOHANG);
+    if (p > 0) {
+      if (p == launcher) *ended_launcher = p, *launcher_status = st;
+      if (block) return 1;
+      continue;
+    }
+    if (p < 0 && errno == EINTR) continue;
+    return !(p < 0 && errno == ECHILD);
+  }
+}
+
+int hvd_supervise(const char *exe, char **argv) {
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) { /* (Linux before 3.4): be the launcher, as before */
+    execv(exe, argv);
+    fprintf(stderr, "hvdrun: cannot run %s: %s\n", exe, strerror(errno));
+    return 2;
+  }
+  static const int passed[] = {SIGINT, SIGQUIT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
+  sigset_t all, old;
+  sigemptyset(&all);
+  for (size_t i = 0; i < sizeof passed / sizeof *passed; i++) sigaddset(&all, passed[i]);
+  sigprocmask(SIG_BLOCK, &all, &old); /* (until the handlers know the launcher) */
+  pid_t self = getpid();
+  fflush(NULL);
+  pid_t c = fork();
+  if (c < 0) {
+    fprintf(stderr, "hvdrun: fork: %s\n", strerror(errno));
+    return 2;
+  }
+  if (c == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (getppid() != self) _exit(2); /* hvdrun ended before the tie */
+    prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0); /* (not inherited; said for clarity) */
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    execv(exe, argv);
+    fprintf(stderr, "hvdrun: cannot run %s: %s\n", exe, strerror(errno));
+    _exit(2);
+  }
+  launcher = c;
+  struct sigaction sa = {0};
+  sa.sa_sigaction = pass_on;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  for (size_t i = 0; i < sizeof passed / sizeof *passed; i++) sigaction(passed[i], &sa, NULL);
+  sigprocmask(SIG_SETMASK, &old, NULL);
+
+  pid_t ended = 0;
+  int status = 0;
+  while (!ended && reap(1, &ended, &status)) { /* the launcher runs (orphans reaped on the way) */
+  }
+  launcher = 0; /* (its pid may be reused: signals now reach the job themselves) */
+  double deadline = now_s() + ORPHAN_WAIT_S;
+  int killed = 0;
+  while (reap(0, &ended, &status)) { /* what it left: ranks ending, reapers cleaning up */
+    if (now_s() > deadline) {
+      if (killed) break; /* (SIGKILLed and still there: stuck in the kernel) */
+      int n = kill_children();
+      if (n)
+        fprintf(stderr, "hvdrun: %d process(es) of the job still ran %d s after %s ended; ended them (SIGKILL)\n", n,
+                ORPHAN_WAIT_S, argv[0]);
+      killed = 1;
+      deadline = now_s() + 5;
+    }
+    nap_ms(10);
+  }
+  /* Ends as the launcher did, or, where a signal stopped the job (the
+   * launcher's status not 0), as that signal would have ended hvdrun
+   * itself (the shell's 130 for Ctrl-C, 143 for SIGTERM). */
+  int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  int stopped = got && !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  if (stopped) {
+    fprintf(stderr, "hvdrun: %s: the job has ended%s\n", got == SIGINT ? (typed ? "SIGINT (Ctrl-C)" : "SIGINT") : got == SIGTERM ? "SIGTERM"
+            : got == SIGHUP ? "SIGHUP" : "SIGQUIT", killed ? "" : ", none of its processes left");
+    sig = got;
+  }
+  if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGKILL || sig == SIGPIPE) { /* (none dumps core) */
+    signal(sig, SIG_DFL);
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    sigprocmask(SIG_UNBLOCK, &one, NULL);
+    fflush(NULL);
+    raise(sig);
+  }
+  if (sig) return 128 + sig;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
