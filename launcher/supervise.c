@@ -38,10 +38,16 @@
 
 static volatile pid_t launcher;
 static volatile sig_atomic_t got, typed; /* the first signal that reached hvdrun; from the terminal */
+static volatile sig_atomic_t signals;     /* how many reached it */
 
 static void pass_on(int sig, siginfo_t *si, void *ctx) {
   (void)ctx;
-  if (!got && sig != SIGUSR1 && sig != SIGUSR2) got = sig, typed = si && si->si_code == SI_KERNEL;
+  if (sig == SIGUSR1 || sig == SIGUSR2) {
+    if (launcher > 0) kill(launcher, sig);
+    return;
+  }
+  signals++;
+  if (!got) got = sig, typed = si && si->si_code == SI_KERNEL;
   /* (from the terminal: the launcher has it already) */
   if (launcher > 0 && !(si && si->si_code == SI_KERNEL)) kill(launcher, sig);
 }
@@ -142,14 +148,15 @@ int hvd_supervise(const char *exe, char **argv) {
   }
   launcher = 0; /* (its pid may be reused: signals now reach the job themselves) */
   double deadline = now_s() + ORPHAN_WAIT_S;
-  int killed = 0;
+  int killed = 0, before = signals;
   while (reap(0, &ended, &status)) { /* what it left: ranks ending, reapers cleaning up */
+    if (signals != before && !killed) deadline = 0; /* (Ctrl-C again while it waits: no more waiting) */
     if (now_s() > deadline) {
       if (killed) break; /* (SIGKILLed and still there: stuck in the kernel) */
       int n = kill_children();
       if (n)
-        fprintf(stderr, "hvdrun: %d process(es) of the job still ran %d s after %s ended; ended them (SIGKILL)\n", n,
-                ORPHAN_WAIT_S, argv[0]);
+        fprintf(stderr, "hvdrun: %d process(es) of the job still ran %s after %s ended; ended them (SIGKILL)\n", n,
+                deadline ? "20 s" : "at a second signal", argv[0]);
       killed = 1;
       deadline = now_s() + 5;
     }
