@@ -11,7 +11,7 @@ from .capi import debug, info, setting
 from .patching import after_import, untraced, wrap
 from . import tempdir as _tempdir
 from .state import _S, _warn_once
-from .output import _redirect_output, _set_threads, _short_errors, cores_per_rank
+from .output import _redirect_output, _set_threads, _short_errors, _stop_gracefully, cores_per_rank
 from .lifecycle import HOROVOD, _check_stand_aside, _other_distribution, _stand_aside
 from .gradients.accumulation import note_zero_grad
 from .gradients.backward import _B, _average_loss, _backward_averaging, _note_scaled, counted
@@ -460,6 +460,7 @@ def install(rng_seed=None):
         _FP.compare_batches = True
     _redirect_output(setting("HVDSHIM_WORKER_STDOUT") == "1")
     _short_errors()
+    _stop_gracefully()
     _set_threads()
     _patch()
     after_import("horovod", _horovod_imported)

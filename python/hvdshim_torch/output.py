@@ -4,6 +4,7 @@ hvdshim error in two lines, intra-op threads per rank.
 Its state: _O."""
 import logging
 import os
+import signal
 import sys
 import traceback
 import torch
@@ -19,6 +20,7 @@ class _Console:
         self.stdout_saved = None    # ("fd", descriptor) of a silenced stdout, or ("wrap", stream) of a prefixed one
         self.stderr_orig = None     # sys.stderr before its lines were prefixed
         self.quiet_console = False  # console logging below WARNING dropped (ranks other than 0)
+        self.stopped = False        # SIGTERM raised KeyboardInterrupt (_stop_gracefully)
 
 
 _O = _Console()
@@ -200,6 +202,10 @@ def _short_errors():
               os.path.dirname(os.path.abspath(torch.__file__)))
 
     def hook(kind, value, tb):
+        if _O.stopped:  # (the launcher's line, or hvdrun's, says why)
+            _stopped_end(value)
+            return None
+        _end_by_sigterm()  # (failing: rank 0 may end the job during the grace below, and this rank ends at once)
         if not isinstance(value, HvdShimError) or setting("HVDSHIM_LOG_LEVEL") == "debug":
             capi.LIB.hvd_failing_grace()
             previous(kind, value, tb)
@@ -220,6 +226,63 @@ def _short_errors():
         except Exception:
             previous(kind, value, tb)
     sys.excepthook = hook
+
+
+def _stop_gracefully():
+    """Launchers stop a job's ranks with SIGTERM (Ctrl-C typed at mpirun,
+    `timeout`, another rank's failure), which ends a Python process at
+    once, without the script's own cleanup: a `with TemporaryDirectory()`
+    holding the best weights (pytorch/tutorials' transfer learning) was
+    left in /tmp with them, where the plain run's Ctrl-C
+    (KeyboardInterrupt) removes it.  Where the script set no SIGTERM
+    handler of its own, SIGTERM raises KeyboardInterrupt in the rank's
+    main thread: `with`, `finally` and atexit run, no traceback is
+    printed, and Python ends the rank by SIGINT, as after a Ctrl-C (it
+    does so for a KeyboardInterrupt itself, not a subclass); a second
+    SIGTERM ends it at once.  (Not where torch is first
+    imported outside the main thread: Python sets handlers there only.)"""
+    try:
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+            # (a process forked from the rank, a loader's or a Pool's worker, which Pool.terminate() ends
+            # with SIGTERM, keeps Python's default)
+            os.register_at_fork(after_in_child=_end_by_sigterm)
+    except (ValueError, OSError):
+        pass
+
+
+def _end_by_sigterm():
+    """SIGTERM ends the rank at once again (its script's cleanup has run)."""
+    try:
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except (ValueError, OSError):
+        pass
+
+
+def _on_sigterm(_signum, _frame):
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _O.stopped = True
+    # (the loader's workers, in the rank's process group, got the launcher's
+    # SIGTERM too: torch reports their end in the iterator's __del__)
+    sys.unraisablehook = lambda _unraisable: None
+    raise KeyboardInterrupt
+
+
+def _stopped_end(value):
+    """The exception that ends a rank stopped by SIGTERM, said by no one.
+    Python ends the rank by SIGINT after its atexit handlers where it is
+    the KeyboardInterrupt itself; another one raised on the way (a loader
+    worker's end, noticed by torch) ends it by SIGTERM here, as the
+    launcher meant, not by an exit status that would read as the rank's
+    own failure."""
+    if type(value) is not KeyboardInterrupt:  # pylint: disable=unidiomatic-typecheck
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:  # pylint: disable=broad-except
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)  # (its handler is the default again)
 
 
 def _worker_hint(value, tb, own):

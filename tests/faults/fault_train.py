@@ -4,6 +4,7 @@ fault injector below reads the launcher's rank variable only to pick the
 process it breaks, as an outside tool would.
 
     python fault_train.py [--steps N] [--step-sleep S] [--checksums] [--workers W [--start METHOD]] [--detached]
+                          [--tempdir]
                           [--fault KIND --fault-rank R --fault-at K ...]
 
 Prints "step K" to stderr after each optimizer step ("[rank r] " prefixed
@@ -43,6 +44,8 @@ def main():
     ap.add_argument("--exit-code", type=int, default=0)
     ap.add_argument("--sleep-seconds", type=float, default=1000.0)
     ap.add_argument("--tag", default="", help="ignored; lets a test find its processes")
+    ap.add_argument("--tempdir", action="store_true",
+                    help="train inside `with tempfile.TemporaryDirectory()`, its checkpoint there every 10 steps")
     args = ap.parse_args()
 
     me = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK", os.environ.get("PMI_RANK", "0"))))
@@ -73,6 +76,15 @@ def main():
     def checksum():
         return sum(float(p.detach().double().sum()) for p in model.parameters())
 
+    if args.tempdir:  # (as pytorch/tutorials' transfer learning keeps its best weights)
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            train(args, me, loader, model, opt, checksum, d)
+    else:
+        train(args, me, loader, model, opt, checksum, None)
+
+
+def train(args, me, loader, model, opt, checksum, ckdir):
     step = 0
     stopped = False
     while step < args.steps and not stopped:
@@ -96,6 +108,8 @@ def main():
             print("step", step, file=sys.stderr, flush=True)
             if args.checksums:
                 print("ck %d %.9f" % (step, checksum()), file=sys.stderr, flush=True)
+            if ckdir and step % 10 == 0:
+                torch.save(model.state_dict(), os.path.join(ckdir, "best.pt"))
             if args.step_sleep:
                 time.sleep(args.step_sleep)
             if step >= args.steps:

@@ -85,6 +85,31 @@ shim 2 "$PYTHON" "$TRAIN" --epochs 1 --print-lr --out ck.pt 2>&1 | grep -q '^lr 
 HVDSHIM_SCALE_LR=1 shim 2 "$PYTHON" "$TRAIN" --epochs 1 --print-lr --out ck.pt 2>&1 | grep -q '^lr 0.2$' ||
   fail "HVDSHIM_SCALE_LR=1 did not double the lr at np=2"
 pass "HVDSHIM_SCALE_LR"
+# SIGTERM in a rank raises KeyboardInterrupt (the launcher's stop runs the
+# script's cleanup: tests/faults/sigint.sh); processes forked from the rank
+# keep Python's default: `with Pool()` ends its workers with SIGTERM
+# (Pool.terminate), quietly (each printed a KeyboardInterrupt traceback)
+cat >pool.py <<'EOF_PY'
+import multiprocessing
+import signal
+import torch
+def square(x):
+    return x * x
+if __name__ == "__main__":
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        print("sum", sum(pool.map(square, range(100))))
+    m = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        m(torch.randn(8, 4)).sum().backward()
+        opt.step()
+    print("sigterm handled", signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL)
+EOF_PY
+shim 2 "$PYTHON" pool.py >out 2>err || { cat out err; fail "Pool run failed"; }
+grep -q "^sum 328350$" out && grep -q "^sigterm handled True$" out && ! grep -q "Traceback\|KeyboardInterrupt" err ||
+  { cat out err; fail "with Pool(): expected its workers ended quietly (and the rank's SIGTERM handled)"; }
+pass "SIGTERM: the rank's handled (KeyboardInterrupt), its forks' Python's default (a Pool's workers end quietly)"
 # changes nothing: preloaded without mpirun, and at one rank
 "$PYTHON" "$TRAIN" --out plain.pt >plain.out 2>plain.err || fail "plain run failed"
 LD_PRELOAD="$LIB" "$PYTHON" "$TRAIN" --out pre.pt >pre.out 2>pre.err || fail "preloaded run failed"
