@@ -154,9 +154,11 @@ int hvd_supervise(const char *exe, char **argv) {
     if (now_s() > deadline) {
       if (killed) break; /* (SIGKILLed and still there: stuck in the kernel) */
       int n = kill_children();
-      if (n)
-        fprintf(stderr, "hvdrun: %d process(es) of the job still ran %s after %s ended; ended them (SIGKILL)\n", n,
-                deadline ? "20 s" : "at a second signal", argv[0]);
+      if (n && deadline)
+        fprintf(stderr, "hvdrun: %d process(es) of the job still ran %d s after %s ended; ended them (SIGKILL)\n", n,
+                ORPHAN_WAIT_S, argv[0]);
+      else if (n)
+        fprintf(stderr, "hvdrun: %d process(es) of the job still ran at a second signal; ended them (SIGKILL)\n", n);
       killed = 1;
       deadline = now_s() + 5;
     }
@@ -168,8 +170,11 @@ int hvd_supervise(const char *exe, char **argv) {
   int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
   int stopped = got && !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   if (stopped) {
-    fprintf(stderr, "hvdrun: %s: the job has ended%s\n", got == SIGINT ? (typed ? "SIGINT (Ctrl-C)" : "SIGINT") : got == SIGTERM ? "SIGTERM"
-            : got == SIGHUP ? "SIGHUP" : "SIGQUIT", killed ? "" : ", none of its processes left");
+    const char *what = got == SIGINT    ? (typed ? "SIGINT (Ctrl-C)" : "SIGINT")
+                       : got == SIGTERM ? "SIGTERM"
+                       : got == SIGHUP  ? "SIGHUP"
+                                        : "SIGQUIT";
+    fprintf(stderr, "hvdrun: %s: the job has ended%s\n", what, killed ? "" : ", none of its processes left");
     sig = got;
   }
   if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGKILL || sig == SIGPIPE) { /* (none dumps core) */
