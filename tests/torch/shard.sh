@@ -98,6 +98,27 @@ for run in sliced:1 random:1 sliced:4 random:4; do
   [ "$same" = "$want" ] || { cat "$TMP/nodl"; fail "random batches, k=$k: the same on both ranks at: $same (expected: $want)"; }
 done
 pass "no DataLoader: batches the script cuts itself named once as the same on every rank; random batches not, and drawn per rank from the first backward on (also with 4 passes a step)"
+# the same batches, but a second model fed what a per-rank draw shaped (a
+# seq2seq decoder under teacher forcing): still named once (the step's first
+# forward alone is compared; every forward's was, and the draw hid it)
+cat >"$TMP/twomodels.py" <<'EOF_PY'
+import torch
+torch.manual_seed(0)
+X, Y = torch.randn(64, 8), torch.randn(64, 1)
+enc, dec = torch.nn.Linear(8, 8), torch.nn.Linear(8, 1)
+opt = torch.optim.SGD([*enc.parameters(), *dec.parameters()], lr=0.01)
+for i in range(8):
+    h = enc(X[8 * i:8 * i + 8]) * (1 + 0.1 * torch.rand(1))
+    loss = ((dec(h) - Y[8 * i:8 * i + 8]) ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("done")
+EOF_PY
+shim 2 "$PYTHON" "$TMP/twomodels.py" >"$TMP/nodl" 2>&1 || { cat "$TMP/nodl"; fail "two-model run failed"; }
+[ "$(grep -c 'every rank trained on the same batches in its first steps' "$TMP/nodl")" = 1 ] ||
+  { cat "$TMP/nodl"; fail "no DataLoader, the same batches, a second model fed a per-rank draw: expected one line naming the same batches"; }
+pass "no DataLoader, the same batches, a second model fed what a per-rank draw shaped: named once (the step's first forward compared)"
 # HVDSHIM_DATA=split with random batches and no loader (nanoGPT): split mode
 # has nothing to cut, and the job is not the plain run: said once, by rank 0
 HVDSHIM_DATA=split shim 2 "$PYTHON" "$TMP/nodl.py" random 1 >"$TMP/nodl" 2>&1 || { cat "$TMP/nodl"; fail "no-DataLoader run (random, split) failed"; }

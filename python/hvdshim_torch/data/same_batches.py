@@ -21,6 +21,7 @@ class _Fingerprint:
         self.same_batches = None
         self.compare_batches = False  # the comparison is ahead (the same on every rank)
         self.root_calls = 0         # root forwards before the first reducing backward (while compared)
+        self.noted_at = -1          # the reducing passes done when a batch was last noted (one a step)
 
 
 _FP = _Fingerprint()
@@ -31,8 +32,14 @@ _BEFORE_TRAINING = 64  # root forwards before the first reducing backward after 
 def _note_batch(x):
     """A root's training forward between the first and the third reducing
     backward pass: its batch (the first input) counts in this rank's
-    fingerprint.  A script that makes no training forward for
-    _BEFORE_TRAINING root calls (inference) is not followed further."""
+    fingerprint, the step's first such forward only (a later one may be fed
+    what a per-rank draw decided, as teacher forcing feeds a decoder: the
+    data alike on every rank, the fingerprints not).  A script that makes
+    no training forward for _BEFORE_TRAINING root calls (inference) is not
+    followed further."""
+    if _FP.noted_at == _S.reductions:
+        return
+    _FP.noted_at = _S.reductions
     fp = _FP.same_batches
     try:
         with torch.no_grad():
