@@ -205,9 +205,9 @@ def _short_errors():
         if _O.stopped:  # (the launcher's line, or hvdrun's, says why)
             _stopped_end(value)
             return None
-        _end_by_sigterm()  # (failing: rank 0 may end the job during the grace below, and this rank ends at once)
+        _end_by_sigterm()  # (failing: rank 0 may end the job during the grace, and this rank ends at once)
+        capi.LIB.hvd_failing_grace()  # (rank 0's traceback or line alone where every rank fails alike)
         if not isinstance(value, HvdShimError) or setting("HVDSHIM_LOG_LEVEL") == "debug":
-            capi.LIB.hvd_failing_grace()
             previous(kind, value, tb)
             _worker_hint(value, tb, inside[0])
             _split_hint(value)
@@ -218,7 +218,6 @@ def _short_errors():
             if not name.startswith(inside) and not name.startswith("<"):
                 where = "%s:%d, in %s" % (frame.f_code.co_filename, line, frame.f_code.co_name)
         msg = str(value) if str(value).startswith("hvdshim") else "hvdshim: %s" % value
-        capi.LIB.hvd_failing_grace()  # (rank 0's line alone where every rank fails alike)
         try:
             sys.stderr.write("%s\n  (raised at %s; HVDSHIM_LOG_LEVEL=debug prints the traceback)\n"
                              % (msg, where or "hvdshim's own code"))
