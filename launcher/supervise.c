@@ -3,7 +3,7 @@
  *
  * An mpirun can end before its ranks: Open MPI 6's prterun returns on
  * Ctrl-C about a second before its ranks have finished their exit, and
- * Open MPI 4.1's mpirun, sent SIGTERM, sometimes exits while they still
+ * Open MPI 4.1's mpirun, sent a second SIGTERM, exits at once while they still
  * run.  The shell's prompt (or `timeout`'s end, or a batch script's next
  * line) then came while the job still ran and held its files.  hvdrun
  * makes itself the subreaper of what it starts (PR_SET_CHILD_SUBREAPER):
@@ -16,7 +16,10 @@
  * foreground process group, the launcher and the ranks in it) reach the
  * job themselves and are not passed on; SIGINT, SIGQUIT, SIGTERM, SIGHUP,
  * SIGUSR1 and SIGUSR2 sent to hvdrun by a process (kill, `timeout`, a
- * batch system) are passed on to the launcher.  hvdrun ends with the
+ * batch system) are passed on to the launcher.  One sent to hvdrun's
+ * whole process group reaches the launcher twice, and Open MPI 4.1's
+ * mpirun ends at once at a second, leaving its ranks: after a stop, what
+ * the launcher left gets SIGTERM from hvdrun.  hvdrun ends with the
  * launcher's status, or by its signal.  A launcher whose hvdrun is
  * SIGKILLed gets SIGKILL too (PR_SET_PDEATHSIG), as when hvdrun was the
  * launcher itself. */
@@ -63,8 +66,9 @@ static void nap_ms(long ms) {
   nanosleep(&t, NULL);
 }
 
-/* SIGKILL to this process's children (the job's processes left); returns how many. */
-static int kill_children(void) {
+/* SIG to this process's children (the job's processes left) but those in
+ * SKIP (the first *NSKIP), which gains them (up to MAX); returns how many. */
+static int signal_children(int sig, pid_t *skip, int *nskip, int max) {
   int n = 0;
   DIR *d = opendir("/proc");
   if (!d) return 0;
@@ -84,8 +88,12 @@ static int kill_children(void) {
     const char *r = strrchr(buf, ')'); /* pid (comm) state ppid ... */
     char st;
     long ppid;
-    if (r && sscanf(r + 1, " %c %ld", &st, &ppid) == 2 && ppid == self && st != 'Z' && kill((pid_t)pid, SIGKILL) == 0)
-      n++;
+    if (!r || sscanf(r + 1, " %c %ld", &st, &ppid) != 2 || ppid != self || st == 'Z') continue;
+    int seen = 0;
+    for (int i = 0; skip && i < *nskip && !seen; i++) seen = skip[i] == (pid_t)pid;
+    if (seen || kill((pid_t)pid, sig) != 0) continue;
+    n++;
+    if (skip && *nskip < max) skip[(*nskip)++] = (pid_t)pid;
   }
   closedir(d);
   return n;
@@ -147,13 +155,25 @@ int hvd_supervise(const char *exe, char **argv) {
   while (!ended && reap(1, &ended, &status)) { /* the launcher runs (orphans reaped on the way) */
   }
   launcher = 0; /* (its pid may be reused: signals now reach the job themselves) */
-  double deadline = now_s() + ORPHAN_WAIT_S;
+  double deadline = now_s() + ORPHAN_WAIT_S, next_term = 0;
   int killed = 0, before = signals;
+  static pid_t termed[1024];
+  int ntermed = 0;
   while (reap(0, &ended, &status)) { /* what it left: ranks ending, reapers cleaning up */
     if (signals != before && !killed) deadline = 0; /* (Ctrl-C again while it waits: no more waiting) */
+    /* Stopped by a signal: a launcher sent two (Open MPI 4.1's mpirun, by
+     * `timeout`, a batch system or a kill of the whole process group: one
+     * to it, one passed on by hvdrun) ends at once and leaves its ranks
+     * running.  Each process it left (a rank: its reaper ignores it) gets
+     * SIGTERM, once, so the script's cleanup runs as after the launcher's
+     * own; one orphaned later (a wrapper shell's child) too. */
+    if (got && !killed && now_s() >= next_term) {
+      signal_children(SIGTERM, termed, &ntermed, (int)(sizeof termed / sizeof *termed));
+      next_term = now_s() + 0.1;
+    }
     if (now_s() > deadline) {
       if (killed) break; /* (SIGKILLed and still there: stuck in the kernel) */
-      int n = kill_children();
+      int n = signal_children(SIGKILL, NULL, NULL, 0);
       if (n && deadline)
         fprintf(stderr, "hvdrun: %d process(es) of the job still ran %d s after %s ended; ended them (SIGKILL)\n", n,
                 ORPHAN_WAIT_S, argv[0]);

@@ -54,8 +54,12 @@ done
 
 # hvdrun returns once the job's processes are gone (launcher/supervise.c):
 # Ctrl-C typed in a terminal (script(1)'s pseudo-terminal: the kernel sends
-# SIGINT to the foreground process group, hvdrun and mpirun) and SIGTERM
-# sent to hvdrun alone (as `timeout` sends it first).  Open MPI 6's prterun
+# SIGINT to the foreground process group, hvdrun and mpirun), SIGTERM
+# sent to hvdrun alone, and SIGTERM sent to its process group, as `timeout`
+# (after one to hvdrun), a batch system or a tool that started hvdrun in a
+# session of its own sends it: the launcher gets it twice (itself, and
+# from hvdrun), and Open MPI 4.1's mpirun ended at once at the second,
+# leaving the ranks to hvdrun's SIGKILL 20 s later.  Open MPI 6's prterun
 # returned 60-100 ms before its ranks' reapers had finished; under Open MPI
 # 4.1 the reapers too outlived mpirun.  Checked at the moment hvdrun
 # returns: no process of the job (reapers and loader workers included); its
@@ -66,7 +70,7 @@ done
 # in the plain run, and the folder is removed (it was left in the job's
 # TMPDIR, rank 0's checkpoint in it: python/hvdshim_torch/output.py).
 HVDRUN="$top_builddir/launcher/hvdrun"
-for how in ctrl-c term; do
+for how in ctrl-c term group; do
   tag="hv-$how-$$" st=
   mkdir -p "$TMP/tmp-hv-$how"
   out="$TMP/out-hv-$how"
@@ -80,14 +84,16 @@ for how in ctrl-c term; do
     hv=$!
     exec 7>"$fifo"
   else
-    TMPDIR="$TMP/tmp-hv-$how" HVDCHECK_TMP="$TMP" HVDRUN_MPIRUN="$MPIRUN" "$HVDRUN" -np 2 -x HVDCHECK_TMP -- "$PYTHON" \
-      "$FAULT_TRAIN" --steps 100000 --step-sleep 0.02 --workers 2 --tempdir --tag "$tag" >"$out" 2>&1 &
+    # (group: setsid, not forking here, makes hvdrun a process group's leader)
+    TMPDIR="$TMP/tmp-hv-$how" HVDCHECK_TMP="$TMP" HVDRUN_MPIRUN="$MPIRUN" $([ $how = group ] && echo setsid) "$HVDRUN" \
+      -np 2 -x HVDCHECK_TMP -- "$PYTHON" "$FAULT_TRAIN" --steps 100000 --step-sleep 0.02 --workers 2 --tempdir \
+      --tag "$tag" >"$out" 2>&1 &
     hv=$!
   fi
   wait_for "$out" "\[rank 1\] step 20" 90
   n=$(job_processes | wc -w)
   t0=$(now_ms)
-  if [ $how = ctrl-c ]; then printf '\003' >&7; else kill -TERM $hv; fi
+  case $how in ctrl-c) printf '\003' >&7 ;; term) kill -TERM $hv ;; group) kill -TERM -- -$hv ;; esac
   if [ $how = ctrl-c ]; then
     while ! grep -q "HVDRUN-STATUS=" "$out" && [ $(($(now_ms) - t0)) -lt 30000 ]; do sleep 0.01; done
     left=$(job_processes)
@@ -113,5 +119,6 @@ for how in ctrl-c term; do
   [ "$MPI_KIND" = ompi5 ] && rm -rf "$TMP/tmp-hv-$how"/tmp* && left=
   [ -z "$left" ] || { ls -lR "$TMP/tmp-hv-$how"; fail "hvdrun, $how: left in the job's TMPDIR: $left (the script's TemporaryDirectory not removed)"; }
   [ "$(grep -c "Traceback\|KeyboardInterrupt" "$out")" = 0 ] || { cat "$out"; fail "hvdrun, $how: a traceback printed"; }
-  pass "hvdrun, $([ $how = ctrl-c ] && echo "Ctrl-C in a terminal" || echo "SIGTERM to hvdrun"): returned after $took ms with status $st, when none of the job's $n processes was left$([ "$MPI_KIND" = ompi5 ] || echo ", nor the script's TemporaryDirectory")"
+  case $how in ctrl-c) what="Ctrl-C in a terminal" ;; term) what="SIGTERM to hvdrun" ;; group) what="SIGTERM to hvdrun's process group" ;; esac
+  pass "hvdrun, $what: returned after $took ms with status $st, when none of the job's $n processes was left$([ "$MPI_KIND" = ompi5 ] || echo ", nor the script's TemporaryDirectory")"
 done
