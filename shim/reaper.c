@@ -239,6 +239,8 @@ static int environ_names(pid_t pid, const char *key) {
 /* A launcher of either kind: Open MPI's (mpirun, orted, prted) or Hydra's proxy. */
 static int is_any_launcher(pid_t pid) { return is_launcher(pid) || is_hydra_proxy(pid); }
 
+pid_t hvd_reaper_host_launcher(unsigned long long *start) { return ancestor(getpid(), is_any_launcher, start); }
+
 #define PROBE_MAX 256 /* local ranks followed */
 static struct {
   pid_t launcher;

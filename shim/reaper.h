@@ -44,6 +44,7 @@
 #define HVD_REAPER_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 /* In an armed rank process's constructor: fork the reaper, or, in the
  * same process after an exec (a wrapper shell's `exec python`), find the
@@ -100,5 +101,11 @@ void hvd_reaper_bear_hydra_notice(int (*watched)(void));
  * hydra_pmi_proxy) descendants, a few generations down, whose environment
  * names a local rank; 0 where no such launcher is found. */
 int hvd_reaper_local_rank_gone(char *who, size_t n);
+
+/* This rank's launcher process on this host (mpirun, orted, prted,
+ * hydra_pmi_proxy: the nearest such ancestor, a few generations up) and
+ * its start time into START: one job's ranks on one host share it.  0
+ * where none is found (srun's step daemon, a launcher of another kind). */
+pid_t hvd_reaper_host_launcher(unsigned long long *start);
 
 #endif

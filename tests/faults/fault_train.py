@@ -44,11 +44,16 @@ def main():
     ap.add_argument("--exit-code", type=int, default=0)
     ap.add_argument("--sleep-seconds", type=float, default=1000.0)
     ap.add_argument("--tag", default="", help="ignored; lets a test find its processes")
+    ap.add_argument("--slow-end", type=float, default=0.0,
+                    help="rank 0's end takes this many seconds more (an atexit handler: an uploader's flush)")
     ap.add_argument("--tempdir", action="store_true",
                     help="train inside `with tempfile.TemporaryDirectory()`, its checkpoint there every 10 steps")
     args = ap.parse_args()
 
     me = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK", os.environ.get("PMI_RANK", "0"))))
+    if args.slow_end and me == 0:
+        import atexit
+        atexit.register(time.sleep, args.slow_end)
     torch.manual_seed(0)
     n = 512
     X = torch.randn(n, 8)
