@@ -84,6 +84,17 @@ int hvd_env_local_size(void) {
   return env_first(NULL, local_size_vars, &ls) ? ls : -1;
 }
 
+int hvd_env_launcher_size(const char **var) {
+  static const char *const launchers[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", NULL};
+  int s = -1;
+  for (const char *const *v = launchers; *v; v++)
+    if (env_int(NULL, *v, &s)) {
+      if (var) *var = *v;
+      return s;
+    }
+  return -1;
+}
+
 int hvd_env_size(void) {
   int s = -1;
   return env_first(NULL, size_vars, &s) ? s : -1;

@@ -35,5 +35,9 @@ int hvd_env_block_rank(const char *blk, size_t len, int *local_rank);
 int hvd_env_local_size(void);
 /* Ranks in the job from the launcher's environment, or -1. */
 int hvd_env_size(void);
+/* The same, from an MPI launcher's own variable alone (Open MPI's
+ * OMPI_COMM_WORLD_SIZE, a PMI launcher's PMI_SIZE: MPICH's Hydra), named
+ * into *VAR; -1 where neither is set. */
+int hvd_env_launcher_size(const char **var);
 
 #endif

@@ -287,6 +287,39 @@ static enum launcher launcher_kind(const char *mpirun, char *ver, size_t verlen)
   return k;
 }
 
+/* Whether a launcher of KIND (version VER) starts ranks of the library's
+ * MPI (HVD_MPI_FAMILY): Open MPI's mpirun starting an MPICH build, or
+ * Hydra an Open MPI one, starts ranks that each find themselves alone.
+ * One whose --version names neither is taken as it is. */
+static int launcher_fits(enum launcher kind, const char *ver) {
+  if (!strcmp(ver, "unknown")) return 1;
+  if (!strcmp(HVD_MPI_FAMILY, "mpich")) return kind == LAUNCH_HYDRA;
+  if (!strcmp(HVD_MPI_FAMILY, "openmpi")) return kind == LAUNCH_OMPI;
+  return 1;
+}
+
+/* mpirun on PATH, or, where it is another MPI's than the library's (Debian's
+ * alternatives pick one where both are installed), that MPI's own by its
+ * Debian name; NULL where there is none.  *KIND and VER: the launcher's. */
+static char *find_mpirun(enum launcher *kind, char *ver, size_t verlen) {
+  static const char *const names[] = {"mpirun", "mpirun.openmpi", "mpiexec.mpich", "mpirun.mpich", "mpiexec.hydra",
+                                      "mpiexec", NULL};
+  char *first = NULL;
+  for (const char *const *n = names; *n; n++) {
+    char *p = find_in_path(*n);
+    if (!p) continue;
+    *kind = launcher_kind(p, ver, verlen);
+    if (launcher_fits(*kind, ver)) {
+      free(first);
+      return p;
+    }
+    if (!first) first = p;
+    else free(p);
+  }
+  if (first) *kind = launcher_kind(first, ver, verlen);
+  return first; /* (the caller says it does not fit) */
+}
+
 /* srun's --mpi when the cluster sets none: an MPI started by srun needs a
  * PMI plugin (Open MPI: pmix), but clusters whose MpiDefault is "none"
  * start ranks that cannot find each other.  NULL: leave srun's default
@@ -468,10 +501,13 @@ int main(int argc, char **argv) {
     pushf(&cmd, "--export=ALL,LD_PRELOAD=%s", preload);
   } else {
     const char *m = getenv("HVDRUN_MPIRUN");
-    char *mpirun = m && *m ? strdup(m) : find_in_path("mpirun");
+    char ver[128] = "unknown";
+    enum launcher kind = LAUNCH_OMPI;
+    char *mpirun = m && *m ? strdup(m) : find_mpirun(&kind, ver, sizeof ver);
     if (!mpirun || access(mpirun, X_OK) != 0)
-      die("mpirun not found%s (apt-get install openmpi-bin, or set HVDRUN_MPIRUN=/path/to/mpirun)",
-          m && *m ? " at HVDRUN_MPIRUN" : " on PATH");
+      die("mpirun not found%s (apt-get install %s, or set HVDRUN_MPIRUN=/path/to/mpirun)",
+          m && *m ? " at HVDRUN_MPIRUN" : " on PATH", strcmp(HVD_MPI_FAMILY, "mpich") ? "openmpi-bin" : "mpich");
+    if (m && *m) kind = launcher_kind(mpirun, ver, sizeof ver);
     long slots;
     char where[64];
     char *filehosts = NULL;
@@ -485,14 +521,13 @@ int main(int argc, char **argv) {
     if (np > slots && !oversub)
       die("-np %ld needs %ld slots, but there are %ld %s; add --oversubscribe to run more ranks than slots%s", np, np,
           slots, where, hosts || hostfile ? "" : ", or hosts with -H");
-    char ver[128];
-    enum launcher kind = launcher_kind(mpirun, ver, sizeof ver);
-    /* Found on PATH: run it as a shell would, named "mpirun".  Open MPI
-     * takes an absolute argv[0] as --prefix and puts that folder's bin first
-     * on the ranks' PATH, so `python3` there would be /usr/bin/python3 rather
-     * than the caller's (a virtual environment's, pyenv's). */
+    /* Found on PATH: run it as a shell would, by its name ("mpirun",
+     * "mpiexec.mpich").  Open MPI takes an absolute argv[0] as --prefix and
+     * puts that folder's bin first on the ranks' PATH, so `python3` there
+     * would be /usr/bin/python3 rather than the caller's (a virtual
+     * environment's, pyenv's). */
     exe = mpirun;
-    push(&cmd, m && *m ? mpirun : "mpirun");
+    push(&cmd, m && *m ? mpirun : strrchr(mpirun, '/') + 1);
     if (min_np && (kind == LAUNCH_HYDRA || atoi(ver) < 5))
       die("--min-np: an elastic job needs an MPI that survives a peer's death (ULFM: Open MPI 5 or later, as on Debian "
           "trixie and sid); this mpirun is %s %s", kind == LAUNCH_HYDRA ? "Hydra (MPICH)" : "Open MPI", ver);
@@ -503,6 +538,15 @@ int main(int argc, char **argv) {
       fprintf(stderr, "hvdrun: warning: --min-np across hosts under Open MPI %s: a rank that dies is survived, but a "
               "host lost (its Open MPI daemon) ends the whole job, and mpirun then exits 0; Open MPI 6 survives it\n",
               ver);
+    if (!launcher_fits(kind, ver)) { /* (a dry run still shows the line, this one a warning) */
+      fprintf(stderr, "hvdrun: %s%s (%s) is %s %s's launcher, but libhvdshim was built with %s: each rank would find "
+              "itself alone; install that MPI's (apt-get install %s) or set HVDRUN_MPIRUN to it\n",
+              dry ? "warning: " : "", m && *m ? "HVDRUN_MPIRUN" : "mpirun", mpirun,
+              kind == LAUNCH_HYDRA ? "Hydra (MPICH)" : "Open MPI", ver,
+              strcmp(HVD_MPI_FAMILY, "mpich") ? "Open MPI" : "MPICH",
+              strcmp(HVD_MPI_FAMILY, "mpich") ? "openmpi-bin" : "mpich");
+      if (!dry) return 2;
+    }
     if (kind == LAUNCH_HYDRA) {
       /* Hydra: runs as root, places more ranks than cores, passes the whole
        * environment; LD_PRELOAD for the ranks only (-genv), hosts as a -hosts

@@ -21,6 +21,7 @@
 #include "../../base/config.h"
 #include "../../base/libc.h"
 #include "../../base/log.h"
+#include "../../base/role.h"
 #include "../transports/backend_mpi.h"
 #include "engine_internal.h"
 #include "handles.h"
@@ -391,6 +392,27 @@ hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err
   }
   done = MPI_UP;
   INJECT(1);
+  /* A launcher of another MPI than the library's (Open MPI's mpirun where
+   * both are installed, running a build against MPICH): every rank is an
+   * MPI job of its own, and trained alone, with no error */
+  const char *var = NULL;
+  int told = hvd_env_launcher_size(&var), world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (told > 1 && world == 1) {
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING] = "";
+    int len = 0;
+    MPI_Get_library_version(lib, &len);
+    lib[strcspn(lib, ",\n")] = 0;
+    char *v = strstr(lib, " Version:"); /* ("MPICH Version:      4.2.1": "MPICH 4.2.1") */
+    if (v) memmove(v + 1, v + 9 + strspn(v + 9, " \t"), strlen(v + 9 + strspn(v + 9, " \t")) + 1);
+    hvd_fail(err, errlen, "the launcher started %d ranks (%s=%d) but this rank's MPI (%s) found itself alone: the "
+             "launcher is another MPI's (%s); run the job with the launcher of this library's MPI (hvdrun picks it; "
+             "on Debian: mpirun.openmpi or mpiexec.mpich)", told, var, told, lib,
+             strcmp(var, "PMI_SIZE") ? "Open MPI's mpirun" : "a PMI launcher, MPICH's mpiexec");
+    everyone_failed = 1; /* (a world of one: finalizing waits for no one) */
+    st = HVD_ERR_INVALID;
+    goto undo;
+  }
 
   MPI_Comm comm;
   HVD_CHECK_MPI_GOTO(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup(MPI_COMM_WORLD)", undo);

@@ -6,6 +6,8 @@
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
 HVDRUN="$top_builddir/launcher/hvdrun"
+# the MPI the library was built with (hvdrun runs its launcher): openmpi, mpich or other
+family=$(sed -n 's/^#define HVD_MPI_FAMILY "\(.*\)"/\1/p' "$top_builddir/config.h")
 [ -x "$HVDRUN" ] || fail "launcher/hvdrun not built"
 
 # err EXPECTED ARGS...: hvdrun ARGS fails with status 2 and one line holding EXPECTED
@@ -48,7 +50,7 @@ printf '# hosts\nnode1 slots=2\nnode2 slots=1 max_slots=4\n' >"$TMP/hosts"
 err "-np 4 needs 4 slots, but there are 3 in the hostfile" -np 4 --hostfile "$TMP/hosts" x
 cpus=$(getconf _NPROCESSORS_ONLN)
 err "-np $((cpus + 1)) needs $((cpus + 1)) slots, but there are $cpus ($cpus CPUs on this host); add --oversubscribe to run more ranks than slots, or hosts with -H" -np $((cpus + 1)) x
-RUN="env PATH=/nonexistent $HVDRUN" err "mpirun not found on PATH (apt-get install openmpi-bin, or set HVDRUN_MPIRUN=" -np 1 x
+RUN="env PATH=/nonexistent $HVDRUN" err "mpirun not found on PATH (apt-get install $([ "$family" = mpich ] && echo mpich || echo openmpi-bin), or set HVDRUN_MPIRUN=" -np 1 x
 RUN="env HVDRUN_LIB=$TMP/none.so $HVDRUN" err "HVDRUN_LIB=$TMP/none.so: No such file or directory" -np 1 x
 cp "$HVDRUN" "$TMP/hvdrun-moved"
 "$TMP/hvdrun-moved" -np 1 x 2>"$TMP/err" && fail "a moved hvdrun found a library"
@@ -57,6 +59,13 @@ grep -q "hvdrun: libhvdshim.so not found (looked in .*); build it (make) or set 
 pass "26 wrong uses each refused with one line and status 2"
 
 # The mpirun line: preload, forwarded settings, binding, root flag, hosts.
+# (An MPICH build runs MPICH's launcher: there these lines, Open MPI's, come
+# from an Open MPI 4.1 stand-in, with a warning that it is another MPI's.)
+if [ "$family" = mpich ]; then
+  printf '#!/bin/sh\n[ "$1" = --version ] && echo "mpirun (Open MPI) 4.1.4"\n' >"$TMP/ompi41"
+  chmod 755 "$TMP/ompi41"
+  export HVDRUN_MPIRUN="$TMP/ompi41"
+fi
 HVDSHIM_CYCLE_TIME=2 HOROVOD_FUSION_THRESHOLD=1M OMP_NUM_THREADS=1 LD_PRELOAD=libm.so.6 \
   "$HVDRUN" --dry-run -np 2 --hostfile "$TMP/hosts" -- python3 -u train.py --lr 0.1 >"$TMP/line" || fail "dry run"
 for want in "-np 2 " "--hostfile $TMP/hosts" "--bind-to none --map-by slot" "-x LD_PRELOAD=$top_builddir/.libs/libhvdshim.so:libm.so.6 " \
@@ -78,6 +87,7 @@ fi
 HOME=/h "$HVDRUN" --dry-run -np 2 -x FOO=bar -x HOME -x HVDSHIM_X=1 -- ./t >"$TMP/lx" || fail "-x dry run"
 grep -qF -- "FOO=bar HVDSHIM_X=1 " "$TMP/lx" && grep -qF -- " -x HVDSHIM_X -x FOO -x HOME ./t" "$TMP/lx" ||
   { cat "$TMP/lx"; fail "-x: not set and forwarded"; }
+unset HVDRUN_MPIRUN
 pass "mpirun line: preload (the user's LD_PRELOAD kept), HVDSHIM_/HOROVOD_/OMP settings and -x ones forwarded, no binding, root flag only as root"
 
 # Other launchers, told apart by their --version: Open MPI 5+ (prterun) takes
@@ -99,6 +109,33 @@ grep -qF -- "$TMP/hydra -n 2 -hosts node1:2,node2:1 -bind-to none -genv LD_PRELO
   ! grep -qE -- "--allow-run-as-root|-x |--oversubscribe" "$TMP/lh" || { cat "$TMP/lh"; fail "Hydra line"; }
 pass "Open MPI 5 and MPICH (Hydra) lines, told apart by --version"
 
+# The launcher of the library's MPI (HVD_MPI_FAMILY in config.h): where
+# `mpirun` on PATH is the other MPI's (Debian's alternatives pick one where
+# both are installed), each rank of an MPICH build started by Open MPI's
+# mpirun found itself alone and trained so, with no error.  hvdrun runs the
+# library's own by its Debian name; where there is none: one line, status 2
+# (a dry run: the line, and that as a warning).
+case $family in
+  openmpi) own=mpirun.openmpi other=hydra line="^mpirun.openmpi .*-np 2 " others="Hydra (MPICH) 4.2.0's" lib="Open MPI"
+    fake_launcher own "mpirun (Open MPI) 4.1.4" ;;
+  mpich) own=mpiexec.mpich other=ompi5 line="^mpiexec.mpich -n 2 " others="Open MPI 5.0.7's" lib=MPICH
+    fake_launcher own "HYDRA build details:
+    Version:                                 4.2.1" ;;
+  *) own= ;;
+esac
+if [ -n "$own" ]; then
+  mkdir "$TMP/both" "$TMP/only"
+  cp "$TMP/$other" "$TMP/both/mpirun" && cp "$TMP/own" "$TMP/both/$own" && cp "$TMP/$other" "$TMP/only/mpirun"
+  PATH="$TMP/both" "$HVDRUN" --dry-run -np 2 ./t >"$TMP/lb" 2>&1 && grep -q "$line" "$TMP/lb" ||
+    { cat "$TMP/lb"; fail "$family build, the other MPI's mpirun first on PATH: $own not run"; }
+  RUN="env PATH=$TMP/only $HVDRUN"
+  err "mpirun ($TMP/only/mpirun) is $others launcher, but libhvdshim was built with $lib: each rank would find itself alone" -np 2 ./t
+  unset RUN
+  env PATH="$TMP/only" "$HVDRUN" --dry-run -np 2 ./t >"$TMP/lo" 2>"$TMP/lo.err" && grep -q "^hvdrun: warning: mpirun" "$TMP/lo.err" &&
+    grep -q "^mpirun " "$TMP/lo" || { cat "$TMP/lo" "$TMP/lo.err"; fail "dry run with the other MPI's mpirun: no line, or no warning"; }
+  pass "$family build: the other MPI's mpirun first on PATH, $own runs; where only it is there, one line and status 2"
+fi
+
 # --min-np M: an elastic job (Open MPI 5+: --with-ft ulfm and the two
 # settings forwarded); refused by name where the MPI cannot survive a death.
 HVDRUN_MPIRUN="$TMP/ompi5" "$HVDRUN" --dry-run -np 2 --min-np 1 ./t >"$TMP/le" || fail "Open MPI 5 elastic dry run"
@@ -113,7 +150,9 @@ grep -q "^hvdrun: warning: --min-np across hosts under Open MPI 5.0.7: a rank th
 fake_launcher ompi6 "mpirun (Open MPI) 6.0.0rc2"
 HVDRUN_MPIRUN="$TMP/ompi6" "$HVDRUN" --dry-run -np 2 --min-np 1 -H a:1,b:1 ./t >"$TMP/le" 2>"$TMP/le.err" || fail "Open MPI 6 elastic dry run across hosts"
 HVDRUN_MPIRUN="$TMP/ompi5" "$HVDRUN" --dry-run -np 2 --min-np 1 -H a:2 ./t >"$TMP/le" 2>>"$TMP/le.err" || fail "Open MPI 5 elastic dry run on one host"
-[ ! -s "$TMP/le.err" ] || { cat "$TMP/le.err"; fail "a warning under Open MPI 6 or on one host"; }
+# (an MPICH build: the warning that these are Open MPI's launchers, only)
+! grep -v "launcher, but libhvdshim was built with" "$TMP/le.err" | grep -q . ||
+  { cat "$TMP/le.err"; fail "a warning under Open MPI 6 or on one host"; }
 RUN="env HVDRUN_MPIRUN=$TMP/hydra $HVDRUN" err "--min-np: an elastic job needs an MPI that survives a peer's death (ULFM: Open MPI 5 or later" -np 2 --min-np 1 ./t
 fake_launcher ompi4 "mpirun (Open MPI) 4.1.4"
 RUN="env HVDRUN_MPIRUN=$TMP/ompi4 $HVDRUN" err "--min-np: an elastic job needs an MPI that survives a peer's death (ULFM: Open MPI 5 or later, as on Debian trixie and sid); this mpirun is Open MPI 4.1.4" -np 2 --min-np 1 ./t
@@ -136,7 +175,8 @@ chmod +x "$TMP/venv/python3"
 PATH="$TMP/venv:$(dirname "$MPIRUN"):$PATH" timeout -k 5 60 "$HVDRUN" -np 1 python3 </dev/null >"$TMP/venv.log" 2>&1 ||
   { cat "$TMP/venv.log"; fail "hvdrun -np 1 python3 (a python3 first on PATH)"; }
 grep -q "the caller's python3 ran" "$TMP/venv.log" || { cat "$TMP/venv.log"; fail "the ranks ran another python3 than the caller's"; }
-PATH="$(dirname "$MPIRUN"):$PATH" "$HVDRUN" --dry-run -np 1 x | grep -q "^mpirun " || fail "dry run: mpirun from PATH not named as typed"
+PATH="$(dirname "$MPIRUN"):$PATH" "$HVDRUN" --dry-run -np 1 x | grep -qE "^(mpirun|mpiexec\.mpich) " ||
+  fail "dry run: mpirun from PATH not named as typed"
 pass "a program named without a path is the caller's (python3 first on PATH runs in the ranks)"
 
 # A real run: the native example through hvdrun at np=2 (verbose: the line
@@ -152,3 +192,18 @@ case $MPI_KIND in hydra) line="^hvdrun: $MPIRUN .*-genv LD_PRELOAD .*/train --st
 grep -q "$line" "$TMP/run.log" || { cat "$TMP/run.log"; fail "--verbose line"; }
 same "$TMP/ref.bin" "$TMP/np2.bin" || fail "hvdrun -np 2 differs from the plain run"
 pass "hvdrun -np 2 trains the native example like the plain run with a 2x batch"
+
+# The other MPI's launcher run by hand (where both are installed: the
+# trixie stacks): every rank says it found itself alone, and the job fails
+case $family in
+  openmpi) wrong=$(command -v mpiexec.mpich) wrong_args= ;;
+  mpich) wrong=$(command -v mpirun.openmpi) wrong_args="--allow-run-as-root --oversubscribe" ;;
+  *) wrong= ;;
+esac
+if [ -n "$wrong" ]; then
+  HVDSHIM_HOOKS="$EX/mlp.hooks" LD_PRELOAD="$LIB" timeout -k 5 120 "$wrong" $wrong_args -n 2 "$BIN/train" --steps 100 \
+    --batch 16 </dev/null >"$TMP/wrong.log" 2>&1 && { cat "$TMP/wrong.log"; fail "$wrong: the job ended 0"; }
+  grep -q "the launcher started 2 ranks (\(OMPI_COMM_WORLD_SIZE\|PMI_SIZE\)=2) but this rank's MPI (.*) found itself alone" "$TMP/wrong.log" ||
+    { cat "$TMP/wrong.log"; fail "$wrong: no line naming the other MPI's launcher"; }
+  pass "the other MPI's launcher ($wrong): the job fails, its ranks say they found themselves alone"
+fi
