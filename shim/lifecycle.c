@@ -29,14 +29,13 @@
 #include <string.h>
 #include <limits.h>
 #include <sys/auxv.h>
-#include <stddef.h>
-#include <sys/socket.h>
+#include <fcntl.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../base/config.h"
+#include "../base/libc.h"
 #include "../base/log.h"
 #include "../base/remover.h"
 #include "../base/role.h"
@@ -288,31 +287,20 @@ static pid_t own_mpi_pid;
  * second is not always enough: rank 0's Python may take longer to end
  * (its atexit handlers, torch's teardown on a loaded host) and its
  * launcher to end the others (MPICH's Hydra).  So a failing rank 0 says
- * that it is failing to the ranks of its host: it binds an abstract socket
- * named after the job's launcher process there, which goes with its
- * process (no file to remove, whatever ends it).  A failing rank > 0 that
- * finds the name waits while rank 0's process lives (FAILING_WAIT_MS at
- * most) and a second after; one that does not (rank 0 runs on, or on
- * another host) waits its second. */
+ * that it is failing to the ranks of its host: a file in /dev/shm named
+ * after the job's launcher process there, removed once rank 0's process
+ * has ended, however it ends (hvd_remove_at_end).  A failing rank > 0 that
+ * finds it waits while it is there (FAILING_WAIT_MS at most) and a second
+ * after; one that does not (rank 0 runs on, or on another host) waits its
+ * second. */
 #define FAILING_WAIT_MS 20000
 
-static int failing_name(struct sockaddr_un *a, socklen_t *len) {
+static int failing_path(char *path, size_t n) {
   unsigned long long start = 0;
   pid_t launcher = hvd_reaper_host_launcher(&start);
   if (launcher <= 0) return -1;
-  memset(a, 0, sizeof *a);
-  a->sun_family = AF_UNIX;
-  int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "hvdshim-failing-%ld-%llu", (long)launcher, start);
-  *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+  snprintf(path, n, "/dev/shm/hvdshim-failing-%ld-%llu-%lu", (long)launcher, start, (unsigned long)getuid());
   return 0;
-}
-
-static int rank0_failing(const struct sockaddr_un *a, socklen_t len) {
-  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  int bound = connect(fd, (const struct sockaddr *)a, len) == 0; /* (ECONNREFUSED: no one holds the name) */
-  close(fd);
-  return bound;
 }
 
 static void nap_ms(long ms) {
@@ -325,21 +313,22 @@ void hvd_failing_grace(void) {
   static int done;
   int rank = hvd_env_rank(NULL);
   if (rank < 0 || __atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL)) return;
-  struct sockaddr_un a;
-  socklen_t len;
-  int named = failing_name(&a, &len) == 0;
-  if (rank == 0) { /* (its descriptor stays open until the process ends) */
-    int fd = named ? socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0) : -1;
-    if (fd >= 0 && bind(fd, (const struct sockaddr *)&a, len) != 0) close(fd);
+  char path[128];
+  int named = failing_path(path, sizeof path) == 0;
+  if (rank == 0) { /* (its removal first: no watcher, not said) */
+    int fd = named && hvd_remove_at_end(path) == 0
+                 ? hvd_libc()->open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600)
+                 : -1;
+    if (fd >= 0) close(fd);
     return;
   }
   long waited = 0;
   for (; waited < 1000; waited += 20) {
-    if (named && rank0_failing(&a, len)) break;
+    if (named && hvd_libc()->access(path, F_OK) == 0) break;
     nap_ms(20);
   }
   if (waited >= 1000) return;
-  while (rank0_failing(&a, len) && waited < FAILING_WAIT_MS) nap_ms(50), waited += 50;
+  while (hvd_libc()->access(path, F_OK) == 0 && waited < FAILING_WAIT_MS) nap_ms(50), waited += 50;
   nap_ms(1000);
 }
 
