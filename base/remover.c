@@ -7,7 +7,11 @@
 #include <unistd.h>
 
 /* The watcher: /bin/sh running SCRIPT with the arguments after it, stdin
- * the read end of a new pipe whose write end is returned. */
+ * the read end of a new pipe whose write end is returned.  Each script
+ * ignores SIGTERM, SIGINT and SIGHUP first: a watcher whose rank has ended
+ * is reparented to whatever reaps orphans, hvdrun among them, which ends
+ * with SIGTERM what a stopped job's launcher left (launcher/supervise.c),
+ * and the path would stay. */
 static int spawn(char *const argv[]) {
   int p[2];
   if (pipe2(p, O_CLOEXEC) != 0) return -1;
@@ -39,13 +43,15 @@ static int spawn(char *const argv[]) {
 int hvd_remover_spawn(const char *path) {
   /* It reads until every copy of the write end is closed (the rank and
    * what it forked are gone, however they ended), then removes the path. */
-  char *argv[] = {"sh", "-c", "read _ ; rm -rf -- \"$0\"", (char *)path, NULL};
+  char *argv[] = {"sh", "-c", "trap '' TERM INT HUP; read _ ; rm -rf -- \"$0\"", (char *)path, NULL};
   return spawn(argv);
 }
 
 int hvd_remover_spawn_list(void) {
   /* One path a line, collected until the write end is closed everywhere. */
-  char *argv[] = {"sh", "-c", "while IFS= read -r p; do set -- \"$@\" \"$p\"; done; [ $# -eq 0 ] || rm -rf -- \"$@\"",
+  char *argv[] = {"sh", "-c",
+                  "trap '' TERM INT HUP; while IFS= read -r p; do set -- \"$@\" \"$p\"; done; [ $# -eq 0 ] || "
+                  "rm -rf -- \"$@\"",
                   "hvdshim-remover", NULL};
   return spawn(argv);
 }

@@ -1,9 +1,14 @@
 /* Unit tests of the parts that need no MPI: settings, 16-bit floats,
  * reductions and scaling, fusion pack/unpack, the response cache, the
- * string map and the negotiation records. */
+ * string map, the negotiation records and the path watcher. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../../collectives/observers/autotune.h"
 #include "../../collectives/negotiation/cache.h"
@@ -12,6 +17,7 @@
 #include "../../collectives/transports/elem.h"
 #include "../../collectives/gpu/gpu_desc.h"
 #include "../../collectives/transports/fusion.h"
+#include "../../base/remover.h"
 #include "../../base/strmap.h"
 #include "../../collectives/negotiation/wire.h"
 #include "../../hooks/cuda_hooks.h"
@@ -747,6 +753,65 @@ static void test_coordinator_sets(void) {
 }
 
 /* unit_tests [TEXT]: every test, or those whose name contains TEXT */
+/* The watcher that removes a path once its holders are gone: SIGTERM does
+ * not end it (hvdrun sends one to what a stopped job's launcher left, an
+ * orphaned watcher among them), and it removes the path when the write
+ * end closes; both forms (one path, a list). */
+static pid_t watcher_of(const char *word) { /* a child of this process whose command line holds WORD */
+  char path[64], buf[512];
+  DIR *d = opendir("/proc");
+  struct dirent *e;
+  pid_t found = 0;
+  while (d && !found && (e = readdir(d))) {
+    long pid = strtol(e->d_name, NULL, 10);
+    if (pid <= 0) continue;
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *r = strrchr(buf, ')');
+    long ppid = 0;
+    if (!r || sscanf(r + 1, " %*c %ld", &ppid) != 1 || ppid != (long)getpid()) continue;
+    snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+    if (!(f = fopen(path, "r"))) continue;
+    n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    for (size_t i = 0; i < n; i++)
+      if (!buf[i]) buf[i] = ' ';
+    buf[n] = 0;
+    if (strstr(buf, word)) found = (pid_t)pid;
+  }
+  if (d) closedir(d);
+  return found;
+}
+
+static void test_remover(void) {
+  for (int list = 0; list < 2; list++) {
+    char dir[] = "/tmp/hvdshim-unit-remover.XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    int fd = list ? hvd_remover_spawn_list() : hvd_remover_spawn(dir);
+    CHECK(fd >= 0);
+    if (fd < 0) continue;
+    if (list) CHECK(write(fd, dir, strlen(dir)) == (ssize_t)strlen(dir) && write(fd, "\n", 1) == 1);
+    pid_t w = 0;
+    for (int i = 0; i < 200 && !w; i++, usleep(10000)) w = watcher_of(list ? "hvdshim-remover" : dir);
+    CHECK(w > 0);
+    usleep(100000); /* (its shell has set its traps) */
+    if (w > 0) CHECK(kill(w, SIGTERM) == 0);
+    usleep(100000);
+    CHECK(access(dir, F_OK) == 0); /* (not removed while held) */
+    close(fd);
+    int gone = 0;
+    for (int i = 0; i < 500 && !gone; i++, usleep(10000)) gone = access(dir, F_OK) != 0;
+    if (!gone) CHECK_FAIL_("%s still there after its watcher got SIGTERM and its holder closed (%s form)", dir,
+                           list ? "list" : "one-path");
+    if (w > 0) waitpid(w, NULL, 0);
+    rmdir(dir);
+  }
+}
+
 int main(int argc, char **argv) {
   static const check_test tests[] = {
       {"settings: defaults", test_settings_defaults},
@@ -770,6 +835,7 @@ int main(int argc, char **argv) {
       {"autotune search finds the best pair of a noisy landscape", test_autotune},
       {"coordinator: agreement, mismatch, duplicates, cache invalidation, joined ranks, stalls", test_coordinator},
       {"coordinator: process sets (members only, set mismatch, rows, stalls, joined, adding)", test_coordinator_sets},
+      {"path watcher: survives SIGTERM, removes its path when the holders are gone", test_remover},
       {NULL, NULL},
   };
   return check_run(tests, argc > 1 ? argv[1] : NULL);
