@@ -237,8 +237,11 @@ def _stop_gracefully():
     handler of its own, SIGTERM raises KeyboardInterrupt in the rank's
     main thread: `with`, `finally` and atexit run, no traceback is
     printed, and Python ends the rank by SIGINT, as after a Ctrl-C (it
-    does so for a KeyboardInterrupt itself, not a subclass); a second
-    SIGTERM ends it at once.  (Not where torch is first
+    does so for a KeyboardInterrupt itself, not a subclass).  A second
+    SIGTERM is ignored while the rank unwinds: Open MPI 4.1's mpirun, sent
+    two, can send the ranks one and exit, and hvdrun then sends each rank
+    it left one more (launcher/supervise.c), which cut the cleanup short in
+    3 of 24 such stops; SIGKILL still ends it.  (Not where torch is first
     imported outside the main thread: Python sets handlers there only.)"""
     try:
         if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
@@ -251,16 +254,21 @@ def _stop_gracefully():
 
 
 def _end_by_sigterm():
-    """SIGTERM ends the rank at once again (its script's cleanup has run)."""
+    """SIGTERM ends the process at once again (a rank failing, or a
+    process forked from the rank)."""
     try:
-        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        if signal.getsignal(signal.SIGTERM) in (_on_sigterm, _unwinding):
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
     except (ValueError, OSError):
         pass
 
 
+def _unwinding(_signum, _frame):
+    """SIGTERM once the rank is stopping: ignored (_stop_gracefully)."""
+
+
 def _on_sigterm(_signum, _frame):
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, _unwinding)
     _O.stopped = True
     # (the loader's workers, in the rank's process group, got the launcher's
     # SIGTERM too: torch reports their end in the iterator's __del__)
@@ -281,7 +289,8 @@ def _stopped_end(value):
             sys.stderr.flush()
         except Exception:  # pylint: disable=broad-except
             pass
-        os.kill(os.getpid(), signal.SIGTERM)  # (its handler is the default again)
+        _end_by_sigterm()
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _worker_hint(value, tb, own):

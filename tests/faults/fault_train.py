@@ -4,7 +4,7 @@ fault injector below reads the launcher's rank variable only to pick the
 process it breaks, as an outside tool would.
 
     python fault_train.py [--steps N] [--step-sleep S] [--checksums] [--workers W [--start METHOD]] [--detached]
-                          [--tempdir]
+                          [--tempdir [--slow-cleanup S]]
                           [--fault KIND --fault-rank R --fault-at K ...]
 
 Prints "step K" to stderr after each optimizer step ("[rank r] " prefixed
@@ -48,6 +48,9 @@ def main():
                     help="rank 0's end takes this many seconds more (an atexit handler: an uploader's flush)")
     ap.add_argument("--tempdir", action="store_true",
                     help="train inside `with tempfile.TemporaryDirectory()`, its checkpoint there every 10 steps")
+    ap.add_argument("--slow-cleanup", type=float, default=0.0,
+                    help="with --tempdir: the way out of training (a `finally`) takes this many seconds before the "
+                    "folder is removed; 'cleanup S FOLDER' is printed as it starts")
     args = ap.parse_args()
 
     me = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK", os.environ.get("PMI_RANK", "0"))))
@@ -84,7 +87,12 @@ def main():
     if args.tempdir:  # (as pytorch/tutorials' transfer learning keeps its best weights)
         import tempfile
         with tempfile.TemporaryDirectory() as d:
-            train(args, me, loader, model, opt, checksum, d)
+            try:
+                train(args, me, loader, model, opt, checksum, d)
+            finally:
+                if args.slow_cleanup:
+                    print("cleanup %g %s" % (args.slow_cleanup, d), file=sys.stderr, flush=True)
+                    time.sleep(args.slow_cleanup)
     else:
         train(args, me, loader, model, opt, checksum, None)
 
