@@ -27,8 +27,8 @@ HVD_EXPORT void hvd_abort_job(const char *msg) __attribute__((noreturn));
  * initialized. */
 HVD_EXPORT int hvd_mpi_early(void);
 /* A rank failing, once per process: on a rank > 0, wait a second (or, where
- * rank 0 on this host is failing too, until its process has ended and a
- * second after), so that a failure alike on every rank is said and ended
+ * rank 0 on this host is failing too, until its process has ended and two
+ * seconds after), so that a failure alike on every rank is said and ended
  * by rank 0 alone and a rank's own failure still is (the adapter's error
  * line, then the exit that ends the job); on rank 0, say to the ranks of
  * its host that it is failing (lifecycle.c). */

@@ -290,10 +290,11 @@ static pid_t own_mpi_pid;
  * that it is failing to the ranks of its host: a file in /dev/shm named
  * after the job's launcher process there, removed once rank 0's process
  * has ended, however it ends (hvd_remove_at_end).  A failing rank > 0 that
- * finds it waits while it is there (FAILING_WAIT_MS at most) and a second
- * after; one that does not (rank 0 runs on, or on another host) waits its
+ * finds it waits while it is there (FAILING_WAIT_MS at most) and two
+ * seconds after; one that does not (rank 0 runs on, or on another host) waits its
  * second. */
 #define FAILING_WAIT_MS 20000
+#define AFTER_RANK0_MS 2000 /* rank 0 gone: its launcher ends this rank (Open MPI 6's prterun took over 1 s) */
 
 static int failing_path(char *path, size_t n) {
   unsigned long long start = 0;
@@ -329,7 +330,7 @@ void hvd_failing_grace(void) {
   }
   if (waited >= 1000) return;
   while (hvd_libc()->access(path, F_OK) == 0 && waited < FAILING_WAIT_MS) nap_ms(50), waited += 50;
-  nap_ms(1000);
+  nap_ms(AFTER_RANK0_MS);
 }
 
 /* One watcher a process for the paths it hands over (its list's write end
