@@ -304,7 +304,8 @@ static int launcher_fits(enum launcher kind, const char *ver) {
 static char *find_mpirun(enum launcher *kind, char *ver, size_t verlen) {
   static const char *const names[] = {"mpirun", "mpirun.openmpi", "mpiexec.mpich", "mpirun.mpich", "mpiexec.hydra",
                                       "mpiexec", NULL};
-  char *first = NULL;
+  char *first = NULL, first_ver[128] = "";
+  enum launcher first_kind = LAUNCH_OMPI;
   for (const char *const *n = names; *n; n++) {
     char *p = find_in_path(*n);
     if (!p) continue;
@@ -313,10 +314,10 @@ static char *find_mpirun(enum launcher *kind, char *ver, size_t verlen) {
       free(first);
       return p;
     }
-    if (!first) first = p;
+    if (!first) first = p, first_kind = *kind, snprintf(first_ver, sizeof first_ver, "%s", ver);
     else free(p);
   }
-  if (first) *kind = launcher_kind(first, ver, verlen);
+  if (first) *kind = first_kind, snprintf(ver, verlen, "%s", first_ver);
   return first; /* (the caller says it does not fit) */
 }
 
