@@ -16,7 +16,12 @@ Run unmodified under the shim (hvdrun -np 2 python3 bench/ordinary_train.py
 --horovod are the same script distributed by hand, as a user would, with
 DistributedDataParallel (gloo) or Horovod: DistributedSampler, weights
 from rank 0, the optimizer wrapped (bench/run-torch-bench.py --script
-ordinary runs them side by side)."""
+ordinary runs them side by side).  --flat engine|mpi: the floor of any
+data-parallel job of this script: distributed by hand with nothing per
+gradient, every gradient a view of one flat buffer, reduced with the loss
+in one call a step after backward (engine: hvdshim's engine through its
+served horovod package, under LD_PRELOAD with HVDSHIM_HOROVOD=on; mpi: a
+raw MPI_Allreduce, bench/flat_mpi.py)."""
 import argparse
 import time
 
@@ -30,11 +35,19 @@ ap.add_argument("--epochs", type=int, default=3)
 ap.add_argument("--batch", type=int, default=32)
 ap.add_argument("--ddp", metavar="STORE_FILE", help="distributed by hand with DDP (gloo), rendezvous through this file")
 ap.add_argument("--horovod", action="store_true", help="distributed by hand with Horovod (horovod.torch)")
+ap.add_argument("--flat", choices=["engine", "mpi"],
+                help="distributed by hand: one allreduce a step of every gradient and the loss in one flat buffer")
 ap.add_argument("--threads", action="store_true",
                 help="also print each thread's CPU time and context switches per step (from /proc/self/task)")
 args = ap.parse_args()
 
 rank, size = 0, 1
+if args.flat == "mpi":
+    from flat_mpi import MpiAllreduce
+    flat_mpi = MpiAllreduce()
+    rank, size = flat_mpi.rank, flat_mpi.size
+elif args.flat == "engine":
+    args.horovod = True
 if args.horovod:
     import horovod.torch as hvd
     hvd.init()
@@ -73,7 +86,14 @@ test_x, test_y = x_all[args.samples:], y_all[args.samples:]
 model = Net()
 opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
 sampler = None
-if args.horovod:
+if args.flat:  # (the same seed: every rank starts from the same weights)
+    sampler = torch.utils.data.distributed.DistributedSampler(train, num_replicas=size, rank=rank)
+    params = list(model.parameters())
+    nflat = sum(p.numel() for p in params)
+    flat, at = torch.zeros(nflat + 1), 0
+    for p in params:  # every gradient a view of one buffer, with one more float for the loss
+        p.grad, at = flat[at:at + p.numel()].view_as(p), at + p.numel()
+elif args.horovod:
     sampler = torch.utils.data.distributed.DistributedSampler(train, num_replicas=size, rank=rank)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(opt, root_rank=0)
@@ -113,10 +133,19 @@ for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
     model.train()
     for x, y in loader:
-        opt.zero_grad()
+        opt.zero_grad(set_to_none=False) if args.flat else opt.zero_grad()
         loss = F.cross_entropy(model(x), y)
         loss.backward()
-        if args.horovod:
+        if args.flat:
+            flat[nflat] = loss.detach()
+            if args.flat == "engine":
+                hvd.allreduce_(flat, op=hvd.Average, name="bench.flat")
+            else:
+                flat_mpi.sum_(flat)
+                flat.mul_(1.0 / size)
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+        elif args.horovod:
             opt.synchronize()
             nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             with opt.skip_synchronize():
@@ -147,3 +176,5 @@ if args.threads:
                  elapsed * 1e3 / steps), flush=True)
 if args.ddp:
     dist.destroy_process_group()
+if args.flat == "mpi":
+    flat_mpi.lib.MPI_Finalize()

@@ -106,8 +106,6 @@ def run(kind, model):
     kind, _, extra = kind.partition("@")
     digits = re.search(r"\d+$", kind)
     common = command(model, int(digits.group()) if digits and not kind.startswith("limit") else 1)
-    if model == "ordinary" and (kind.startswith("floor") or kind.startswith("mpi")):
-        sys.exit("%s: the floor kinds need bench/torch_train.py's models (not --script ordinary)" % kind)
     extra_x = []
     for pair in filter(None, extra.split("+")):
         name, value = pair.split("=", 1)
@@ -180,6 +178,11 @@ for model in args.models.split(","):
         if "shim%d" % n in med and "floor%d" % n in med:
             print("%s ratio shim np=%d / the floor (one engine call a step, nothing per gradient): %.3f"
                   % (model, n, med["shim%d" % n] / med["floor%d" % n]))
+        for k in ("shim%d" % n, "floor%d" % n, "mpi%d" % n):  # (what a job with nothing per gradient reaches)
+            if k in med and "ddp%d" % n in med and k != "shim2":
+                print("%s ratio %s / DDP np=%d: %.3f" % (model, k, n, med[k] / med["ddp%d" % n]))
+            if k in med and "hvd%d" % n in med:
+                print("%s ratio %s / Horovod np=%d: %.3f" % (model, k, n, med[k] / med["hvd%d" % n]))
         for k in ("shim%d" % n, "before%d" % n, "ddp%d" % n, "hvd%d" % n, "floor%d" % n, "mpi%d" % n):
             if lim and k in med:
                 print("%s ratio %s / the limit (%d plain processes, one per core): %.3f%s; / the lockstep bound: %.3f"

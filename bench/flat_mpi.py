@@ -1,0 +1,42 @@
+"""MPI_Allreduce through ctypes, for the benchmarks' floor of a data-parallel
+job (bench/torch_train.py and bench/ordinary_train.py, --flat mpi): no
+hvdshim, no framework glue, one raw call a step."""
+import os
+
+
+class MpiAllreduce:
+    """MPI_Allreduce (float32 sum, in place, MPI_COMM_WORLD) through ctypes:
+    Open MPI's handles are addresses of its predefined objects, MPICH's
+    fixed integers."""
+
+    def __init__(self):
+        import ctypes
+        import ctypes.util
+        # the launcher's MPI (Debian installs both): Open MPI's mpirun sets OMPI_*, MPICH's Hydra PMI_*
+        names = ["libmpi.so.40"] if "OMPI_COMM_WORLD_SIZE" in os.environ else ["libmpich.so.12", "libmpi.so.12"]
+        for name in names + [ctypes.util.find_library("mpi")]:
+            try:
+                self.lib = lib = ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
+                break
+            except OSError:
+                continue
+        else:
+            raise SystemExit("--flat mpi: no MPI library found (tried %s)" % ", ".join(names))
+        lib.MPI_Init(None, None)
+        if hasattr(lib, "ompi_mpi_comm_world"):
+            at = lambda sym: ctypes.c_void_p(ctypes.addressof(ctypes.c_char.in_dll(lib, sym)))
+            self.comm, self.float, self.sum = at("ompi_mpi_comm_world"), at("ompi_mpi_float"), at("ompi_mpi_op_sum")
+            self.in_place, handle = ctypes.c_void_p(1), ctypes.c_void_p
+        else:  # MPICH: MPI_COMM_WORLD, MPI_FLOAT, MPI_SUM; MPI_IN_PLACE is (void *) -1
+            self.comm, self.float, self.sum = 0x44000000, 0x4c00040a, 0x58000003
+            self.in_place, handle = ctypes.c_void_p(-1), ctypes.c_int
+        lib.MPI_Allreduce.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, handle, handle, handle]
+        lib.MPI_Comm_rank.argtypes = lib.MPI_Comm_size.argtypes = [handle, ctypes.POINTER(ctypes.c_int)]
+        r, n = ctypes.c_int(), ctypes.c_int()
+        lib.MPI_Comm_rank(self.comm, ctypes.byref(r))
+        lib.MPI_Comm_size(self.comm, ctypes.byref(n))
+        self.rank, self.size = r.value, n.value
+
+    def sum_(self, t):
+        if self.lib.MPI_Allreduce(self.in_place, t.data_ptr(), t.numel(), self.float, self.sum, self.comm):
+            raise SystemExit("MPI_Allreduce failed")
