@@ -28,7 +28,7 @@ from .data.iterable import _dealt_iter, _dealt_len
 from .data.iteration import _IT, padded_slices
 from .data.loaders import _prepare_loader, _warn_if_alone
 from .data.redeal import redealt
-from .data.roles import _EV, iteration_begins, iteration_made, note_switch
+from .data.roles import _EV, iteration_begins, iteration_made, note_switch, role_of
 from .data.same_batches import _FP
 from . import norms as _norms
 from . import grow as _grow
@@ -71,6 +71,17 @@ def _patch():
             return it
         return __iter__
     wrap(DataLoader, "__iter__", make_loader_iter)
+
+    def make_iterator_init(orig):
+        def __init__(self, loader, *args, **kwargs):
+            orig(self, loader, *args, **kwargs)  # (its workers start after this, in the subclass's __init__)
+            role = role_of(loader)
+            if role is not None and role.making:  # an iteration that trains: its workers' seeds this rank's own
+                _rng.own_worker_seeds(self)
+        return __init__
+    base_iterator = getattr(torch.utils.data.dataloader, "_BaseDataLoaderIter", None)
+    if base_iterator is not None:
+        wrap(base_iterator, "__init__", make_iterator_init)
 
     def make_loader_len(orig):
         def __len__(self):

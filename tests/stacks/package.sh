@@ -62,7 +62,7 @@ else
 fi
 # 3. the bundled example under hvdrun from /usr/bin
 ex=/usr/share/doc/hvdshim/examples/train.py
-if run "cd \$(mktemp -d) && command -v hvdrun && OMP_NUM_THREADS=1 hvdrun -np 2 --oversubscribe python3 $ex --epochs 2 && ls example-checkpoint.pt" \
+if run "d=\$(mktemp -d) && cd \$d && command -v hvdrun && OMP_NUM_THREADS=1 hvdrun -np 2 --oversubscribe python3 $ex --epochs 2 && ls example-checkpoint.pt; st=\$?; cd / && rm -rf \$d; exit \$st" \
   >"$cache/package.example.log" 2>&1 && grep -q '^/usr/bin/hvdrun$' "$cache/package.example.log" &&
   grep -q '^epoch 1 ' "$cache/package.example.log" && grep -q '^saved example-checkpoint.pt' "$cache/package.example.log"; then
   ok "hvdrun -np 2 python3 $ex: trained 2 epochs and saved its checkpoint ($(grep '^epoch 1 ' "$cache/package.example.log"))"
