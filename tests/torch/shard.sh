@@ -301,7 +301,8 @@ if __name__ == "__main__":  # (workers started by spawn or forkserver import thi
             net(x.float() / (1 << 30)).pow(2).mean().backward()
             opt.step()
 PY
-"$PYTHON" "$TMP/augdraw.py" >"$TMP/aug-plain" 2>&1 || { cat "$TMP/aug-plain"; fail "loader workers' draws: the plain run failed"; }
+# (the plain run's multiprocessing leaves its pymp-* folders: in the test's own folder)
+TMPDIR="$TMP" "$PYTHON" "$TMP/augdraw.py" >"$TMP/aug-plain" 2>&1 || { cat "$TMP/aug-plain"; fail "loader workers' draws: the plain run failed"; }
 shim 2 "$PYTHON" "$TMP/augdraw.py" >"$TMP/aug-shim" 2>&1 || { cat "$TMP/aug-shim"; fail "loader workers' draws: the shim's run failed"; }
 HVDSHIM_RNG=same shim 2 "$PYTHON" "$TMP/augdraw.py" >"$TMP/aug-same" 2>&1 ||
   { cat "$TMP/aug-same"; fail "loader workers' draws, HVDSHIM_RNG=same: the run failed"; }
