@@ -184,7 +184,7 @@ def own_worker_seeds(it):
     epoch, and for the whole run with persistent workers.  Not where every
     rank reads a stream whole from rank 0's states and takes its part
     (_R.rank0_seeds): there every rank's workers must draw rank 0's."""
-    if _S.rng_mode != "per-rank" or _R.diverged or _S.rank == 0 or _R.rank0_seeds:
+    if not _S.enabled or _S.rng_mode != "per-rank" or _R.diverged or _S.rank == 0 or _R.rank0_seeds:
         return
     base = getattr(it, "_base_seed", None)
     if isinstance(base, int):
