@@ -21,7 +21,7 @@ data-parallel job of this script: distributed by hand with nothing per
 gradient, every gradient a view of one flat buffer, reduced with the loss
 in one call a step after backward (engine: hvdshim's engine through its
 served horovod package, under LD_PRELOAD with HVDSHIM_HOROVOD=on; mpi: a
-raw MPI_Allreduce, bench/flat_mpi.py)."""
+raw MPI_Allreduce; bench/flat_floor.py)."""
 import argparse
 import time
 
@@ -42,8 +42,9 @@ ap.add_argument("--threads", action="store_true",
 args = ap.parse_args()
 
 rank, size = 0, 1
+if args.flat:
+    from flat_floor import MpiAllreduce, flat_gradients, reduce_flat
 if args.flat == "mpi":
-    from flat_mpi import MpiAllreduce
     flat_mpi = MpiAllreduce()
     rank, size = flat_mpi.rank, flat_mpi.size
 elif args.flat == "engine":
@@ -88,11 +89,7 @@ opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e
 sampler = None
 if args.flat:  # (the same seed: every rank starts from the same weights)
     sampler = torch.utils.data.distributed.DistributedSampler(train, num_replicas=size, rank=rank)
-    params = list(model.parameters())
-    nflat = sum(p.numel() for p in params)
-    flat, at = torch.zeros(nflat + 1), 0
-    for p in params:  # every gradient a view of one buffer, with one more float for the loss
-        p.grad, at = flat[at:at + p.numel()].view_as(p), at + p.numel()
+    flat, nflat = flat_gradients(list(model.parameters()))
 elif args.horovod:
     sampler = torch.utils.data.distributed.DistributedSampler(train, num_replicas=size, rank=rank)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -137,12 +134,7 @@ for epoch in range(args.epochs):
         loss = F.cross_entropy(model(x), y)
         loss.backward()
         if args.flat:
-            flat[nflat] = loss.detach()
-            if args.flat == "engine":
-                hvd.allreduce_(flat, op=hvd.Average, name="bench.flat")
-            else:
-                flat_mpi.sum_(flat)
-                flat.mul_(1.0 / size)
+            reduce_flat(flat, nflat, loss, **({"hvd": hvd} if args.flat == "engine" else {"mpi": flat_mpi}))
             nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
         elif args.horovod:

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from flat_mpi import MpiAllreduce
+from flat_floor import MpiAllreduce, flat_gradients, reduce_flat
 
 
 ap = argparse.ArgumentParser()
@@ -113,11 +113,7 @@ opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 if args.horovod:  # (--flat engine too)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
 if args.flat:  # every gradient a view of one buffer, with one more float for the loss
-    params = [p for p in model.parameters() if p.requires_grad]
-    nflat = sum(p.numel() for p in params)
-    flat, at = torch.zeros(nflat + 1), 0
-    for p in params:
-        p.grad, at = flat[at:at + p.numel()].view_as(p), at + p.numel()
+    flat, nflat = flat_gradients([p for p in model.parameters() if p.requires_grad])
 elif args.horovod:
     opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
                                    backward_passes_per_step=args.accumulate)
@@ -154,12 +150,7 @@ while step < args.warmup + args.steps:
             loss = F.cross_entropy(model(x), y) / args.accumulate
             loss.backward()
         if last and args.flat:
-            flat[nflat] = loss.detach()
-            if args.flat == "engine":
-                hvd.allreduce_(flat, op=hvd.Average, name="bench.flat")
-            else:
-                flat_mpi.sum_(flat)
-                flat.mul_(1.0 / size)
+            reduce_flat(flat, nflat, loss, **({"hvd": hvd} if args.flat == "engine" else {"mpi": flat_mpi}))
         if last:
             opt.step()
             opt.zero_grad(set_to_none=False) if args.flat else opt.zero_grad()

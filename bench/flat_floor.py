@@ -1,7 +1,32 @@
-"""MPI_Allreduce through ctypes, for the benchmarks' floor of a data-parallel
-job (bench/torch_train.py and bench/ordinary_train.py, --flat mpi): no
-hvdshim, no framework glue, one raw call a step."""
+"""The benchmarks' floor of a data-parallel job (bench/torch_train.py and
+bench/ordinary_train.py, --flat engine|mpi): the model distributed by hand
+with nothing per gradient, every gradient a view of one flat buffer that
+also holds the loss, reduced in one call a step, through hvdshim's served
+horovod (engine) or a raw MPI_Allreduce through ctypes (mpi)."""
 import os
+
+import torch
+
+
+def flat_gradients(params):
+    """Every parameter's gradient a view of one zeroed buffer, with one float
+    more at its end for the loss: (the buffer, the loss's index)."""
+    n = sum(p.numel() for p in params)
+    flat, at = torch.zeros(n + 1), 0
+    for p in params:
+        p.grad, at = flat[at:at + p.numel()].view_as(p), at + p.numel()
+    return flat, n
+
+
+def reduce_flat(flat, n, loss, hvd=None, mpi=None):
+    """The gradients and the loss averaged over the ranks in one call: through
+    horovod's allreduce_ (hvd), else MPI_Allreduce (mpi, a MpiAllreduce)."""
+    flat[n] = loss.detach()
+    if hvd is not None:
+        hvd.allreduce_(flat, op=hvd.Average, name="bench.flat")
+    else:
+        mpi.sum_(flat)
+        flat.mul_(1.0 / mpi.size)
 
 
 class MpiAllreduce:
