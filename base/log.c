@@ -4,6 +4,7 @@
 #include "log.h"
 
 #include "check.h"
+#include "clock.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -20,8 +21,7 @@ void hvd_log_set_rank(int rank) { log_rank = rank; }
 void hvd_log_set_abort_hook(void (*hook)(int)) { abort_hook = hook; }
 
 void hvd_log_let_out(void) {
-  struct timespec pause = {0, 200 * 1000 * 1000};
-  nanosleep(&pause, NULL);
+  hvd_nap_ms(200);
 }
 
 static void vwrite_line(int level, const char *file, int line, const char *fmt, va_list ap) {

@@ -91,7 +91,7 @@ extern int ovb_no_punch;          /* the file system cannot punch holes: nothing
 extern unsigned char *ovb_buf1, *ovb_buf2; /* two blocks */
 extern long long ovb_grown;       /* private bytes added since a cap pass could not get under it (-1: none failed) */
 
-static inline double now(void) { return hvd_ovl_now(); }
+static inline double now(void) { return hvd_mono_s(); }
 static inline off_t blen(const ovf *f, size_t b) {
   off_t s = (off_t)b * BS;
   return f->size > s ? (f->size - s < BS ? f->size - s : BS) : 0;

@@ -23,6 +23,8 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "../base/clock.h"
+
 /* The real libc functions, as overlay.c resolves them (dlsym RTLD_NEXT): the
  * interposed table calls them, and the view makes its own calls through
  * them, so it never passes back through the table.  Any may be NULL where
@@ -71,13 +73,6 @@ const char *hvd_ovl_root(void);
 /* Removes the overlay folder and stops its watcher; a write after this
  * makes a new folder.  Whiteouts and listings stay. */
 void hvd_ovl_drop(void);
-
-/* Seconds on the monotonic clock (the view's and the bytes layer's waits and ages). */
-static inline double hvd_ovl_now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* ---- paths ---- */
 /* libc declares its path arguments nonnull, so a plain NULL test could be

@@ -117,13 +117,13 @@ static void note_listed(const char *path, const struct statx *x) {
   free(l->path);
   l->path = c;
   stat_of_statx(x, &l->st);
-  l->at = hvd_ovl_now();
+  l->at = hvd_mono_s();
 }
 
 int hvd_ovl_listed(const char *abs, int flags, struct stat *st) {
   if (!n_listed) return 0; /* (read without the lock: every stat that fails, in a process that kept none) */
   int found = 0;
-  double t = hvd_ovl_now();
+  double t = hvd_mono_s();
   pthread_mutex_lock(&ovl_mu);
   for (size_t k = 0; k < sizeof listed / sizeof *listed && k < n_listed && !found; k++) {
     listed_entry *l = &listed[(n_listed - 1 - k) % (sizeof listed / sizeof *listed)]; /* the latest first */

@@ -33,6 +33,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "../base/clock.h"
 
 static volatile pid_t child;
 
@@ -119,11 +120,6 @@ static void hosts_used(const char *hosts, long np, char *out, size_t len) {
     h = *end ? end + 1 : end;
   }
   if (at >= len) out[0] = 0; /* (too long: rank 0 then acts on more slots only) */
-}
-
-static void sleep_s(double s) {
-  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-  nanosleep(&ts, NULL);
 }
 
 static int run_child(long np, const char *hosts, char **args, int nargs) {
@@ -214,7 +210,7 @@ int hvd_grow_supervise(const char *script, long np, long max_np, long min_np, do
         status = 2;
         goto out;
       }
-      sleep_s(1);
+      hvd_nap_s(1);
       waited += 1;
     }
     if (before[0] && slots < want) want = slots; /* hosts left while the job stopped: it starts over those there */

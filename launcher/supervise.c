@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "supervise.h"
+#include "../base/clock.h"
 
 #define ORPHAN_WAIT_S 20 /* above a rank's reaper's longest (shim/reaper.c: 10 s, then 5 for its launcher) */
 
@@ -53,17 +54,6 @@ static void pass_on(int sig, siginfo_t *si, void *ctx) {
   if (!got) got = sig, typed = si && si->si_code == SI_KERNEL;
   /* (from the terminal: the launcher has it already) */
   if (launcher > 0 && !(si && si->si_code == SI_KERNEL)) kill(launcher, sig);
-}
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static void nap_ms(long ms) {
-  struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-  nanosleep(&t, NULL);
 }
 
 /* SIG to this process's children (the job's processes left) but those in
@@ -155,7 +145,7 @@ int hvd_supervise(const char *exe, char **argv) {
   while (!ended && reap(1, &ended, &status)) { /* the launcher runs (orphans reaped on the way) */
   }
   launcher = 0; /* (its pid may be reused: signals now reach the job themselves) */
-  double deadline = now_s() + ORPHAN_WAIT_S, next_term = 0;
+  double deadline = hvd_mono_s() + ORPHAN_WAIT_S, next_term = 0;
   int killed = 0, before = signals;
   static pid_t termed[1024];
   int ntermed = 0;
@@ -167,11 +157,11 @@ int hvd_supervise(const char *exe, char **argv) {
      * running.  Each process it left (a rank: its reaper ignores it) gets
      * SIGTERM, once, so the script's cleanup runs as after the launcher's
      * own; one orphaned later (a wrapper shell's child) too. */
-    if (got && !killed && now_s() >= next_term) {
+    if (got && !killed && hvd_mono_s() >= next_term) {
       signal_children(SIGTERM, termed, &ntermed, (int)(sizeof termed / sizeof *termed));
-      next_term = now_s() + 0.1;
+      next_term = hvd_mono_s() + 0.1;
     }
-    if (now_s() > deadline) {
+    if (hvd_mono_s() > deadline) {
       if (killed) break; /* (SIGKILLed and still there: stuck in the kernel) */
       int n = signal_children(SIGKILL, NULL, NULL, 0);
       if (n && deadline)
@@ -180,9 +170,9 @@ int hvd_supervise(const char *exe, char **argv) {
       else if (n)
         fprintf(stderr, "hvdrun: %d process(es) of the job still ran at a second signal; ended them (SIGKILL)\n", n);
       killed = 1;
-      deadline = now_s() + 5;
+      deadline = hvd_mono_s() + 5;
     }
-    nap_ms(10);
+    hvd_nap_ms(10);
   }
   /* Ends as the launcher did, or, where a signal stopped the job (the
    * launcher's status not 0), as that signal would have ended hvdrun

@@ -51,6 +51,7 @@
 #include "adapter_api.h"
 #include "../hooks/overlay.h"
 #include "reaper.h"
+#include "../base/clock.h"
 
 static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
 static int init_tried;
@@ -304,12 +305,6 @@ static int failing_path(char *path, size_t n) {
   return 0;
 }
 
-static void nap_ms(long ms) {
-  struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-  while (nanosleep(&t, &t) != 0 && errno == EINTR) {
-  }
-}
-
 void hvd_failing_grace(void) {
   static int done;
   int rank = hvd_env_rank(NULL);
@@ -326,11 +321,11 @@ void hvd_failing_grace(void) {
   long waited = 0;
   for (; waited < 1000; waited += 20) {
     if (named && hvd_libc()->access(path, F_OK) == 0) break;
-    nap_ms(20);
+    hvd_nap_ms(20);
   }
   if (waited >= 1000) return;
-  while (hvd_libc()->access(path, F_OK) == 0 && waited < FAILING_WAIT_MS) nap_ms(50), waited += 50;
-  nap_ms(AFTER_RANK0_MS);
+  while (hvd_libc()->access(path, F_OK) == 0 && waited < FAILING_WAIT_MS) hvd_nap_ms(50), waited += 50;
+  hvd_nap_ms(AFTER_RANK0_MS);
 }
 
 /* One watcher a process for the paths it hands over (its list's write end

@@ -44,6 +44,7 @@
 #include "../base/libc.h"
 #include "../base/log.h"
 #include "../base/role.h"
+#include "../base/clock.h"
 
 #define FAMILY_ENV "HVDSHIM_FAMILY"
 #define GRACE_MS 2000   /* SIGTERM, then SIGKILL to what is left */
@@ -291,18 +292,6 @@ int hvd_reaper_local_rank_gone(char *who, size_t n) {
 }
 
 /* ------------------------------------------------------------ the reaper process */
-static long now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1000L + t.tv_nsec / 1000000L;
-}
-
-static void nap_ms(long ms) {
-  struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-  while (nanosleep(&t, &t) != 0 && errno == EINTR) {
-  }
-}
-
 /* Send SIG (0: only count) to every live member of the family of the rank
  * (RANK, whose process group it led when LEAD).  Returns how many live
  * members there were (zombies are not members: their parent, maybe init of
@@ -337,7 +326,7 @@ static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *
 
 /* PID (started at START) has ended, or does within a second. */
 static int ends_soon(pid_t pid, unsigned long long start) {
-  for (int i = 0; i < 20 && still_runs(pid, start); i++) nap_ms(50);
+  for (int i = 0; i < 20 && still_runs(pid, start); i++) hvd_nap_ms(50);
   return !still_runs(pid, start);
 }
 
@@ -504,7 +493,7 @@ __attribute__((noreturn)) static void reap(pid_t rank, unsigned long long start,
     } else {
       while (getppid() == rank) { /* no pidfd (Linux before 5.3): the parent changes at its end */
         if (sigtimedwait(&notes, NULL, &zero) == NOTE_SIG) note_mpi_files(rank);
-        nap_ms(200);
+        hvd_nap_ms(200);
       }
     }
   }
@@ -517,13 +506,13 @@ __attribute__((noreturn)) static void reap(pid_t rank, unsigned long long start,
   int ended_job = sigtimedwait(&usr2, NULL, &zero) == SIGUSR2;
   char key[64];
   snprintf(key, sizeof key, "%ld.%llu", (long)rank, start);
-  long t0 = now_ms();
+  long t0 = hvd_mono_ms();
   int sig = SIGTERM;
   while (signal_family(rank, key, lead, sig) > 0) {
-    long t = now_ms() - t0;
+    long t = hvd_mono_ms() - t0;
     if (t > GIVE_UP_MS) break;
     sig = t > GRACE_MS ? SIGKILL : 0;
-    nap_ms(50);
+    hvd_nap_ms(50);
   }
   /* The rank ended the job (MPI_Abort) or its part of it: its launcher
    * ends within a second or two, unless it cannot reach a host it waits for
@@ -534,7 +523,7 @@ __attribute__((noreturn)) static void reap(pid_t rank, unsigned long long start,
    * SIGKILL (Open MPI 4.1's mpirun crashes in PMIx_Finalize when SIGTERM
    * finds it in its abort). */
   if (ended_job && launcher_pid > 0) {
-    while (still_runs(launcher_pid, launcher_start) && now_ms() - t0 < LAUNCHER_WAIT_MS) nap_ms(100);
+    while (still_runs(launcher_pid, launcher_start) && hvd_mono_ms() - t0 < LAUNCHER_WAIT_MS) hvd_nap_ms(100);
     if (still_runs(launcher_pid, launcher_start)) {
       kill_children(launcher_pid);
       kill(launcher_pid, SIGKILL);

@@ -201,7 +201,7 @@ static hvd_status_t submit_ex(const char *name, hvd_sig *sig, void *buf, const v
   r->in = in;
   if (a2a) r->splits = a2a->splits, r->recv_splits = a2a->recv;
   r->cache_bit = -1;
-  r->t_submit = hvd_eng_now();
+  r->t_submit = hvd_mono_s();
   if (device >= 0) {
     char err[512];
     __atomic_store_n(&e->gpu_seen, 1, __ATOMIC_RELEASE); /* cycles stay on the engine thread (engine_drive.c) */

@@ -108,13 +108,13 @@ static hvd_eng_rc control_allreduce(hvd_engine *e, uint64_t *v) {
                         "MPI_Iallreduce (cycle)") != HVD_ENG_OK)
     return HVD_ENG_RECOVER;
   int done = 0;
-  double t0 = hvd_eng_now();
+  double t0 = hvd_mono_s();
   long nap_ns = 20000;
   for (;;) {
     if (hvd_eng_mpi_check(e, MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test (cycle)") != HVD_ENG_OK)
       return HVD_ENG_RECOVER;
     if (done) return HVD_ENG_OK;
-    if (hvd_eng_now() - t0 > 50e-6) {
+    if (hvd_mono_s() - t0 > 50e-6) {
       struct timespec ts = {0, nap_ns};
       nanosleep(&ts, NULL);
       if (nap_ns < HVD_POLL_NAP_MAX_NS) nap_ns *= 2;
@@ -271,7 +271,7 @@ static hvd_eng_rc run(hvd_engine *e, int *go_on) {
       return HVD_ENG_OK;
     }
   }
-  double now = hvd_eng_now();
+  double now = hvd_mono_s();
   pthread_mutex_lock(&e->qmu);
   hvd_req *q = hvd_eng_take_queue_locked(e);
   int stopping = e->stop_requested;
@@ -378,7 +378,7 @@ static hvd_eng_rc run(hvd_engine *e, int *go_on) {
   if (e->dev_bk && e->dev_bk->check_async && e->dev_bk->check_async(gerr, sizeof gerr) != 0)
     return HVD_ENG_COLLECTIVE_FAILED(e, "%s", gerr);
   hvd_liveness_busy(0);
-  if (e->rank == 0) hvd_coord_stall_check(&e->coord, hvd_eng_now());
+  if (e->rank == 0) hvd_coord_stall_check(&e->coord, hvd_mono_s());
   /* every rank stuck, and what is in flight waits for them: nothing can
    * complete (rank 0's table holds it all by now: a cached request waiting
    * past min(1 s, the stall warning / 2) goes through the coordinator) */
@@ -386,7 +386,7 @@ static hvd_eng_rc run(hvd_engine *e, int *go_on) {
    * renegotiation ended in this cycle may submit what the table lacks) */
   e->stuck_cycles = !(flags & F_RUNNING) && agreed == 0 ? e->stuck_cycles + 1 : 0;
   if (e->rank == 0 && e->stuck_cycles >= 2) hvd_coord_deadlock(&e->coord, e->deadlock_s);
-  if (e->autotune && e->rank == 0) tune(e, hvd_eng_now());
+  if (e->autotune && e->rank == 0) tune(e, hvd_mono_s());
   if (hvd_timeline_enabled()) {
     if (e->mark_cycles) hvd_timeline_instant("CYCLE_START", hvd_eng_us(e, now));
     hvd_timeline_flush();

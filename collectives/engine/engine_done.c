@@ -15,11 +15,6 @@
 #include "handles.h"
 #include "../../base/strmap.h"
 
-double hvd_eng_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 double hvd_eng_us(hvd_engine *e, double t) { return (t - e->t0) * 1e6; }
 
 hvd_eng_rc hvd_eng_failed_at(hvd_engine *e, const char *file, int line, const char *fmt, ...) {

@@ -106,12 +106,7 @@ hvd_status_t hvd_eng_test(hvd_engine *e, hvd_handle_t h, int *done) {
 hvd_status_t hvd_eng_wait(hvd_engine *e, hvd_handle_t h, double timeout_s, void **out, size_t *total_rows,
                           const char *fn) {
   struct timespec deadline;
-  if (timeout_s >= 0) {
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    double secs = (double)deadline.tv_sec + deadline.tv_nsec * 1e-9 + timeout_s;
-    deadline.tv_sec = (time_t)secs;
-    deadline.tv_nsec = (long)((secs - (double)deadline.tv_sec) * 1e9);
-  }
+  if (timeout_s >= 0) deadline = hvd_realtime_in(timeout_s);
   uint64_t since;
   hvd_status_t st = hvd_handles_wait_begin(h, fn, &since);
   if (st != HVD_OK) return st;
@@ -178,7 +173,7 @@ void hvd_eng_batch_queued(hvd_engine *e, int wake, unsigned flags) {
 void *hvd_eng_main(void *engine) {
   hvd_engine *e = engine;
   for (;;) {
-    double start = hvd_eng_now();
+    double start = hvd_mono_s();
     pthread_mutex_lock(&e->drive);
     int go_on = !e->finished && drive_cycle(e);
     pthread_mutex_unlock(&e->drive);
@@ -202,7 +197,7 @@ void *hvd_eng_main(void *engine) {
     if ((e->npending || held) && !e->joined_self && !e->stop_requested) {
       if (e->cycle_admitted || e->cycle_agreed) e->pend_nap = 0;
       else e->pend_nap = e->pend_nap > 0 ? fmin(2 * e->pend_nap, e->cycle_s) : HVD_PEND_NAP_MIN_S;
-      double t = hvd_eng_now() + e->pend_nap;
+      double t = hvd_mono_s() + e->pend_nap;
       if (t < deadline) deadline = t;
     } else {
       e->pend_nap = 0;
@@ -210,16 +205,12 @@ void *hvd_eng_main(void *engine) {
     pthread_mutex_lock(&e->qmu);
     while (!(e->stop_requested && !e->stopped_self) && (!e->qhead || e->gathering) && e->join_asked == HVD_NO_HANDLE &&
            !e->tl_op) { /* a stop or join request needs a cycle */
-      double t = hvd_eng_now(), until = deadline;
+      double t = hvd_mono_s(), until = deadline;
       /* gathered long enough (while it lasts: a queue a waiting thread took
        * leaves no cycle to run at the gathering's end) */
       if (e->qhead && e->gathering && e->gather_t + e->cycle_s < until) until = e->gather_t + e->cycle_s;
       if (t >= until) break;
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      double abs_t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + (until - t);
-      ts.tv_sec = (time_t)abs_t;
-      ts.tv_nsec = (long)((abs_t - (double)ts.tv_sec) * 1e9);
+      struct timespec ts = hvd_realtime_in(until - t);
       pthread_cond_timedwait(&e->qcv, &e->qmu, &ts);
     }
     pthread_mutex_unlock(&e->qmu);

@@ -94,7 +94,7 @@ static hvd_eng_rc run_allreduce_group(hvd_engine *e, size_t i, size_t j) {
   hvd_gpu_event *done = NULL;
   char err[512];
   int rc;
-  double start = hvd_eng_now();
+  double start = hvd_mono_s();
   if (place) {
     hvd_eng_grow(&e->gpu_items, &e->capgpu, n, sizeof *e->gpu_items, "GPU group");
     for (size_t k = 0; k < n; k++) {
@@ -111,7 +111,7 @@ static hvd_eng_rc run_allreduce_group(hvd_engine *e, size_t i, size_t j) {
     return HVD_ENG_COLLECTIVE_FAILED(e, "%s allreduce of '%s'%s: %s", b->name, e->exec[i].req->name,
                                      n > 1 ? " and the tensors fused with it" : "", err);
   int shm = b == &hvd_backend_shm;
-  double end = hvd_eng_now();
+  double end = hvd_mono_s();
   e->stats.groups++;
   e->stats.bytes_reduced += total;
   e->stats.comm_seconds += end - start;
@@ -182,7 +182,7 @@ static hvd_eng_rc run_reducescatter(hvd_engine *e, hvd_req *r, const hvd_pset *p
   if (r->sig.op == HVD_AVG && counts[me] > 0)
     hvd_scale_copy(r->buf, r->buf, (size_t)counts[me], dt, hvd_pset_active(e, r->sig.set));
   if (hvd_timeline_enabled())
-    hvd_timeline_span(r->name, "MPI_REDUCESCATTER", hvd_eng_us(e, start), (hvd_eng_now() - start) * 1e6);
+    hvd_timeline_span(r->name, "MPI_REDUCESCATTER", hvd_eng_us(e, start), (hvd_mono_s() - start) * 1e6);
   e->stats.bytes_reduced += (size_t)r->sig.count * hvd_dtype_size(dt);
   hvd_eng_finish(e, r, HVD_OK, NULL, NULL, 0);
   return HVD_ENG_OK;
@@ -208,7 +208,7 @@ static hvd_eng_rc run_alltoall(hvd_engine *e, hvd_req *r, const hvd_pset *p, MPI
   if (hvd_eng_mpi_check(e, rc, "MPI_Alltoallv") != HVD_ENG_OK) return HVD_ENG_RECOVER;
   if (r->recv_splits) memcpy(r->recv_splits, recv, sizeof recv);
   if (hvd_timeline_enabled())
-    hvd_timeline_span(r->name, "MPI_ALLTOALL", hvd_eng_us(e, start), (hvd_eng_now() - start) * 1e6);
+    hvd_timeline_span(r->name, "MPI_ALLTOALL", hvd_eng_us(e, start), (hvd_mono_s() - start) * 1e6);
   hvd_eng_finish(e, r, HVD_OK, NULL, out, (size_t)total);
   return HVD_ENG_OK;
 }
@@ -248,7 +248,7 @@ hvd_eng_rc hvd_eng_execute(hvd_engine *e) {
       i = end;
       continue;
     }
-    double start = hvd_eng_now();
+    double start = hvd_mono_s();
     MPI_Comm comm;
     const hvd_pset *ps = hvd_pset_get(e, r->sig.set);
     if (r->skip) {
@@ -281,7 +281,7 @@ hvd_eng_rc hvd_eng_execute(hvd_engine *e) {
         if (hvd_gpu_broadcast(&item, (hvd_dtype_t)r->sig.dtype, root, device_backend(e), &ctx, &done, err, sizeof err) != 0)
           return HVD_ENG_COLLECTIVE_FAILED(e, "%s broadcast of '%s': %s", e->dev_bk->name, r->name, err);
         if (hvd_timeline_enabled())
-          hvd_timeline_span(r->name, e->dev_bk->broadcast_span, hvd_eng_us(e, start), (hvd_eng_now() - start) * 1e6);
+          hvd_timeline_span(r->name, e->dev_bk->broadcast_span, hvd_eng_us(e, start), (hvd_mono_s() - start) * 1e6);
         hvd_eng_finish_gpu(e, r, done);
       } else {
         hvd_bk_ctx ctx = {comm, e->chunk, NULL};
@@ -290,7 +290,7 @@ hvd_eng_rc hvd_eng_execute(hvd_engine *e) {
                                       sizeof err) != 0)
           return HVD_ENG_COLLECTIVE_FAILED(e, "broadcast of '%s': %s", r->name, err);
         if (hvd_timeline_enabled())
-          hvd_timeline_span(r->name, hvd_backend_mpi.broadcast_span, hvd_eng_us(e, start), (hvd_eng_now() - start) * 1e6);
+          hvd_timeline_span(r->name, hvd_backend_mpi.broadcast_span, hvd_eng_us(e, start), (hvd_mono_s() - start) * 1e6);
         hvd_eng_finish(e, r, HVD_OK, NULL, NULL, 0);
       }
     } else if (r->sig.kind == HVD_KIND_ALLGATHER) {
@@ -310,7 +310,7 @@ hvd_eng_rc hvd_eng_execute(hvd_engine *e) {
       } else {
         if (rc != 0) return HVD_ENG_COLLECTIVE_FAILED(e, "allgather of '%s': %s", r->name, err);
         if (hvd_timeline_enabled())
-          hvd_timeline_span(r->name, "MPI_ALLGATHER", hvd_eng_us(e, start), (hvd_eng_now() - start) * 1e6);
+          hvd_timeline_span(r->name, "MPI_ALLGATHER", hvd_eng_us(e, start), (hvd_mono_s() - start) * 1e6);
         hvd_eng_finish(e, r, HVD_OK, NULL, out, (size_t)total_rows);
       }
     } else if (r->sig.kind == HVD_KIND_REDUCESCATTER) {
@@ -320,7 +320,7 @@ hvd_eng_rc hvd_eng_execute(hvd_engine *e) {
     } else {
       hvd_eng_finish(e, r, HVD_OK, NULL, NULL, 0); /* barrier: negotiation was the barrier */
     }
-    e->stats.comm_seconds += hvd_eng_now() - start;
+    e->stats.comm_seconds += hvd_mono_s() - start;
     hvd_liveness_tick();
     i++;
   }

@@ -40,6 +40,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../../base/clock.h"
 #include "../observers/autotune.h"
 #include "../negotiation/cache.h"
 #include "../negotiation/coordinator.h"
@@ -186,7 +187,7 @@ struct hvd_engine {
    * the peers (0: at once; doubles after rounds that changed nothing) */
   size_t cycle_admitted, cycle_agreed;
   double pend_nap;
-  double last_submit; /* atomic (__atomic_load/store): hvd_eng_now() of this rank's last accepted submission */
+  double last_submit; /* atomic (__atomic_load/store): hvd_mono_s() of this rank's last accepted submission */
   uint64_t steps;    /* atomic: steps marked on this rank since the start (hvd_step_mark; autotune's clock) */
   /* published for hvd_engine_tuning (atomics: read by user threads) */
   size_t pub_fusion;
@@ -221,7 +222,6 @@ struct hvd_engine {
 };
 
 /* ---- engine_done.c: completion and helpers ---- */
-double hvd_eng_now(void);
 double hvd_eng_us(hvd_engine *e, double t); /* microseconds since the engine started */
 /* What a stage of the cycle returns when it runs collectives.
  * HVD_ENG_RECOVER: a collective failed in an elastic job (HVDSHIM_ELASTIC;

@@ -213,11 +213,7 @@ static void *init_watch_main(void *arg) {
   while (!init_watch.done) {
     double step = waited < INIT_PROBE_FROM_S ? INIT_PROBE_FROM_S : INIT_PROBE_EVERY_S;
     if (limit > 0 && waited + step > limit) step = limit - waited;
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += (time_t)step;
-    until.tv_nsec += (long)((step - floor(step)) * 1e9);
-    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    struct timespec until = hvd_realtime_in(step);
     int rc = 0;
     while (!init_watch.done && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&init_watch.cv, &init_watch.mu, &until);
     if (init_watch.done) break;
@@ -500,7 +496,7 @@ hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err
   e->follow = e->rank0_lost = 0;
   e->change_msg[0] = 0;
   hvd_handles_hold(e->elastic);
-  e->t0 = hvd_eng_now();
+  e->t0 = hvd_mono_s();
   __atomic_store(&e->last_submit, &e->t0, __ATOMIC_RELAXED);
   memset(&e->stats, 0, sizeof e->stats);
   __atomic_store_n(&e->steps, 0, __ATOMIC_RELAXED);
@@ -568,7 +564,7 @@ void hvd_eng_stop(hvd_engine *e) {
   pthread_mutex_lock(&e->qmu);
   if (!e->stop_requested) {
     e->stop_requested = 1;
-    e->stop_time = hvd_eng_now();
+    e->stop_time = hvd_mono_s();
   }
   e->accepting = 0; /* in-flight work drains; new work is refused */
   snprintf(e->closed_msg, sizeof e->closed_msg, "this rank has finished (hvd_shutdown)");

@@ -145,7 +145,7 @@ int hvd_eng_rebuild(hvd_engine *e, MPI_Comm comm, const char *why, char *err, si
   if (hvd_eng_members_open(e, err, errlen) != 0) return -1;
   hvd_gpu_members_changed(e->dev_bk, e->rank, e->size); /* NCCL: a communicator over the survivors */
   e->rounds_ok = e->released = 0;
-  if (hvd_timeline_enabled()) hvd_timeline_instant("MEMBERSHIP", hvd_eng_us(e, hvd_eng_now()));
+  if (hvd_timeline_enabled()) hvd_timeline_instant("MEMBERSHIP", hvd_eng_us(e, hvd_mono_s()));
   HVD_INFO("the job goes on over %d rank(s) (was %d; this rank was %d, is %d): %s", e->size, old_size, old_rank,
            e->rank, why);
   return 0;
@@ -168,8 +168,7 @@ static void *end_later_main(void *arg) {
   end_later a = *(end_later *)arg;
   free(arg);
   pthread_setname_np(pthread_self(), "hvd-end-later");
-  struct timespec ts = {a.seconds, 0};
-  nanosleep(&ts, NULL);
+  hvd_nap_s(a.seconds);
   if (a.warn && a.seconds == HVD_FINALIZE_LATER_S) HVD_INFO("%s %d s on: leaving with status %d", a.warn, a.seconds, a.code);
   else if (a.warn) HVD_WARN("%s %d s on: leaving with status %d", a.warn, a.seconds, a.code);
   if (a.end) a.end(a.code);
@@ -298,7 +297,7 @@ void hvd_eng_recover(hvd_engine *e) {
     hvd_role_became_rank0(); /* and has the console and the files from its next call the overlay sees */
     const char *tl = hvd_cfg_str(HVD_CFG_TIMELINE), *mp = hvd_cfg_str(HVD_CFG_METRICS);
     if (tl[0] && hvd_timeline_open(tl, 1, err, sizeof err) != 0) HVD_WARN("%s; timeline disabled", err);
-    if (hvd_timeline_enabled()) hvd_timeline_instant("MEMBERSHIP", hvd_eng_us(e, hvd_eng_now()));
+    if (hvd_timeline_enabled()) hvd_timeline_instant("MEMBERSHIP", hvd_eng_us(e, hvd_mono_s()));
     if (mp[0] && hvd_metrics_open(mp, 1, err, sizeof err) != 0) HVD_WARN("%s; metrics disabled", err);
   }
   if (results) hvd_handles_publish_held(HVD_OK, NULL);

@@ -38,7 +38,7 @@ static hvd_req *phantom(hvd_engine *e, const char *name, const hvd_sig *sig) {
   r->phantom = 1;
   r->handle = HVD_NO_HANDLE;
   r->cache_bit = -1;
-  r->t_submit = r->t_ready = hvd_eng_now();
+  r->t_submit = r->t_ready = hvd_mono_s();
   if (sig->kind == HVD_KIND_ALLGATHER || sig->kind == HVD_KIND_ALLTOALL) {
     r->sig.count = 0;
   } else if (sig->kind != HVD_KIND_BARRIER && sig->count > 0 && sig->place) {

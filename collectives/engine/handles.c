@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "../../base/clock.h"
 
 /* HELD: completed by the engine, not yet published (hvd_handles_hold) */
 enum { SLOT_FREE = 0, SLOT_PENDING = 1, SLOT_DONE = 2, SLOT_HELD = 3 };
@@ -256,12 +257,6 @@ static uint64_t last_wait_end;  /* mono_ns when the last wait ended (atomic) */
 
 uint64_t hvd_handles_blocked_ns(void) { return __atomic_load_n(&blocked_ns, __ATOMIC_RELAXED); }
 
-static uint64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 hvd_status_t hvd_handles_test(hvd_handle_t h, int *done) {
   pthread_mutex_lock(&mu);
   slot *s = lookup(h);
@@ -284,7 +279,7 @@ hvd_status_t hvd_handles_wait_begin(hvd_handle_t h, const char *fn, uint64_t *si
                        s ? " (it has a callback: it is finished when the callback returns)" : "");
     return HVD_ERR_INVALID;
   }
-  *since = s->state != SLOT_DONE ? mono_ns() : 0;
+  *since = s->state != SLOT_DONE ? (uint64_t)hvd_mono_ns() : 0;
   if (*since) __atomic_add_fetch(&waiters, 1, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&mu);
   return HVD_OK;
@@ -307,7 +302,7 @@ int hvd_handles_sleep(hvd_handle_t h, const struct timespec *deadline) {
 /* The end of a wait that began blocking at `since` (0: it never blocked). */
 static void wait_over(uint64_t since) {
   if (!since) return;
-  uint64_t t = mono_ns();
+  uint64_t t = (uint64_t)hvd_mono_ns();
   __atomic_sub_fetch(&waiters, 1, __ATOMIC_RELAXED);
   __atomic_store_n(&last_wait_end, t, __ATOMIC_RELAXED);
   __atomic_fetch_add(&blocked_ns, t - since, __ATOMIC_RELAXED);
@@ -348,7 +343,7 @@ hvd_status_t hvd_handles_wait_end(hvd_handle_t h, uint64_t since, void **out, si
 int hvd_handles_waiters(void) { return __atomic_load_n(&waiters, __ATOMIC_RELAXED); }
 
 int hvd_handles_waiting(double recent_s) {
-  return hvd_handles_waiters() > 0 || (double)(mono_ns() - __atomic_load_n(&last_wait_end, __ATOMIC_RELAXED)) * 1e-9 < recent_s;
+  return hvd_handles_waiters() > 0 || (double)((uint64_t)hvd_mono_ns() - __atomic_load_n(&last_wait_end, __ATOMIC_RELAXED)) * 1e-9 < recent_s;
 }
 
 void hvd_free(void *p) { free(p); }

@@ -18,6 +18,7 @@
 #include "../transports/backend_mpi.h"
 #include "../transports/dtype.h"
 #include "gpu_internal.h"
+#include "../../base/clock.h"
 
 /* Here, at the top: it reports on the runtime, NCCL and the kernels. */
 void hvd_gpu_describe(char *out, size_t n) {
@@ -49,12 +50,6 @@ const hvd_backend *hvd_gpu_pick(MPI_Comm comm, char *err, size_t errlen) {
 /* The backend's view of a group (engine thread; freed at the engine's end). */
 static hvd_fuse_entry *group;
 static size_t group_cap;
-
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
-}
 
 /* The engine's stream waits for the group's producers: once per recording
  * that no other in the group covers.  A batch's tensors share one; tensors
@@ -119,7 +114,7 @@ int hvd_gpu_allreduce(const hvd_gpu_item *it, size_t n, hvd_dtype_t dt, hvd_op_t
     group = grown, group_cap = n;
   }
   hvd_fuse_entry *e = group;
-  double t0 = now_us(), t1 = t0, t2 = t0;
+  double t0 = hvd_mono_us(), t1 = t0, t2 = t0;
   char *buf = it[0].ptr;
   hvd_gpu_moves *m = hvd_gpu_moves_begin(dt, wdt);
   if (in_place) {
@@ -134,18 +129,18 @@ int hvd_gpu_allreduce(const hvd_gpu_item *it, size_t n, hvd_dtype_t dt, hvd_op_t
     }
     if (hvd_gpu_moves_flush(m, err, errlen) != 0) return -1;
   }
-  t1 = now_us();
+  t1 = hvd_mono_us();
   hvd_bk_ctx d = device_ctx(ctx);
   hvd_phase_times bt = {0, 0, 0};
   if (b->allreduce(e, n, wdt, op, &d, &bt, err, errlen) != 0) return -1;
-  t2 = now_us();
+  t2 = hvd_mono_us();
   m = hvd_gpu_moves_begin(wdt, dt);
   for (size_t k = 0; k < n; k++) {
     int div = dev_divides ? it[k].divisor : 1;
     if ((!in_place || div != 1) && hvd_gpu_move(m, e[k].ptr, it[k].ptr, it[k].count, div, err, errlen) != 0) return -1;
   }
   if (hvd_gpu_moves_flush(m, err, errlen) != 0 || record_done(done, err, errlen) != 0) return -1;
-  t->copy_in_us = t1 - t0, t->reduce_us = t2 - t1, t->copy_out_us = now_us() - t2;
+  t->copy_in_us = t1 - t0, t->reduce_us = t2 - t1, t->copy_out_us = hvd_mono_us() - t2;
   return 0;
 }
 

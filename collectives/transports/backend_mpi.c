@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "dtype.h"
+#include "../../base/clock.h"
 
 static MPI_Datatype half_type = MPI_DATATYPE_NULL, bf16_type = MPI_DATATYPE_NULL;
 static MPI_Op half_ops[HVD_OP_COUNT], bf16_ops[HVD_OP_COUNT];
@@ -20,12 +21,6 @@ static struct {
   char *p;
   size_t cap;
 } stage;
-
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
-}
 
 #define USER_OP(fn, dt, op)                                                                 \
   static void fn(void *in, void *inout, int *len, MPI_Datatype *type) {                     \
@@ -117,14 +112,14 @@ static int allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype,
     char *p = e[0].ptr;
     for (size_t off = 0; off < total; off += piece) {
       size_t len = total - off < piece ? total - off : piece;
-      t0 = now_us();
+      t0 = hvd_mono_us();
       int rc = MPI_Allreduce(MPI_IN_PLACE, p + off, (int)(len / es), type, mop, comm);
-      t1 = now_us();
+      t1 = hvd_mono_us();
       t->reduce_us += t1 - t0;
       if (rc != MPI_SUCCESS) return rc;
       if (e[0].divisor != 1) {
         hvd_scale_copy(p + off, p + off, len / es, dtype, e[0].divisor);
-        t->copy_out_us += now_us() - t1;
+        t->copy_out_us += hvd_mono_us() - t1;
       }
     }
     return MPI_SUCCESS;
@@ -134,16 +129,16 @@ static int allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype,
   hvd_fuse_begin(&out, e, n);
   for (size_t off = 0; off < total; off += piece) {
     size_t len = total - off < piece ? total - off : piece;
-    t0 = now_us();
+    t0 = hvd_mono_us();
     hvd_fuse_pack(&in, staging, len);
-    t1 = now_us();
+    t1 = hvd_mono_us();
     int rc = MPI_Allreduce(MPI_IN_PLACE, staging, (int)(len / es), type, mop, comm);
-    double t2 = now_us();
+    double t2 = hvd_mono_us();
     if (rc != MPI_SUCCESS) return rc;
     hvd_fuse_unpack(&out, staging, len, dtype);
     t->copy_in_us += t1 - t0;
     t->reduce_us += t2 - t1;
-    t->copy_out_us += now_us() - t2;
+    t->copy_out_us += hvd_mono_us() - t2;
   }
   return MPI_SUCCESS;
 }

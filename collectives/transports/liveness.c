@@ -19,6 +19,7 @@
 #include "../../base/libc.h"
 #include "../../base/log.h"
 #include "backend_mpi.h"
+#include "../../base/clock.h"
 
 typedef struct {
   int32_t pid;
@@ -41,18 +42,12 @@ static int64_t defer_until_ns; /* a lower live rank of this host ends the job fi
 static int lower_live;         /* how many: this rank waits that many seconds */
 static char first_dead[1024];  /* the ranks found gone when that wait began */
 
-static int64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 void hvd_liveness_busy(int busy) { /* judge() counts from the later of this and the last tick */
-  __atomic_store_n(&busy_since_ns, busy ? mono_ns() : 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&busy_since_ns, busy ? hvd_mono_ns() : 0, __ATOMIC_RELEASE);
 }
 
 void hvd_liveness_tick(void) {
-  __atomic_store_n(&last_tick_ns, mono_ns(), __ATOMIC_RELEASE);
+  __atomic_store_n(&last_tick_ns, hvd_mono_ns(), __ATOMIC_RELEASE);
   if (!ticked_once) __atomic_store_n(&ticked_once, 1, __ATOMIC_RELAXED);
 }
 
@@ -105,7 +100,7 @@ static void remote_hosts(char *out, size_t n) {
 static void judge(void) {
   int64_t since = __atomic_load_n(&busy_since_ns, __ATOMIC_ACQUIRE);
   if (!since) return;
-  int64_t now = mono_ns(), tick = __atomic_load_n(&last_tick_ns, __ATOMIC_ACQUIRE);
+  int64_t now = hvd_mono_ns(), tick = __atomic_load_n(&last_tick_ns, __ATOMIC_ACQUIRE);
   double stuck = (double)(now - (tick > since ? tick : since)) * 1e-9;
   if (stuck < HVD_LIVENESS_LOCAL_S) return;
   char dead[1024] = "", stopped[1024] = "", remote[1024] = "";

@@ -19,6 +19,7 @@
 #include "../../base/log.h"
 #include "dtype.h"
 #include "liveness.h"
+#include "../../base/clock.h"
 
 #define HDR 192 /* three flag words, a cache line each */
 enum { ARRIVE = 0, REDUCED = 16, CONTROL = 32 }; /* offsets of the flags, in uint32_t (64 bytes apart) */
@@ -59,12 +60,6 @@ static struct {
   int watch, dead; /* dead: the local rank found dead (-1: none) */
   int *pids;
 } S = {0, MPI_COMM_NULL, MPI_COMM_NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, 0, 1, 0, 0, 0, 0, 0, NULL, "off", 0, -1, NULL};
-
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
-}
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -130,7 +125,7 @@ static int wait_all(int which, uint32_t s, int on_futex) {
       if (!spun_out && budget > 0) {
         cpu_relax();
         if (i % 64) continue;
-        double t = now_us();
+        double t = hvd_mono_us();
         if (spin_end == 0) spin_end = t + budget, next_yield = t + 16.0;
         if (t < spin_end) {
           if (t >= next_yield) sched_yield(), next_yield = t + 16.0;
@@ -139,7 +134,7 @@ static int wait_all(int which, uint32_t s, int on_futex) {
         spun_out = 1, i = 0; /* spun out: sleep from here on, for every peer */
       }
       if (S.watch) {
-        double t = now_us();
+        double t = hvd_mono_us();
         if (next_look == 0) next_look = t + WATCH_US;
         else if (t >= next_look && peers_gone()) return -1;
         else if (t >= next_look) next_look = t + WATCH_US;
@@ -192,7 +187,7 @@ void hvd_shm_stop(int mpi_up) {
 /* Local root: creates and sizes the segment; fills name.  0, or -1 with why. */
 static int create_segment(char *name, size_t namelen, char *why, size_t whylen) {
   static unsigned serial;
-  snprintf(name, namelen, "/hvdshim-%ld-%u-%u", (long)getpid(), serial++, (unsigned)(now_us()) & 0xffffu);
+  snprintf(name, namelen, "/hvdshim-%ld-%u-%u", (long)getpid(), serial++, (unsigned)(hvd_mono_us()) & 0xffffu);
   int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) return snprintf(why, whylen, "shm_open(%s): %s", name, strerror(errno)), -1;
   int rc = ftruncate(fd, (off_t)S.maplen) != 0 ? errno : posix_fallocate(fd, 0, (off_t)S.maplen);
@@ -387,12 +382,12 @@ int hvd_shm_allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype
     /* every slice but this rank's own goes into the segment now; its own is
      * read from the tensors while it is reduced (reduce_own) */
     size_t lo = small ? len : slice_lo(elems, es, S.me) * es, hi = small ? len : slice_lo(elems, es, S.me + 1) * es;
-    double t0 = now_us();
+    double t0 = hvd_mono_us();
     hvd_fuse_pack(&in, mine, lo);
     hvd_fuse_cursor own = in;
     hvd_fuse_skip(&in, hi - lo);
     hvd_fuse_pack(&in, mine + hi, len - hi);
-    double t1 = now_us();
+    double t1 = hvd_mono_us();
     post(ARRIVE, s);
     if (wait_all(ARRIVE, s, 0)) return HVD_SHM_PEER_DIED;
     if (small) {
@@ -412,7 +407,7 @@ int hvd_shm_allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype
       post(REDUCED, s);
       if (wait_all(REDUCED, s, 0)) return HVD_SHM_PEER_DIED;
     }
-    double t2 = now_us();
+    double t2 = hvd_mono_us();
     if (small) {
       hvd_fuse_unpack(&out, S.tmp, len, dtype);
     } else {
@@ -424,7 +419,7 @@ int hvd_shm_allreduce_group(const hvd_fuse_entry *e, size_t n, hvd_dtype_t dtype
     }
     t->copy_in_us += t1 - t0;
     t->reduce_us += t2 - t1;
-    t->copy_out_us += now_us() - t2;
+    t->copy_out_us += hvd_mono_us() - t2;
     off += len;
   }
   return MPI_SUCCESS;
