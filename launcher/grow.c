@@ -36,8 +36,10 @@
 #include "../base/clock.h"
 
 static volatile pid_t child;
+static volatile sig_atomic_t stop_sig; /* SIGTERM or SIGHUP came: the job is not started again */
 
 static void forward(int sig) {
+  stop_sig = sig;
   if (child > 0) kill(child, sig);
 }
 
@@ -196,6 +198,7 @@ int hvd_grow_supervise(const char *script, long np, long max_np, long min_np, do
     double waited = 0;
     long slots;
     for (;;) {
+      if (stop_sig) goto stopped;
       slots = discover(path, hosts, sizeof hosts, before[0] ? before : NULL);
       if (slots < 0) { /* said */
         status = 2;
@@ -224,6 +227,7 @@ int hvd_grow_supervise(const char *script, long np, long max_np, long min_np, do
     char used[8192];
     hosts_used(hosts, want, used, sizeof used);
     setenv("HVDSHIM_ELASTIC_HOSTS", used, 1);
+    if (stop_sig) goto stopped;
     status = run_child(want, hosts, args, nargs);
     /* the job stopped to grow or shrink: it ended 0 with its state saved anew */
     if (status != 0 || stat(snap, &now) != 0 ||
@@ -232,6 +236,7 @@ int hvd_grow_supervise(const char *script, long np, long max_np, long min_np, do
       break;
     /* the job stopped to change its hosts, its state saved */
     snprintf(before, sizeof before, "%s", hosts);
+    if (stop_sig) goto stopped;
     resets++;
     slots = discover(path, hosts, sizeof hosts, before);
     long next = slots > 0 ? slots : want;
@@ -245,6 +250,11 @@ int hvd_grow_supervise(const char *script, long np, long max_np, long min_np, do
       fprintf(stderr, "hvdrun: %ld restart(s), --reset-limit %ld: the job changes its hosts no more\n", resets, reset_limit);
     }
   }
+  goto out;
+stopped: /* ends as the signal would have ended hvdrun itself */
+  fprintf(stderr, "hvdrun: %s came %s; the job is not started again\n", stop_sig == SIGTERM ? "SIGTERM" : "SIGHUP",
+          before[0] ? "while it stopped to change its hosts" : "while waiting for the job's hosts");
+  status = 128 + stop_sig;
 out:
   if (own_state) {
     unlink(snap);
