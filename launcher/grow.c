@@ -36,11 +36,12 @@
 #include "../base/clock.h"
 
 static volatile pid_t child;
-static volatile sig_atomic_t stop_sig; /* SIGTERM or SIGHUP came: the job is not started again */
+static volatile sig_atomic_t stop_sig; /* SIGINT, SIGTERM or SIGHUP came: the job is not started again */
 
-static void forward(int sig) {
+static void forward(int sig, siginfo_t *si, void *ctx) {
+  (void)ctx;
   stop_sig = sig;
-  if (child > 0) kill(child, sig);
+  if (child > 0 && !(si && si->si_code == SI_KERNEL)) kill(child, sig); /* (from the terminal: the job has it already) */
 }
 
 /* S's hosts, in the order of `before` (the hosts of the last run) and then
@@ -184,10 +185,10 @@ int hvd_grow_supervise(const char *script, long np, long max_np, long min_np, do
   setenv("HVDSHIM_ELASTIC_STATE", state, 1);
   setenv("HVDSHIM_ELASTIC_RESUME", "0", 1);
   struct sigaction sa = {0};
-  sa.sa_handler = forward;
+  sa.sa_sigaction = forward;
+  sa.sa_flags = SA_SIGINFO;
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGHUP, &sa, NULL);
-  sa.sa_handler = SIG_IGN; /* Ctrl-C reaches the job itself (the terminal's process group) */
   sigaction(SIGINT, &sa, NULL);
 
   char hosts[8192] = "", before[8192] = "";
@@ -252,7 +253,8 @@ int hvd_grow_supervise(const char *script, long np, long max_np, long min_np, do
   }
   goto out;
 stopped: /* ends as the signal would have ended hvdrun itself */
-  fprintf(stderr, "hvdrun: %s came %s; the job is not started again\n", stop_sig == SIGTERM ? "SIGTERM" : "SIGHUP",
+  fprintf(stderr, "hvdrun: %s came %s; the job is not started again\n",
+          stop_sig == SIGINT ? "SIGINT" : stop_sig == SIGTERM ? "SIGTERM" : "SIGHUP",
           before[0] ? "while it stopped to change its hosts" : "while waiting for the job's hosts");
   status = 128 + stop_sig;
 out:

@@ -42,18 +42,28 @@ printf '#!/bin/sh\necho localhost:two\n' >"$TMP/bad.sh"
 chmod +x "$TMP/bad.sh"
 err "the host discovery script $TMP/bad.sh printed 'localhost:two': not host or host:slots" -np 2 --host-discovery-script "$TMP/bad.sh" x
 err "the host discovery script lists 2 slot(s), fewer than the 3 ranks to start, after 1 s (--elastic-timeout)" -np 3 --elastic-timeout 1 --host-discovery-script "$TMP/d.sh" x
-# SIGTERM while it waits for hosts ends it then (143, one line), not at --elastic-timeout
-"$HVDRUN" -np 3 --elastic-timeout 60 --host-discovery-script "$TMP/d.sh" x >"$TMP/out" 2>"$TMP/err" &
+# SIGTERM or SIGINT while it waits for hosts ends it then (143, 130; one line), not at --elastic-timeout
+for _sig in TERM:143 INT:130; do
+  "$HVDRUN" -np 3 --elastic-timeout 60 --host-discovery-script "$TMP/d.sh" x >"$TMP/out" 2>"$TMP/err" &
+  _pid=$!
+  sleep 1
+  _t0=$(date +%s)
+  kill -"${_sig%:*}" $_pid
+  _rc=0
+  wait $_pid || _rc=$?
+  [ $_rc = "${_sig#*:}" ] || { cat "$TMP/err"; fail "hvdrun waiting for hosts, SIG${_sig%:*}: status $_rc, expected ${_sig#*:}"; }
+  [ $(($(date +%s) - _t0)) -le 5 ] || fail "hvdrun waiting for hosts took more than 5 s to end after SIG${_sig%:*}"
+  grep -qxF "hvdrun: SIG${_sig%:*} came while waiting for the job's hosts; the job is not started again" "$TMP/err" &&
+    [ "$(wc -l <"$TMP/err")" = 1 ] || { cat "$TMP/err"; fail "hvdrun waiting for hosts, SIG${_sig%:*}: expected one line"; }
+done
+# SIGINT sent to hvdrun (not from the terminal) while a job of discovered hosts runs: passed on, the job ends (130)
+"$HVDRUN" -np 2 --host-discovery-script "$TMP/d.sh" sleep 60 >"$TMP/out" 2>"$TMP/err" &
 _pid=$!
-sleep 1
-_t0=$(date +%s)
-kill -TERM $_pid
+sleep 3
+kill -INT $_pid
 _rc=0
 wait $_pid || _rc=$?
-[ $_rc = 143 ] || { cat "$TMP/err"; fail "hvdrun waiting for hosts, SIGTERM: status $_rc, expected 143"; }
-[ $(($(date +%s) - _t0)) -le 5 ] || fail "hvdrun waiting for hosts took more than 5 s to end after SIGTERM"
-grep -qxF "hvdrun: SIGTERM came while waiting for the job's hosts; the job is not started again" "$TMP/err" &&
-  [ "$(wc -l <"$TMP/err")" = 1 ] || { cat "$TMP/err"; fail "hvdrun waiting for hosts, SIGTERM: expected one line saying so"; }
+[ $_rc = 130 ] || { cat "$TMP/err"; fail "hvdrun with discovered hosts, SIGINT: status $_rc, expected 130"; }
 err "-np 5 needs 5 slots, but there are 4 in -H; add --oversubscribe" -np 5 -H a:2,b:2 x
 err "-H a:2,b:x (slots of host b): 'x' is not a positive number" -np 2 -H a:2,b:x x
 err "give -H or --hostfile, not both" -np 2 -H a --hostfile f x
