@@ -156,10 +156,7 @@ static void *watch(void *arg) {
   (void)arg;
   pthread_mutex_lock(&mu);
   while (!stop) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 500000000L;
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    struct timespec ts = hvd_realtime_in(0.5);
     pthread_cond_timedwait(&cv, &mu, &ts);
     if (stop) break;
     pthread_mutex_unlock(&mu);
