@@ -16,10 +16,19 @@ it once the rank and the processes forked from it are gone
 So too the folder that torch.distributed.nn makes when it is imported
 (torch 1.x to 2.6; torch._dynamo imports it): Python removes it at a clean
 exit, and every rank the launcher kills when another fails would leave
-one."""
+one.
+
+And the script's own tempfile.TemporaryDirectory folders (a trainer's best
+weights kept there, as pytorch/tutorials' transfer learning does): removed
+by the script's `with` or at exit in a plain run, however the run is
+stopped short of SIGKILL; under a launcher the ranks can end by SIGKILL
+with no fault of theirs (the survivors of a rank's death, Open MPI 5 and
+6's prterun at Ctrl-C), so each is watched too (not one made with
+delete=False, Python 3.12's: kept on purpose)."""
 import multiprocessing.process
 import multiprocessing.util
 import os
+import tempfile
 
 from . import capi
 from .patching import after_import, wrap
@@ -55,11 +64,34 @@ def _watch_torch_folder(module):
         _remove_at_end(d)
 
 
+_SCRIPT_FOLDERS = 1024  # watched at most (the watcher keeps their names until the rank ends)
+_script_folders = [0]
+
+
+def _watch_script_folder(tmp):
+    """A TemporaryDirectory the rank's process made (not a worker's: it
+    ends with its worker, or is the worker's to keep)."""
+    name = getattr(tmp, "name", None)
+    if not (isinstance(name, str) and getattr(tmp, "_delete", True) and os.getpid() == _rank_pid[0]):
+        return
+    _script_folders[0] += 1
+    if _script_folders[0] <= _SCRIPT_FOLDERS:
+        _remove_at_end(name)
+    elif _script_folders[0] == _SCRIPT_FOLDERS + 1:
+        capi.debug("%d temporary folders watched: later ones are not (a killed rank may leave them)" % _SCRIPT_FOLDERS)
+
+
 def install():
     """BaseProcess.start makes and watches the rank's folder first; torch's
-    folder is watched once it is made."""
+    folder is watched once it is made, and so is each TemporaryDirectory."""
     _rank_pid[0] = os.getpid()
     after_import("torch.distributed.nn.jit.instantiator", _watch_torch_folder)
+    def make_tmp_init(orig):
+        def __init__(self, *args, **kwargs):
+            orig(self, *args, **kwargs)
+            _watch_script_folder(self)
+        return __init__
+    wrap(tempfile.TemporaryDirectory, "__init__", make_tmp_init)
     def make_start(orig):
         def start(self):
             _watch(self)

@@ -10,6 +10,9 @@
 # Under MPICH's Hydra the launcher names no rank in 1 (its banner gives one
 # process's pid) and may end the job itself in 2 and 3.
 # The victim's reaper is titled as such in ps (not the rank's command line).
+# The script trains inside `with tempfile.TemporaryDirectory()`: no rank's
+# is left in the job's TMPDIR, though the launcher ends the survivors with
+# SIGKILL (no `with` runs).
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
 need_torch
@@ -17,7 +20,9 @@ run() { # run NAME VICTIM MPIRUN-OPTIONS...
   _name=$1 _victim=$2
   shift 2
   tag="kill-$_name-$$"
-  T=120 shim 3 "$@" "$PYTHON" "$FAULT_TRAIN" --steps 100000 --step-sleep 0.02 --tag "$tag" >"$TMP/$_name" 2>&1 &
+  mkdir -p "$TMP/tmp-$_name"
+  TMPDIR="$TMP/tmp-$_name" T=120 shim 3 "$@" "$PYTHON" "$FAULT_TRAIN" --steps 100000 --step-sleep 0.02 --tempdir \
+    --tag "$tag" >"$TMP/$_name" 2>&1 &
   job=$!
   wait_for "$TMP/$_name" "\[rank $_victim\] step 20" 60
   pid=$(rank_pid "$tag" "$_victim") || { cat "$TMP/$_name"; fail "$_name: rank $_victim not found"; }
@@ -31,6 +36,10 @@ run() { # run NAME VICTIM MPIRUN-OPTIONS...
   took=$(($(now_ms) - t0))
   [ "$took" -lt 30000 ] || { cat "$TMP/$_name"; fail "$_name: the job took $took ms to end"; }
   no_leftovers "$tag"
+  _i=0
+  while [ -n "$(tmp_left "$TMP/tmp-$_name")" ] && [ $_i -lt 50 ]; do sleep 0.1; _i=$((_i + 1)); done
+  [ -z "$(tmp_left "$TMP/tmp-$_name")" ] ||
+    { ls -lR "$TMP/tmp-$_name"; fail "$_name: left in the job's TMPDIR: $(tmp_left "$TMP/tmp-$_name")"; }
   echo "$_name: rank $_victim (pid $pid) killed; job ended after $took ms, mpirun status $rc"
 }
 RECOVER=--enable-recovery
@@ -67,4 +76,4 @@ ev = json.load(open(sys.argv[1]))
 assert len(ev) > 10, len(ev)
 print("timeline of the killed writer: valid JSON, %d events" % len(ev))
 PY
-pass "SIGKILL: ranks ended within 30 s, lost rank named, no leftovers (default and $RECOVER)"
+pass "SIGKILL: ranks ended within 30 s, lost rank named, no leftovers, no rank's TemporaryDirectory left (default and $RECOVER)"

@@ -1222,6 +1222,50 @@ class Lengths(unittest.TestCase):
         self.assertEqual(iterable._dealt_len(loader, len(loader)), 10)
 
 
+class ScriptFolders(unittest.TestCase):
+    """The script's TemporaryDirectory folders are handed to the library's
+    watcher (tempdir.py): the rank's own, not one made with delete=False, at
+    most _SCRIPT_FOLDERS of them."""
+
+    class Lib:
+        def __init__(self):
+            self.paths = []
+
+        def hvd_remove_at_end(self, path):
+            self.paths.append(os.fsdecode(path))
+            return 0
+
+        def hvd_log_message(self, *args):
+            self.said = args
+
+    def setUp(self):
+        from hvdshim_torch import tempdir
+        self.tempdir, self.lib = tempdir, self.Lib()
+        self.saved = (capi.LIB, tempdir._rank_pid[0], tempdir._script_folders[0])
+        capi.LIB, tempdir._rank_pid[0], tempdir._script_folders[0] = self.lib, os.getpid(), 0
+
+    def tearDown(self):
+        capi.LIB, self.tempdir._rank_pid[0], self.tempdir._script_folders[0] = self.saved
+
+    def test_watched(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            self.tempdir._watch_script_folder(type("T", (), {"name": d})())
+        self.assertEqual(self.lib.paths, [d])
+
+    def test_kept_or_not_the_ranks(self):
+        self.tempdir._watch_script_folder(type("T", (), {"name": "/tmp/kept", "_delete": False})())
+        self.tempdir._rank_pid[0] = os.getpid() + 1  # (a loader worker's)
+        self.tempdir._watch_script_folder(type("T", (), {"name": "/tmp/worker"})())
+        self.assertEqual(self.lib.paths, [])
+
+    def test_at_most(self):
+        for i in range(self.tempdir._SCRIPT_FOLDERS + 5):
+            self.tempdir._watch_script_folder(type("T", (), {"name": "/tmp/f%d" % i})())
+        self.assertEqual(len(self.lib.paths), self.tempdir._SCRIPT_FOLDERS)
+        self.assertIn(b"temporary folders watched", self.lib.said[-1])
+
+
 class Resizing(unittest.TestCase):
     """Ranks that change under a loader (elastic) and jobs that grow (resize.py)."""
 
