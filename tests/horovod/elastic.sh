@@ -10,8 +10,9 @@
 #     once; the weights equal the emulation at 2 ranks, and where Horovod
 #     0.28.1 itself is importable (Debian 12) the printed lines and the
 #     weights are real Horovod's (tolerance 0);
-#   a rank's death (ULFM: hvdrun --min-np 2; sid): rank 2, then rank 0,
-#     SIGKILLed mid-epoch at np=3: status 0, the survivors restore the last
+#   a rank's death (ULFM: hvdrun --min-np; sid): rank 2, then rank 0,
+#     SIGKILLed mid-epoch at np=3, and rank 1 at np=2 (the survivor goes on
+#     alone, its optimizer's hooks still reducing): status 0, the survivors restore the last
 #     commit, the reset callback runs once, the function is called twice,
 #     every sample of the epoch not committed is processed once after the
 #     restore (and none committed is), the weights equal the emulation; the
@@ -96,33 +97,35 @@ if [ "${ELASTIC_TORCH:-all}" = mpi ]; then
   exit 0
 fi
 
-# --- a rank's death: KILL SURVIVOR0 RESET(epoch batch processed)
+# --- a rank's death: NP KILL SURVIVOR0 RESET(epoch batch processed)
 dies() {
-  _kill=$1 _r0=$2 _e=$3 _b=$4 _p=$5
+  _np=$1 _kill=$2 _r0=$3 _e=$4 _b=$5 _p=$6
+  _left=$((_np - 1)) _what="np=$1, rank ${2%%:*} killed"
   rm -f "$TMP"/log.*
   rc=0
-  HVDRUN_LIB="$LIB" timeout -k 5 180 "$HVDRUN" -np 3 --oversubscribe --min-np 2 "$PYTHON" "$S" --kill "$_kill" \
+  HVDRUN_LIB="$LIB" timeout -k 5 180 "$HVDRUN" -np "$_np" --oversubscribe --min-np "$_left" "$PYTHON" "$S" --kill "$_kill" \
     --log "$TMP/log" --save "$TMP/dies.pt" >"$TMP/dies.out" 2>&1 </dev/null || rc=$?
-  [ $rc = 0 ] || { cat "$TMP/dies.out"; fail "np=3, rank ${_kill%%:*} killed: status $rc"; }
-  grep -q "^reset: size 2 epoch $_e batch $_b processed $_p$" "$TMP/dies.out" &&
+  [ $rc = 0 ] || { cat "$TMP/dies.out"; fail "$_what: status $rc"; }
+  grep -q "^reset: size $_left epoch $_e batch $_b processed $_p$" "$TMP/dies.out" &&
     [ "$(grep -c '^reset:' "$TMP/dies.out")" = 1 ] && grep -q "^calls 2 resets 1$" "$TMP/dies.out" ||
-    { cat "$TMP/dies.out"; fail "np=3, rank ${_kill%%:*} killed: not one restore to the commit at epoch $_e batch $_b"; }
-  grep -q "hvd.elastic.run restores the state committed last and calls the function again over 2 rank(s) (was 3)" \
-    "$TMP/dies.out" || { cat "$TMP/dies.out"; fail "np=3, rank ${_kill%%:*} killed: no line saying so"; }
-  samples "$TMP/log" "$_e" 2 "job 1 call 1" "job 1 call 2" "$_b" >"$TMP/samples" 2>&1 ||
-    { cat "$TMP/samples"; fail "np=3, rank ${_kill%%:*} killed: the epoch's samples"; }
-  emulate "$TMP/emu.pt" "3;2@$_e:$_b:$_p"
+    { cat "$TMP/dies.out"; fail "$_what: not one restore to the commit at epoch $_e batch $_b"; }
+  grep -q "hvd.elastic.run restores the state committed last and calls the function again over $_left rank(s) (was $_np)" \
+    "$TMP/dies.out" || { cat "$TMP/dies.out"; fail "$_what: no line saying so"; }
+  samples "$TMP/log" "$_e" "$_left" "job 1 call 1" "job 1 call 2" "$_b" >"$TMP/samples" 2>&1 ||
+    { cat "$TMP/samples"; fail "$_what: the epoch's samples"; }
+  emulate "$TMP/emu.pt" "$_np;$_left@$_e:$_b:$_p"
   same "$TMP/dies.pt" "$TMP/emu.pt" 1e-12 >"$TMP/cmp" ||
-    { cat "$TMP/cmp"; fail "np=3, rank ${_kill%%:*} killed: the weights differ from the emulation"; }
+    { cat "$TMP/cmp"; fail "$_what: the weights differ from the emulation"; }
   # the negative control: the rolled-back steps kept (no restore) is another run
-  emulate "$TMP/keep.pt" "3;2@$_e:$((${_kill##*:})):$(((${_kill##*:}) * 12))"
+  emulate "$TMP/keep.pt" "$_np;$_left@$_e:$((${_kill##*:})):$(((${_kill##*:}) * 4 * _np))"
   same "$TMP/dies.pt" "$TMP/keep.pt" 1e-6 >/dev/null &&
-    fail "np=3, rank ${_kill%%:*} killed: the emulation without the restore is the same run (the test cannot tell)"
-  pass "np=3 under hvdrun --min-np 2, rank ${_kill%%:*} SIGKILLed at epoch $_e batch ${_kill##*:}: status 0, rank $_r0's state restored to the commit at batch $_b, the reset callback once, the function called twice, $(cat "$TMP/samples"); weights = the emulation ($(cat "$TMP/cmp")), not the one without the restore"
+    fail "$_what: the emulation without the restore is the same run (the test cannot tell)"
+  pass "np=$_np under hvdrun --min-np $_left, rank ${_kill%%:*} SIGKILLed at epoch $_e batch ${_kill##*:}: status 0, rank $_r0's state restored to the commit at batch $_b, the reset callback once, the function called twice, $(cat "$TMP/samples"); weights = the emulation ($(cat "$TMP/cmp")), not the one without the restore"
 }
 if [ $ulfm = 1 ]; then
-  dies 2:1:5 0 1 4 48
-  dies 0:1:3 1 1 2 24
+  dies 3 2:1:5 0 1 4 48
+  dies 3 0:1:3 1 1 2 24
+  dies 2 1:1:5 0 1 4 32
 else
   echo "SKIP (a rank's death): this MPI has no ULFM fault tolerance (hvdrun --min-np needs Open MPI 5+)"
 fi

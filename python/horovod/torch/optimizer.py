@@ -143,8 +143,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def synchronize(self):
         """Wait for every gradient's reduction (submitting those the hooks did
         not: unused parameters, or delayed accumulation) and put the results
-        in .grad."""
-        if not self.process_set.included() or size() <= 1:
+        in .grad.  Alone from the start there is nothing to reduce; alone
+        after the others died (hvd.elastic.run) the hooks made for them go on
+        submitting, and their reductions (of one rank) are waited for."""
+        if not self.process_set.included() or (size() <= 1 and not self._grad_accs):
             self._synchronized = True
             return
         for p in self._requires_update - set(self._handles):
