@@ -66,13 +66,22 @@ int hvd_fail(char *err, size_t errlen, const char *fmt, ...) {
 
 volatile int hvd_fatal_started;
 
-void hvd_fatal_at(const char *file, int line, const char *fmt, ...) {
+static _Noreturn void vfatal(int code, const char *file, int line, const char *fmt, va_list ap) {
   hvd_fatal_started = 1;
+  vwrite_line(HVD_LOG_ERROR, file, line, fmt, ap);
+  if (abort_hook) abort_hook(code);
+  syscall(SYS_exit_group, code); /* not _exit: the shim interposes it (hooks/exit.c) */
+  __builtin_unreachable();
+}
+
+void hvd_fatal_at(const char *file, int line, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vwrite_line(HVD_LOG_ERROR, file, line, fmt, ap);
-  va_end(ap);
-  if (abort_hook) abort_hook(1);
-  syscall(SYS_exit_group, 1); /* not _exit: the shim interposes it (hooks/exit.c) */
-  __builtin_unreachable();
+  vfatal(1, file, line, fmt, ap);
+}
+
+void hvd_fatal_status_at(int code, const char *file, int line, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfatal(code > 0 && code < 256 ? code : 1, file, line, fmt, ap);
 }

@@ -17,6 +17,9 @@ void hvd_log_write(int level, const char *file, int line, const char *fmt, ...)
  * by the engine once MPI is up, calls MPI_Abort; before that, _exit(1)). */
 void hvd_fatal_at(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));
+/* ... with the job's status `code` (1..255) instead of 1: a rank's own exit status. */
+void hvd_fatal_status_at(int code, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5), noreturn));
 void hvd_log_set_abort_hook(void (*hook)(int code));
 /* A moment (200 ms) for the launcher to forward what this rank wrote, before
  * a caller aborts the job: MPICH's Hydra drops a rank's pending output once

@@ -105,6 +105,23 @@ static int reap(int block, pid_t *ended_launcher, int *launcher_status) {
   }
 }
 
+/* The ranks of this host write the job's status here when one ends the
+ * job with a non-zero status (HVDSHIM_STATUS_FILE, shim/lifecycle.c):
+ * Open MPI 6's prterun answered such an end (MPI_Abort after a rank's death
+ * under ULFM) with status 0 in 3 of 4 runs.  Returns the code written, or
+ * 0; the file is removed. */
+static int job_status(const char *path, int *rank) {
+  FILE *f = fopen(path, "r");
+  int code = 0;
+  *rank = -1;
+  if (f) {
+    if (fscanf(f, "%d %d", &code, rank) < 1 || code < 1 || code > 255) code = 0;
+    fclose(f);
+  }
+  unlink(path);
+  return code;
+}
+
 int hvd_supervise(const char *exe, char **argv) {
   if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) { /* (Linux before 3.4): be the launcher, as before */
     execv(exe, argv);
@@ -117,6 +134,9 @@ int hvd_supervise(const char *exe, char **argv) {
   for (size_t i = 0; i < sizeof passed / sizeof *passed; i++) sigaddset(&all, passed[i]);
   sigprocmask(SIG_BLOCK, &all, &old); /* (until the handlers know the launcher) */
   pid_t self = getpid();
+  char status_file[96];
+  snprintf(status_file, sizeof status_file, "/dev/shm/hvdshim-status-%ld-%lu", (long)self, (unsigned long)getuid());
+  unlink(status_file); /* (a killed hvdrun's of the same pid) */
   fflush(NULL);
   pid_t c = fork();
   if (c < 0) {
@@ -128,6 +148,7 @@ int hvd_supervise(const char *exe, char **argv) {
     if (getppid() != self) _exit(2); /* hvdrun ended before the tie */
     prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0); /* (not inherited; said for clarity) */
     sigprocmask(SIG_SETMASK, &old, NULL);
+    setenv("HVDSHIM_STATUS_FILE", status_file, 1); /* (after the -x list: the ranks of this host alone) */
     execv(exe, argv);
     fprintf(stderr, "hvdrun: cannot run %s: %s\n", exe, strerror(errno));
     _exit(2);
@@ -174,6 +195,7 @@ int hvd_supervise(const char *exe, char **argv) {
     }
     hvd_nap_ms(10);
   }
+  int rank, code = job_status(status_file, &rank);
   /* Ends as the launcher did, or, where a signal stopped the job (the
    * launcher's status not 0), as that signal would have ended hvdrun
    * itself (the shell's 130 for Ctrl-C, 143 for SIGTERM). */
@@ -197,5 +219,10 @@ int hvd_supervise(const char *exe, char **argv) {
     raise(sig);
   }
   if (sig) return 128 + sig;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && code) {
+    fprintf(stderr, "hvdrun: rank %d ended the job with status %d, and %s ended with 0 all the same; hvdrun ends "
+            "with %d\n", rank, code, argv[0], code);
+    return code;
+  }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }

@@ -236,9 +236,10 @@ static void at_exit(int status, void *arg) {
   if (hvd_shim_role() != HVD_ROLE_ACTIVE || getpid() != active_pid) return;
   if (status != 0) {
     hvd_failing_grace(); /* (an error alike on every rank: rank 0's line alone, as end_own_mpi) */
-    /* (the status the launcher sees is the low byte: exit(-1) is 255) */
-    hvd_fatal_at("lifecycle", 0, "this rank is exiting with status %d (an uncaught exception, sys.exit(%d) or "
-                 "exit(%d)); ending the job so no rank waits for it", status & 0xff, status, status);
+    /* (the status the launcher sees is the low byte: exit(-1) is 255; the job ends with it) */
+    hvd_fatal_status_at(status & 0xff, "lifecycle", 0, "this rank is exiting with status %d (an uncaught exception, "
+                        "sys.exit(%d) or exit(%d)); ending the job so no rank waits for it", status & 0xff, status,
+                        status);
   }
   hvd_shutdown();
 }
@@ -259,8 +260,8 @@ static void exiting(int status, int by_runtime) {
                    "the job (its own line says why)", status);
     } else if (status != 0) {
       hvd_failing_grace();
-      hvd_fatal_at("lifecycle", 0, "this rank called _exit(%d) (os._exit(%d) in Python); ending the job so no rank "
-                   "waits for it", status, status);
+      hvd_fatal_status_at(status & 0xff, "lifecycle", 0, "this rank called _exit(%d) (os._exit(%d) in Python); ending "
+                          "the job so no rank waits for it", status, status);
     }
     hvd_shutdown();
   }
@@ -350,6 +351,24 @@ int hvd_remove_at_end(const char *path) {
   return ok ? 0 : -1;
 }
 
+/* The job ends with `code` from here: the rank's reaper is told, and the
+ * first rank of hvdrun's host to get here writes the code to hvdrun's
+ * status file (HVDSHIM_STATUS_FILE), so hvdrun ends with it where its
+ * launcher reports 0 (Open MPI 6's prterun answered an MPI_Abort after a
+ * ULFM death with 0 in 3 of 4 runs).  Async-signal-safe but for the
+ * formatting. */
+static void job_ending(int code) {
+  const char *path = hvd_cfg_str(HVD_CFG_STATUS_FILE);
+  int fd = path && *path ? hvd_libc()->open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600) : -1;
+  if (fd >= 0) {
+    char line[48];
+    int n = snprintf(line, sizeof line, "%d %d\n", code, hvd_env_rank(NULL));
+    if (n > 0 && write(fd, line, (size_t)n) != n) HVD_DEBUG("status file %s: %s", path, strerror(errno));
+    close(fd);
+  }
+  hvd_reaper_note_ending();
+}
+
 static void end_own_mpi(int status) {
   static int ending; /* (MPI_Abort ends through _exit, which comes back here) */
   if (!own_mpi_pid || getpid() != own_mpi_pid || hvd_shim_role() == HVD_ROLE_ACTIVE || ending) return;
@@ -370,6 +389,7 @@ static void end_own_mpi(int status) {
   hvd_log_write(HVD_LOG_ERROR, "lifecycle", 0, "this rank is exiting with status %d%s; ending the job so no rank "
                 "waits for it", status & 0xff, failed ? " after hvd_init failed" : ""); /* (worded as at_exit's) */
   hvd_log_let_out();
+  job_ending(status & 0xff ? status & 0xff : 1);
   PMPI_Abort(MPI_COMM_WORLD, status);
 }
 
@@ -431,7 +451,7 @@ hvd_status_t hvd_init(void) {
     }
     pthread_atfork(NULL, NULL, fork_child);
   }
-  hvd_engine_host host = {.end_process = end_process, .ending_job = hvd_reaper_note_ending};
+  hvd_engine_host host = {.end_process = end_process, .ending_job = job_ending};
   init_result = hvd_engine_start(&host, init_error, sizeof init_error);
   if (init_result != HVD_OK) {
     if (hvd_engine_mpi_early_wait() == 1) own_mpi(); /* the start left up the MPI it initialized */

@@ -17,10 +17,10 @@ typedef struct {
    * flush): the last resort when MPI_Abort does not end the job in time.
    * NULL: the exit_group system call. */
   void (*end_process)(int code);
-  /* This process is about to end the job (MPI_Abort), or its part of it
-   * (too few survivors, a side cut off from rank 0), and may not get to say
-   * more: async-signal-safe.  NULL: nothing. */
-  void (*ending_job)(void);
+  /* This process is about to end the job (MPI_Abort) with status `code`,
+   * or its part of it (too few survivors, a side cut off from rank 0), and
+   * may not get to say more: async-signal-safe.  NULL: nothing. */
+  void (*ending_job)(int code);
 } hvd_engine_host;
 
 /* Initialize or adopt MPI, create the communicator, start the thread.

@@ -34,13 +34,13 @@
 /* The host's way to end the process (hvd_engine_host), for the abort
  * path: the log's abort hook takes no engine, and there is one process. */
 static void (*end_process)(int code);
-static void (*ending_job)(void);
+static void (*ending_job)(int code);
 
 static void abort_job(int code) {
   int up = 0, down = 0;
   MPI_Initialized(&up);
   MPI_Finalized(&down);
-  if (ending_job) ending_job();
+  if (ending_job) ending_job(code);
   hvd_eng_end_later(end_process, code, NULL); /* MPI_Abort did not end us: leave anyway */
   if (up && !down) {
     hvd_log_let_out();

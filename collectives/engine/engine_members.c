@@ -199,7 +199,7 @@ void hvd_eng_finalize_bounded(hvd_engine *e, int code) {
  * own, but a finalize of every survivor and a non-zero status, which the
  * launcher reports as it does any rank's. */
 _Noreturn void hvd_eng_end_survivors(hvd_engine *e, int code) {
-  if (e->host.ending_job) e->host.ending_job();
+  if (e->host.ending_job) e->host.ending_job(code);
   hvd_timeline_close();
   hvd_metrics_close();
   if (e->mpi_owned) hvd_eng_finalize_bounded(e, code);

@@ -2,7 +2,8 @@
 # How a rank's script ends decides the job's end (np=3, unmodified script):
 #  - an uncaught exception on one rank: the job ends at once, non-zero, the
 #    traceback shown; on every rank: rank 0's traceback alone;
-#  - sys.exit(3) in the middle of an epoch: the same;
+#  - sys.exit(3) in the middle of an epoch: the same, and the job's status
+#    is 3, as the rank's (the launcher's, through the shim's MPI_Abort);
 #  - sys.exit(0) in the middle of an epoch: that rank joins; the others
 #    finish their training and the job exits 0;
 #  - a stopping rule on the local loss (ranks stop at different steps):
@@ -47,8 +48,10 @@ nt=$(grep -c "Traceback" "$TMP/raise-all")
 no_leftovers "$tag"
 echo "exception on every rank: rank 0's traceback alone"
 
-shim 3 "$PYTHON" "$FAULT_TRAIN" --fault exit --exit-code 3 --fault-rank 2 --fault-at 5 --steps 100000 --tag "$tag" >"$TMP/exit3" 2>&1 &&
-  { cat "$TMP/exit3"; fail "sys.exit(3): the job exited 0"; }
+rc=0
+shim 3 "$PYTHON" "$FAULT_TRAIN" --fault exit --exit-code 3 --fault-rank 2 --fault-at 5 --steps 100000 --tag "$tag" >"$TMP/exit3" 2>&1 ||
+  rc=$?
+[ $rc = 3 ] || { cat "$TMP/exit3"; fail "sys.exit(3) on rank 2: the job's status is $rc, not 3"; }
 grep -q "hvdshim\[2\]: error (lifecycle): this rank is exiting with status 3" "$TMP/exit3" || { cat "$TMP/exit3"; fail "sys.exit(3): no message"; }
 no_leftovers "$tag"
 

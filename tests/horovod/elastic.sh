@@ -17,6 +17,10 @@
 #     every sample of the epoch not committed is processed once after the
 #     restore (and none committed is), the weights equal the emulation; the
 #     emulation of no rollback (the zero-code elastic's way) differs;
+#   a survivor's failure after a death (sid): at np=2 under --min-np 1 rank
+#     1 dies, the survivor ends with sys.exit(3): hvdrun's status is 3, three
+#     runs (Open MPI 6's prterun answered the survivor's MPI_Abort with 0 in
+#     3 of 4 runs, and hvdrun passed that on);
 #   hosts joining (hvdrun --host-discovery-script, 2 -> 3; sid): the job
 #     stops at the commit after the discovery script lists a third slot and
 #     starts again over 3; the reset callback runs once, the new rank trains
@@ -126,6 +130,28 @@ if [ $ulfm = 1 ]; then
   dies 3 2:1:5 0 1 4 48
   dies 3 0:1:3 1 1 2 24
   dies 2 1:1:5 0 1 4 32
+  cat >"$TMP/exit3.py" <<'PY'
+import os, signal, sys, torch, horovod.torch as hvd
+hvd.init()
+@hvd.elastic.run
+def steps(state):
+    for state.i in range(state.i, 8):
+        if state.i == 4 and hvd.rank() == 1 and hvd.size() == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        hvd.allreduce(torch.ones(1), name="one")
+        state.commit()
+steps(hvd.elastic.ObjectState(i=0))
+print("survivor of size %d exits 3" % hvd.size(), flush=True)
+sys.exit(3)
+PY
+  for _run in 1 2 3; do
+    rc=0
+    HVDRUN_LIB="$LIB" timeout -k 5 120 "$HVDRUN" -np 2 --oversubscribe --min-np 1 "$PYTHON" "$TMP/exit3.py" \
+      >"$TMP/exit3.out" 2>&1 </dev/null || rc=$?
+    [ $rc = 3 ] && grep -q "^survivor of size 1 exits 3" "$TMP/exit3.out" ||
+      { cat "$TMP/exit3.out"; fail "np=2 -> 1, the survivor's sys.exit(3): hvdrun's status $rc (run $_run), not 3"; }
+  done
+  pass "np=2 -> 1 under --min-np 1, the survivor's sys.exit(3): hvdrun's status 3 in 3 runs of 3"
 else
   echo "SKIP (a rank's death): this MPI has no ULFM fault tolerance (hvdrun --min-np needs Open MPI 5+)"
 fi
