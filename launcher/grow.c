@@ -186,7 +186,7 @@ int hvd_grow_supervise(const char *script, long np, long max_np, long min_np, do
   setenv("HVDSHIM_ELASTIC_RESUME", "0", 1);
   struct sigaction sa = {0};
   sa.sa_sigaction = forward;
-  sa.sa_flags = SA_SIGINFO;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART; /* (the discovery script's output read whole: cut short, it dies of SIGPIPE) */
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGHUP, &sa, NULL);
   sigaction(SIGINT, &sa, NULL);

@@ -122,7 +122,7 @@ static int job_status(const char *path, int *rank) {
   return code;
 }
 
-int hvd_supervise(const char *exe, char **argv) {
+int hvd_supervise(const char *exe, char **argv, int status_file) {
   if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) { /* (Linux before 3.4): be the launcher, as before */
     execv(exe, argv);
     fprintf(stderr, "hvdrun: cannot run %s: %s\n", exe, strerror(errno));
@@ -134,9 +134,11 @@ int hvd_supervise(const char *exe, char **argv) {
   for (size_t i = 0; i < sizeof passed / sizeof *passed; i++) sigaddset(&all, passed[i]);
   sigprocmask(SIG_BLOCK, &all, &old); /* (until the handlers know the launcher) */
   pid_t self = getpid();
-  char status_file[96];
-  snprintf(status_file, sizeof status_file, "/dev/shm/hvdshim-status-%ld-%lu", (long)self, (unsigned long)getuid());
-  unlink(status_file); /* (a killed hvdrun's of the same pid) */
+  char status_path[96] = "";
+  if (status_file) {
+    snprintf(status_path, sizeof status_path, "/dev/shm/hvdshim-status-%ld-%lu", (long)self, (unsigned long)getuid());
+    unlink(status_path); /* (a killed hvdrun's of the same pid) */
+  }
   fflush(NULL);
   pid_t c = fork();
   if (c < 0) {
@@ -148,7 +150,7 @@ int hvd_supervise(const char *exe, char **argv) {
     if (getppid() != self) _exit(2); /* hvdrun ended before the tie */
     prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0); /* (not inherited; said for clarity) */
     sigprocmask(SIG_SETMASK, &old, NULL);
-    setenv("HVDSHIM_STATUS_FILE", status_file, 1); /* (after the -x list: the ranks of this host alone) */
+    if (status_path[0]) setenv("HVDSHIM_STATUS_FILE", status_path, 1); /* (not in the -x list: this host's ranks alone) */
     execv(exe, argv);
     fprintf(stderr, "hvdrun: cannot run %s: %s\n", exe, strerror(errno));
     _exit(2);
@@ -195,7 +197,7 @@ int hvd_supervise(const char *exe, char **argv) {
     }
     hvd_nap_ms(10);
   }
-  int rank, code = job_status(status_file, &rank);
+  int rank = -1, code = status_path[0] ? job_status(status_path, &rank) : 0;
   /* Ends as the launcher did, or, where a signal stopped the job (the
    * launcher's status not 0), as that signal would have ended hvdrun
    * itself (the shell's 130 for Ctrl-C, 143 for SIGTERM). */
