@@ -56,6 +56,29 @@ HVDSHIM_DATA=split shim 2 "$PYTHON" "$TRAIN" --epochs 1 --stop-above 2.6 --out "
 grep -q "^\[rank [01]\] hvdshim: split mode: 1 of 2 ranks finished the script while this rank still trains" "$TMP/out" ||
   { cat "$TMP/out"; fail "split mode, a rank ending its loop alone: no line saying so"; }
 pass "split mode, a loop ended on one rank's own slice: the job ends, saying the ranks took different paths"
+# split mode with no DataLoader in training (batches the script draws, as
+# pytorch/examples' regression does, until a value of its own): nothing was
+# cut, so a rank that stops first leaves the others to train on, as in shard
+# mode (one warning, status 0); the rank left alone is not told that every
+# rank trained on the same batches (it compared itself with itself)
+cat >"$TMP/noloader.py" <<'PY'
+import os
+import torch
+m = torch.nn.Linear(1, 1)
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+stop = 1 if os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK")) == "1" else 6
+for i in range(stop):
+    x = torch.randn(4, 1)
+    opt.zero_grad()
+    (m(x) - x).pow(2).mean().backward()
+    opt.step()
+print("stopped after", stop)
+PY
+HVDSHIM_DATA=split shim 2 "$PYTHON" "$TMP/noloader.py" >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "split mode, no DataLoader, a rank stopping first: the job failed"; }
+grep -q "1 of 2 ranks finished the script while this rank still trains (its backward after optimizer step 1)" "$TMP/out" &&
+  ! grep -q "trained on the same batches\|split mode: 1 of 2" "$TMP/out" ||
+  { cat "$TMP/out"; fail "split mode, no DataLoader, a rank stopping first: expected shard mode's warning alone"; }
+pass "split mode with no DataLoader in training, a rank stopping first: the others train on, one warning, status 0"
 # a script that trains on torch.autograd.grad's gradients (no backward):
 # they are not averaged, and rank 0 says so once; one whose gradient
 # penalty takes torch.autograd.grad with create_graph (a backward follows)

@@ -60,7 +60,7 @@ def note_root_call():
             _S.recheck = True
 
 
-def check_same_batches():
+def check_same_batches(all_ranks=True):
     """After the third reducing backward pass, where no DataLoader was
     iterated in training: one float64 MAX over [fp, -fp] of every rank's
     fingerprint of the batches of passes 2 and 3 (after the first, random
@@ -72,10 +72,12 @@ def check_same_batches():
     to cut, and the job is not the plain run: named once, by rank 0.  (The decision to compare is
     the same on every rank: the count of reducing passes and whether a
     loader was iterated in training are; a rank that gave up its
-    fingerprint still takes part.)"""
+    fingerprint still takes part.)  Not where ranks have finished already
+    (all_ranks false, from the round every rank read): those left are
+    not the job's ranks, and a lone rank would find itself alike."""
     fp, _FP.same_batches, _FP.compare_batches = _FP.same_batches, None, False
     _S.recheck = True  # (the global forward pre-hook may come off now)
-    if _EV.loader_trained or not _S.enabled:
+    if _EV.loader_trained or not _S.enabled or not all_ranks:
         return
     mine = torch.tensor(fp if fp is not None else [0.0, 0.0, 0, 0], dtype=torch.float64)  # (given up: nothing said)
     hi, lo = (v.tolist() for v in _elastic.extremes(b"hvdshim.same-batches", mine, "comparing the ranks' first training batches"))

@@ -197,24 +197,26 @@ def _share_pieces(d):
     return _L.share_slots[1]
 
 
-def _share_correction(pieces):
+def _share_correction(pieces, ranks):
     """The round's share slots: N c / D where every rank weighed (and the
     next guess c = D / N); 1 where none did, or where every count is the
-    last weighed reduction's (c is then D / N already)."""
+    last weighed reduction's (c is then D / N already).  N: the ranks that
+    took part in the round (those still training: the engine averages over
+    them)."""
     if pieces == _L.share_seen:
         return 1.0
     weighed = int(pieces[-1])
     if weighed == 0:
         return 1.0
-    if weighed != _S.size:  # (the same script on every rank recognises the same loss)
+    if weighed != ranks:  # (the same script on every rank recognises the same loss)
         raise HvdShimError("hvdshim: split mode: %d of %d ranks recognised this backward's loss as a mean; the "
-                           "ranks' losses differ in kind" % (weighed, _S.size))
+                           "ranks' losses differ in kind" % (weighed, ranks))
     shares = round_vector.values(pieces[:-1])
     total = sum(shares)
     if total <= 0:
         return 1.0
-    f = _S.size * _L.share_c / total
-    _L.share_c = total / _S.size
+    f = ranks * _L.share_c / total
+    _L.share_c = total / ranks
     _L.share_seen = pieces
     return f
 

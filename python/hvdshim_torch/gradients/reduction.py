@@ -20,6 +20,7 @@ from .. import rng as _rng
 from ..capi import SUM, debug
 from ..collectives import GRAD_DTYPES, Pending, allreduce_now
 from ..data import same_batches
+from ..data.roles import _EV
 from ..data.same_batches import _FP
 from ..errors import HvdShimError, MembershipChanged
 from ..state import _S, _warn_once
@@ -89,7 +90,7 @@ def _reduce_round(imminent=False):
                 _start_over()
         _S.reductions += 1
         if _S.reductions == 3 and _FP.compare_batches:
-            same_batches.check_same_batches()
+            same_batches.check_same_batches(_H.ranks == _S.size)
     finally:
         _H.submitted.clear()
         _H.early.clear()
@@ -110,16 +111,17 @@ def _reduce_round_once(imminent):
     else:
         flags.wait()
     got = round_vector.Round(vec.tolist(), n, m)
+    _H.ranks = got.ranks
     if len(_H.submitted) < n:  # (every parameter submitted here: nothing to look for)
         for i, used in enumerate(got.used):
             if used > 0 and i not in _H.submitted:  # used elsewhere, or only in a backward that accumulated
                 _submit_grad(_P.params[i])
     _H.batch.flush(waited=True)
-    if _S.data_mode == "split" and got.ranks < _S.size:
+    if _S.data_mode == "split" and _EV.loader_trained and got.ranks < _S.size:  # (no loader: split cut nothing)
         _ranks_left(_S.size - got.ranks)
     elif got.ranks < _S.size:
         _ranks_gone(got.ranks, got.rank0)
-    f = _share_correction(got.shares) if _S.shares else 1.0
+    f = _share_correction(got.shares, got.ranks) if _S.shares else 1.0
     if got.rank0:  # rank 0 took part
         _apply_hyper(slots, got.hyperparameters())
         _adopt_k(got.k)
@@ -158,17 +160,27 @@ def _step_next():
     return _A.bw_window == 1
 
 
+def _where():
+    """This rank's place in training, for a message: its optimizer steps,
+    or, for a script with no optimizer, its reducing backward passes."""
+    if _S.optimizers:
+        return "its backward after optimizer step %d" % _S.steps
+    return "its reducing backward pass %d" % (_S.reductions + 1)
+
+
 def _ranks_left(gone):
     """Split mode: ranks have finished the script while this one trains.
-    Every rank holds a part of every batch there, so the job can no longer
-    be the single process's run: it ends, saying why."""
+    Every rank holds a part of every batch a DataLoader gives there, so the
+    job can no longer be the single process's run: it ends, saying why.
+    (A script that trains on no DataLoader has nothing cut: shard mode's
+    rule, _ranks_gone.)"""
     raise HvdShimError(
-        "hvdshim: split mode: %d of %d ranks finished the script while this rank still trains (its backward after "
-        "optimizer step %d): the ranks took different paths, and each holds a part of every batch. A loop that "
+        "hvdshim: split mode: %d of %d ranks finished the script while this rank still trains (%s): the "
+        "ranks took different paths, and each holds a part of every batch. A loop that "
         "ends, or a step skipped, on a value each rank computes from its own slice (an accuracy or a count summed "
         "by the script, a NaN check of the loss before backward) decides differently on each rank; end loops on "
         "a fixed count or on the loss read after backward (averaged over ranks), or use HVDSHIM_DATA=shard"
-        % (gone, _S.size, _S.steps))
+        % (gone, _S.size, _where()))
 
 
 def _ranks_gone(ranks, rank0_here):
@@ -179,10 +191,10 @@ def _ranks_gone(ranks, rank0_here):
     show it."""
     if _S.rank == 0 or not rank0_here:
         _warn_once("ranks-gone-%d" % ranks,
-                   "%d of %d ranks finished the script while this rank still trains (its backward after optimizer step "
-                   "%d): training goes on over the %d left, each on its own part of the data. Ranks stop at "
+                   "%d of %d ranks finished the script while this rank still trains (%s): training goes on over "
+                   "the %d left, each on its own part of the data. Ranks stop at "
                    "different points when a decision is taken on a value each rank computes alone (an early stop on "
-                   "its own loss or accuracy, a count of its own batches)" % (_S.size - ranks, _S.size, _S.steps, ranks))
+                   "its own loss or accuracy, a count of its own batches)" % (_S.size - ranks, _S.size, _where(), ranks))
 
 
 def _start_over():
