@@ -1377,10 +1377,13 @@ class Resizing(unittest.TestCase):
         """An elastic job's sharded iteration of `sampler` at 3 ranks (this
         one rank 1), its loader having given the script `given` batches:
         the batches, the iteration's _Handout, and the stand-in loader
-        iterator (kept alive: the _Handout holds it weakly)."""
+        iterator (kept alive: the _Handout holds it weakly).  (Split mode's
+        batch-size check is behind it: not its loader's first iteration.)"""
         import weakref
         _S.size, _S.rank, _S.data_mode, _S.elastic = 3, 1, mode, True
-        gen = iter(sharded._ShardedBatches(sampler, 0, mode, "here"))
+        batches = sharded._ShardedBatches(sampler, 0, mode, "here")
+        batches._split_checked = True
+        gen = iter(batches)
         live = _LIVE.live_last
 
         class LoaderIter:

@@ -10,7 +10,6 @@ import weakref
 import torch
 
 from ..capi import debug
-from ..errors import HvdShimError
 from ..state import _S, _warn_once
 from .roles import Role, role_of, training_now
 from .sharded import _ShardedBatches
@@ -53,10 +52,6 @@ def _prepare_loader(loader):
         bs = loader.batch_sampler
         if isinstance(bs, _ShardedBatches):  # a loader made from another's batch sampler (Accelerate's prepare)
             bs = bs._inner
-        if _S.data_mode == "split" and type(bs).__name__ == "BatchSampler" and bs.batch_size % _S.size:
-            raise HvdShimError("hvdshim: HVDSHIM_DATA=split needs the DataLoader batch size (%d) to be divisible by "
-                               "the number of ranks (%d); choose a multiple of %d or use HVDSHIM_DATA=shard"
-                               % (bs.batch_size, _S.size, _S.size))
         object.__setattr__(loader, "batch_sampler", _ShardedBatches(bs, tag, _S.data_mode, where, role))
         object.__setattr__(loader, "_hvdshim_role", role)
         if _S.rank == 0:

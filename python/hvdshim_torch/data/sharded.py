@@ -14,6 +14,7 @@ when it starts (roles.py):
 import collections
 import itertools
 
+from ..errors import HvdShimError
 from ..lifecycle import _start
 from ..state import _S, _warn_once
 from .dealing import _place, _runs, _skip_items, padding_only, shard_count, split_slice
@@ -34,6 +35,7 @@ class _ShardedBatches:
         self._where = where
         self._role = role if role is not None else Role(tag)
         self._by_index = type(inner) is BatchSampler  # sampler, batch_size and drop_last are known
+        self._split_checked = False  # (split mode's batch size, at the first iteration that trains)
 
     def __getattr__(self, name):  # sampler, batch_size, drop_last, set_epoch ... of the original
         return getattr(self._inner, name)
@@ -68,7 +70,10 @@ class _ShardedBatches:
         # Sharded or whole is decided here, when the loader's iterator is made;
         # the epoch is drawn at the first batch, as the plain batch sampler
         # draws it (after the loader's worker seed: random state stays in step).
-        if not self._sharding() or not _start():
+        if not self._sharding():
+            return iter(self._inner)
+        self._check_split()
+        if not _start():
             return iter(self._inner)
         live = _Handout() if _S.elastic else None
         if self._mode == "split":
@@ -85,6 +90,20 @@ class _ShardedBatches:
         if live is not None:
             gen = _Resumable(gen, live)
         return gen if skip is None else _Primed(gen)
+
+    def _check_split(self):
+        """Split mode cuts each batch in N equal slices: a batch size that N
+        does not divide ends the job at the loader's first iteration that
+        trains (a loader only evaluated is never cut: any size; after ranks
+        died, elastic, the slices may be unequal: weighed by their shares)."""
+        if self._split_checked:
+            return
+        self._split_checked = True
+        b = getattr(self._inner, "batch_size", None)
+        if self._mode == "split" and type(self._inner).__name__ == "BatchSampler" and b and b % _S.size:
+            raise HvdShimError("hvdshim: HVDSHIM_DATA=split needs the DataLoader batch size (%d) to be divisible by "
+                               "the number of ranks (%d) of a loader that trains (%s); choose a multiple of %d or use "
+                               "HVDSHIM_DATA=shard" % (b, _S.size, self._what(), _S.size))
 
     @staticmethod
     def _lazy(make):
