@@ -99,8 +99,8 @@ class _ShardedBatches:
         if self._split_checked:
             return
         self._split_checked = True
-        b = getattr(self._inner, "batch_size", None)
-        if self._mode == "split" and type(self._inner).__name__ == "BatchSampler" and b and b % _S.size:
+        b = self._inner.batch_size if self._by_index else 0
+        if self._mode == "split" and self._by_index and b % _S.size:  # (another batch sampler's batches: cut as they come)
             raise HvdShimError("hvdshim: HVDSHIM_DATA=split needs the DataLoader batch size (%d) to be divisible by "
                                "the number of ranks (%d) of a loader that trains (%s); choose a multiple of %d or use "
                                "HVDSHIM_DATA=shard" % (b, _S.size, self._what(), _S.size))

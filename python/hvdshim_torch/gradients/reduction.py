@@ -82,7 +82,7 @@ def _reduce_round(imminent=False):
     try:
         for attempt in range(_elastic._RETRIES + 1):
             try:
-                _reduce_round_once(imminent)
+                ranks = _reduce_round_once(imminent)
                 break
             except MembershipChanged:
                 if attempt == _elastic._RETRIES:
@@ -90,7 +90,7 @@ def _reduce_round(imminent=False):
                 _start_over()
         _S.reductions += 1
         if _S.reductions == 3 and _FP.compare_batches:
-            same_batches.check_same_batches(_H.ranks == _S.size)
+            same_batches.check_same_batches(ranks == _S.size)
     finally:
         _H.submitted.clear()
         _H.early.clear()
@@ -102,6 +102,8 @@ def _reduce_round(imminent=False):
 
 
 def _reduce_round_once(imminent):
+    """One attempt at the end of a reducing pass; returns how many ranks
+    took part in its round (fewer than the job's once ranks have finished)."""
     if _H.round is None:
         _submit_round()
     vec, slots, flags = _H.round
@@ -111,7 +113,6 @@ def _reduce_round_once(imminent):
     else:
         flags.wait()
     got = round_vector.Round(vec.tolist(), n, m)
-    _H.ranks = got.ranks
     if len(_H.submitted) < n:  # (every parameter submitted here: nothing to look for)
         for i, used in enumerate(got.used):
             if used > 0 and i not in _H.submitted:  # used elsewhere, or only in a backward that accumulated
@@ -137,6 +138,7 @@ def _reduce_round_once(imminent):
         _rng.window_open()  # until the step ends: what the script draws on the averaged gradients, every rank draws
     else:
         _rng.withhold()
+    return got.ranks
 
 
 def _step_next():

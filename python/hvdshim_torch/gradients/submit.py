@@ -26,7 +26,6 @@ class _Handover:
         self.local = {}             # param index -> a buffer for a copy of this rank's gradient (kept)
         self.copied = set()         # param indices whose copy holds this step's gradient
         self.round = None           # the end-of-backward round in flight: (vector, slots, pending) (reduction.py)
-        self.ranks = 0              # the ranks that took part in the last round (the others have finished)
 
 
 _H = _Handover()
