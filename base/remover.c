@@ -55,3 +55,17 @@ int hvd_remover_spawn_list(void) {
                   "hvdshim-remover", NULL};
   return spawn(argv);
 }
+
+int hvd_remover_spawn_restore(void) {
+  /* Two lines a file (its backup B, its path P), collected until the write
+   * end is closed everywhere; then for each: B there (the process ended in
+   * the middle of rewriting P, which it had moved to B first): B back at
+   * P; else B.new there (it was writing P anew): P, a part, removed; and
+   * B's folder removed where that left it empty. */
+  char *argv[] = {"sh", "-c",
+                  "trap '' TERM INT HUP; while IFS= read -r b && IFS= read -r p; do set -- \"$@\" \"$b\" \"$p\"; "
+                  "done; while [ $# -ge 2 ]; do if [ -e \"$1\" ]; then mv -f -- \"$1\" \"$2\"; elif [ -e \"$1.new\" ]; "
+                  "then rm -f -- \"$2\" \"$1.new\"; fi; rmdir -- \"${1%/*}\" 2>/dev/null; shift 2; done",
+                  "hvdshim-restorer", NULL};
+  return spawn(argv);
+}

@@ -2,7 +2,9 @@
  * descriptor from it are gone, however they ended (a SIGKILL too): the
  * rank-private folder (hooks/overlay_view_folder.c), multiprocessing's
  * folder of a rank and its children and torch's import-time folder
- * (hvd_remove_at_end, the PyTorch glue's tempdir.py).  Uses nothing above base/. */
+ * (hvd_remove_at_end, the PyTorch glue's tempdir.py); a file a process
+ * was rewriting, put back (hvd_restore_at_end, the glue's checkpoints.py).
+ * Uses nothing above base/. */
 #ifndef HVD_REMOVER_H
 #define HVD_REMOVER_H
 
@@ -17,5 +19,12 @@ int hvd_remover_spawn(const char *path);
  * (a path and a newline, in one write) is removed when it is closed
  * everywhere. */
 int hvd_remover_spawn_list(void);
+/* A watcher that, when the write end is closed everywhere, puts back the
+ * files a process was rewriting: each record is two lines, a backup B and
+ * a path P (one write), and for each, B there is moved back to P; else,
+ * where B.new is there (P was being written anew), P is removed; then B's
+ * folder is removed if empty.  A process that finishes its rewrite
+ * removes B (or B.new) itself, so nothing is done for it. */
+int hvd_remover_spawn_restore(void);
 
 #endif

@@ -40,5 +40,13 @@ HVD_EXPORT void hvd_failing_grace(void);
  * could not start or the path is empty, too long (PIPE_BUF) or holds a
  * newline. */
 HVD_EXPORT int hvd_remove_at_end(const char *path);
+/* A file this process is rewriting, put back if it ends before it is done
+ * (base/remover.h, hvd_remover_spawn_restore): `backup` is where the old
+ * file was moved (`backup`.new, an empty file, where there was none), and
+ * the process removes it once `path` is whole; if it is still there when
+ * this process and its forks are gone, it goes back to `path` (or `path`
+ * is removed).  One watcher a process; each pair is needed once.  0, or -1
+ * as hvd_remove_at_end. */
+HVD_EXPORT int hvd_restore_at_end(const char *backup, const char *path);
 
 #endif

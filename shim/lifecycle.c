@@ -351,6 +351,27 @@ int hvd_remove_at_end(const char *path) {
   return ok ? 0 : -1;
 }
 
+static int restore_fd = -1;
+static pid_t restore_pid;
+
+int hvd_restore_at_end(const char *backup, const char *path) {
+  size_t nb = backup ? strlen(backup) : 0, np = path ? strlen(path) : 0;
+  char rec[PIPE_BUF];
+  if (!nb || !np || nb + np + 2 > sizeof rec || memchr(backup, '\n', nb) || memchr(path, '\n', np)) return -1;
+  memcpy(rec, backup, nb);
+  rec[nb] = '\n';
+  memcpy(rec + nb + 1, path, np);
+  rec[nb + 1 + np] = '\n';
+  pthread_mutex_lock(&at_end_mu);
+  if (restore_fd < 0 || restore_pid != getpid()) {
+    restore_fd = hvd_remover_spawn_restore();
+    restore_pid = getpid();
+  }
+  int ok = restore_fd >= 0 && write(restore_fd, rec, nb + np + 2) == (ssize_t)(nb + np + 2);
+  pthread_mutex_unlock(&at_end_mu);
+  return ok ? 0 : -1;
+}
+
 /* The job ends with `code` from here: the rank's reaper is told, and the
  * first rank of hvdrun's host to get here writes the code to hvdrun's
  * status file (HVDSHIM_STATUS_FILE), so hvdrun ends with it where its

@@ -46,6 +46,8 @@ _SIGNATURES = {  # name: (result, arguments)
     "hvd_mpi_early": (_int, []),
     "hvd_failing_grace": (None, []),
     "hvd_remove_at_end": (_int, [_str]),
+    "hvd_restore_at_end": (_int, [_str, _str]),
+    "hvd_overlay_write_path": (_int, [_str, ctypes.c_char_p, _size]),
     "hvd_last_error": (_str, []),
     "hvd_gpu_status": (_int, [_str, _size]),
     # operations

@@ -10,6 +10,7 @@ from . import capi
 from .capi import debug, info, setting
 from .patching import after_import, untraced, wrap
 from . import tempdir as _tempdir
+from . import checkpoints as _checkpoints
 from .state import _S, _warn_once
 from .output import _redirect_output, _set_threads, _short_errors, _stop_gracefully, cores_per_rank
 from .lifecycle import HOROVOD, _check_stand_aside, _other_distribution, _stand_aside
@@ -460,6 +461,7 @@ def install(rng_seed=None):
             _observe()
         return
     _S.enabled = True
+    _checkpoints.install()
     _resize.configure()
     reason = _other_distribution()
     if reason:

@@ -1273,6 +1273,110 @@ class ScriptFolders(unittest.TestCase):
         self.assertIn(b"temporary folders watched", self.lib.said[-1])
 
 
+class Checkpoints(unittest.TestCase):
+    """torch.save to a path on rank 0 (checkpoints.py): the old file moved
+    aside first and the library's restorer told, the save in place, the
+    backup removed; a save that raises leaves the path as it was; where
+    rank 0 is not the job's one writer of real files, or the path is not a
+    plain file of its own, the save is the original's alone."""
+
+    class Lib:
+        def __init__(self):
+            self.pairs, self.settings = [], {}
+
+        def hvd_restore_at_end(self, backup, path):
+            self.pairs.append((os.fsdecode(backup), os.fsdecode(path)))
+            return 0
+
+        def hvd_overlay_write_path(self, path, out, n):
+            return 0
+
+        def hvd_config_value(self, name):
+            return self.settings.get(name.decode(), "").encode() or None
+
+        def hvd_log_message(self, *args):
+            pass
+
+    def setUp(self):
+        import tempfile
+        from hvdshim_torch import checkpoints
+        self.ck, self.lib = checkpoints, self.Lib()
+        self.saved = (capi.LIB, _S.rank, _S.aside_reason, set(checkpoints._watched))
+        capi.LIB, _S.rank, _S.aside_reason = self.lib, 0, None
+        checkpoints._watched.clear()
+        self.dir = tempfile.mkdtemp()
+        self.path = os.path.join(self.dir, "ck.pt")
+
+    def tearDown(self):
+        import shutil
+        capi.LIB, _S.rank, _S.aside_reason, watched = self.saved
+        self.ck._watched.clear()
+        self.ck._watched.update(watched)
+        shutil.rmtree(self.dir)
+
+    def write(self, text):
+        def orig(obj, f):
+            with open(f, "w") as out:
+                out.write(text)
+                if text == "part":
+                    self.during = sorted(os.listdir(os.path.join(self.dir, ".hvdshim-saving")))
+                    raise KeyboardInterrupt
+            return "saved"
+        return orig
+
+    def read(self):
+        with open(self.path) as f:
+            return f.read()
+
+    def test_rewrite(self):
+        with open(self.path, "w") as f:
+            f.write("old")
+        os.chmod(self.path, 0o600)
+        self.assertEqual(self.ck.save(self.write("new"), None, self.path), "saved")
+        self.assertEqual(self.read(), "new")
+        self.assertEqual(os.stat(self.path).st_mode & 0o777, 0o600)
+        self.assertEqual(os.listdir(self.dir), ["ck.pt"])
+        self.assertEqual(self.lib.pairs, [(os.path.join(self.dir, ".hvdshim-saving", "ck.pt"), self.path)])
+        self.ck.save(self.write("newer"), None, self.path)
+        self.assertEqual(len(self.lib.pairs), 1)  # (each path told once)
+
+    def test_cut_short(self):
+        with open(self.path, "w") as f:
+            f.write("old")
+        with self.assertRaises(KeyboardInterrupt):
+            self.ck.save(self.write("part"), None, self.path)
+        self.assertEqual(self.during, ["ck.pt"])  # (the old one aside while the save ran)
+        self.assertEqual(self.read(), "old")
+        self.assertEqual(os.listdir(self.dir), ["ck.pt"])
+
+    def test_new_file_cut_short(self):
+        with self.assertRaises(KeyboardInterrupt):
+            self.ck.save(self.write("part"), None, self.path)
+        self.assertEqual(self.during, ["ck.pt.new"])
+        self.assertEqual(os.listdir(self.dir), [])
+
+    def test_in_place(self):
+        def in_place():
+            with open(self.path, "w") as f:
+                f.write("old")
+            self.assertEqual(self.ck.save(self.write("new"), None, self.path), "saved")
+            self.assertEqual(self.lib.pairs, [])
+            os.unlink(self.path)
+        _S.rank = 1
+        in_place()
+        _S.rank, _S.aside_reason = 0, "it distributes itself"
+        in_place()
+        _S.aside_reason, self.lib.settings["HVDSHIM_SAVE_RANKS"] = None, "all"
+        in_place()
+        self.lib.settings.clear()
+        os.symlink(os.path.join(self.dir, "target"), self.path)
+        self.assertEqual(self.ck.save(self.write("new"), None, self.path), "saved")
+        self.assertTrue(os.path.islink(self.path))
+        self.assertEqual(self.lib.pairs, [])
+        import io
+        self.assertEqual(self.ck.save(lambda obj, f: "buffer", None, io.BytesIO()), "buffer")
+
+
 class Resizing(unittest.TestCase):
     """Ranks that change under a loader (elastic) and jobs that grow (resize.py)."""
 

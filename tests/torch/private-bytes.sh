@@ -16,8 +16,10 @@
 #     of $TMPDIR's use is printed against the checkpoint's size;
 #  2. the negative control: the same with every byte kept
 #     (HVDSHIM_PRIVATE_BYTES=0, the overlay before) fails, out of room;
-#  3. rank 0's real path full (a 1 MiB tmpfs): plain's error on rank 0, the
-#     job ends non-zero, plain's partial file left, no rank > 0 failed.
+#  3. rank 0's real path full (a 1 MiB tmpfs) while it rewrites a small
+#     checkpoint: plain's error on rank 0, the job ends non-zero, no rank > 0
+#     failed; plain leaves a partial file, the shim the old checkpoint whole
+#     and no temporary (the adapter's checkpoints.py).
 # Cost: 120-150 s on this 2-core VM, loaded (4 ranks of torch saving and
 # loading 200 MiB 6 times each: 4 times plain's 20-36 s; run 2 stops at its
 # first save; run 3, 20 s).  Debian 12 only (check-stacks: sid's torch
@@ -90,30 +92,37 @@ T=400 run all EPOCHS=1 HVDSHIM_PRIVATE_BYTES=0 && { tail -20 "$TMP/all.out"; fai
 grep -qi "no space left\|failed writing" "$TMP/all.out" || { grep -v debug "$TMP/all.out" | tail -20; fail "negative control: failed, but not out of room"; }
 pass "negative control: every byte kept (HVDSHIM_PRIVATE_BYTES=0) fails out of room, as the overlay did before"
 
-# 3. rank 0's real path full (a 1 MiB tmpfs; TMPDIR elsewhere): the script
-# gets plain's error on rank 0 and the job ends non-zero; what is left at
-# the path is plain's partial file, and no rank > 0 failed
+# 3. rank 0's real path full (a 1 MiB tmpfs; TMPDIR elsewhere) while it
+# rewrites a small checkpoint: the script gets plain's error on rank 0 and
+# the job ends non-zero, no rank > 0 failed; plain leaves a partial file at
+# the path, the shim the old checkpoint whole and nothing else
 mkdir "$TMP/full" "$TMP/full-tmp"
-CODE='import torch; torch.save({"w": torch.zeros(1 << 20)}, "ck.pt")'
-export CODE
+CODE='import torch; torch.save({"old": 1}, "ck.pt"); torch.save({"w": torch.zeros(1 << 20)}, "ck.pt")'
+LOAD='import torch; print(torch.load("ck.pt").get("old"))'
+export CODE LOAD
 # shellcheck disable=SC2016
 LIB="$LIB" MPIRUN="$MPIRUN" MPI_KIND="$MPI_KIND" unshare -m sh -c "$shim_def"'
   mount -t tmpfs -o size=1M tmpfs "$TMP/full" || exit 90
   cd "$TMP/full" || exit 90
+  left() { echo "$1 $(stat -c %s ck.pt 2>/dev/null) $("$PYTHON" -c "$LOAD" 2>/dev/null || echo broken) $(ls -A | grep -v -x ck.pt | tr "\n" ,)"; }
   timeout 60 "$PYTHON" -c "$CODE" >"$TMP/full-plain.out" 2>&1
-  echo "$? $(stat -c %s ck.pt 2>/dev/null)" >"$TMP/full.plain"
+  left $? >"$TMP/full.plain"
   rm -f ck.pt
   TMPDIR="$TMP/full-tmp" T=120 shim 2 "$PYTHON" -c "$CODE" >"$TMP/full-shim.out" 2>&1
-  echo "$? $(stat -c %s ck.pt 2>/dev/null)" >"$TMP/full.shim"' || fail "rank 0's disk full: no mount namespace"
-read -r prc psize <"$TMP/full.plain"
-read -r src ssize <"$TMP/full.shim"
+  rc=$?
+  sleep 1 # (the watcher of a temporary: it would remove one a killed rank left)
+  left $rc >"$TMP/full.shim"' || fail "rank 0's disk full: no mount namespace"
+read -r prc psize pold pother <"$TMP/full.plain"
+read -r src ssize sold sother <"$TMP/full.shim"
 want=$(grep -m1 "^RuntimeError: " "$TMP/full-plain.out")
 [ "$prc" != 0 ] && [ -n "$want" ] || { cat "$TMP/full-plain.out"; fail "rank 0's disk full: plain did not fail as expected"; }
 [ "$src" != 0 ] && grep -q -F -x "[rank 0] $want" "$TMP/full-shim.out" ||
   { tail -30 "$TMP/full-shim.out"; fail "rank 0's disk full: the job (status $src) did not end with plain's error: $want"; }
 grep "^\[rank [1-9]\].*Error" "$TMP/full-shim.out" && fail "rank 0's disk full: a rank > 0 failed too"
-[ "$ssize" = "$psize" ] || fail "rank 0's disk full: ${ssize:-no} file of ${psize:-no} bytes left (plain leaves ${psize:-none})"
+[ "$pold" = broken ] || fail "rank 0's disk full: plain left a checkpoint that loads ($pold, $psize bytes): no partial file to compare with"
+[ "$sold" = 1 ] && [ -z "$sother" ] ||
+  fail "rank 0's disk full: the shim left ${sold:-no} checkpoint (${ssize:-no} bytes; plain's partial $psize) and '${sother}' beside it, not the old one whole and nothing else"
 i=0
 while ls -d "$TMP/full-tmp"/hvdshim-rank* >/dev/null 2>&1 && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
 ls -d "$TMP/full-tmp"/hvdshim-rank* 2>/dev/null && fail "rank 0's disk full: an overlay folder was left behind"
-pass "rank 0's disk full: the job ends (status $src; plain $prc) with plain's error on rank 0 ($want), the ranks > 0 did not fail; left at the path: plain's partial file ($psize bytes), no overlay folder"
+pass "rank 0's disk full: the job ends (status $src; plain $prc) with plain's error on rank 0 ($want), the ranks > 0 did not fail; left at the path: the old checkpoint whole ($ssize bytes; plain leaves a partial file of $psize), no temporary, no overlay folder"

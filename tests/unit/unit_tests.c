@@ -18,6 +18,7 @@
 #include "../../collectives/gpu/gpu_desc.h"
 #include "../../collectives/transports/fusion.h"
 #include "../../base/remover.h"
+#include <sys/stat.h>
 #include "../../base/strmap.h"
 #include "../../collectives/negotiation/wire.h"
 #include "../../hooks/cuda_hooks.h"
@@ -812,6 +813,59 @@ static void test_remover(void) {
   }
 }
 
+/* The restorer (hvd_remover_spawn_restore): a rewrite cut short puts the
+ * backup back over the part written; a file written anew (its mark B.new)
+ * is removed; a finished rewrite (no backup left) is left alone; the
+ * backups' folder goes where empty. */
+static void put(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (f) fputs(text, f), fclose(f);
+}
+static int holds(const char *path, const char *text) {
+  char buf[64] = {0};
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  return n == strlen(text) && !memcmp(buf, text, n);
+}
+static void test_restorer(void) {
+  char dir[] = "/tmp/hvdshim-unit-restorer.XXXXXX", hid[96], p[3][96], b[3][112], rec[512];
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(hid, sizeof hid, "%s/.hvdshim-saving", dir);
+  CHECK(mkdir(hid, 0700) == 0);
+  const char *names[3] = {"cut.pt", "new.pt", "done.pt"};
+  for (int i = 0; i < 3; i++) {
+    snprintf(p[i], sizeof p[i], "%s/%s", dir, names[i]);
+    snprintf(b[i], sizeof b[i], "%s/%s", hid, names[i]);
+  }
+  put(b[0], "old"), put(p[0], "pa"); /* rewriting cut.pt: the old one aside, a part written */
+  snprintf(rec, sizeof rec, "%s.new", b[1]);
+  put(rec, ""), put(p[1], "pa"); /* new.pt written anew, a part */
+  put(p[2], "new"); /* done.pt finished: its backup removed */
+  int fd = hvd_remover_spawn_restore();
+  CHECK(fd >= 0);
+  if (fd < 0) return;
+  for (int i = 0; i < 3; i++) {
+    int n = snprintf(rec, sizeof rec, "%s\n%s\n", b[i], p[i]);
+    CHECK(write(fd, rec, (size_t)n) == n);
+  }
+  pid_t w = 0;
+  for (int i = 0; i < 200 && !w; i++, usleep(10000)) w = watcher_of("hvdshim-restorer");
+  CHECK(w > 0);
+  close(fd);
+  int done = 0;
+  for (int i = 0; i < 500 && !done; i++, usleep(10000)) done = access(hid, F_OK) != 0;
+  if (!done) CHECK_FAIL_("%s still there after the restorer's holder closed", hid);
+  if (!holds(p[0], "old")) CHECK_FAIL_("%s: the backup was not put back over the part written", p[0]);
+  if (access(p[1], F_OK) == 0) CHECK_FAIL_("%s: the part of a file written anew was not removed", p[1]);
+  if (!holds(p[2], "new")) CHECK_FAIL_("%s: a finished rewrite was touched", p[2]);
+  if (w > 0) waitpid(w, NULL, 0);
+  for (int i = 0; i < 3; i++) unlink(p[i]);
+  rmdir(hid), rmdir(dir);
+}
+
 int main(int argc, char **argv) {
   static const check_test tests[] = {
       {"settings: defaults", test_settings_defaults},
@@ -836,6 +890,7 @@ int main(int argc, char **argv) {
       {"coordinator: agreement, mismatch, duplicates, cache invalidation, joined ranks, stalls", test_coordinator},
       {"coordinator: process sets (members only, set mismatch, rows, stalls, joined, adding)", test_coordinator_sets},
       {"path watcher: survives SIGTERM, removes its path when the holders are gone", test_remover},
+      {"restorer: a rewrite cut short put back, a new file's part removed, a finished one left", test_restorer},
       {NULL, NULL},
   };
   return check_run(tests, argc > 1 ? argv[1] : NULL);

@@ -1,0 +1,147 @@
+"""torch.save to a path on rank 0: if the save does not finish, the path
+holds what it held before, never a part.
+
+A plain torch.save(obj, path) writes the path in place: the old
+checkpoint is truncated at the start and the new one is whole only at the
+end.  A plain run is cut short there only by its own failure; under a
+launcher rank 0 is ended by another rank's death (the launcher's SIGTERM
+and SIGKILL, the library's watchdog) wherever it is, and when that is in
+the middle of rewriting the one checkpoint a script keeps
+(`checkpoint.pth`, every epoch), the job is left with none to resume from.
+
+So rank 0 (the one process of the job that writes real files) first moves
+the file at the path into a hidden folder beside it
+(".hvdshim-saving/NAME", or marks there that the path was new:
+"NAME.new"), then saves at the path as plain does, then removes the
+backup (or the mark).  A save that raises puts the old file back (or
+removes the part written); a process killed first is put right by the
+library's watcher once it is gone (hvd_restore_at_end).  The path is
+written where plain writes it, so its bytes, the ranks' reads of it and
+the library's matching of their private copies against it
+(hooks/overlay_bytes.h) are as before.
+
+Left in place, as plain: ranks > 0 (their files are private), a job whose
+ranks all write real files (a script that stood aside and distributes
+itself, HVDSHIM_SAVE_RANKS=all: two processes could rewrite one path), a
+file object or buffer (the script opened, and so truncated, the file
+itself), anything at the path that is not a regular file of this user
+with one link, a folder that is missing or not writable."""
+import ctypes
+import os
+import stat
+
+import torch
+
+from . import capi
+from .capi import setting
+from .patching import wrap
+from .state import _S
+
+FOLDER = ".hvdshim-saving"
+_WATCHED_MAX = 1024  # paths handed to the watcher (it keeps their names until the rank ends)
+_watched = set()
+
+
+def _sole_writer(path):
+    """This process writes `path` for real, and no other process of the job
+    writes real files."""
+    lib = capi.LIB
+    if lib is None or _S.rank != 0 or _S.aside_reason is not None or setting("HVDSHIM_SAVE_RANKS") == "all":
+        return False
+    out = ctypes.create_string_buffer(4096)
+    return lib.hvd_overlay_write_path(os.fsencode(path), out, len(out)) == 0
+
+
+def _plan(path):
+    """(backup, the file's mode or None where the path is new), or None:
+    save in place."""
+    folder, name = os.path.split(os.path.abspath(path))
+    if not name:
+        return None
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError:
+        return None
+    if st is not None and not (stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_uid == os.geteuid()):
+        return None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return None
+    return os.path.join(folder, FOLDER, name), (stat.S_IMODE(st.st_mode) if st is not None else None)
+
+
+def _put_back(backup, path, mode):
+    """A save that did not finish: the old file back, or the part removed."""
+    try:
+        if mode is not None:
+            os.replace(backup, path)
+        else:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            os.unlink(backup + ".new")
+    except OSError as e:
+        capi.debug("could not put %s back as it was: %s" % (path, e))
+    _tidy(backup)
+
+
+def _tidy(backup):
+    try:
+        os.rmdir(os.path.dirname(backup))  # (where no other save of this process uses it)
+    except OSError:
+        pass
+
+
+def save(orig, obj, f, *args, **kwargs):
+    """torch.save(obj, f, ...) through orig, the original."""
+    plan = None
+    if isinstance(f, (str, bytes, os.PathLike)):
+        path = os.path.abspath(os.fsdecode(os.fspath(f)))
+        plan = _plan(path) if _sole_writer(path) else None
+    if plan is None:
+        return orig(obj, f, *args, **kwargs)
+    backup, mode = plan
+    try:
+        os.makedirs(os.path.dirname(backup), exist_ok=True)
+        if path not in _watched and len(_watched) < _WATCHED_MAX:
+            if capi.LIB.hvd_restore_at_end(os.fsencode(backup), os.fsencode(path)) != 0:
+                raise OSError("no watcher")
+            _watched.add(path)
+        if mode is not None:
+            os.rename(path, backup)
+        else:
+            try:
+                os.unlink(backup)  # (one a killed run left: never put back over this file)
+            except FileNotFoundError:
+                pass
+            open(backup + ".new", "wb").close()
+    except OSError as e:
+        capi.debug("torch.save of %s in place: %s" % (path, e))
+        _tidy(backup)
+        return orig(obj, f, *args, **kwargs)
+    try:
+        result = orig(obj, f, *args, **kwargs)
+        if mode is not None:
+            os.chmod(path, mode)
+    except BaseException:
+        _put_back(backup, path, mode)
+        raise
+    try:
+        os.unlink(backup if mode is not None else backup + ".new")
+    except OSError as e:
+        capi.debug("%s: %s" % (backup, e))
+    _tidy(backup)
+    return result
+
+
+def install():
+    def make_save(orig):
+        def save_(obj, f, *args, **kwargs):
+            return save(orig, obj, f, *args, **kwargs)
+        return save_
+    orig = wrap(torch, "save", make_save)
+    import torch.serialization as serialization
+    if serialization.save is orig:
+        serialization.save = torch.save
