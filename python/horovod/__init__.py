@@ -11,3 +11,5 @@ Horovod).  See docs/HOROVOD.md."""
 __version__ = "0.28.1"
 # Tells a script (or a test) that this is hvdshim's package, not Horovod.
 __hvdshim__ = True
+
+from horovod.runner import run  # noqa: E402  (as Horovod's: not served, says what to do instead)

@@ -495,6 +495,11 @@ def errors():
         h = hvd.allreduce_async(t, name="dup", op=hvd.Sum)
     same(hvd.synchronize(h), torch.full((4,), float(N)), "the first of two same-named submissions")
     raises(NotImplementedError, lambda: hvd.allreduce(t, op=hvd.Adasum), "Adasum", ("Adasum",))
+    import horovod
+    def train():
+        pass
+    raises(NotImplementedError, lambda: horovod.run(train, num_proc=2), "horovod.run",
+           ("horovod.run", "train", "hvdrun -np N"))
     raises(ValueError, lambda: hvd.broadcast(t, N), "a root that is not a rank", ("root",))
     raises(ValueError, lambda: hvd.allreduce(torch.ones(2, dtype=torch.complex64)), "complex allreduce",
            ("complex64",))
