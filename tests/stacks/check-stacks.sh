@@ -228,7 +228,7 @@ for name in $stacks; do
   # freed and read back in tests/torch/hf.sh (every byte, a 1-byte cap)
   [ "$suite" = sid ] && tests=$(echo "$tests" | tr ' ' '\n' | grep -v -x 'tests/torch/private-bytes\.sh' | tr '\n' ' ')
   # (and the test runner's own warm interpreter, tests/unit/warm.sh: Python's, run on trixie's Open MPI stack)
-  [ "$which" = mpich ] && tests=$(echo "$tests" | tr ' ' '\n' | grep -E '^tests/(unit|mpi|torch|horovod|gpu)/|^tests/launcher/hvdrun|^tests/faults/(kill|exits)\.sh$' |
+  [ "$which" = mpich ] && tests=$(echo "$tests" | tr ' ' '\n' | grep -E '^tests/(unit|mpi|torch|horovod|gpu)/|^tests/launcher/hvdrun|^tests/faults/(kill|exits|checkpoint)\.sh$' |
     grep -v -E '^tests/torch/(split|fidelity|shard)\.sh$|^tests/horovod/(recipes|suite)\.sh$|^tests/unit/warm\.sh$' | tr '\n' ' ')
   # trixie's Open MPI 5 runs elastic.sh's engine cases and, of its PyTorch
   # cases, those the MPI and its launcher take part in (ELASTIC_TORCH=mpi):
