@@ -329,47 +329,46 @@ void hvd_failing_grace(void) {
   hvd_nap_ms(AFTER_RANK0_MS);
 }
 
-/* One watcher a process for the paths it hands over (its list's write end
- * stays open until this process and its forks end). */
-static int at_end_fd = -1;
-static pid_t at_end_pid;
+/* One watcher a process of each kind for what it hands over (its write
+ * end stays open until this process and its forks end; a forked child
+ * starts its own): the paths to remove, the files to put back. */
+typedef struct {
+  int fd;
+  pid_t pid;
+  int (*spawn)(void);
+} watcher;
+static watcher removes = {-1, 0, hvd_remover_spawn_list}, restores = {-1, 0, hvd_remover_spawn_restore};
 static pthread_mutex_t at_end_mu = PTHREAD_MUTEX_INITIALIZER;
 
-int hvd_remove_at_end(const char *path) {
-  size_t n = path ? strlen(path) : 0;
-  char line[PIPE_BUF];
-  if (!n || n + 1 > sizeof line || memchr(path, '\n', n)) return -1;
-  memcpy(line, path, n);
-  line[n] = '\n';
-  pthread_mutex_lock(&at_end_mu);
-  if (at_end_fd < 0 || at_end_pid != getpid()) { /* (a forked child: a watcher of its own) */
-    at_end_fd = hvd_remover_spawn_list();
-    at_end_pid = getpid();
+/* Hand a record of lines (each a name without a newline) to w in one write. */
+static int hand_over(watcher *w, const char *const *names, int n) {
+  char rec[PIPE_BUF];
+  size_t len = 0;
+  for (int i = 0; i < n; i++) {
+    size_t k = names[i] ? strlen(names[i]) : 0;
+    if (!k || len + k + 1 > sizeof rec || memchr(names[i], '\n', k)) return -1;
+    memcpy(rec + len, names[i], k);
+    rec[len + k] = '\n';
+    len += k + 1;
   }
-  int ok = at_end_fd >= 0 && write(at_end_fd, line, n + 1) == (ssize_t)(n + 1);
+  pthread_mutex_lock(&at_end_mu);
+  if (w->fd < 0 || w->pid != getpid()) {
+    w->fd = w->spawn();
+    w->pid = getpid();
+  }
+  int ok = w->fd >= 0 && write(w->fd, rec, len) == (ssize_t)len;
   pthread_mutex_unlock(&at_end_mu);
   return ok ? 0 : -1;
 }
 
-static int restore_fd = -1;
-static pid_t restore_pid;
+int hvd_remove_at_end(const char *path) {
+  const char *names[] = {path};
+  return hand_over(&removes, names, 1);
+}
 
 int hvd_restore_at_end(const char *backup, const char *path) {
-  size_t nb = backup ? strlen(backup) : 0, np = path ? strlen(path) : 0;
-  char rec[PIPE_BUF];
-  if (!nb || !np || nb + np + 2 > sizeof rec || memchr(backup, '\n', nb) || memchr(path, '\n', np)) return -1;
-  memcpy(rec, backup, nb);
-  rec[nb] = '\n';
-  memcpy(rec + nb + 1, path, np);
-  rec[nb + 1 + np] = '\n';
-  pthread_mutex_lock(&at_end_mu);
-  if (restore_fd < 0 || restore_pid != getpid()) {
-    restore_fd = hvd_remover_spawn_restore();
-    restore_pid = getpid();
-  }
-  int ok = restore_fd >= 0 && write(restore_fd, rec, nb + np + 2) == (ssize_t)(nb + np + 2);
-  pthread_mutex_unlock(&at_end_mu);
-  return ok ? 0 : -1;
+  const char *names[] = {backup, path};
+  return hand_over(&restores, names, 2);
 }
 
 /* The job ends with `code` from here: the rank's reaper is told, and the
