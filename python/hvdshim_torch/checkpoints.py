@@ -9,7 +9,7 @@ and SIGKILL, the library's watchdog) wherever it is, and when that is in
 the middle of rewriting the one checkpoint a script keeps
 (`checkpoint.pth`, every epoch), the job is left with none to resume from.
 
-So rank 0 (the one process of the job that writes real files) first moves
+So rank 0 (the process of the job that writes the real files) first moves
 the file at the path into a hidden folder beside it
 (".hvdshim-saving/NAME", or marks there that the path was new:
 "NAME.new"), then saves at the path as plain does, then removes the
@@ -20,10 +20,13 @@ written where plain writes it, so its bytes, the ranks' reads of it and
 the library's matching of their private copies against it
 (hooks/overlay_bytes.h) are as before.
 
-Left in place, as plain: ranks > 0 (their files are private), a job whose
-ranks all write real files (a script that stood aside and distributes
-itself, HVDSHIM_SAVE_RANKS=all: two processes could rewrite one path), a
-file object or buffer (the script opened, and so truncated, the file
+Where every rank writes real files (a script that stood aside and
+distributes itself, as Horovod's scripts do; HVDSHIM_SAVE_RANKS=all) rank
+0 saves so too: a rank > 0 that writes the same path at the same time
+races with it as it would in place, and only rank 0 has a backup to put
+back, so nothing is removed that plain would keep.
+
+Left in place, as plain: ranks > 0, a file object or buffer (the script opened, and so truncated, the file
 itself), anything at the path that is not a regular file of this user
 with one link, a folder that is missing or not writable."""
 import ctypes
@@ -33,7 +36,6 @@ import stat
 import torch
 
 from . import capi
-from .capi import setting
 from .patching import wrap
 from .state import _S
 
@@ -42,11 +44,11 @@ _WATCHED_MAX = 1024  # paths handed to the watcher (it keeps their names until t
 _watched = set()
 
 
-def _sole_writer(path):
-    """This process writes `path` for real, and no other process of the job
-    writes real files."""
+def _rank0_writes(path):
+    """This process is rank 0 and writes `path` for real (not into a private
+    folder: HVDSHIM_ELASTIC_RESUME holds rank 0's writes until it is back)."""
     lib = capi.LIB
-    if lib is None or _S.rank != 0 or _S.aside_reason is not None or setting("HVDSHIM_SAVE_RANKS") == "all":
+    if lib is None or _S.rank != 0:
         return False
     out = ctypes.create_string_buffer(4096)
     return lib.hvd_overlay_write_path(os.fsencode(path), out, len(out)) == 0
@@ -99,7 +101,7 @@ def save(orig, obj, f, *args, **kwargs):
     plan = None
     if isinstance(f, (str, bytes, os.PathLike)):
         path = os.path.abspath(os.fsdecode(os.fspath(f)))
-        plan = _plan(path) if _sole_writer(path) else None
+        plan = _plan(path) if _rank0_writes(path) else None
     if plan is None:
         return orig(obj, f, *args, **kwargs)
     backup, mode = plan

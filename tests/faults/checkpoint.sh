@@ -9,8 +9,12 @@
 #  1. negative control: the same job under plain mpirun, no shim: the
 #     checkpoint no longer loads (torch.save writes a path in place);
 #  2. under the shim: the job ends non-zero within 30 s, the checkpoint
-#     loads with epoch 0's state, no temporary of the save is left beside
-#     it (python/hvdshim_torch/checkpoints.py), no process is left behind.
+#     loads with epoch 0's state, nothing of the save is left beside it
+#     (python/hvdshim_torch/checkpoints.py), no process is left behind;
+#  3. a Horovod script (the served package; rank 0 alone saves a new file
+#     each epoch, checkpoint-N.pth, as Horovod's examples do, and resumes
+#     from the last one there): checkpoint-0.pth loads, no part of
+#     checkpoint-1.pth is left to resume from.
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
 need_torch
@@ -40,6 +44,12 @@ torch.manual_seed(0)
 model = torch.nn.Linear(8, 2)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 data = torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randn(64, 2))
+hvd = None
+if "--horovod" in sys.argv:  # a Horovod script: rank 0 alone saves, a new file each epoch
+    import horovod.torch as hvd
+    hvd.init()
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
 for epoch in range(2):
     for x, y in torch.utils.data.DataLoader(data, batch_size=8):
         opt.zero_grad()
@@ -48,14 +58,19 @@ for epoch in range(2):
     state = {"epoch": epoch, "model": model.state_dict(), "pad": torch.ones(1 << 18)}
     if epoch == 1:
         state["cut"] = Cut()
-    torch.save(state, "ckpt.pt")
+    if hvd is None:
+        torch.save(state, "ckpt.pt")
+    elif rank == 0:
+        torch.save(state, "checkpoint-%d.pth" % epoch)
+    elif epoch == 1:
+        Cut().__reduce__()
     print("saved epoch", epoch, flush=True)
 PY
 LOAD='import torch; d = torch.load("ckpt.pt"); assert bool((d["pad"] == 1).all()); print("epoch", d["epoch"])'
-run() { # run NAME LAUNCH: LAUNCH is mpi or shim
+run() { # run NAME LAUNCH [--horovod]: LAUNCH is mpi or shim
   mkdir -p "$TMP/$1/tmp"
   t0=$(now_ms)
-  (cd "$TMP/$1" && TMPDIR="$TMP/$1/tmp" T=60 "$2" 2 "$PYTHON" "$TMP/ck_train.py" --tag "ck-$1-$$" >"$TMP/$1.out" 2>&1)
+  (cd "$TMP/$1" && TMPDIR="$TMP/$1/tmp" T=60 "$2" 2 "$PYTHON" "$TMP/ck_train.py" --tag "ck-$1-$$" ${3-} >"$TMP/$1.out" 2>&1)
   rc=$?
   took=$(($(now_ms) - t0))
   no_leftovers "ck-$1-$$"
@@ -63,6 +78,8 @@ run() { # run NAME LAUNCH: LAUNCH is mpi or shim
 }
 run plain mpi
 [ "$rc" != 0 ] || { cat "$TMP/plain.out"; fail "negative control: the job ended 0"; }
+grep -q "saved epoch 0" "$TMP/plain.out" && [ -f "$TMP/plain/ckpt.pt" ] ||
+  { cat "$TMP/plain.out"; fail "negative control: the job did not save its first checkpoint"; }
 case $loads in epoch*) cat "$TMP/plain.out"; fail "negative control: without the shim the checkpoint still loads ($loads): the test cannot tell" ;; esac
 plain_loads=$(echo "$loads" | cut -c1-60)
 run shim shim
@@ -74,4 +91,12 @@ while [ "$(cd "$TMP/shim" && ls -A | grep -c hvdshim)" != 0 ] && [ $_i -lt 50 ];
 left=$(cd "$TMP/shim" && ls -A | grep -v -x -e ckpt.pt -e rank0-saving -e tmp | tr '\n' ' ')
 [ -z "$left" ] || fail "left beside the checkpoint: $left"
 [ -z "$(tmp_left "$TMP/shim/tmp")" ] || fail "left in the job's TMPDIR: $(tmp_left "$TMP/shim/tmp")"
-pass "rank 1 killed while rank 0 rewrites ckpt.pt: without the shim the checkpoint is lost ($plain_loads); under the shim the job ends (status $rc, $took ms) and ckpt.pt loads as epoch 0's, nothing left beside it"
+LOAD='import torch; d = torch.load("checkpoint-0.pth"); assert bool((d["pad"] == 1).all()); print("epoch", d["epoch"])'
+run served shim --horovod
+[ "$rc" != 0 ] && [ "$took" -lt 30000 ] || { cat "$TMP/served.out"; fail "horovod: the job ended with $rc after $took ms"; }
+[ "$loads" = "epoch 0" ] || { cat "$TMP/served.out"; fail "horovod: checkpoint-0.pth does not load: $loads"; }
+_i=0
+while [ "$(cd "$TMP/served" && ls -A | grep -c hvdshim)" != 0 ] && [ $_i -lt 50 ]; do sleep 0.1; _i=$((_i + 1)); done
+left=$(cd "$TMP/served" && ls -A | grep -v -x -e checkpoint-0.pth -e rank0-saving -e tmp | tr '\n' ' ')
+[ -z "$left" ] || fail "horovod: left beside checkpoint-0.pth: $left (a part of checkpoint-1.pth is one to resume from)"
+pass "rank 1 killed while rank 0 rewrites ckpt.pt: without the shim the checkpoint is lost ($plain_loads); under the shim the job ends (status $rc, $took ms) and ckpt.pt loads as epoch 0's, nothing left beside it; a Horovod script's rank 0 killed inside its save of checkpoint-1.pth leaves checkpoint-0.pth and no part of checkpoint-1.pth"
