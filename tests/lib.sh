@@ -236,6 +236,23 @@ tmp_left() {
     esac
   done) | tr '\n' ' '
 }
+# wait_until SECONDS CONDITION: until the shell condition holds (evaluated
+# every 0.1 s), SECONDS at most; its status is the condition's last
+wait_until() {
+  _w=$(($1 * 10))
+  while ! eval "$2"; do
+    [ "$_w" -gt 0 ] || return 1
+    _w=$((_w - 1))
+    sleep 0.1
+  done
+}
+# tmp_settled DIR [SECONDS]: tmp_left DIR once it is empty, or SECONDS
+# (default 5) have passed (the library's watchers remove what a killed
+# rank left a moment after the job ends)
+tmp_settled() {
+  wait_until "${2:-5}" "[ -z \"\$(tmp_left '$1')\" ]" || true
+  tmp_left "$1"
+}
 # no_leftovers TAG: no process of the job is left
 no_leftovers() {
   sleep 1

@@ -76,6 +76,12 @@ run() { # run NAME LAUNCH [--horovod]: LAUNCH is mpi or shim
   no_leftovers "ck-$1-$$"
   loads=$(cd "$TMP/$1" && "$PYTHON" -c "$LOAD" 2>&1 | tail -1)
 }
+# beside NAME FILE: what is in the job's folder but FILE, the test's marker
+# and TMPDIR, once the watcher of a killed rank 0 has had 5 s
+beside() {
+  wait_until 5 "[ \"\$(ls -A '$TMP/$1' | grep -c hvdshim)\" = 0 ]" || true
+  ls -A "$TMP/$1" | grep -v -x -e "$2" -e rank0-saving -e tmp | tr '\n' ' '
+}
 run plain mpi
 [ "$rc" != 0 ] || { cat "$TMP/plain.out"; fail "negative control: the job ended 0"; }
 grep -q "saved epoch 0" "$TMP/plain.out" && [ -f "$TMP/plain/ckpt.pt" ] ||
@@ -86,17 +92,14 @@ run shim shim
 [ "$rc" != 0 ] || { cat "$TMP/shim.out"; fail "the job ended 0 though rank 1 died"; }
 [ "$took" -lt 30000 ] || { cat "$TMP/shim.out"; fail "the job took $took ms to end"; }
 [ "$loads" = "epoch 0" ] || { cat "$TMP/shim.out"; ls -la "$TMP/shim"; fail "the checkpoint rank 0 was rewriting does not load as epoch 0's: $loads"; }
-_i=0
-while [ "$(cd "$TMP/shim" && ls -A | grep -c hvdshim)" != 0 ] && [ $_i -lt 50 ]; do sleep 0.1; _i=$((_i + 1)); done
-left=$(cd "$TMP/shim" && ls -A | grep -v -x -e ckpt.pt -e rank0-saving -e tmp | tr '\n' ' ')
+left=$(beside shim ckpt.pt)
 [ -z "$left" ] || fail "left beside the checkpoint: $left"
-[ -z "$(tmp_left "$TMP/shim/tmp")" ] || fail "left in the job's TMPDIR: $(tmp_left "$TMP/shim/tmp")"
+left=$(tmp_settled "$TMP/shim/tmp")
+[ -z "$left" ] || fail "left in the job's TMPDIR: $left"
 LOAD='import torch; d = torch.load("checkpoint-0.pth"); assert bool((d["pad"] == 1).all()); print("epoch", d["epoch"])'
 run served shim --horovod
 [ "$rc" != 0 ] && [ "$took" -lt 30000 ] || { cat "$TMP/served.out"; fail "horovod: the job ended with $rc after $took ms"; }
 [ "$loads" = "epoch 0" ] || { cat "$TMP/served.out"; fail "horovod: checkpoint-0.pth does not load: $loads"; }
-_i=0
-while [ "$(cd "$TMP/served" && ls -A | grep -c hvdshim)" != 0 ] && [ $_i -lt 50 ]; do sleep 0.1; _i=$((_i + 1)); done
-left=$(cd "$TMP/served" && ls -A | grep -v -x -e checkpoint-0.pth -e rank0-saving -e tmp | tr '\n' ' ')
+left=$(beside served checkpoint-0.pth)
 [ -z "$left" ] || fail "horovod: left beside checkpoint-0.pth: $left (a part of checkpoint-1.pth is one to resume from)"
 pass "rank 1 killed while rank 0 rewrites ckpt.pt: without the shim the checkpoint is lost ($plain_loads); under the shim the job ends (status $rc, $took ms) and ckpt.pt loads as epoch 0's, nothing left beside it; a Horovod script's rank 0 killed inside its save of checkpoint-1.pth leaves checkpoint-0.pth and no part of checkpoint-1.pth"

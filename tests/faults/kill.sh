@@ -36,10 +36,8 @@ run() { # run NAME VICTIM MPIRUN-OPTIONS...
   took=$(($(now_ms) - t0))
   [ "$took" -lt 30000 ] || { cat "$TMP/$_name"; fail "$_name: the job took $took ms to end"; }
   no_leftovers "$tag"
-  _i=0
-  while [ -n "$(tmp_left "$TMP/tmp-$_name")" ] && [ $_i -lt 50 ]; do sleep 0.1; _i=$((_i + 1)); done
-  [ -z "$(tmp_left "$TMP/tmp-$_name")" ] ||
-    { ls -lR "$TMP/tmp-$_name"; fail "$_name: left in the job's TMPDIR: $(tmp_left "$TMP/tmp-$_name")"; }
+  _left=$(tmp_settled "$TMP/tmp-$_name")
+  [ -z "$_left" ] || { ls -lR "$TMP/tmp-$_name"; fail "$_name: left in the job's TMPDIR: $_left"; }
   echo "$_name: rank $_victim (pid $pid) killed; job ended after $took ms, mpirun status $rc"
 }
 RECOVER=--enable-recovery

@@ -51,11 +51,7 @@ sems_left() { for _f in $job_sems; do [ -e "$_f" ] && echo "$_f"; done | wc -l; 
 # processes were gone, or nothing (multiprocessing's pymp-* folders of the
 # ranks and workers the job's end killed, the rank-private folders: their
 # watchers remove them, base/remover.c); torch's compile cache aside (tmp_left).
-temp_left() {
-  _t0=$(now_ms)
-  while [ -n "$(tmp_left "$TMP/tmp$n")" ] && [ $(($(now_ms) - _t0)) -lt 3000 ]; do sleep 0.1; done
-  tmp_left "$TMP/tmp$n"
-}
+temp_left() { tmp_settled "$TMP/tmp$n" 3; }
 # gone_within JOB SECONDS: until no process of JOB is left; sets $left (ms waited, or the pids left)
 gone_within() {
   _t0=$(now_ms)

@@ -115,9 +115,7 @@ for how in ctrl-c term group; do
   # (Open MPI 5 and 6's prterun ends the ranks with SIGKILL at once, no
   # SIGTERM first: nothing of the script's runs, and the library's watcher
   # removes the folder once the rank is gone, a moment after hvdrun returns)
-  _i=0
-  while [ -n "$(tmp_left "$TMP/tmp-hv-$how")" ] && [ $_i -lt 50 ]; do sleep 0.1; _i=$((_i + 1)); done
-  left=$(tmp_left "$TMP/tmp-hv-$how")
+  left=$(tmp_settled "$TMP/tmp-hv-$how")
   [ -z "$left" ] || { ls -lR "$TMP/tmp-hv-$how"; fail "hvdrun, $how: left in the job's TMPDIR: $left (the script's TemporaryDirectory not removed)"; }
   [ "$(grep -c "Traceback\|KeyboardInterrupt" "$out")" = 0 ] || { cat "$out"; fail "hvdrun, $how: a traceback printed"; }
   case $how in ctrl-c) what="Ctrl-C in a terminal" ;; term) what="SIGTERM to hvdrun" ;; group) what="SIGTERM to hvdrun's process group" ;; esac
