@@ -26,9 +26,10 @@ distributes itself, as Horovod's scripts do; HVDSHIM_SAVE_RANKS=all) rank
 races with it as it would in place, and only rank 0 has a backup to put
 back, so nothing is removed that plain would keep.
 
-Left in place, as plain: ranks > 0, a file object or buffer (the script opened, and so truncated, the file
-itself), anything at the path that is not a regular file of this user
-with one link, a folder that is missing or not writable."""
+Left in place, as plain: ranks > 0, a file object or buffer (the script
+opened, and so truncated, the file itself), anything at the path that is
+not a regular file of this user with one link, a folder that is missing
+or not writable."""
 import ctypes
 import os
 import stat
