@@ -57,9 +57,17 @@ def _rank0_writes(path):
 
 def _plan(path):
     """(backup, the file's mode or None where the path is new), or None:
-    save in place."""
+    save in place.  A backup still aside while the path is missing (a save
+    cut short before, in this process, or in a run whose watcher could not
+    put it back) is the last whole file: it goes back first, never away."""
     folder, name = os.path.split(os.path.abspath(path))
     if not name:
+        return None
+    backup = os.path.join(folder, FOLDER, name)
+    try:
+        if not os.path.lexists(path) and os.path.isfile(backup) and not os.path.islink(backup):
+            os.rename(backup, path)
+    except OSError:
         return None
     try:
         st = os.lstat(path)
@@ -71,7 +79,7 @@ def _plan(path):
         return None
     if not os.access(folder, os.W_OK | os.X_OK):
         return None
-    return os.path.join(folder, FOLDER, name), (stat.S_IMODE(st.st_mode) if st is not None else None)
+    return backup, (stat.S_IMODE(st.st_mode) if st is not None else None)
 
 
 def _put_back(backup, path, mode):
@@ -107,34 +115,32 @@ def save(orig, obj, f, *args, **kwargs):
         return orig(obj, f, *args, **kwargs)
     backup, mode = plan
     try:
-        os.makedirs(os.path.dirname(backup), exist_ok=True)
+        # the watcher first: it copes with a backup, a mark or a folder not there
         if path not in _watched and len(_watched) < _WATCHED_MAX:
             if capi.LIB.hvd_restore_at_end(os.fsencode(backup), os.fsencode(path)) != 0:
                 raise OSError("no watcher")
             _watched.add(path)
-        if mode is not None:
-            os.rename(path, backup)
-        else:
-            try:
-                os.unlink(backup)  # (one a killed run left: never put back over this file)
-            except FileNotFoundError:
-                pass
+        os.makedirs(os.path.dirname(backup), exist_ok=True)
+        if mode is None:
             open(backup + ".new", "wb").close()
+        else:
+            os.rename(path, backup)  # (an interrupt from here to the save: the next save puts it back, _plan)
     except OSError as e:
         capi.debug("torch.save of %s in place: %s" % (path, e))
         _tidy(backup)
         return orig(obj, f, *args, **kwargs)
     try:
         result = orig(obj, f, *args, **kwargs)
-        if mode is not None:
-            os.chmod(path, mode)
     except BaseException:
         _put_back(backup, path, mode)
         raise
+    # whole: the backup (or the mark) goes, then the old file's mode comes back
     try:
         os.unlink(backup if mode is not None else backup + ".new")
+        if mode is not None:
+            os.chmod(path, mode)
     except OSError as e:
-        capi.debug("%s: %s" % (backup, e))
+        capi.debug("%s: %s" % (path, e))
     _tidy(backup)
     return result
 

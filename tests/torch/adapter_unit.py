@@ -1285,6 +1285,8 @@ class Checkpoints(unittest.TestCase):
             self.pairs = []
 
         def hvd_restore_at_end(self, backup, path):
+            # (told before the hidden folder is made: a rank killed in between leaves nothing)
+            self.folder_then = os.path.exists(os.path.dirname(os.fsdecode(backup)))
             self.pairs.append((os.fsdecode(backup), os.fsdecode(path)))
             return 0
 
@@ -1334,6 +1336,7 @@ class Checkpoints(unittest.TestCase):
         self.assertEqual(os.stat(self.path).st_mode & 0o777, 0o600)
         self.assertEqual(os.listdir(self.dir), ["ck.pt"])
         self.assertEqual(self.lib.pairs, [(os.path.join(self.dir, ".hvdshim-saving", "ck.pt"), self.path)])
+        self.assertFalse(self.lib.folder_then)
         self.ck.save(self.write("newer"), None, self.path)
         self.assertEqual(len(self.lib.pairs), 1)  # (each path told once)
 
@@ -1351,6 +1354,19 @@ class Checkpoints(unittest.TestCase):
             self.ck.save(self.write("part"), None, self.path)
         self.assertEqual(self.during, ["ck.pt.new"])
         self.assertEqual(os.listdir(self.dir), [])
+
+    def test_backup_left_aside(self):
+        # a save cut short between moving the old file aside and saving (the
+        # script caught the interrupt and goes on): the next save puts it
+        # back first and keeps it aside again, never removes it
+        os.mkdir(os.path.join(self.dir, ".hvdshim-saving"))
+        with open(os.path.join(self.dir, ".hvdshim-saving", "ck.pt"), "w") as f:
+            f.write("old")
+        with self.assertRaises(KeyboardInterrupt):
+            self.ck.save(self.write("part"), None, self.path)
+        self.assertEqual(self.during, ["ck.pt"])
+        self.assertEqual(self.read(), "old")
+        self.assertEqual(os.listdir(self.dir), ["ck.pt"])
 
     def test_stood_aside(self):
         _S.aside_reason = "it distributes itself"  # (rank 0's saves of a Horovod script alike)
