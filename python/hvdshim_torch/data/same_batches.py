@@ -95,7 +95,8 @@ def check_same_batches(all_ranks=True):
         _elastic.retrying(_rng.follow_rank0, b"hvdshim.rng.same-batches")
     if _S.rank == 0:
         warn("every rank trained on the same batches in its first steps, and no DataLoader was iterated in "
-             "training: the %d ranks compute what one process does, no faster.  hvdshim shards DataLoaders; "
+             "training: the %d ranks compute what one process does, no faster (slower by each step's reduction: "
+             "run it on one rank, or give it a DataLoader).  hvdshim shards DataLoaders; "
              "batches a script cuts from its data itself (x[i:i + batch]) are the same on every rank (docs/PYTORCH.md, "
              "'Data')%s" % (_S.size, ".  From here on every rank draws rank 0's random numbers (dropout masks, "
                             "noise), as the plain run does; HVDSHIM_RNG=same set from the start reproduces the "
