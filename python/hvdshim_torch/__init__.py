@@ -19,8 +19,9 @@ those listed before it; tests/unit/pyimports.py checks this map):
   files        a rank > 0's shutil.rmtree beside rank 0's (the library
                keeps its files private: hooks/overlay*.c)
   tempdir      multiprocessing's and torch's folders, removed however the rank ends
-  checkpoints  torch.save to a path on rank 0: the old file kept aside until
-               the new one is whole, put back if the save does not finish
+  checkpoints  torch.save and shutil.copyfile to a path on rank 0: the old
+               file kept aside until the new one is whole, put back if the
+               write does not finish
   rng          random state: rank 0's at start, per-rank streams (HVDSHIM_RNG)
   frames       the script's own variables saved at a stop and put back in
                the restarted job (resize)

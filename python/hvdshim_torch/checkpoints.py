@@ -1,5 +1,6 @@
-"""torch.save to a path on rank 0: if the save does not finish, the path
-holds what it held before, never a part.
+"""torch.save to a path on rank 0, and shutil.copyfile (copy, copy2: the
+"best" checkpoint copied from the last): if the write does not finish,
+the path holds what it held before, never a part.
 
 A plain torch.save(obj, path) writes the path in place: the old
 checkpoint is truncated at the start and the new one is whole only at the
@@ -7,7 +8,8 @@ end.  A plain run is cut short there only by its own failure; under a
 launcher rank 0 is ended by another rank's death (the launcher's SIGTERM
 and SIGKILL, the library's watchdog) wherever it is, and when that is in
 the middle of rewriting the one checkpoint a script keeps
-(`checkpoint.pth`, every epoch), the job is left with none to resume from.
+(`checkpoint.pth`, every epoch), the job is left with none to resume from;
+and so with the copy of the best one (`model_best.pth`).
 
 So rank 0 (the process of the job that writes the real files) first moves
 the file at the path into a hidden folder beside it
@@ -32,6 +34,7 @@ not a regular file of this user with one link, a folder that is missing
 or not writable."""
 import ctypes
 import os
+import shutil
 import stat
 
 import torch
@@ -105,14 +108,14 @@ def _tidy(backup):
         pass
 
 
-def save(orig, obj, f, *args, **kwargs):
-    """torch.save(obj, f, ...) through orig, the original."""
-    plan = None
-    if isinstance(f, (str, bytes, os.PathLike)):
-        path = os.path.abspath(os.fsdecode(os.fspath(f)))
-        plan = _plan(path) if _rank0_writes(path) else None
+def guarded(path, write):
+    """write() (which writes `path` in place and returns what the call
+    returns) with the file at `path` kept aside until it returns, where
+    this process is rank 0 and `path` a plain file of its own (or new)."""
+    path = os.path.abspath(os.fsdecode(os.fspath(path)))
+    plan = _plan(path) if _rank0_writes(path) else None
     if plan is None:
-        return orig(obj, f, *args, **kwargs)
+        return write()
     backup, mode = plan
     try:
         # the watcher first: it copes with a backup, a mark or a folder not there
@@ -124,13 +127,13 @@ def save(orig, obj, f, *args, **kwargs):
         if mode is None:
             open(backup + ".new", "wb").close()
         else:
-            os.rename(path, backup)  # (an interrupt from here to the save: the next save puts it back, _plan)
+            os.rename(path, backup)  # (an interrupt from here to the write: the next one puts it back, _plan)
     except OSError as e:
-        capi.debug("torch.save of %s in place: %s" % (path, e))
+        capi.debug("%s written in place: %s" % (path, e))
         _tidy(backup)
-        return orig(obj, f, *args, **kwargs)
+        return write()
     try:
-        result = orig(obj, f, *args, **kwargs)
+        result = write()
     except BaseException:
         _put_back(backup, path, mode)
         raise
@@ -145,6 +148,20 @@ def save(orig, obj, f, *args, **kwargs):
     return result
 
 
+def save(orig, obj, f, *args, **kwargs):
+    """torch.save(obj, f, ...) through orig, the original."""
+    if not isinstance(f, (str, bytes, os.PathLike)):
+        return orig(obj, f, *args, **kwargs)
+    return guarded(f, lambda: orig(obj, f, *args, **kwargs))
+
+
+def _same(src, dst):
+    try:
+        return os.path.samefile(src, dst)
+    except (OSError, TypeError, ValueError):
+        return False
+
+
 def install():
     def make_save(orig):
         def save_(obj, f, *args, **kwargs):
@@ -154,3 +171,11 @@ def install():
     import torch.serialization as serialization
     if serialization.save is orig:
         serialization.save = torch.save
+
+    def make_copyfile(orig):  # (shutil.copy and copy2 call it)
+        def copyfile(src, dst, *args, **kwargs):
+            if not isinstance(dst, (str, bytes, os.PathLike)) or _same(src, dst):
+                return orig(src, dst, *args, **kwargs)  # (the same file: its SameFileError)
+            return guarded(dst, lambda: orig(src, dst, *args, **kwargs))
+        return copyfile
+    wrap(shutil, "copyfile", make_copyfile)

@@ -1368,6 +1368,43 @@ class Checkpoints(unittest.TestCase):
         self.assertEqual(self.read(), "old")
         self.assertEqual(os.listdir(self.dir), ["ck.pt"])
 
+    def test_copyfile(self):
+        # shutil.copyfile over the best checkpoint: cut short, the old one
+        # stays; whole, the new one is there (shutil.copy goes through it)
+        import shutil
+        with open(self.path, "w") as f:
+            f.write("old")
+        src = os.path.join(self.dir, "last.pt")
+        with open(src, "w") as f:
+            f.write("new")
+
+        def cut(s, d, *args, **kwargs):
+            with open(d, "w") as f:
+                f.write("pa")
+            raise KeyboardInterrupt
+        with self.assertRaises(KeyboardInterrupt):
+            self.ck.guarded(self.path, lambda: cut(src, self.path))
+        self.assertEqual(self.read(), "old")
+        saved = (torch.save, torch.serialization.save, shutil.copyfile)
+        self.ck._watched.clear()
+        self.lib.pairs = []
+        try:
+            self.ck.install()
+            self.assertEqual(shutil.copy(src, self.path), self.path)
+        finally:
+            torch.save, torch.serialization.save, shutil.copyfile = saved
+        self.assertEqual(self.read(), "new")
+        self.assertEqual(self.lib.pairs, [(os.path.join(self.dir, ".hvdshim-saving", "ck.pt"), self.path)])
+        self.assertEqual(sorted(os.listdir(self.dir)), ["ck.pt", "last.pt"])
+        saved = (torch.save, torch.serialization.save, shutil.copyfile)
+        try:
+            self.ck.install()
+            with self.assertRaises(shutil.SameFileError):  # (plain's error, the file untouched)
+                shutil.copyfile(self.path, self.path)
+        finally:
+            torch.save, torch.serialization.save, shutil.copyfile = saved
+        self.assertEqual(self.read(), "new")
+
     def test_stood_aside(self):
         _S.aside_reason = "it distributes itself"  # (rank 0's saves of a Horovod script alike)
         with open(self.path, "w") as f:
