@@ -44,7 +44,7 @@ from .patching import wrap
 from .state import _S
 
 FOLDER = ".hvdshim-saving"
-_WATCHED_MAX = 1024  # paths handed to the watcher (it keeps their names until the rank ends)
+_WATCHED_MAX = 4096  # paths handed to the watcher (it keeps their names until the rank ends); later ones in place
 _watched = set()
 
 
@@ -119,7 +119,9 @@ def guarded(path, write):
     backup, mode = plan
     try:
         # the watcher first: it copes with a backup, a mark or a folder not there
-        if path not in _watched and len(_watched) < _WATCHED_MAX:
+        if path not in _watched:
+            if len(_watched) >= _WATCHED_MAX:
+                raise OSError("%d paths watched already" % _WATCHED_MAX)
             if capi.LIB.hvd_restore_at_end(os.fsencode(backup), os.fsencode(path)) != 0:
                 raise OSError("no watcher")
             _watched.add(path)

@@ -1318,7 +1318,8 @@ class Checkpoints(unittest.TestCase):
             with open(f, "w") as out:
                 out.write(text)
                 if text == "part":
-                    self.during = sorted(os.listdir(os.path.join(self.dir, ".hvdshim-saving")))
+                    hidden = os.path.join(self.dir, ".hvdshim-saving")
+                    self.during = sorted(os.listdir(hidden)) if os.path.isdir(hidden) else None
                     raise KeyboardInterrupt
             return "saved"
         return orig
@@ -1404,6 +1405,18 @@ class Checkpoints(unittest.TestCase):
         finally:
             torch.save, torch.serialization.save, shutil.copyfile = saved
         self.assertEqual(self.read(), "new")
+
+    def test_watched_at_most(self):
+        # past _WATCHED_MAX paths the watcher is told no more, and a save
+        # it was not told of is made in place, not kept aside unwatched
+        self.ck._watched.update("/elsewhere/%d.pt" % i for i in range(self.ck._WATCHED_MAX))
+        with open(self.path, "w") as f:
+            f.write("old")
+        with self.assertRaises(KeyboardInterrupt):
+            self.ck.save(self.write("part"), None, self.path)
+        self.assertEqual((self.lib.pairs, self.during), ([], None))
+        self.assertEqual(self.read(), "part")  # (as plain)
+        self.assertEqual(os.listdir(self.dir), ["ck.pt"])
 
     def test_stood_aside(self):
         _S.aside_reason = "it distributes itself"  # (rank 0's saves of a Horovod script alike)
