@@ -59,11 +59,12 @@ def _rank0_writes(path):
 
 
 def _plan(path):
-    """(backup, the file's mode or None where the path is new), or None:
+    """For an absolute path: (backup, the file's mode or None where the
+    path is new), or None:
     save in place.  A backup still aside while the path is missing (a save
     cut short before, in this process, or in a run whose watcher could not
     put it back) is the last whole file: it goes back first, never away."""
-    folder, name = os.path.split(os.path.abspath(path))
+    folder, name = os.path.split(path)
     if not name:
         return None
     backup = os.path.join(folder, FOLDER, name)
@@ -152,7 +153,7 @@ def guarded(path, write):
 
 def save(orig, obj, f, *args, **kwargs):
     """torch.save(obj, f, ...) through orig, the original."""
-    if not isinstance(f, (str, bytes, os.PathLike)):
+    if _S.rank != 0 or not isinstance(f, (str, bytes, os.PathLike)):
         return orig(obj, f, *args, **kwargs)
     return guarded(f, lambda: orig(obj, f, *args, **kwargs))
 
@@ -176,7 +177,7 @@ def install():
 
     def make_copyfile(orig):  # (shutil.copy and copy2 call it)
         def copyfile(src, dst, *args, **kwargs):
-            if not isinstance(dst, (str, bytes, os.PathLike)) or _same(src, dst):
+            if _S.rank != 0 or not isinstance(dst, (str, bytes, os.PathLike)) or _same(src, dst):
                 return orig(src, dst, *args, **kwargs)  # (the same file: its SameFileError)
             return guarded(dst, lambda: orig(src, dst, *args, **kwargs))
         return copyfile
