@@ -39,6 +39,10 @@ int hvd_cfg_parse(hvd_cfg_id id, const char *text, int64_t *ival, double *dval,
  * variable, the value and what is accepted. */
 int hvd_config_load(char *err, size_t errlen);
 
+/* HVDSHIM_STATUS_FILE as hvdrun names it (launcher/supervise.c): its pid,
+ * then its user's id; the shim writes it only under that hvdrun (reaper.h). */
+#define HVD_STATUS_FILE_FORMAT "/dev/shm/hvdshim-status-%ld-%lu"
+
 /* Unknown HVDSHIM_* variables: calls warn(name, suggestion) for each. */
 void hvd_config_check_unknown(void (*warn)(const char *name, const char *suggestion));
 

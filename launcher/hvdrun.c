@@ -483,7 +483,6 @@ int main(int argc, char **argv) {
   const char *slurm = getenv("SLURM_JOB_ID");
   const char *srun_env = getenv("HVDRUN_SRUN");
   char *exe = NULL; /* what execv runs, where argv[0] is not its path */
-  int status_file = 0; /* the ranks of this host get hvdrun's status file (supervise.h) */
   char *srun = slurm && *slurm && !hosts && !hostfile ? (srun_env && *srun_env ? strdup(srun_env) : find_in_path("srun"))
                                                       : NULL;
   const char *pre = getenv("LD_PRELOAD");
@@ -510,7 +509,6 @@ int main(int argc, char **argv) {
       die("mpirun not found%s (apt-get install %s, or set HVDRUN_MPIRUN=/path/to/mpirun)",
           m && *m ? " at HVDRUN_MPIRUN" : " on PATH", strcmp(HVD_MPI_FAMILY, "mpich") ? "openmpi-bin" : "mpich");
     if (m && *m) kind = launcher_kind(mpirun, ver, sizeof ver);
-    status_file = kind == LAUNCH_OMPI; /* (its mpirun gives the ranks of other hosts only the -x variables) */
     long slots;
     char where[64];
     char *filehosts = NULL;
@@ -608,5 +606,5 @@ command:
     fputs("hvdrun: ", stderr);
     print_argv(stderr, &envs, &cmd);
   }
-  return hvd_supervise(exe ? exe : cmd.v[0], cmd.v, status_file);
+  return hvd_supervise(exe ? exe : cmd.v[0], cmd.v);
 }

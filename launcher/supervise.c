@@ -37,6 +37,7 @@
 
 #include "supervise.h"
 #include "../base/clock.h"
+#include "../base/config.h"
 
 #define ORPHAN_WAIT_S 20 /* above a rank's reaper's longest (shim/reaper.c: 10 s, then 5 for its launcher) */
 
@@ -105,24 +106,61 @@ static int reap(int block, pid_t *ended_launcher, int *launcher_status) {
   }
 }
 
-/* The ranks of this host write the job's status here when one ends the
- * job with a non-zero status (HVDSHIM_STATUS_FILE, shim/lifecycle.c):
- * Open MPI 6's prterun answered such an end (MPI_Abort after a rank's death
- * under ULFM) with status 0 in 3 of 4 runs.  Returns the code written, or
- * 0; the file is removed. */
-static int job_status(const char *path, int *rank) {
+/* The ranks of this host note the job's status here when one ends the
+ * job with a non-zero status (HVDSHIM_STATUS_FILE, shim/lifecycle.c), and
+ * a rank's reaper when its rank was killed or exited non-zero without a
+ * word (shim/reaper.c): Open MPI 6's prterun answered such an end (MPI_Abort
+ * after a rank's death under ULFM) with status 0 in 3 of 4 runs, and MPICH
+ * 4.2's Hydra a rank's SIGKILL in most runs (its proxy takes every rank's
+ * status for 0 once a second one's PMI socket closes: MPICH issue 7057).
+ * A line each: CODE RANK SIGNAL WHEN (SIGNAL -1: the rank's status was not
+ * seen, its launcher reaped it first; WHEN: this host's monotonic clock, in
+ * ms, as the reaper woke: the ranks the launcher kills after a death can
+ * wake theirs first).  Returns the job's code, 0 where nothing was noted,
+ * and says in WHY what was: a rank that ended the job with its status, or
+ * the ranks that ended abnormally, in the order noted, with the signal
+ * where it was seen (the code: 128 + the first signal seen, else 1).  The
+ * file is removed. */
+#define NOTED_SHOWN 4
+static int job_status(const char *path, char *why, size_t n) {
+  struct { int code, rank, sig; long t; } e[NOTED_SHOWN], x;
+  int k = 0, more = 0;
   FILE *f = fopen(path, "r");
-  int code = 0;
-  *rank = -1;
-  if (f) {
-    if (fscanf(f, "%d %d", &code, rank) < 1 || code < 1 || code > 255) code = 0;
-    fclose(f);
+  while (f && fscanf(f, "%d %d %d %ld", &x.code, &x.rank, &x.sig, &x.t) == 4) {
+    if (x.code < 1 || x.code > 255) continue;
+    int at = k; /* (in time order; the earliest NOTED_SHOWN kept) */
+    while (at > 0 && x.t < e[at - 1].t) at--;
+    if (at == NOTED_SHOWN) {
+      more++;
+      continue;
+    }
+    if (k == NOTED_SHOWN) more++;
+    else k++;
+    memmove(&e[at + 1], &e[at], (size_t)(k - 1 - at) * sizeof *e);
+    e[at] = x;
   }
+  if (f) fclose(f);
   unlink(path);
-  return code;
+  if (!k) return 0;
+  if (e[0].sig == 0) {
+    snprintf(why, n, "rank %d ended the job with status %d", e[0].rank, e[0].code);
+    return e[0].code;
+  }
+  int code = 0;
+  size_t len = (size_t)snprintf(why, n, "rank%s ", k > 1 || more ? "s" : "");
+  for (int i = 0; i < k && len < n; i++) {
+    const char *abbrev = e[i].sig > 0 ? sigabbrev_np(e[i].sig) : NULL;
+    if (e[i].sig > 0 && !code) code = e[i].code;
+    len += (size_t)snprintf(why + len, n - len, "%s%d", i ? ", " : "", e[i].rank);
+    if (len < n && e[i].sig > 0) len += (size_t)snprintf(why + len, n - len, " (SIG%s)", abbrev ? abbrev : "?");
+    if (len < n && e[i].sig == 0) len += (size_t)snprintf(why + len, n - len, " (status %d)", e[i].code);
+  }
+  if (more && len < n) len += (size_t)snprintf(why + len, n - len, " and %d more", more);
+  if (len < n) snprintf(why + len, n - len, " ended abnormally (killed or crashed)");
+  return code ? code : e[0].code;
 }
 
-int hvd_supervise(const char *exe, char **argv, int status_file) {
+int hvd_supervise(const char *exe, char **argv) {
   if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) { /* (Linux before 3.4): be the launcher, as before */
     execv(exe, argv);
     fprintf(stderr, "hvdrun: cannot run %s: %s\n", exe, strerror(errno));
@@ -134,11 +172,9 @@ int hvd_supervise(const char *exe, char **argv, int status_file) {
   for (size_t i = 0; i < sizeof passed / sizeof *passed; i++) sigaddset(&all, passed[i]);
   sigprocmask(SIG_BLOCK, &all, &old); /* (until the handlers know the launcher) */
   pid_t self = getpid();
-  char status_path[96] = "";
-  if (status_file) {
-    snprintf(status_path, sizeof status_path, "/dev/shm/hvdshim-status-%ld-%lu", (long)self, (unsigned long)getuid());
-    unlink(status_path); /* (a killed hvdrun's of the same pid) */
-  }
+  char status_path[96];
+  snprintf(status_path, sizeof status_path, HVD_STATUS_FILE_FORMAT, (long)self, (unsigned long)getuid());
+  unlink(status_path); /* (a killed hvdrun's of the same pid) */
   fflush(NULL);
   pid_t c = fork();
   if (c < 0) {
@@ -150,7 +186,7 @@ int hvd_supervise(const char *exe, char **argv, int status_file) {
     if (getppid() != self) _exit(2); /* hvdrun ended before the tie */
     prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0); /* (not inherited; said for clarity) */
     sigprocmask(SIG_SETMASK, &old, NULL);
-    if (status_path[0]) setenv("HVDSHIM_STATUS_FILE", status_path, 1); /* (not in the -x list: this host's ranks alone) */
+    setenv("HVDSHIM_STATUS_FILE", status_path, 1); /* (not in the -x list; where passed to other hosts, unused there) */
     execv(exe, argv);
     fprintf(stderr, "hvdrun: cannot run %s: %s\n", exe, strerror(errno));
     _exit(2);
@@ -197,7 +233,8 @@ int hvd_supervise(const char *exe, char **argv, int status_file) {
     }
     hvd_nap_ms(10);
   }
-  int rank = -1, code = status_path[0] ? job_status(status_path, &rank) : 0;
+  char why[512];
+  int code = job_status(status_path, why, sizeof why);
   /* Ends as the launcher did, or, where a signal stopped the job (the
    * launcher's status not 0), as that signal would have ended hvdrun
    * itself (the shell's 130 for Ctrl-C, 143 for SIGTERM). */
@@ -222,8 +259,7 @@ int hvd_supervise(const char *exe, char **argv, int status_file) {
   }
   if (sig) return 128 + sig;
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && code) {
-    fprintf(stderr, "hvdrun: rank %d ended the job with status %d, and %s ended with 0 all the same; hvdrun ends "
-            "with %d\n", rank, code, argv[0], code);
+    fprintf(stderr, "hvdrun: %s, and %s ended with 0 all the same; hvdrun ends with %d\n", why, argv[0], code);
     return code;
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1;

@@ -372,20 +372,12 @@ int hvd_restore_at_end(const char *backup, const char *path) {
 }
 
 /* The job ends with `code` from here: the rank's reaper is told, and the
- * first rank of hvdrun's host to get here writes the code to hvdrun's
- * status file (HVDSHIM_STATUS_FILE), so hvdrun ends with it where its
- * launcher reports 0 (Open MPI 6's prterun answered an MPI_Abort after a
- * ULFM death with 0 in 3 of 4 runs).  Async-signal-safe but for the
- * formatting. */
+ * code goes to hvdrun's status file, so hvdrun ends with the first such
+ * end on its host where its launcher
+ * reports 0 (Open MPI 6's prterun answered an MPI_Abort after a ULFM death
+ * with 0 in 3 of 4 runs).  Async-signal-safe but for the formatting. */
 static void job_ending(int code) {
-  const char *path = hvd_cfg_str(HVD_CFG_STATUS_FILE);
-  int fd = path && *path ? hvd_libc()->open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600) : -1;
-  if (fd >= 0) {
-    char line[48];
-    int n = snprintf(line, sizeof line, "%d %d\n", code, hvd_env_rank(NULL));
-    if (n > 0 && write(fd, line, (size_t)n) != n) HVD_DEBUG("status file %s: %s", path, strerror(errno));
-    close(fd);
-  }
+  hvd_reaper_status(code, hvd_env_rank(NULL), 0, hvd_mono_ms());
   hvd_reaper_note_ending();
 }
 

@@ -36,6 +36,7 @@
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <termios.h>
 #include <time.h>
 #include <unistd.h>
@@ -56,6 +57,9 @@ static pid_t reaper_pid;
 static pid_t launcher_pid; /* the rank's Open MPI launcher process on this host (0: none found) */
 static unsigned long long launcher_start;
 static char session_dir[PATH_MAX]; /* that launcher's session folder for the job, "" where not known */
+static char status_file[128];      /* hvdrun's, where this process runs under it ("" elsewhere) */
+static int status_rank = -1;       /* the rank's number, for that file */
+static int status_on_death;        /* the reaper writes it when its rank dies (not in an elastic job) */
 /* What the rank's MPI made that a rank that dies leaves (its launcher
  * removes it only where it outlives the rank), noted by the reaper when the
  * rank says MPI is up (NOTE_SIG; a signal, not memory the two share, so
@@ -169,6 +173,50 @@ static pid_t ancestor(pid_t pid, int (*is)(pid_t), unsigned long long *start) {
 
 /* This process's Open MPI launcher. */
 static void find_launcher(void) { launcher_pid = ancestor(getpid(), is_launcher, &launcher_start); }
+
+/* hvdrun's status file (HVDSHIM_STATUS_FILE), where the hvdrun that named
+ * it is an ancestor of this process (it, its launcher, Hydra's proxy, a
+ * wrapper shell between): Hydra and srun pass the variable to the ranks of
+ * every host, where the file would be left to no one. */
+static pid_t status_owner;
+static int is_status_owner(pid_t pid) { return pid == status_owner; }
+
+static void find_status_file(void) {
+  const char *p = hvd_cfg_str(HVD_CFG_STATUS_FILE);
+  long owner = 0;
+  unsigned long uid = 0;
+  status_file[0] = 0;
+  if (!p || strlen(p) >= sizeof status_file || sscanf(p, HVD_STATUS_FILE_FORMAT, &owner, &uid) != 2 || owner <= 1)
+    return;
+  status_owner = (pid_t)owner;
+  if (ancestor(getpid(), is_status_owner, NULL)) snprintf(status_file, sizeof status_file, "%s", p);
+}
+
+void hvd_reaper_status(int code, int rank, int sig, long when_ms) {
+  if (!status_file[0]) return;
+  int fd = hvd_libc()->open(status_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return;
+  char line[64]; /* (one write of one line: appended whole) */
+  int n = snprintf(line, sizeof line, "%d %d %d %ld\n", code, rank, sig, when_ms);
+  if (n > 0 && write(fd, line, (size_t)n) != n) {
+  }
+  close(fd);
+}
+
+/* How PID ended, while it is a zombie its parent has not reaped: its wait
+ * status (field 52 of /proc/PID/stat), or -1 where it is gone. */
+static int zombie_status(pid_t pid) {
+  char buf[1024];
+  char *p = stat_fields(pid, buf, sizeof buf);
+  if (!p || p[0] != 'Z') return -1;
+  for (int field = 3; field < 52 && p; field++) {
+    p = strchr(p, ' ');
+    if (p) p++;
+  }
+  char *end;
+  long v = p ? strtol(p, &end, 10) : -1;
+  return p && end != p && v >= 0 ? (int)v : -1;
+}
 
 /* S (after a prefix) names the launcher: "N", or "HOST.N.UID" (Open MPI
  * 5), N the launcher's pid, HOST this host's name (or its first label),
@@ -497,6 +545,8 @@ __attribute__((noreturn)) static void reap(pid_t rank, unsigned long long start,
       }
     }
   }
+  long died_ms = hvd_mono_ms();
+  int how = zombie_status(rank); /* (before its launcher reaps it) */
   sigset_t usr1, usr2;
   sigemptyset(&usr1);
   sigaddset(&usr1, SIGUSR1);
@@ -504,6 +554,14 @@ __attribute__((noreturn)) static void reap(pid_t rank, unsigned long long start,
   sigaddset(&usr2, SIGUSR2);
   if (sigtimedwait(&usr1, NULL, &zero) == SIGUSR1) syscall(SYS_exit_group, 0); /* a clean exit */
   int ended_job = sigtimedwait(&usr2, NULL, &zero) == SIGUSR2;
+  /* Killed, crashed, or ended non-zero without a word (the rank writes its
+   * own status where it ends the job): hvdrun's launcher may report 0
+   * (MPICH 4.2's Hydra, where a second rank dies before the first is
+   * reaped).  Not where it exited 0 past its exit handlers, nor in an
+   * elastic job, which goes on without it. */
+  if (!ended_job && status_on_death && how != 0)
+    hvd_reaper_status(how < 0 ? 1 : WIFSIGNALED(how) ? 128 + WTERMSIG(how) : WEXITSTATUS(how), status_rank,
+                      how < 0 ? -1 : WIFSIGNALED(how) ? WTERMSIG(how) : 0, died_ms);
   char key[64];
   snprintf(key, sizeof key, "%ld.%llu", (long)rank, start);
   long t0 = hvd_mono_ms();
@@ -574,7 +632,11 @@ static pid_t own_reaper(pid_t self, unsigned long long start) {
 
 void hvd_reaper_arm(void) {
   pid_t self = getpid();
-  if (armed_pid == self || !hvd_cfg_int(HVD_CFG_REAP)) return;
+  if (armed_pid == self) return;
+  find_status_file();
+  status_rank = hvd_env_rank(NULL);
+  status_on_death = !hvd_cfg_int(HVD_CFG_ELASTIC);
+  if (!hvd_cfg_int(HVD_CFG_REAP)) return;
   unsigned long long start;
   if (read_stat(self, NULL, NULL, &start) != 0) return; /* no /proc: nothing a reaper could find */
   pid_t found = own_reaper(self, start);

@@ -71,6 +71,15 @@ void hvd_reaper_note_ending(void);
  * aborted job's proxy does not remove it).  Async-signal-safe (a signal to
  * the reaper). */
 void hvd_reaper_note_mpi_files(void);
+/* hvdrun's status file (HVDSHIM_STATUS_FILE; found by hvd_reaper_arm,
+ * where this process runs under the hvdrun that named it): a line
+ * "CODE RANK SIGNAL WHEN" appended (SIGNAL: the one that killed the rank,
+ * 0 for a status, -1 unknown; WHEN: hvd_mono_ms() at the end), from which
+ * hvdrun takes the first end where its launcher reports 0.  A rank calls
+ * it as it ends the job; its reaper, when the rank was killed or exited
+ * non-zero without a word (not in an elastic job).  Async-signal-safe but
+ * for the formatting. */
+void hvd_reaper_status(int code, int rank, int sig, long when_ms);
 /* The armed process is ending with STATUS (its exit handler and _exit):
  * status 0 tells the reaper to leave the family alone.  Async-signal-safe;
  * nothing in any other process. */

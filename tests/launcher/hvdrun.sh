@@ -201,6 +201,49 @@ PATH="$(dirname "$MPIRUN"):$PATH" "$HVDRUN" --dry-run -np 1 x | grep -qE "^(mpir
   fail "dry run: mpirun from PATH not named as typed"
 pass "a program named without a path is the caller's (python3 first on PATH runs in the ranks)"
 
+# A rank killed where the launcher ends 0 all the same (MPICH 4.2's Hydra
+# after a rank's SIGKILL, in most runs; Open MPI 6's prterun under ULFM):
+# a fake launcher that starts two preloaded ranks itself, rank 1 SIGKILLs
+# itself, and exits 0.  The rank's reaper notes it in hvdrun's status file:
+# hvdrun ends non-zero, naming the rank; not in an elastic job (it goes on
+# without the rank); and a rank whose HVDSHIM_STATUS_FILE names an hvdrun
+# that is not its ancestor (Hydra passes it to the ranks of every host)
+# writes no file.
+# (the fake is the launcher of the library's MPI: hvdrun refuses another's)
+case $family in
+  mpich) version='HYDRA build details:\\n    Version: 4.2.1' var=PMI ;;
+  *) version='mpirun (Open MPI) 6.0.0' var=OMPI_COMM_WORLD ;;
+esac
+printf '#!/bin/sh\n[ "$1" = --version ] && { printf "%s\\n"; exit 0; }
+for r in 0 1; do %s_RANK=$r %s_SIZE=2 LD_PRELOAD="%s" sh -c "[ \\$%s_RANK = 1 ] && kill -9 \\$\\$; exit 0" & done
+wait
+exit 0\n' "$version" $var $var "$LIB" $var >"$TMP/zero"
+chmod +x "$TMP/zero"
+HVDRUN_MPIRUN="$TMP/zero" timeout -k 5 60 "$HVDRUN" -np 2 ./t </dev/null >"$TMP/zero.log" 2>&1
+_rc=$?
+[ $_rc = 137 ] || [ $_rc = 1 ] || { cat "$TMP/zero.log"; fail "a rank SIGKILLed, the launcher ending 0: hvdrun ended with $_rc"; }
+grep -q "^hvdrun: rank 1 \((SIGKILL) \)\?ended abnormally (killed or crashed), and $TMP/zero ended with 0 all the same; hvdrun ends with $_rc$" \
+  "$TMP/zero.log" || { cat "$TMP/zero.log"; fail "a rank SIGKILLed, the launcher ending 0: no line naming rank 1"; }
+HVDSHIM_ELASTIC=1 HVDRUN_MPIRUN="$TMP/zero" timeout -k 5 60 "$HVDRUN" -np 2 ./t </dev/null >"$TMP/zero-elastic.log" 2>&1 ||
+  { cat "$TMP/zero-elastic.log"; fail "elastic: a rank SIGKILLed, the launcher ending 0: hvdrun did not end 0"; }
+# (under the test's shell, an ancestor, the same rank writes it)
+killed_rank() { # killed_rank STATUS-FILE: a rank 1 that SIGKILLs itself, its reaper given 5 s
+  HVDSHIM_STATUS_FILE=$1 env ${var}_RANK=1 ${var}_SIZE=2 LD_PRELOAD="$LIB" sh -c 'kill -9 $$'
+  wait_until 5 "[ -e '$1' ]" || true
+}
+sleep 30 &
+other=$!
+status="/dev/shm/hvdshim-status-$other-$(id -u)"
+killed_rank "$status" 2>/dev/null
+kill $other
+[ ! -e "$status" ] || { rm -f "$status"; fail "a rank under another hvdrun than its status file's wrote it"; }
+status="/dev/shm/hvdshim-status-$$-$(id -u)"
+killed_rank "$status" 2>/dev/null
+[ -e "$status" ] || fail "a rank under the hvdrun its status file names (the test's shell) did not write it"
+grep -q "^\(137 1 9\|1 1 -1\) [0-9]*$" "$status" || { cat "$status"; rm -f "$status"; fail "status file: not 'CODE RANK SIGNAL WHEN'"; }
+rm -f "$status"
+pass "a rank SIGKILLed, the launcher ending 0 (a fake one): hvdrun ends with $_rc and names rank 1; 0 in an elastic job; no status file written under another hvdrun"
+
 # A real run: the native example through hvdrun at np=2 (verbose: the line
 # is printed), against the plain trainer with a 2x batch.
 . "$top_srcdir/tests/native/native-lib.sh"
