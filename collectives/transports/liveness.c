@@ -104,6 +104,7 @@ static void judge(void) {
   double stuck = (double)(now - (tick > since ? tick : since)) * 1e-9;
   if (stuck < HVD_LIVENESS_LOCAL_S) return;
   char dead[1024] = "", stopped[1024] = "", remote[1024] = "";
+  int ndead = 0;
   for (int r = 0; r < nranks; r++) {
     if (r == my_rank) continue;
     if (!is_local(r)) {
@@ -111,7 +112,7 @@ static void judge(void) {
       continue;
     }
     char st = hvd_process_state(peers[r].pid);
-    if (st == 'D') append(dead, sizeof dead, "%s%d (pid %d on %s)", r, &peers[r]);
+    if (st == 'D') append(dead, sizeof dead, "%s%d (pid %d on %s)", r, &peers[r]), ndead++;
     else if (st == 'S') append(stopped, sizeof stopped, "%s%d (pid %d on %s)", r, &peers[r]);
   }
   /* One survivor of the host ends the job: under Open MPI 5's mpirun
@@ -128,9 +129,14 @@ static void judge(void) {
        * rank speaks */
       snprintf(first_dead, sizeof first_dead, "%s", dead);
       lower_live = 0;
+      int lower_dead = 0;
       for (int r = 0; r < my_rank; r++)
-        if (is_local(r) && hvd_process_state(peers[r].pid) != 'D') lower_live++;
-      defer_until_ns = now + (int64_t)lower_live * 1000000000;
+        if (is_local(r)) hvd_process_state(peers[r].pid) != 'D' ? lower_live++ : lower_dead++;
+      /* two gone at the first look, a lower one among them: that one may
+       * have ended the job a moment ago (its launcher ends this rank
+       * within milliseconds), not died a second death: a second more */
+      int wait = lower_live + (!lower_live && lower_dead && ndead >= 2);
+      defer_until_ns = now + (int64_t)wait * 1000000000;
     }
     if (now < defer_until_ns) return;
 #define LOST "lost rank %s: the process is gone (killed or crashed) and this rank has waited %.0f s for it in a collective; "
