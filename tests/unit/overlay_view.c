@@ -616,7 +616,8 @@ static void test_bytes_rank0_behind(void) {
   double t0 = mono();
   for (size_t o = 0; o < 16 * MB; o += MB / 2) CHECK_INT(tw(fd, d + o, MB / 2, -1), MB / 2);
   double took = mono() - t0;
-  CHECK(took < 0.4); /* one wait of 0.2 s (10 s unscaled), not one per write */
+  CHECK(took < 3.0); /* one wait of 0.2 s (10 s unscaled), not one per write (32 writes: 6.4 s); the
+                        margin is for a loaded machine (0.4 failed in a distcheck beside a chroot's install) */
   CHECK(allocated(ov) >= 15 * MB);
   tclose(fd);
   CHECK_INT(hvd_ovl_remove(in_real("own-name.bin"), 0), 0);
