@@ -1,6 +1,8 @@
 """An ordinary script whose DataLoader workers are started by a forkserver
 (Python 3.14's default start method) and pass batches by file descriptor:
 each worker binds a socket in the multiprocessing folder its parent made.
+Its loader collates with a method of its own, as PyG's NeighborLoader
+does, so each worker is sent the loader itself, pickled.
 
     python workers.py OUT.pt
 """
@@ -12,6 +14,17 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 
+class CollatingLoader(DataLoader):
+    """A DataLoader whose collate_fn is its own method (a worker started by
+    forkserver or spawn gets the loader pickled)."""
+
+    def __init__(self, dataset, **kwargs):
+        super().__init__(dataset, collate_fn=self.collate, **kwargs)
+
+    def collate(self, items):
+        return torch.stack([x for x, _ in items]), torch.stack([y for _, y in items])
+
+
 def main():
     mp.set_sharing_strategy("file_descriptor")
     g = torch.Generator().manual_seed(0)
@@ -20,7 +33,7 @@ def main():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    loader = DataLoader(TensorDataset(X, Y), batch_size=16, shuffle=True, num_workers=2,
+    loader = CollatingLoader(TensorDataset(X, Y), batch_size=16, shuffle=True, num_workers=2,
                         multiprocessing_context="forkserver")
     for _ in range(2):
         for x, y in loader:
