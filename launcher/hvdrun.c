@@ -205,6 +205,15 @@ static long parse_count(const char *what, const char *s) {
   return v;
 }
 
+/* Whether a boolean setting's value is on (as the library reads it:
+ * base/config.c). */
+static int setting_on(const char *v) {
+  static const char *const yes[] = {"1", "true", "yes", "on"};
+  for (size_t k = 0; v && k < sizeof yes / sizeof *yes; k++)
+    if (!strcasecmp(v, yes[k])) return 1;
+  return 0;
+}
+
 /* Slots of a -H list ("a:4,b,c:2"). */
 static long hosts_slots(const char *list) {
   long total = 0;
@@ -442,7 +451,17 @@ int main(int argc, char **argv) {
   if (!np) die("-np N is required: the number of ranks (hvdrun -np 2 python3 train.py)");
   if (i >= argc) die("no command to run (hvdrun -np %ld python3 train.py)", np);
   if (hosts && hostfile) die("give -H or --hostfile, not both");
-  if (min_np > np) die("--min-np %ld is more than -np %ld", min_np, np);
+  /* HVDSHIM_ELASTIC=1 set by hand (exported or -x) asks for what --min-np
+   * gives: an elastic job, launched with ULFM on (else a rank's death ends
+   * it all the same), its fewest ranks HVDSHIM_ELASTIC_MIN_NP's (1 unset) */
+  const char *elastic = "--min-np";
+  if (!min_np && setting_on(getenv("HVDSHIM_ELASTIC"))) {
+    const char *m = getenv("HVDSHIM_ELASTIC_MIN_NP");
+    min_np = m && *m ? parse_count("HVDSHIM_ELASTIC_MIN_NP", m) : 1;
+    elastic = "HVDSHIM_ELASTIC=1";
+  }
+  if (min_np > np)
+    die("%s %ld is more than -np %ld", elastic[0] == '-' ? "--min-np" : "HVDSHIM_ELASTIC_MIN_NP", min_np, np);
   if (grow_flags && !discovery)
     die("--max-np, --elastic-timeout and --reset-limit need --host-discovery-script (the hosts the job may grow onto)");
   if (discovery) {
@@ -489,8 +508,8 @@ int main(int argc, char **argv) {
   char *preload;
   if (asprintf(&preload, "%s%s%s", lib, pre && *pre ? ":" : "", pre && *pre ? pre : "") < 0) die("out of memory");
   if (srun && min_np)
-    die("--min-np: an elastic job needs mpirun (Open MPI 5+ with --with-ft ulfm); srun cannot start one (run hvdrun "
-        "with -H or --hostfile inside the allocation)");
+    die("%s: an elastic job needs mpirun (Open MPI 5+ with --with-ft ulfm); srun cannot start one (run hvdrun "
+        "with -H or --hostfile inside the allocation)", elastic);
   if (srun) {
     /* srun passes the whole environment by default; LD_PRELOAD is set for
      * the tasks only, not for srun itself. */
@@ -530,15 +549,15 @@ int main(int argc, char **argv) {
     exe = mpirun;
     push(&cmd, m && *m ? mpirun : strrchr(mpirun, '/') + 1);
     if (min_np && (kind == LAUNCH_HYDRA || atoi(ver) < 5))
-      die("--min-np: an elastic job needs an MPI that survives a peer's death (ULFM: Open MPI 5 or later, as on Debian "
-          "trixie and sid); this mpirun is %s %s", kind == LAUNCH_HYDRA ? "Hydra (MPICH)" : "Open MPI", ver);
+      die("%s: an elastic job needs an MPI that survives a peer's death (ULFM: Open MPI 5 or later, as on Debian "
+          "trixie and sid); this mpirun is %s %s", elastic, kind == LAUNCH_HYDRA ? "Hydra (MPICH)" : "Open MPI", ver);
     /* (tried on trixie's 5.0.7: PRRTE 3.0 "cannot recover" from a lost
      * daemon, terminates the job and exits 0; sid's Open MPI 6 goes on) */
     across = (hosts && strchr(hosts, ',')) || (filehosts && strchr(filehosts, ','));
     if (min_np && atoi(ver) == 5 && across)
-      fprintf(stderr, "hvdrun: warning: --min-np across hosts under Open MPI %s: a rank that dies is survived, but a "
+      fprintf(stderr, "hvdrun: warning: %s across hosts under Open MPI %s: a rank that dies is survived, but a "
               "host lost (its Open MPI daemon) ends the whole job, and mpirun then exits 0; Open MPI 6 survives it\n",
-              ver);
+              elastic, ver);
     if (!launcher_fits(kind, ver)) { /* (a dry run still shows the line, this one a warning) */
       fprintf(stderr, "hvdrun: %s%s (%s) is %s %s's launcher, but libhvdshim was built with %s: each rank would find "
               "itself alone; install that MPI's (apt-get install %s) or set HVDRUN_MPIRUN to it\n",

@@ -313,6 +313,8 @@ void hvd_eng_finalize_bounded(hvd_engine *e, int code);
  * (MPI_Abort, a finalize after deaths). */
 void hvd_eng_end_later(void (*end)(int code), int code, const char *warn);
 /* This build's MPI can survive a peer's death (ULFM). */
+/* 1: a rank's death can be survived; 0: not with this build (no ULFM); -1:
+ * not in this run (ULFM off: mpirun without --with-ft ulfm) */
 int hvd_eng_can_recover(void);
 
 /* ---- engine_life.c ---- */

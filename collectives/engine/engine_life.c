@@ -442,10 +442,16 @@ hvd_status_t hvd_eng_start(hvd_engine *e, const hvd_engine_host *host, char *err
     goto undo;
   }
 
-  if (hvd_cfg_int(HVD_CFG_ELASTIC) && !hvd_eng_can_recover()) {
-    hvd_fail(err, errlen, "HVDSHIM_ELASTIC=1 needs an MPI that survives a peer's death (ULFM: Open MPI 5 or later, "
-             "as on Debian trixie and sid, launched with mpirun --with-ft ulfm); this hvdshim was built against one "
-             "without it");
+  int recover = hvd_cfg_int(HVD_CFG_ELASTIC) ? hvd_eng_can_recover() : 1;
+  if (recover <= 0) {
+    if (recover == 0)
+      hvd_fail(err, errlen, "HVDSHIM_ELASTIC=1 needs an MPI that survives a peer's death (ULFM: Open MPI 5 or later, "
+               "as on Debian trixie and sid, launched with mpirun --with-ft ulfm); this hvdshim was built against one "
+               "without it");
+    else
+      hvd_fail(err, errlen, "HVDSHIM_ELASTIC=1, but this job's MPI was started without fault tolerance "
+               "(mpi_ft_enable is off), so a rank that dies would end the job: launch with hvdrun --min-np M, or "
+               "mpirun --with-ft ulfm");
     everyone_failed = 1; /* every rank finds it */
     st = HVD_ERR_INVALID;
     goto undo;

@@ -209,7 +209,29 @@ _Noreturn void hvd_eng_end_survivors(hvd_engine *e, int code) {
 }
 
 #if defined(OMPI_HAVE_MPI_EXT_FTMPI) && OMPI_HAVE_MPI_EXT_FTMPI
-int hvd_eng_can_recover(void) { return 1; }
+/* Built with ULFM; whether this run has it on is Open MPI's mpi_ft_enable
+ * (mpirun --with-ft ulfm sets it; without it a peer's death ends the whole
+ * job however the ranks handle errors), read through MPI_T: 1 on, 0 off,
+ * -1 not known (then the run is taken as on). */
+static int ft_enabled(void) {
+  int provided, idx, count, on = -1;
+  if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return -1;
+  if (MPI_T_cvar_get_index("mpi_ft_enable", &idx) == MPI_SUCCESS) {
+    MPI_T_cvar_handle h;
+    if (MPI_T_cvar_handle_alloc(idx, NULL, &h, &count) == MPI_SUCCESS) {
+      unsigned char v[16] = {0}; /* (a bool or an int: any byte set is on) */
+      if (count == 1 && MPI_T_cvar_read(h, v) == MPI_SUCCESS) {
+        on = 0;
+        for (size_t k = 0; k < sizeof v; k++) on |= v[k] != 0;
+      }
+      MPI_T_cvar_handle_free(&h);
+    }
+  }
+  MPI_T_finalize();
+  return on;
+}
+
+int hvd_eng_can_recover(void) { return ft_enabled() == 0 ? -1 : 1; }
 
 void hvd_eng_recover(hvd_engine *e) {
   char why[sizeof e->recover_why];

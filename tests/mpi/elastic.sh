@@ -17,6 +17,12 @@ if ! nm -D "$top_builddir/.libs/libhvdshim.so" 2>/dev/null | grep -q " U MPIX_Co
   skip "this MPI has no ULFM fault tolerance: HVDSHIM_ELASTIC=1 is refused at start with one line (checked); the survival cases need Open MPI 5+"
 fi
 [ "${MPI_KIND:-ompi}" = hydra ] && skip "MPICH: HVDSHIM_ELASTIC is built for Open MPI's ULFM"
+# ULFM built in, but the job launched without it (no --with-ft ulfm: a
+# death would end the whole job): refused at start with one line
+T=60 mpi 2 -x HVDSHIM_ELASTIC=1 "$ENGINE_TEST" collectives >"$TMP/out" 2>&1 && { cat "$TMP/out"; fail "HVDSHIM_ELASTIC=1 accepted in a job launched without --with-ft ulfm"; }
+ranks_said "$TMP/out" "HVDSHIM_ELASTIC=1, but this job's MPI was started without fault tolerance (mpi_ft_enable is off)" 2 ||
+  { cat "$TMP/out"; fail "no line saying the job was launched without fault tolerance"; }
+pass "HVDSHIM_ELASTIC=1 in a job launched without --with-ft ulfm: refused at start with one line"
 # three fixed cases, then five at a random rank and step (the seed is printed)
 seed=${ELASTIC_SEED:-$(date +%s)}
 echo "random cases: ELASTIC_SEED=$seed"
