@@ -27,7 +27,7 @@ from .models import (_M, RANDOM_INITS, _count_batch, _forward_pre_hook, adopt_fr
                      module_made, new_model_to_train, note_new_params, reinitialised, to_eval)
 from .data.iterable import _dealt_iter, _dealt_len
 from .data.iteration import _IT, padded_slices
-from .data.loaders import _prepare_loader, _warn_if_alone
+from .data.loaders import _prepare_loader, _warn_if_alone, ensure_prepared
 from .data.redeal import redealt
 from .data.roles import _EV, iteration_begins, iteration_made, note_switch, role_of
 from .data.same_batches import _FP
@@ -57,6 +57,7 @@ def _patch():
             return padded_slices(redealt(self, orig(self)))
 
         def __iter__(self):
+            ensure_prepared(self)
             _rng.window_close()  # (the iterator's seeds drawn from this rank's own state, as the plain run's)
             _S.whole_batches = True  # (until a dealt iteration's batch comes: iteration.dealt_batches)
             _S.pad_slice = False
@@ -86,6 +87,7 @@ def _patch():
 
     def make_loader_len(orig):
         def __len__(self):
+            ensure_prepared(self)
             return _dealt_len(self, orig(self))
         return __len__
     wrap(DataLoader, "__len__", make_loader_len)

@@ -325,3 +325,39 @@ for key in [k for k in shim if k[0] == 0]:
 print("rank 0's first batch drew the plain run's; ranks 0 and 1 drew apart in all 4 batches; alike under HVDSHIM_RNG=same")
 PY
 pass "DataLoader workers' random draws (persistent workers) are each rank's own from the first epoch, rank 0's the plain run's; alike under HVDSHIM_RNG=same"
+
+# A DataLoader in a checkpoint (torch.save of an object holding it) is
+# pickled as the plain one: it loads without hvdshim; loaded under the
+# shim it is sharded again, len and iteration agreeing; a deep copy of a
+# loader stays sharded.
+cat >"$TMP/loader_ckpt.py" <<'PY'
+import copy, sys, torch
+if __name__ == "__main__":
+    model = torch.nn.Linear(1, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    if sys.argv[1] == "save":
+        loader = torch.utils.data.DataLoader(torch.arange(32.).view(-1, 1), batch_size=4, shuffle=True)
+    else:
+        loader = torch.load(sys.argv[2], weights_only=False) if "weights_only" in torch.load.__code__.co_varnames \
+            else torch.load(sys.argv[2])
+        loader = loader["loader"]
+    for name in ("loader", "copy"):
+        ld = loader if name == "loader" else copy.deepcopy(loader)  # (a copy made after an epoch)
+        told, n = len(ld), 0
+        for x in ld:
+            opt.zero_grad()
+            model(x).mean().backward()
+            opt.step()
+            n += 1
+        print("%s: len %d, %d batches" % (name, told, n), flush=True)
+    if sys.argv[1] == "save":
+        torch.save({"loader": loader}, sys.argv[2])
+PY
+(cd "$TMP" && shim 2 "$PYTHON" loader_ckpt.py save "$TMP/loader.pt") >"$TMP/lc1" 2>&1 || { cat "$TMP/lc1"; fail "a loader saved in a checkpoint: the job failed"; }
+"$PYTHON" -c "import sys, torch; print(type(torch.load(sys.argv[1], **({'weights_only': False} if 'weights_only' in torch.load.__code__.co_varnames else {}))['loader'].batch_sampler).__name__)" "$TMP/loader.pt" >"$TMP/lc2" 2>&1 &&
+  grep -qx BatchSampler "$TMP/lc2" || { cat "$TMP/lc2"; fail "a loader saved under the shim does not load plain"; }
+(cd "$TMP" && shim 2 "$PYTHON" loader_ckpt.py load "$TMP/loader.pt") >"$TMP/lc3" 2>&1 || { cat "$TMP/lc3"; fail "a loader loaded under the shim: the job failed"; }
+for f in lc1 lc3; do
+  [ "$(grep -c "^\(\[rank [01]\] \)\?\(loader\|copy\): len 4, 4 batches$" "$TMP/$f")" = 4 ] || { cat "$TMP/$f"; fail "a loader saved or loaded in a checkpoint, or its copy: not 4 of 8 batches a rank"; }
+done
+pass "a DataLoader in a checkpoint loads without hvdshim (its plain batch sampler); loaded under the shim, and deep-copied, it is sharded (4 of 8 batches a rank, len agreeing)"

@@ -2,11 +2,10 @@
 made gets its tag, its role (roles.py) and, where it makes batches by a
 batch sampler, a _ShardedBatches in its place (sharded.py); one without a
 batch sampler is dealt as a stream (iterable.py), or left whole with a
-warning where it trains.  A loader sent to a child process (pickled for a
-DataLoader worker started by spawn or forkserver, as where its collate_fn
-is a method of the loader: PyG's NeighborLoader) goes as the plain one
-(_for_child)."""
-import multiprocessing.reduction
+warning where it trains.  A loader pickled (to a file, or for a DataLoader
+worker started by spawn or forkserver where its collate_fn is a method of
+the loader, as PyG's NeighborLoader's is) goes as the plain one, and one
+unpickled here is prepared at its first use (ensure_prepared)."""
 import os
 import sys
 import weakref
@@ -65,21 +64,16 @@ def _prepare_loader(loader):
     object.__setattr__(loader, "_hvdshim_alone", (tag, where, reason))
 
 
-def _for_child(obj):
-    """How multiprocessing pickles the objects the adapter puts in a loader,
-    for a process it starts (a DataLoader worker started by spawn or
-    forkserver gets the loader itself where its collate_fn or
-    worker_init_fn is a method of the loader): as the plain loader's, for
-    the child cannot import hvdshim_torch and has no use for them (it is
-    handed its batches' indices).  A _ShardedBatches goes as the batch
-    sampler it stands for, a Role as None."""
-    if isinstance(obj, _ShardedBatches):
-        return list.__getitem__, ([obj._inner], 0)  # (the original, pickled its own way)
-    return type(None), ()
-
-
-multiprocessing.reduction.ForkingPickler.register(_ShardedBatches, _for_child)
-multiprocessing.reduction.ForkingPickler.register(Role, _for_child)
+def ensure_prepared(loader):
+    """A loader this process did not make (unpickled: torch.load of a
+    checkpoint that holds it), before its first iteration or len: prepared
+    as if made here (it was pickled as the plain loader: _ShardedBatches'
+    and Role's __reduce_ex__).  A copy keeps its original's role."""
+    if role_of(loader) is not None or not getattr(loader, "_DataLoader__initialized", False):
+        return
+    ref = _S.loader_refs.get(getattr(loader, "_hvdshim_tag", None))
+    if ref is None or ref() is not loader:
+        _prepare_loader(loader)
 
 
 def _warn_if_alone(loader):

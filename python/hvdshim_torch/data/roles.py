@@ -45,6 +45,7 @@ iteration follows len and rank 0 says so once per loader.  In split mode
 the count is the same either way: nothing is kept.  A change of ranks
 (HVDSHIM_ELASTIC) during an iteration: len is the epoch's count at the new
 size."""
+import copy
 import weakref
 
 import torch
@@ -139,10 +140,23 @@ class Role:
         self.whole_why = None   # the running iteration is whole by _evaluates_in_train_mode only: which rule
         self.began_training = False  # the running iteration began with gradients on and the models in training mode
 
-    def __getstate__(self):  # (a loader copied or pickled: its role without the references)
+    def __getstate__(self):  # (a loader copied: its role without the references)
         state = dict(self.__dict__)
         state["_loader"] = state["live"] = None
         return state
+
+    def __reduce_ex__(self, protocol):  # pickled: None (the plain loader's; _ShardedBatches.__reduce_ex__)
+        return type(None), ()
+
+    def __copy__(self):
+        new = object.__new__(Role)
+        new.__dict__.update(self.__getstate__())
+        return new
+
+    def __deepcopy__(self, memo):
+        new = memo[id(self)] = object.__new__(Role)
+        new.__dict__.update(copy.deepcopy(self.__getstate__(), memo))
+        return new
 
     def _follows(self):
         """What its past says the next iteration is: True (trains), False, or

@@ -12,6 +12,7 @@ when it starts (roles.py):
   * otherwise (evaluation under no_grad/inference_mode, or the models'
     layers in eval mode): the whole loader on every rank, exactly as plain."""
 import collections
+import copy
 import itertools
 
 from ..errors import HvdShimError
@@ -38,7 +39,27 @@ class _ShardedBatches:
         self._split_checked = False  # (split mode's batch size, at the first iteration that trains)
 
     def __getattr__(self, name):  # sampler, batch_size, drop_last, set_epoch ... of the original
+        if name == "_inner":  # (not set yet)
+            raise AttributeError(name)
         return getattr(self._inner, name)
+
+    def __reduce_ex__(self, protocol):
+        """Pickled (a checkpoint holding the loader; a worker started by spawn
+        or forkserver sent the loader itself): as the batch sampler it stands
+        for, which loads without hvdshim (loaders.ensure_prepared shards it
+        again under the shim)."""
+        return list.__getitem__, ([self._inner], 0)
+
+    def __copy__(self):
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def __deepcopy__(self, memo):
+        new = memo[id(self)] = object.__new__(type(self))
+        for k, v in self.__dict__.items():
+            object.__setattr__(new, k, copy.deepcopy(v, memo))
+        return new
 
     def __setattr__(self, name, value):
         # a library that swaps the sampler (Accelerate puts a seedable one in
