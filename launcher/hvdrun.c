@@ -454,14 +454,13 @@ int main(int argc, char **argv) {
   /* HVDSHIM_ELASTIC=1 set by hand (exported or -x) asks for what --min-np
    * gives: an elastic job, launched with ULFM on (else a rank's death ends
    * it all the same), its fewest ranks HVDSHIM_ELASTIC_MIN_NP's (1 unset) */
-  const char *elastic = "--min-np";
+  const char *elastic = "--min-np", *min_name = "--min-np"; /* (for the messages) */
   if (!min_np && setting_on(getenv("HVDSHIM_ELASTIC"))) {
     const char *m = getenv("HVDSHIM_ELASTIC_MIN_NP");
     min_np = m && *m ? parse_count("HVDSHIM_ELASTIC_MIN_NP", m) : 1;
-    elastic = "HVDSHIM_ELASTIC=1";
+    elastic = "HVDSHIM_ELASTIC=1", min_name = "HVDSHIM_ELASTIC_MIN_NP";
   }
-  if (min_np > np)
-    die("%s %ld is more than -np %ld", elastic[0] == '-' ? "--min-np" : "HVDSHIM_ELASTIC_MIN_NP", min_np, np);
+  if (min_np > np) die("%s %ld is more than -np %ld", min_name, min_np, np);
   if (grow_flags && !discovery)
     die("--max-np, --elastic-timeout and --reset-limit need --host-discovery-script (the hosts the job may grow onto)");
   if (discovery) {

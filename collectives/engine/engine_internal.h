@@ -312,9 +312,8 @@ void hvd_eng_finalize_bounded(hvd_engine *e, int code);
  * NULL) and the process with code; for ways out that may never return
  * (MPI_Abort, a finalize after deaths). */
 void hvd_eng_end_later(void (*end)(int code), int code, const char *warn);
-/* This build's MPI can survive a peer's death (ULFM). */
-/* 1: a rank's death can be survived; 0: not with this build (no ULFM); -1:
- * not in this run (ULFM off: mpirun without --with-ft ulfm) */
+/* Whether a peer's death can be survived (ULFM): 1 yes; 0 not with this
+ * build's MPI; -1 not in this run (mpirun without --with-ft ulfm). */
 int hvd_eng_can_recover(void);
 
 /* ---- engine_life.c ---- */
