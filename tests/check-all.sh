@@ -20,6 +20,7 @@ part() {
   pass=$((pass + p)) fail=$((fail + f)) skip=$((skip + s))
   parts="$parts${parts:+, }$1 $p/$f/$s"
   times="$times${times:+, }$1 $(($(date +%s) - t_part)) s"
+  echo "check-all: $1 done in $(($(date +%s) - t_part)) s ($p/$f/$s)"
   t_part=$(date +%s)
 }
 tally_automake() { # LOG: the "# PASS: n" lines automake prints
@@ -96,10 +97,12 @@ part distcheck
 # each stack's lines, then its total "check-stacks: all stacks: N passed, ..."
 if [ "${HVDCHECK_RUN_STACKS:-1}" != 0 ]; then
   grep -a '^check-stacks: .*\(ready in\|FAILED\)' check-all-prepare.log 2>/dev/null | sed 's/^check-stacks: /check-stacks: prepared: /'
-  $MAKE check-stacks >check-all-check-stacks.log 2>&1
-  rc=$?
-  grep -a -E '^check-stacks: |^  [a-z-]+: |^---- ' check-all-check-stacks.log |
-    grep -a -v '^check-stacks: all stacks: ' | sed 's/\x0/^@/g'
+  # its lines as they come (a run ended from outside still shows how far
+  # the stacks got), the whole output in the log
+  { $MAKE check-stacks 2>&1; echo $? >check-all-check-stacks.rc; } | tee check-all-check-stacks.log |
+    grep --line-buffered -a -E '^check-stacks: |^  [a-z-]+: |^---- ' |
+    grep --line-buffered -a -v '^check-stacks: all stacks: ' | sed -u 's/\x0/^@/g'
+  rc=$(cat check-all-check-stacks.rc 2>/dev/null || echo 1)
   line=$(sed -n 's/^check-stacks: all stacks: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped$/\1 \2 \3/p' \
     check-all-check-stacks.log | tail -1)
   p=0 f=1 s=0

@@ -37,6 +37,10 @@
 #                                    (default BUILDDIR/stacks-cache; about 2 GB each)
 #              HVDCHECK_STACKS        the stacks to run (default "trixie trixie-mpich sid package")
 #              HVDCHECK_STACKS_TIME   seconds one stack's suites may take (default 2400)
+#              HVDCHECK_DEADLINE      when (date +%s) the whole run must have ended (.ci/run
+#                                    sets it: CI's 90 minutes): a stack's suites are ended
+#                                    in time to report, naming the tests that had not
+#                                    finished, and a stack not begun by then fails unrun
 #              HVDCHECK_JOBS    test scripts run at once (make -j; default: the cores,
 #                                    nproc): a script is idle a third of its time
 #                                    (single-process phases, launches, waits)
@@ -49,6 +53,7 @@ build=$(cd "${2:?usage: check-stacks.sh SRCDIR BUILDDIR}" && pwd)
 cache=${HVDCHECK_STACKS_CACHE:-$build/stacks-cache}
 stacks=${HVDCHECK_STACKS:-trixie trixie-mpich sid package}
 limit=${HVDCHECK_STACKS_TIME:-2400}
+deadline=${HVDCHECK_DEADLINE:-0}
 jobs=${HVDCHECK_JOBS:-$(nproc 2>/dev/null || echo 1)}
 tool="$src/tools/stack-chroot.sh"
 cuda_src=${CUDA_HOME:-/usr/local/cuda}  # its headers: sid's build has the GPU path
@@ -78,6 +83,18 @@ copy_sources() {
 # this output stays text for whoever reads it with grep
 show() { tail -n "$1" "$2" 2>/dev/null | sed 's/\x0/^@/g'; }
 
+# budget: the seconds a stack's suites may run now, HVDCHECK_STACKS_TIME or
+# what is left before HVDCHECK_DEADLINE less 2 minutes (the report, the
+# other stacks' lines, the unmounting), whichever is less; 0: none left
+budget() {
+  b=$limit
+  if [ "$deadline" -gt 0 ]; then
+    left=$((deadline - $(date +%s) - 120))
+    [ $left -lt $b ] && b=$left
+  fi
+  [ $b -gt 0 ] && echo $b || echo 0
+}
+
 # stack_versions ROOT MPINAME MPIPACKAGE: "glibc V, Python V, torch V, MPI V",
 # each the version of the chroot's Debian package ("?" where one is missing)
 stack_versions() {
@@ -103,6 +120,13 @@ mounted=""
 trap 'for d in $mounted; do sh "$tool" umount "$d"; done' EXIT INT TERM
 
 for name in $stacks; do
+  # CI's deadline passed: the stack fails unrun, so that the run still ends
+  # with its lines and totals
+  if [ $prepare = 0 ] && [ "$(budget)" = 0 ]; then
+    say "$name FAILED: not run, too little time left before HVDCHECK_DEADLINE (CI's limit)"
+    fail=$((fail + 1))
+    continue
+  fi
   # the Debian packages, installed as a user would (tests/stacks/package.sh)
   if [ "$name" = package ]; then
     t0=$(date +%s)
@@ -116,7 +140,8 @@ for name in $stacks; do
       fi
       continue
     fi
-    sh "$src/tests/stacks/package.sh" "$src" "$build" "$cache" >"$cache/package.log" 2>&1
+    timeout -k 10 "$(budget)" sh "$src/tests/stacks/package.sh" "$src" "$build" "$cache" >"$cache/package.log" 2>&1 ||
+      [ $? != 124 ] || say "package: ran past its time (HVDCHECK_STACKS_TIME or HVDCHECK_DEADLINE) and was ended"
     grep '^package: \(PASS\|FAIL\|SKIPPED\)' "$cache/package.log" | sed 's/^package: /  package: /'
     grep -v '^package: ' "$cache/package.log" | head -40 | sed 's/^/  package: | /'
     line=$(sed -n 's/^package: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped$/\1 \2 \3/p' "$cache/package.log")
@@ -159,7 +184,7 @@ for name in $stacks; do
   fi
   # inside: a clean environment, the stack's own Python and MPI
   run() {
-    timeout -k 10 "$limit" chroot "$root" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    timeout -k 10 "$(budget)" chroot "$root" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
       HOME=/root LANG=C.UTF-8 TMPDIR=/tmp CI="${CI:-}" /bin/sh -c "cd $dir && $1"
   }
   # sid builds the GPU path too (the CUDA and NCCL headers copied in: the
@@ -258,20 +283,28 @@ for name in $stacks; do
     env="SPLIT_SKIP='no-optimizer gan frozen noncontig late shared own-optimizer gradnoise free reinit iterable swa linprobe manualbn unused maxnorm full3 bn250 shardbn scriptedbn batchsized' FIDELITY_SKIP='plateau early-shard samplers dealing' "
     tests=$(echo "$tests" | tr ' ' '\n' | grep -v -x -e 'tests/tools/hvdshim-ab\.sh' -e 'tests/horovod/recipes\.sh' | tr '\n' ' ')
   fi
-  run "${env}make -j$jobs check TESTS='$tests'" >"$cache/$name.check.log" 2>&1
-  rc=$?
+  say "$name: $(echo $tests | wc -w) test scripts, $jobs at a time"
+  # each result line as it comes (a run ended from outside still shows how
+  # far it got), the whole output in the log
+  { run "${env}make -j$jobs check TESTS='$tests'" 2>&1; echo $? >"$cache/$name.check.rc"; } |
+    tee "$cache/$name.check.log" | grep --line-buffered -a -E '^(PASS|FAIL|ERROR|XPASS|SKIP): ' | sed -u "s/^/  $name: /"
+  rc=$(cat "$cache/$name.check.rc" 2>/dev/null || echo 1)
   p=0 f=0 s=0
   for k in PASS FAIL ERROR XPASS SKIP; do
     n=$(sed -n "s/^# $k: *\([0-9]*\).*/\1/p" "$cache/$name.check.log" | tail -1)
     n=${n:-0}
     case $k in PASS) p=$((p + n)) ;; SKIP) s=$((s + n)) ;; *) f=$((f + n)) ;; esac
   done
-  grep -a -E '^(FAIL|ERROR|XPASS):' "$cache/$name.check.log" | sed "s/^/  $name: /"
   for t in $(sed -n 's/^SKIP: //p' "$cache/$name.check.log"); do
     sed -n "s/^SKIP: /  $name: skipped $t: /p" "$root$dir/${t%.sh}.log" 2>/dev/null | head -1
   done
   if [ $rc -ne 0 ]; then
-    [ $rc = 124 ] && echo "  $name: the suites ran past ${limit} s (HVDCHECK_STACKS_TIME)"
+    if [ $rc = 124 ] || [ $rc = 137 ]; then
+      # the tests that had begun and not ended, or not begun
+      unfinished=$(for t in $tests; do grep -a -q -E "^(PASS|FAIL|ERROR|XPASS|SKIP): $t\$" "$cache/$name.check.log" || echo "$t"; done | tr '\n' ' ')
+      echo "  $name: the suites ran past their time (HVDCHECK_STACKS_TIME ${limit} s, or HVDCHECK_DEADLINE) and were ended; not finished: $unfinished"
+      f=$((f + 1))
+    fi
     for l in $(sed -n 's/^\(FAIL\|ERROR\): \(.*\)$/\2/p' "$cache/$name.check.log"); do
       echo "---- $name: ${l%.sh}.log"
       # indented under the stack's name, so that check-all's summary keeps
