@@ -160,16 +160,18 @@ pass "python -I: one line (\"$msg ...\"), the job ended before the script; -u -W
 # uncaught the two lines, the cause and the script's own line, not a
 # traceback through the served package on every rank
 cat >"$TMP/hvd_init.py" <<'PY'
+import sys
 import horovod.torch as hvd
 try:
     hvd.init()
 except hvd.HorovodInternalError as e:
-    print("caught:", type(e).__name__)
+    sys.stdout.write("caught: %s\n" % type(e).__name__)  # (one write: both ranks print, through one launcher)
+    sys.stdout.flush()
 hvd.init()
 PY
 HVDSHIM_TEST_FAIL_START=1 shim 2 "$PYTHON" "$TMP/hvd_init.py" >"$TMP/out" 2>&1 && { cat "$TMP/out"; fail "hvd.init failing: the job exited 0"; }
 said=$(grep -c "^\(\[rank [01]\] \)\?hvdshim: hvd.init failed: HVDSHIM_TEST_FAIL_START=1: the engine start fails at this step" "$TMP/out")
-grep -q "^caught: HorovodInternalError$" "$TMP/out" && [ "$said" -ge 1 ] &&
-  [ "$(grep -c "^\(\[rank [01]\] \)\?  (raised at .*hvd_init.py:6, in <module>; HVDSHIM_LOG_LEVEL=debug prints the traceback)$" "$TMP/out")" = "$said" ] &&
+grep -q "caught: HorovodInternalError" "$TMP/out" && [ "$said" -ge 1 ] &&
+  [ "$(grep -c "^\(\[rank [01]\] \)\?  (raised at .*hvd_init.py:8, in <module>; HVDSHIM_LOG_LEVEL=debug prints the traceback)$" "$TMP/out")" = "$said" ] &&
   ! grep -q "Traceback" "$TMP/out" || { cat "$TMP/out"; fail "hvd.init failing: expected HorovodInternalError caught, then the cause and the script's line, no traceback"; }
 pass "a Horovod script's hvd.init() failing: HorovodInternalError (caught by the script), and uncaught the cause and the script's line"
