@@ -77,7 +77,7 @@ done
 # read-only), installs and uninstalls, and passes a subset of make check
 # there (the whole of it ran above, in this tree): the unit tests, the
 # install and manual-page checks, one multi-rank engine test and one PyTorch
-# end-to-end test (its launches only: SHARD_SHORT)
+# end-to-end test (its launches, loader workers and pickling: SHARD_SHORT)
 DISTCHECK_TESTS="tests/unit/unit_tests tests/unit/overlay_view tests/unit/settings-page.sh tests/unit/install.sh tests/tools/man.sh tests/mpi/shm.sh tests/torch/shard.sh"
 t0=$(date +%s)
 SHARD_SHORT=1 $MAKE -j"$jobs" distcheck TESTS="$DISTCHECK_TESTS" >check-all-distcheck.log 2>&1

@@ -109,11 +109,15 @@ stack_versions() {
 mkdir -p "$cache"
 # one run at a time per cache: another run's exit would unmount the chroots
 # under this one, and the source copies are shared
-# (a run waits up to an hour for another: check-all's --prepare is usually
-# still downloading when the stacks' turn comes)
+# (a run waits up to an hour for another, or until 2 minutes before
+# HVDCHECK_DEADLINE: check-all's --prepare may still be downloading when
+# the stacks' turn comes)
 exec 9>"$cache/.lock"
-if command -v flock >/dev/null 2>&1 && ! flock -w 3600 9; then
-  say "FAILED: another check-stacks run held $cache for an hour (or set HVDCHECK_STACKS_CACHE)"
+wait_s=3600
+[ "$deadline" -gt 0 ] && [ $((deadline - $(date +%s) - 120)) -lt $wait_s ] && wait_s=$((deadline - $(date +%s) - 120))
+[ $wait_s -gt 0 ] || wait_s=1
+if command -v flock >/dev/null 2>&1 && ! flock -w $wait_s 9; then
+  say "FAILED: another check-stacks run held $cache for $wait_s s (check-all's --prepare still downloading; or set HVDCHECK_STACKS_CACHE)"
   fail=1
   total
 fi
