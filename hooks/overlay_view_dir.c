@@ -138,12 +138,15 @@ int hvd_ovl_listed(const char *abs, int flags, struct stat *st) {
 /* A real entry of a merged listing: 0 where it is to be left out, made after
  * this rank started by another process (rank 0 writing the same files as
  * this rank, a temporary of its save in flight), as this rank alone would
- * not have it; else 1, and kept as listed (`path`, when not NULL) where the
- * folder changed. */
+ * not have it, or gone since it was read (that temporary renamed into place
+ * between the two: it was shown, and fidelity.py's rank 1 listed rank 0's
+ * last.pt.tmp beside its own last.pt on trixie); else 1, and kept as listed
+ * (`path`, when not NULL) where the folder changed. */
 static int shown(merged_dir *m, const char *name, const char *path) {
   struct statx x;
   unsigned want = STATX_BTIME | STATX_CTIME | (m->changed ? STATX_BASIC_STATS : 0);
-  if (!ovl_L->statx || ovl_L->statx(ovl_L->dirfd(m->real), name, AT_SYMLINK_NOFOLLOW, want, &x) != 0) return 1;
+  if (!ovl_L->statx) return 1;
+  if (ovl_L->statx(ovl_L->dirfd(m->real), name, AT_SYMLINK_NOFOLLOW, want, &x) != 0) return errno != ENOENT;
   if (ovl_statx_born_since_start(&x)) return 0;
   if (m->changed && path && (x.stx_mask & STATX_BASIC_STATS) == STATX_BASIC_STATS) note_listed(path, &x);
   return 1;
