@@ -3,8 +3,9 @@
  * their order).  opendir of a real folder that also has entries in the
  * overlay folder, or whose entries this process removed, gives a merged
  * listing, a DIR of the view's own: the overlay's entries first, then the
- * real ones not among them, not whited out, and not made by another
- * process since the view started (rank 0's files of the same save).  Every
+ * real ones not among them, not whited out, not made by another process
+ * since the view started (rank 0's files of the same save), and not gone
+ * by the time they are looked at.  Every
  * other folder is the real opendir's.  A merged listing of a folder that
  * changed since the start keeps what it listed of the real entries, with
  * their attributes, for a while (hvd_ovl_listed): rank 0 may remove one
