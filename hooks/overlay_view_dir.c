@@ -140,9 +140,8 @@ int hvd_ovl_listed(const char *abs, int flags, struct stat *st) {
  * this rank started by another process (rank 0 writing the same files as
  * this rank, a temporary of its save in flight), as this rank alone would
  * not have it, or gone since it was read (that temporary renamed into place
- * between the two: it was shown, and fidelity.py's rank 1 listed rank 0's
- * last.pt.tmp beside its own last.pt on trixie); else 1, and kept as listed
- * (`path`, when not NULL) where the folder changed. */
+ * between the readdir and the look); else 1, and kept as listed (`path`,
+ * when not NULL) where the folder changed. */
 static int shown(merged_dir *m, const char *name, const char *path) {
   struct statx x;
   unsigned want = STATX_BTIME | STATX_CTIME | (m->changed ? STATX_BASIC_STATS : 0);

@@ -84,18 +84,16 @@ copy_sources() {
 # this output stays text for whoever reads it with grep
 show() { tail -n "$1" "$2" 2>/dev/null | sed 's/\x0/^@/g'; }
 
-# budget: the seconds a stack's suites may run now, HVDCHECK_STACKS_TIME or
-# what is left before HVDCHECK_DEADLINE less 2 minutes (the report, the
-# other stacks' lines, the unmounting), whichever is less; at least 1
-# (timeout 0 would be no limit at all)
-budget() {
-  b=$limit
-  if [ "$deadline" -gt 0 ]; then
-    left=$((deadline - $(date +%s) - 120))
-    [ $left -lt $b ] && b=$left
-  fi
-  [ $b -gt 0 ] && echo $b || echo 1
+# upto MAX: MAX seconds, or what is left before HVDCHECK_DEADLINE less 2
+# minutes (the report, the other stacks' lines, the unmounting), whichever
+# is less; at least 1 (timeout 0 would be no limit at all)
+upto() {
+  b=$1
+  [ "$deadline" -gt 0 ] && [ $((deadline - $(date +%s) - 120)) -lt "$b" ] && b=$((deadline - $(date +%s) - 120))
+  [ "$b" -gt 0 ] && echo "$b" || echo 1
 }
+# budget: the seconds a stack's suites may run now
+budget() { upto "$limit"; }
 
 # stack_versions ROOT MPINAME MPIPACKAGE: "glibc V, Python V, torch V, MPI V",
 # each the version of the chroot's Debian package ("?" where one is missing)
@@ -114,9 +112,7 @@ mkdir -p "$cache"
 # HVDCHECK_DEADLINE: check-all's --prepare may still be downloading when
 # the stacks' turn comes)
 exec 9>"$cache/.lock"
-wait_s=3600
-[ "$deadline" -gt 0 ] && [ $((deadline - $(date +%s) - 120)) -lt $wait_s ] && wait_s=$((deadline - $(date +%s) - 120))
-[ $wait_s -gt 0 ] || wait_s=1
+wait_s=$(upto 3600)
 if command -v flock >/dev/null 2>&1 && ! flock -w $wait_s 9; then
   say "FAILED: another check-stacks run held $cache for $wait_s s (check-all's --prepare still downloading; or set HVDCHECK_STACKS_CACHE)"
   fail=1
