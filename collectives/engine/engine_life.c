@@ -184,7 +184,10 @@ static struct {
  * that wait: from 2 s on it asks the host's probe every 0.5 s whether a rank
  * of this host is gone (hvd_engine_set_start_probe) and ends this rank
  * naming it; in an elastic job (HVDSHIM_ELASTIC, whose ranks may be on
- * other hosts) also after HVDSHIM_PEER_TIMEOUT_SECONDS. */
+ * other hosts) also after HVDSHIM_START_TIMEOUT_SECONDS: not the peer
+ * timeout, which a job sets short to find a dead rank soon, while ranks
+ * start seconds apart (torch's import, a loaded host: 6 s was too few for
+ * tests/launcher/partition.sh beside another job). */
 static struct {
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -227,7 +230,7 @@ static void *init_watch_main(void *arg) {
       init_watch_end();
     }
     if (limit > 0 && waited >= limit) {
-      HVD_ERROR("MPI_Init has not returned after %g s (HVDSHIM_PEER_TIMEOUT_SECONDS): a rank of this elastic job "
+      HVD_ERROR("MPI_Init has not returned after %g s (HVDSHIM_START_TIMEOUT_SECONDS): a rank of this elastic job "
                 "died or hangs before every rank had started (an elastic job survives deaths once every rank has "
                 "made its first use of the data); ending this rank", limit);
       init_watch_end();
@@ -240,7 +243,7 @@ static void *init_watch_main(void *arg) {
 
 static pthread_t init_watch_start(int *started) {
   pthread_t t = 0;
-  double limit = hvd_cfg_double(HVD_CFG_PEER_TIMEOUT_SECONDS);
+  double limit = hvd_cfg_double(HVD_CFG_START_TIMEOUT_SECONDS);
   init_watch.limit = hvd_cfg_int(HVD_CFG_ELASTIC) && limit > 0 ? limit : 0;
   init_watch.done = 0;
   *started = (init_watch.limit > 0 || start_probe) && pthread_create(&t, NULL, init_watch_main, NULL) == 0;

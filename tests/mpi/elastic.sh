@@ -227,7 +227,7 @@ PY
   # data): the others wait in MPI_Init for it, which no rank survives; the
   # start watch sees it gone from this host and names it (from 2 s on); a
   # rank that hangs there instead (alive: as one on another host would
-  # look) ends the wait after HVDSHIM_PEER_TIMEOUT_SECONDS; one line each,
+  # look) ends the wait after HVDSHIM_START_TIMEOUT_SECONDS; one line each,
   # non-zero
   cat >"$TMP/early_death.py" <<'PY'
 import os, signal, sys, time
@@ -243,18 +243,18 @@ PY
   for how in kill hang; do
     rc=0 t0=$(date +%s)
     T=60 LD_PRELOAD="$LIB" mpi 2 --with-ft ulfm -x LD_PRELOAD -x OMP_NUM_THREADS=1 -x HVDSHIM_ELASTIC=1 \
-      -x HVDSHIM_PEER_TIMEOUT_SECONDS=5 "$PYTHON" "$TMP/early_death.py" $how >"$TMP/out" 2>&1 || rc=$?
+      -x HVDSHIM_START_TIMEOUT_SECONDS=5 "$PYTHON" "$TMP/early_death.py" $how >"$TMP/out" 2>&1 || rc=$?
     t=$(($(date +%s) - t0))
     if [ $how = kill ]; then
       line="error (engine_life.c:[0-9]*): \(local rank 1 of [^ ]*\|rank 1 (pid [0-9]* on [^ ]*)\) ended before every rank had started MPI"
     else
-      line="MPI_Init has not returned after 5 s (HVDSHIM_PEER_TIMEOUT_SECONDS): a rank of this elastic job died or hangs before every rank had started"
+      line="MPI_Init has not returned after 5 s (HVDSHIM_START_TIMEOUT_SECONDS): a rank of this elastic job died or hangs before every rank had started"
     fi
     [ $rc != 0 ] && [ $rc != 124 ] && [ $rc != 137 ] && grep -q "$line" "$TMP/out" ||
       { cat "$TMP/out"; fail "elastic, rank 1 ${how}ed before the job started: status $rc after $t s, or no line"; }
     echo "rank 1 ${how}ed before its first use of the data: status $rc after $t s"
   done
-  pass "elastic, rank 1 SIGKILLed before its first use of the data: rank 0's wait in MPI_Init ends naming it; hung there instead, after HVDSHIM_PEER_TIMEOUT_SECONDS=5 with one line"
+  pass "elastic, rank 1 SIGKILLed before its first use of the data: rank 0's wait in MPI_Init ends naming it; hung there instead, after HVDSHIM_START_TIMEOUT_SECONDS=5 with one line"
   # rank 0 dies after the last collective (while the script evaluates,
   # before it saves): no later operation fails for the adapter to take the
   # change in, so the library hands the console and the files to rank 1 at
