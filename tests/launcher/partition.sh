@@ -77,8 +77,10 @@ start() {
   job=$!
 }
 # cut_at NAME STEP: the link down once the log has STEP; $t_cut (ms)
+# (else the job's console and each rank's stderr: why it never got there)
 cut_at() {
-  wait_for "$TMP/$1.log" "^step $2 " 90
+  wait_until 90 "grep -q '^step $2 ' '$TMP/$1.log'" ||
+    { grep -a -v "^step" "$TMP/$1.out" "$TMP/$1".err.*; fail "$1: step $2 not in the log within 90 s"; }
   cut_link
   t_cut=$(now_ms)
 }
