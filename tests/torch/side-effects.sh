@@ -62,6 +62,32 @@ HVDSHIM_WORKER_STDOUT=1 shim 2 "$PYTHON" logs.py "$TMP/log-%p.txt" >out 2>err ||
 [ "$(grep -c '^\[rank [01]\] out info$' out)" = 2 ] && ! grep -q '^out info' out ||
   { cat out; fail "HVDSHIM_WORKER_STDOUT=1: a handler on stdout: expected every rank's records prefixed"; }
 pass "console logging (configured before and after import torch): rank 0's records prefixed, the others' warnings only (all with HVDSHIM_WORKER_STDOUT=1); a handler on stdout: rank 0's on stdout, the others' warnings on stderr (every rank's, prefixed, with HVDSHIM_WORKER_STDOUT=1)"
+# a warning torch raises naming its caller (stacklevel=2) names torch's
+# line, as in the plain run: torch 2.x's pin_memory without an accelerator,
+# from the DataLoader iterator's __init__ (it named the adapter's wrapper
+# of that __init__, which users took for hvdshim's own warning)
+cat >warnloc.py <<'EOF_PY'
+import warnings
+import torch
+m = torch.nn.Linear(2, 1)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+ds = torch.utils.data.TensorDataset(torch.randn(8, 2))
+with warnings.catch_warnings(record=True) as got:
+    warnings.simplefilter("always")
+    for epoch in range(2):
+        for (x,) in torch.utils.data.DataLoader(ds, batch_size=2, shuffle=True, pin_memory=True):
+            opt.zero_grad()
+            m(x).sum().backward()
+            opt.step()
+print("pin_memory warnings named:", " ".join(sorted({w.filename for w in got if "pin_memory" in str(w.message)})) or "none")
+EOF_PY
+shim 2 "$PYTHON" warnloc.py >out 2>err || { cat out err; fail "warning location run failed"; }
+named=$(sed -n 's/^pin_memory warnings named: //p' out)
+case $named in
+  none) echo "no pin_memory warning from this torch ($("$PYTHON" -c 'import torch; print(torch.__version__)')): the location not checked" ;;
+  */torch/utils/data/dataloader.py) pass "a warning torch raises in a DataLoader iterator's __init__ names torch's line ($named), not the adapter's" ;;
+  *) cat out err; fail "torch's pin_memory warning names $named, not torch's dataloader.py" ;;
+esac
 rm -f ck-*.pt
 HVDSHIM_WORKER_STDOUT=1 HVDSHIM_SAVE_RANKS=all shim 2 "$PYTHON" "$TRAIN" --stderr-line --out "$TMP/ck-%p.pt" >out 2>&1 ||
   { cat out; fail "np=2 run with WORKER_STDOUT/SAVE_RANKS failed"; }
