@@ -30,7 +30,7 @@ from .capi import MAX, warn
 from .errors import HvdShimError, MembershipChanged
 from .collectives import allreduce, Pending
 from .output import _O, _PrefixedStream, renumber
-from .state import _S, is_number
+from .state import _S, is_number, optimizer_step
 
 
 class _Changes:
@@ -75,8 +75,8 @@ def recover():
     if _S.rank == 0:  # (the one line of it: the engine's own is at HVDSHIM_LOG_LEVEL=info where it is followed)
         back = _S.resume_steps  # a restarted job whose script is not back yet: the step it comes back to
         head, _, cause = msg.partition(" (")
-        warn("%s: this script goes on from optimizer step %d over %d rank(s) (was %d)%s%s"
-             % (head, (back or _S.steps) + 1, _S.size, old,
+        warn("%s: this script goes on from %s over %d rank(s) (was %d)%s%s"
+             % (head, optimizer_step((back or _S.steps) + 1), _S.size, old,
                 "; rank %d is rank 0 now: the console and the files are its from here on" % old_rank if took
                 else "", "; %s" % cause[:-1] if cause.endswith(")") else ""))
 
@@ -141,8 +141,8 @@ def retrying(fn, *args):
 def redone(step):
     """The step's gradients were averaged again over the survivors."""
     if _S.rank == 0:
-        warn("optimizer step %d: its gradients averaged again over the %d surviving rank(s), from their own "
-             "(the dead ranks' part of this step's batch is lost)" % (step, _S.size))
+        warn("%s: its gradients averaged again over the %d surviving rank(s), from their own "
+             "(the dead ranks' part of this step's batch is lost)" % (optimizer_step(step), _S.size))
 
 
 def extremes(name, values, what):

@@ -49,7 +49,7 @@ from .gradients.accumulation import _A
 from .gradients.params import _P
 from .grow import _G, _flush_writers, _path, _restore_filters, change, read_settings, watch, write_snapshot
 from .lifecycle import _start
-from .state import _S
+from .state import _S, optimizer_step
 
 
 def configure():
@@ -283,8 +283,8 @@ def _stop(tag, counted):
                  % (_G.state_dir, err, _S.size))
         return
     if _S.rank == 0:
-        warn("%s: the job stops after optimizer step %d, its state saved in %s, and starts again over "
-             "%d rank(s) (was %d)" % (change(), _S.steps, _path(), _G.wanted, _S.size))
+        warn("%s: the job stops after %s, its state saved in %s, and starts again over "
+             "%d rank(s) (was %d)" % (change(), optimizer_step(_S.steps), _path(), _G.wanted, _S.size))
     raise SystemExit(0)  # every rank ends 0 (joined); hvdrun sees the state saved anew
 
 
@@ -356,9 +356,9 @@ def _arrive():
     if _S.rank == 0:
         _flush_writers()  # what the script wrote before it was back goes nowhere (the private copies)
         _take_over(resumed=True)
-        warn("the job started again over %d rank(s) (was %d) and goes on from optimizer step %d (%d of the "
+        warn("the job started again over %d rank(s) (was %d) and goes on from %s (%d of the "
              "script's variables as they were, in %d of its %d frame(s))"
-             % (_S.size, snap["size"], _S.steps + 1, put, matched, len(snap.get("frames") or ())))
+             % (_S.size, snap["size"], optimizer_step(_S.steps + 1), put, matched, len(snap.get("frames") or ())))
 
 
 def note_scaler(scaler):

@@ -76,6 +76,14 @@ def is_number(v):
     return type(v) is float or (isinstance(v, (int, float)) and not isinstance(v, bool))  # (floats: most, first)
 
 
+def optimizer_step(n):
+    """"optimizer step N" for a message, saying that the count is of every
+    optimizer's steps where more than one is alive (a GAN's two: step 18
+    is the script's 9th iteration)."""
+    k = sum(1 for ref in _S.optimizers if ref() is not None)
+    return "optimizer step %d" % n + (" (the steps of its %d optimizers counted together)" % k if k > 1 else "")
+
+
 def _say_once(key, say, msg):
     if key not in _S.warned:
         _S.warned.add(key)

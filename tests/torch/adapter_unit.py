@@ -501,6 +501,26 @@ class ErrorHints(unittest.TestCase):
         self.assertEqual(self._hints("out of memory", "/elsewhere/train.py", split=(32, 2)), "")
 
 
+class StepNames(unittest.TestCase):
+    """"optimizer step N" in the elastic and resizing lines (state.py)."""
+
+    def test_counted_together(self):
+        from hvdshim_torch.state import optimizer_step
+        saved = list(_S.optimizers)
+        try:
+            import weakref
+            m = torch.nn.Linear(2, 1)
+            a, b = torch.optim.SGD(m.parameters(), lr=0.1), torch.optim.Adam(m.parameters())
+            _S.optimizers[:] = [weakref.ref(a)]
+            self.assertEqual(optimizer_step(18), "optimizer step 18")
+            _S.optimizers[:] = [weakref.ref(a), weakref.ref(b)]  # a GAN's two: step 18 is its 9th iteration
+            self.assertEqual(optimizer_step(18), "optimizer step 18 (the steps of its 2 optimizers counted together)")
+            del b
+            self.assertEqual(optimizer_step(18), "optimizer step 18")  # (gone: not counted)
+        finally:
+            _S.optimizers[:] = saved
+
+
 class Rules(unittest.TestCase):
     def setUp(self):
         self.stub = StubLib()
