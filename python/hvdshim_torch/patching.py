@@ -2,7 +2,9 @@
 hooks that torch.compile does not trace, and code run right after a module
 is imported."""
 import importlib.util
+import os
 import sys
+import warnings
 
 import torch
 
@@ -13,7 +15,52 @@ def wrap(owner, name, make):
     original."""
     orig = getattr(owner, name)
     setattr(owner, name, passing_for(make(orig), orig))
+    _warnings_name_callers()
     return orig
+
+
+_OWN = os.path.dirname(__file__) + os.sep  # (this package's files, named as their code objects name them)
+_WARNINGS = {os.path.abspath(m.__file__) for m in (warnings, sys.modules.get("_py_warnings")) if m is not None}
+
+
+def _warnings_name_callers():
+    """A warning that a wrapped function raises naming its caller
+    (warnings.warn(..., stacklevel=2), as torch's do) names the wrapper's
+    caller, as in the plain run, not the wrapper's line, which users take
+    for hvdshim's own warning: warnings._showwarnmsg, which every warning
+    shown or recorded goes through (the C warn calls it), is given the
+    first frame outside this package above the wrapper's.  A warning this
+    package's code raises at its own line is left as it is.  Once."""
+    orig = getattr(warnings, "_showwarnmsg", None)
+    if orig is None or getattr(orig, "hvdshim", False):
+        return
+
+    def _showwarnmsg(msg):
+        try:
+            if isinstance(getattr(msg, "filename", None), str) and msg.filename.startswith(_OWN):
+                _name_caller(msg, sys._getframe(1))
+        except Exception:  # pylint: disable=broad-except  (the warning shown as it came)
+            pass
+        return orig(msg)
+    _showwarnmsg.hvdshim = True
+    warnings._showwarnmsg = _showwarnmsg
+
+
+def _name_caller(msg, f):
+    """msg (a warning named at this package's line) named at the first frame
+    outside the package above that line's frame, where the warning was
+    raised deeper (f: the innermost frame when it was shown)."""
+    while f is not None and os.path.abspath(f.f_code.co_filename) in _WARNINGS:
+        f = f.f_back  # (the Python warn's own frames, where it is not C's)
+    raiser = f
+    while f is not None and not (f.f_code.co_filename == msg.filename and f.f_lineno == msg.lineno):
+        f = f.f_back
+    if f is None or f is raiser:  # not on the stack, or raised by this package's code at its own line
+        return
+    while f is not None and f.f_code.co_filename.startswith(_OWN):
+        f = f.f_back
+    if f is not None:
+        msg.filename, msg.lineno, msg.line = f.f_code.co_filename, f.f_lineno, None
 
 
 def passing_for(wrapped, orig):

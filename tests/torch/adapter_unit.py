@@ -501,6 +501,37 @@ class ErrorHints(unittest.TestCase):
         self.assertEqual(self._hints("out of memory", "/elsewhere/train.py", split=(32, 2)), "")
 
 
+class WarningPlaces(unittest.TestCase):
+    """A warning raised inside a wrapped function names the wrapper's caller
+    where it names its own caller (patching.py), as in the plain run."""
+
+    def test_caller_named(self):
+        class Torchlike:
+            def method(self, stacklevel):
+                warnings.warn("from the wrapped method", UserWarning, stacklevel=stacklevel)
+
+        # (a wrapper whose code is the package's, as install.py's are)
+        made = compile("lambda orig: lambda self, *a: orig(self, *a)",
+                       os.path.join(os.path.dirname(patching.__file__), "wrapper.py"), "eval")
+        patching.wrap(Torchlike, "method", eval(made))  # pylint: disable=eval-used
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            here = sys._getframe().f_lineno + 1
+            Torchlike().method(2)
+            Torchlike().method(1)
+        self.assertEqual([(w.filename, w.lineno) for w in got][0], (__file__, here))
+        self.assertEqual(got[1].filename, __file__)  # (its own line: inside the method, here)
+        self.assertLess(got[1].lineno, here)
+
+    def test_own_warning_kept(self):
+        own = os.path.join(os.path.dirname(patching.__file__), "own.py")
+        code = compile("import warnings\nwarnings.warn('hvdshim says', UserWarning)\n", own, "exec")
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            exec(code, {})  # pylint: disable=exec-used
+        self.assertEqual((got[0].filename, got[0].lineno), (own, 2))
+
+
 class StepNames(unittest.TestCase):
     """"optimizer step N" in the elastic and resizing lines (state.py)."""
 
