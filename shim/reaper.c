@@ -305,7 +305,9 @@ int hvd_reaper_local_rank_gone(char *who, size_t n) {
   if (hvd_env_rank(&me_local) < 0 || local_size < 2 || local_size > PROBE_MAX) return 0;
   if (!probe.launcher) probe.launcher = ancestor(getpid(), is_any_launcher, NULL);
   if (!probe.launcher) return 0; /* (started by something else: srun's step daemon; nothing to tell by) */
-  int alive[PROBE_MAX] = {0}, unreadable = 0;
+  int alive[PROBE_MAX] = {0}, unreadable = 0, starting = 0;
+  char launcher_comm[32] = "";
+  if (read_comm(probe.launcher, launcher_comm) != 0) return 0;
   DIR *d = hvd_libc()->opendir("/proc");
   if (!d) return 0;
   static char env[1 << 18]; /* (the watch thread's alone) */
@@ -323,14 +325,23 @@ int hvd_reaper_local_rank_gone(char *who, size_t n) {
     ssize_t got = read_proc(path, env, sizeof env);
     if (got < 0 && (errno == EACCES || errno == EPERM)) unreadable = 1; /* (not dumpable: it could be any rank) */
     int local = -1, rank = got > 0 ? hvd_env_block_rank(env, (size_t)got, &local) : -1;
-    if (rank < 0 || local < 0 || local >= local_size) continue;
+    if (rank < 0 || local < 0 || local >= local_size) {
+      /* the launcher's fork not yet exec'd (its image, its environment still
+       * the launcher's): a rank starting, which no probe can tell from
+       * another; Open MPI 4's child closes every descriptor before its
+       * exec, and a loaded host has kept one there for seconds */
+      char comm[32];
+      if (read_comm((pid_t)pid, comm) == 0 && !strcmp(comm, launcher_comm)) starting = 1;
+      continue;
+    }
     alive[local] = 1;
     probe.rank[local] = rank + 1, probe.pid[local] = (pid_t)pid;
   }
   hvd_libc()->closedir(d);
   if (unreadable) return 0;
   for (int l = 0; l < local_size; l++) {
-    probe.misses[l] = alive[l] || l == me_local ? 0 : probe.misses[l] + 1;
+    /* (a local rank never seen is not counted gone while one is starting) */
+    probe.misses[l] = alive[l] || l == me_local || (starting && !probe.rank[l]) ? 0 : probe.misses[l] + 1;
     if (probe.misses[l] < 2) continue; /* (gone in two probes 0.5 s apart: not a process between exec and start) */
     char host[64] = "";
     gethostname(host, sizeof host - 1);
