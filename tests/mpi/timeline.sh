@@ -31,7 +31,10 @@ done
 # killed mid-run
 HVDSHIM_TIMELINE="$TMP/crash.json" HVDSHIM_CYCLE_TIME=0.2 mpi 2 "$ENGINE_TEST" memory 10000000 >"$TMP/crash" 2>&1 &
 job=$!
-sleep 3
+# (killed once the timeline holds some pages, not after a fixed time: under
+# ASan on a loaded host it had written nothing 3 s after the start)
+wait_until 120 "[ \$(stat -c %s '$TMP/crash.json' 2>/dev/null || echo 0) -gt 65536 ]" || true
+sleep 1
 for p in $(pgrep -f "engine_test memory 10000000" || true); do
   [ "$(cat /proc/$p/comm 2>/dev/null)" = mpirun ] || kill -9 "$p" 2>/dev/null || true
 done
