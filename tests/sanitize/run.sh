@@ -58,6 +58,7 @@ vg="valgrind -q --error-exitcode=87 --leak-check=full --errors-for-leak-kinds=de
 et="$top/tests/mpi/.libs/engine_test"
 [ -x "$et" ] || et="$top/tests/mpi/engine_test"
 export LD_LIBRARY_PATH="$top/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+vg_status=0 # (valgrind's own result, said whatever ASan's was)
 runs=0
 vrun() { # vrun NP ARGS...: engine_test under memcheck on every rank
   _np=$1
@@ -66,13 +67,13 @@ vrun() { # vrun NP ARGS...: engine_test under memcheck on every rank
   if ! timeout -k 5 600 mpirun --oversubscribe -np "$_np" $vg "$et" "$@" </dev/null >"$sb/vg.out" 2>&1; then
     head -80 "$sb/vg.out"
     echo "check-sanitize: valgrind: engine_test $* at np=$_np FAILED"
-    status=1
+    vg_status=1
   fi
 }
 ut="$top/tests/unit/.libs/unit_tests"
 [ -x "$ut" ] || ut="$top/tests/unit/unit_tests"
 runs=$((runs + 1))
-$vg "$ut" >"$sb/vg.out" 2>&1 || { head -80 "$sb/vg.out"; echo "check-sanitize: valgrind: unit_tests FAILED"; status=1; }
+$vg "$ut" >"$sb/vg.out" 2>&1 || { head -80 "$sb/vg.out"; echo "check-sanitize: valgrind: unit_tests FAILED"; vg_status=1; }
 vrun 2 random 7 40 2 2
 vrun 3 collectives
 vrun 2 mismatch
@@ -87,7 +88,8 @@ if ! VALGRIND="$vg" ENGINE_TEST="$et" top_builddir="$top" top_srcdir="$src" sh "
   >"$sb/vg.out" 2>&1; then
   head -80 "$sb/vg.out"
   echo "check-sanitize: valgrind: tests/mpi/start-fail.sh FAILED"
-  status=1
+  vg_status=1
 fi
-[ $status = 0 ] && echo "check-sanitize: valgrind memcheck: $runs runs clean (unit_tests; engine_test random, collectives, mismatch, join, hvd-join, process-sets, scatter, adopt; start-fail.sh, the engine start failing at each of its 9 steps)"
+[ $vg_status = 0 ] && echo "check-sanitize: valgrind memcheck: $runs runs clean (unit_tests; engine_test random, collectives, mismatch, join, hvd-join, process-sets, scatter, adopt; start-fail.sh, the engine start failing at each of its 9 steps)"
+[ $vg_status = 0 ] || status=1
 exit $status
