@@ -285,7 +285,10 @@ for name in $stacks; do
   # two of the three samplers and shard mode's dealing (about a minute), and
   # of shard.sh's the cases after its launches, loader workers and pickling
   # (SHARD_SHORT: random batches without a loader, BatchNorm's statistics,
-  # an evaluation that switches modes; about 3 minutes);
+  # an evaluation that switches modes; about 3 minutes), and of errors.sh's
+  # the adapter's own decisions (ERRORS_SHORT: a loader only evaluated, an
+  # iterable kept whole, an unused branch, split mode's different paths, a
+  # complex parameter; about a minute);
   # and hvdshim-ab's A/B statistics and
   # launches (tests/tools/hvdshim-ab.sh, about 3 minutes there) only on Debian 12,
   # and Horovod's recipes (tests/horovod/recipes.sh: the served package on
@@ -293,7 +296,7 @@ for name in $stacks; do
   # they are also compared with real Horovod; sid runs Horovod's own suite
   # on torch 2.14 (suite.sh), which calls the same API
   if [ "$suite" = sid ]; then
-    env="SHARD_SHORT=1 SPLIT_SKIP='no-optimizer gan frozen noncontig late shared own-optimizer gradnoise free reinit iterable swa linprobe manualbn unused maxnorm full3 bn250 shardbn scriptedbn batchsized' FIDELITY_SKIP='plateau early-shard samplers dealing' "
+    env="SHARD_SHORT=1 ERRORS_SHORT=1 SPLIT_SKIP='no-optimizer gan frozen noncontig late shared own-optimizer gradnoise free reinit iterable swa linprobe manualbn unused maxnorm full3 bn250 shardbn scriptedbn batchsized' FIDELITY_SKIP='plateau early-shard samplers dealing' "
     tests=$(echo "$tests" | tr ' ' '\n' | grep -v -x -e 'tests/tools/hvdshim-ab\.sh' -e 'tests/horovod/recipes\.sh' | tr '\n' ' ')
   fi
   say "$name: $(echo $tests | wc -w) test scripts, $jobs at a time"

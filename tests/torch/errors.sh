@@ -1,5 +1,9 @@
 #!/bin/sh
 # What goes wrong gets one clear message on every rank, and no hang.
+# ERRORS_SHORT=1 (check-stacks on sid) leaves out the cases that are the
+# adapter's own decisions over any torch (a loader only evaluated, an
+# iterable kept whole, an unused branch, split mode's different paths and
+# its no-loader case, a complex parameter): run on Debian 12.
 . "$(dirname "$0")/../lib.sh"
 need_mpirun
 need_torch
@@ -28,6 +32,7 @@ HVDSHIM_LOG_LEVEL=debug HVDSHIM_DATA=split shim 2 "$PYTHON" "$TRAIN" --batch 31 
 grep -q "^\[rank [01]\] Traceback" "$TMP/out" && ! grep -q "(raised at" "$TMP/out" ||
   { cat "$TMP/out"; fail "HVDSHIM_LOG_LEVEL=debug: expected the traceback"; }
 pass "split mode: indivisible batch size named, with the script's line (the traceback at debug)"
+if [ "${ERRORS_SHORT:-0}" != 1 ]; then
 # ... but a loader only evaluated is never cut: its batch size need not
 # divide (pytorch/examples' mnist: a test batch of 1000 at np=3)
 cat >"$TMP/evalbatch.py" <<'PY'
@@ -61,6 +66,7 @@ HVDSHIM_WORKER_STDOUT=1 shim 2 "$PYTHON" "$TRAIN" --case unused --epochs 3 --out
   { cat "$TMP/out"; fail "unused-branch run failed"; }
 [ "$(grep -o 'checksum .*' "$TMP/out" | sort -u | wc -l)" = 1 ] || { cat "$TMP/out"; fail "ranks ended with different weights"; }
 pass "unused branch: finished, ranks agree"
+fi
 # the same with a hook of the script's on each gradient (averaged inside
 # backward, before the hook): a rank whose backward skips a hooked parameter
 # leaves the others waiting for it; the deadlock check ends the job, naming
@@ -70,6 +76,7 @@ HVDSHIM_DEADLOCK_SECONDS=2 shim 2 "$PYTHON" "$TRAIN" --case unused --clamp-hooks
 grep -q "deadlock: .* rank [01] waits for allreduce 'hvdshim.hooked.m0.[ab].\(weight\|bias\)'" "$TMP/out" ||
   { cat "$TMP/out"; fail "hooked gradients of a branch some ranks skip: no line naming the gradient waited for"; }
 pass "hooked gradients of a branch some ranks skip: the job ends after HVDSHIM_DEADLOCK_SECONDS, naming the gradient waited for"
+if [ "${ERRORS_SHORT:-0}" != 1 ]; then
 # split mode: a loop that ends on a value of the rank's own slice (an
 # outlier row: one rank's slice holds it) ends on one rank only; the others
 # trained on alone, silently or with a misleading line about the loss; the
@@ -102,6 +109,7 @@ grep -q "1 of 2 ranks finished the script while this rank still trains (its back
   ! grep -q "trained on the same batches\|split mode: 1 of 2" "$TMP/out" ||
   { cat "$TMP/out"; fail "split mode, no DataLoader, a rank stopping first: expected shard mode's warning alone"; }
 pass "split mode with no DataLoader in training, a rank stopping first: the others train on, one warning, status 0"
+fi
 # a script that trains on torch.autograd.grad's gradients (no backward):
 # they are not averaged, and rank 0 says so once; one whose gradient
 # penalty takes torch.autograd.grad with create_graph (a backward follows)
@@ -136,6 +144,7 @@ for kind in grad penalty; do
     { cat "$TMP/out"; fail "autograd.grad ($kind): expected $want warning(s)"; }
 done
 pass "training on torch.autograd.grad's gradients: rank 0 warns once that they are not averaged (a gradient penalty's create_graph call: no warning)"
+if [ "${ERRORS_SHORT:-0}" != 1 ]; then
 # a parameter of a dtype the shim cannot average (complex): named, before training
 shim 2 "$PYTHON" "$top_srcdir/tests/faults/fault_train.py" --fault complex >"$TMP/out" 2>&1 &&
   { cat "$TMP/out"; fail "a complex parameter was accepted"; }
@@ -143,6 +152,7 @@ ranks_said "$TMP/out" "parameter 'phase' is complex64; hvdshim averages float32"
   { cat "$TMP/out"; fail "expected the complex parameter named"; }
 grep -q "\] step 1$" "$TMP/out" && fail "training started despite the complex parameter"
 pass "complex parameter named before the first step"
+fi
 # an interpreter started with -I (or -E, -S) never loads the bootstrap
 # (PYTHONPATH, the site module): the job ends with one line before the
 # script runs, not with every rank training alone; other options (-u,
