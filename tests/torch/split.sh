@@ -11,7 +11,9 @@ export HVDSHIM_DATA=split
 # runs the cases where torch's own autograd machinery changed since
 # Debian 12's 1.13 and leaves those of the adapter's Python logic to it;
 # also full3, the uneven slices at np=3; bn250, BatchNorm's over 3 epochs;
-# shardbn, BatchNorm synchronized in shard mode)
+# shardbn, BatchNorm synchronized in shard mode; full-plain, the first run
+# without loader workers; bn4, BatchNorm at np=4 with workers; distill, the
+# statistics and distillation script)
 wants() { case " ${SPLIT_SKIP-} " in *" $1 "*) return 1 ;; esac; }
 check() { # check NP CASE [args...]  (the plain run once per case and arguments)
   _np=$1 _case=$2
@@ -27,7 +29,7 @@ check() { # check NP CASE [args...]  (the plain run once per case and arguments)
   pass "np=$_np $_case $* $(cat "$TMP/cmp")"
 }
 # momentum, weight decay, StepLR and clip_grad_norm_, 2 epochs
-check 2 full
+wants full-plain && check 2 full  # (full-plain: this run alone; the one below has workers too)
 check 2 full --workers 2              # DataLoader workers (forked; from a forkserver on Python 3.14)
 check 2 no-optimizer                  # manual p.data.add_(p.grad, alpha=-lr)
 check 2 lbfgs                         # closure, several backwards per step
@@ -154,7 +156,7 @@ wants full3 && check 3 full --batch 48 --samples 250  # (also the general split 
 # running variance); the flags follow batches cut ahead by workers, and an
 # iterable loader's batches cut as they come
 wants full3 && check 3 full --batch 48 --samples 242
-check 4 bn --batch 48 --samples 243 --workers 2
+wants bn4 && check 4 bn --batch 48 --samples 243 --workers 2
 check 3 iterable --batch 48 --samples 242
 # slices of one row through BatchNorm (243 samples: 3 rows for 3 ranks): on
 # torch 2.x a bias's gradient can be the very gradient backward passes on
@@ -343,6 +345,7 @@ for epoch in range(2):
 print("statistics over %d samples, mean %.6f" % (seen, mean.sum().item()))
 print("student %.6f teacher %.6f" % (student.weight.sum().item(), teacher.weight.sum().item()))
 PY
+if wants distill; then
 py "$TMP/distill.py" >"$TMP/plain.out" 2>&1 || { cat "$TMP/plain.out"; fail "plain distillation"; }
 HVDSHIM_WORKER_STDOUT=1 shim 2 "$PYTHON" "$TMP/distill.py" >"$TMP/shim.out" 2>&1 || { cat "$TMP/shim.out"; fail "distillation at np=2"; }
 for r in 0 1; do
@@ -350,3 +353,4 @@ for r in 0 1; do
     { cat "$TMP/plain.out" "$TMP/shim.out"; fail "statistics and distillation: rank $r's lines differ from the plain run's"; }
 done
 pass "statistics before any model is made: whole on every rank; a new student beside a teacher in eval: trained split from its first epoch (both lines as plain's: $(tail -n 1 "$TMP/plain.out"))"
+fi
