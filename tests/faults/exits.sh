@@ -12,7 +12,7 @@
 #  - a rank that ends before it starts MPI (its command fails before
 #    importing torch, np=2) where the launcher keeps the job alive (mpirun
 #    --enable-recovery, Hydra's -disable-auto-cleanup): the other, whose
-#    MPI_Init would wait for it for ever, names it and ends within 30 s
+#    MPI_Init would wait for it for ever, names it and ends within 60 s
 #    (the launcher's status is its own: Open MPI 4.1's is 0 in that mode);
 #    one still starting (a process named as the launcher for 8 s, as its
 #    fork before the exec) is not named, and the job finishes.
@@ -31,7 +31,9 @@ grep -q "Traceback" "$TMP/raise" && grep -q "RuntimeError: injected fault at ste
   { cat "$TMP/raise"; fail "exception: no traceback"; }
 grep -q "hvdshim\[1\]: error (lifecycle): this rank is exiting with status 1" "$TMP/raise" ||
   { cat "$TMP/raise"; fail "exception: the shim did not say why the job ends"; }
-[ "$took" -lt 30000 ] || fail "exception: the job took $took ms"
+# (a bound on a hang, not a timing: it holds the job's start, 3 ranks
+# importing torch on 2 cores, 30.5 s once on sid beside another stack's suites)
+[ "$took" -lt 60000 ] || fail "exception: the job took $took ms"
 no_leftovers "$tag"
 echo "exception: job ended after $took ms with the traceback"
 # the same exception on every rank (a shape error in the script's own line):
@@ -80,7 +82,7 @@ shim 2 $RECOVER "$(by_rank "$PYTHON $FAULT_TRAIN --steps 30 --tag $tag" "sh -c '
 took=$(($(now_ms) - t0))
 grep -q "hvdshim\[0\]: error (engine_life.c:[0-9]*): \(local rank 1 of [^ ]*\|rank 1 (pid [0-9]* on [^ ]*)\) ended before every rank had started MPI" "$TMP/before-mpi" ||
   { cat "$TMP/before-mpi"; fail "a rank gone before MPI: the other did not name it"; }
-[ "$took" -lt 30000 ] || { cat "$TMP/before-mpi"; fail "a rank gone before MPI: the job took $took ms"; }
+[ "$took" -lt 60000 ] || { cat "$TMP/before-mpi"; fail "a rank gone before MPI: the job took $took ms"; }
 no_leftovers "$tag"
 echo "a rank gone before MPI ($RECOVER): named, job ended after $took ms"
 # ... but a rank still starting is not gone: the launcher's fork of it not
