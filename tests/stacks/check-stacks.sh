@@ -311,6 +311,14 @@ for name in $stacks; do
   { run "${env}make -j$jobs check TESTS='$tests'" 2>&1; echo $? >"$cache/$name.check.rc"; } |
     tee "$cache/$name.check.log" | grep --line-buffered -a -E '^(PASS|FAIL|ERROR|XPASS|SKIP): ' | sed -u "s/^/  $name: /"
   rc=$(cat "$cache/$name.check.rc" 2>/dev/null || echo 1)
+  # ended by its time: the tests the test driver had started each lead a
+  # process group of their own, which timeout's signals do not reach; they
+  # (and their jobs) are ended here, every process whose root is the chroot
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    real=$(cd "$root" && pwd -P)
+    left=$(for p in /proc/[0-9]*; do [ "$(readlink "$p/root" 2>/dev/null)" = "$real" ] && echo "${p#/proc/}"; done)
+    [ -n "$left" ] && kill -9 $left 2>/dev/null && echo "  $name: ended $(echo $left | wc -w) process(es) of its unfinished tests"
+  fi
   p=0 f=0 s=0
   for k in PASS FAIL ERROR XPASS SKIP; do
     n=$(sed -n "s/^# $k: *\([0-9]*\).*/\1/p" "$cache/$name.check.log" | tail -1)
