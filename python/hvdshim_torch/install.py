@@ -29,39 +29,12 @@ from .data.iterable import _dealt_iter, _dealt_len
 from .data.iteration import _IT, padded_slices
 from .data.loaders import _prepare_loader, _warn_if_alone, ensure_prepared
 from .data.redeal import redealt
-from .data.roles import _EV, iteration_begins, iteration_made, note_switch
+from .data.roles import _EV, iteration_begins, iteration_made, note_switch, role_of
 from .data.same_batches import _FP
 from . import norms as _norms
 from . import grow as _grow
 from . import files as _files
 from . import resize as _resize
-
-
-_MAKING = []  # the roles of the loaders whose DataLoader.__iter__ is making an iterator (the innermost last)
-
-
-class _WorkerSeed:
-    """_BaseDataLoaderIter._base_seed, the seed torch draws for an
-    iterator's workers (in the iterator's __init__; its workers start after,
-    in the subclass's): made this rank's own (rng.own_worker_seed) where
-    DataLoader.__iter__ makes the iterator of an iteration that trains.  A
-    descriptor, not a wrapper of the iterator's __init__: torch's warnings
-    there name their caller (stacklevel=2: pin_memory without an
-    accelerator), which would have been the wrapper's line."""
-
-    def __get__(self, it, owner=None):
-        if it is None:
-            return self
-        try:
-            return it.__dict__["_base_seed"]
-        except KeyError:
-            raise AttributeError("_base_seed") from None
-
-    def __set__(self, it, seed):
-        role = _MAKING[-1] if _MAKING else None
-        if role is not None and role.making and isinstance(seed, int):  # an iteration that trains
-            seed = _rng.own_worker_seed(seed)
-        it.__dict__["_base_seed"] = seed
 
 
 def _patch():
@@ -90,22 +63,27 @@ def _patch():
             _S.pad_slice = False
             role = iteration_begins(self)  # (sharded or whole: now, or as a len() just before said: data/roles.py)
             it = None
-            _MAKING.append(role)
             try:
                 if _grow._G.tracking:  # hosts may join (resize.py): the loaders' places are counted
                     it = _resize.iterate(self, lambda: made(self))
                 else:
                     it = made(self)
             finally:
-                _MAKING.pop()
                 it = iteration_made(role, it)
             return it
         return __iter__
     wrap(DataLoader, "__iter__", make_loader_iter)
 
+    def make_iterator_init(orig):
+        def __init__(self, loader, *args, **kwargs):
+            orig(self, loader, *args, **kwargs)  # (its workers start after this, in the subclass's __init__)
+            role = role_of(loader)
+            if role is not None and role.making:  # an iteration that trains: its workers' seeds this rank's own
+                _rng.own_worker_seeds(self)
+        return __init__
     base_iterator = getattr(torch.utils.data.dataloader, "_BaseDataLoaderIter", None)
-    if base_iterator is not None and "_base_seed" not in vars(base_iterator):
-        base_iterator._base_seed = _WorkerSeed()
+    if base_iterator is not None:
+        wrap(base_iterator, "__init__", make_iterator_init)
 
     def make_loader_len(orig):
         def __len__(self):

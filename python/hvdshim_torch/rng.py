@@ -16,7 +16,7 @@ every rank starts from one state:
     made its own (rank 0's is unchanged, rank r's state is mixed with r), so
     dropout masks, noise and augmentations differ per sample as they do
     within one big batch.  A training loader's iteration begun before then
-    gets its workers' seeds of the rank's own (own_worker_seed).  Between
+    gets its workers' seeds of the rank's own (own_worker_seeds).  Between
     the end of a reducing backward and the
     end of the optimizer step (the step window), torch's generators (the
     CPU's, and the current CUDA device's) draw from one stream that every
@@ -174,19 +174,21 @@ def diverge():
     debug("random state: rank %d's streams are its own from here on" % r)
 
 
-def own_worker_seed(base):
-    """The base seed of the workers of a DataLoader iterator made for an
-    iteration that trains (sharded) before the first backward, under
-    per-rank streams: torch drew it from the state every rank still shares;
-    it is made this rank's own, as it is from the first backward on (rank
-    0's stays the plain run's).  Else rank r's k-th worker would draw the
-    same augmentations (crop offsets, flips) as rank 0's k-th, for the first
+def own_worker_seeds(it):
+    """A DataLoader iterator made for an iteration that trains (sharded)
+    before the first backward, under per-rank streams: the base seed of its
+    workers, which torch drew from the state every rank still shares, is
+    made this rank's own, as it is from the first backward on (rank 0's
+    stays the plain run's).  Else rank r's k-th worker would draw the same
+    augmentations (crop offsets, flips) as rank 0's k-th, for the first
     epoch, and for the whole run with persistent workers.  Not where every
     rank reads a stream whole from rank 0's states and takes its part
     (_R.rank0_seeds): there every rank's workers must draw rank 0's."""
     if not _S.enabled or _S.rng_mode != "per-rank" or _R.diverged or _S.rank == 0 or _R.rank0_seeds:
-        return base
-    return mixed_seed(b"loader|%d" % base, _S.rank) & ((1 << 63) - 1)
+        return
+    base = getattr(it, "_base_seed", None)
+    if isinstance(base, int):
+        it._base_seed = mixed_seed(b"loader|%d" % base, _S.rank) & ((1 << 63) - 1)
 
 
 def follow_rank0(name):

@@ -103,7 +103,7 @@ def _agreed_iter(loader, orig):
         return orig(loader)
     mine = _rng._states(cuda=False)
     _rng._set_states(st)
-    _rng._R.rank0_seeds += 1  # (its workers' seeds too: own_worker_seed leaves them)
+    _rng._R.rank0_seeds += 1  # (its workers' seeds too: own_worker_seeds leaves them)
     try:
         it = orig(loader)
         st = _rng._states(cuda=False)
