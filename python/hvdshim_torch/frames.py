@@ -1,9 +1,9 @@
 """The script's own variables across a restart (resize.py).
 
 A job that stops to grow saves the models, optimizers and loaders' places;
-the restarted job runs the script from its start with every loader empty
-until it is back at the loader call where the job stopped.  The script's
-own variables are then what those empty loops left: a step counter that
+the restarted job runs the script from its start with one batch a loader
+iteration until it is back at the loader call where the job stopped.  The
+script's own variables are then what those short loops left: a step counter that
 `while step < max_steps` tests is 0 again (the job trained max_steps more),
 a loss history is empty, the best accuracy so far is the initial one.  So
 the stop also saves the plain values of the script's frames, and the

@@ -48,6 +48,13 @@ class _Grow:
 _G = _Grow()
 
 
+def may_resize():
+    """This job may grow (a discovery script), or was started again over
+    new slots: its rank 0 runs the discovery script and a restarted job
+    goes on from the saved state, so the adapter runs even at one rank."""
+    return bool(setting("HVDSHIM_ELASTIC_DISCOVERY")) or setting("HVDSHIM_ELASTIC_RESUME") == "1"
+
+
 def read_settings():
     """The settings of a job that may grow; True when it was started again
     to grow (HVDSHIM_ELASTIC_RESUME)."""
@@ -169,8 +176,9 @@ def change():
 
 
 def proposal():
-    """Rank 0's entry in the end-of-backward round: 1 to grow."""
-    return 1 if wanted() else 0
+    """Rank 0's entry in the end-of-backward round: 1 to grow (not while a
+    restarted job's script replays its way back, resize.py)."""
+    return 1 if wanted() and (_G.snap is None or _G.resumed) else 0
 
 
 def agreed(flag):

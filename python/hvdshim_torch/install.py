@@ -457,7 +457,7 @@ def install(rng_seed=None):
     _S.shares = _S.data_mode == "split" and _S.grad_op == capi.AVG
     sync_bn = setting("HVDSHIM_SYNC_BN") or "auto"
     _S.sync_bn = sync_bn == "on" or (sync_bn == "auto" and _S.data_mode == "split" and setting("HVDSHIM_ELASTIC") != "1")
-    if _S.size <= 1:
+    if _S.size <= 1 and not _grow.may_resize():  # (a job that may grow, or one started again over 1 rank: resize.py)
         info("one rank: nothing to distribute")
         if setting("HVDSHIM_OBSERVE") == "1":
             _observe()

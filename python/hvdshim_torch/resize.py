@@ -17,7 +17,7 @@ fails under ULFM), so (launcher/grow.c has hvdrun's side):
   * hvdrun starts the job again (HVDSHIM_ELASTIC_RESUME=1) over the new
     slots.  Every rank runs the script from its start with the saved state
     (rank 0 reads it, the others get it by broadcast).  Until the script is
-    back at that call, every loader's iteration is empty (no batch is read)
+    back at that call, every loader's iteration gives one batch (_replayed),
     and what the script prints or writes goes nowhere (rank 0's stdout is
     silenced and its files private, as another rank's are); at that call
     the loader's epoch is drawn again from the random state it was drawn
@@ -25,10 +25,11 @@ fails under ULFM), so (launcher/grow.c has hvdrun's side):
     samples: shard = the old ranks' batches, split = the global batches),
     the state is loaded, and rank 0's console and files are real again,
     each file it has open going on at the end of what the job wrote before.
-The script's control flow must not depend on what an epoch with no batches
-computes (a loop that stops early on a loss it averaged over the epoch's
-batches may stop in the empty epochs): if the script ends before it is back,
-the job ends with one line saying so, and the state stays saved."""
+The script's control flow must not depend on what an epoch of one batch
+computes (a loop that stops early after epochs without progress may stop in
+the replayed ones): if the script ends before it is back, the job ends with
+one line saying so, and the state stays saved.  A job that may grow runs
+the adapter even at one rank (install.py: grow.may_resize)."""
 import atexit
 import sys
 import weakref
@@ -113,7 +114,7 @@ def _save(target):
 
 def _frames_of_script():
     """The script's variables (frames.capture), or none where they cannot be
-    read: the job still grows, its script's counters as the empty loops leave them."""
+    read: the job still grows, its script's counters as the replayed loops leave them."""
     try:
         return _frames.capture(sys._getframe(2))
     except Exception as e:  # pylint: disable=broad-except
@@ -163,7 +164,7 @@ def _never_back():
         where = "DataLoader %d, its iteration %d, %d global batches in" % tuple(_G.snap["target"][:3]) \
             if _G.snap else "its loaders never iterated"
         capi.LIB.hvd_abort_job(("the restarted job ended before its script was back where the job stopped (%s): "
-                                "its loops went another way with the loaders empty; the state stays in %s"
+                                "its loops went another way with one batch a loader iteration; the state stays in %s"
                                 % (where, _path())).encode())
 
 
@@ -237,7 +238,7 @@ def iterate(loader, make):
         _start()  # (a restarted job's state is read there)
         t_tag, t_iter, used, rng = _G.snap["target"]
         if (tag, n) != (t_tag, t_iter):
-            return iter(())  # the script is not back yet: no batch
+            return _replayed(make)  # the script is not back yet: one batch
         _set_draw_state(loader, rng)
         _IT.skip, _IT.skip_taken, _IT.primer, base = used, False, None, used
         try:
@@ -258,6 +259,24 @@ def iterate(loader, make):
     counted = _Counted(it, tag, base, _S.size if dealt_by_rank(loader) else 1)
     _G.places[tag] = (n, rng)
     return counted
+
+
+def _replayed(make):
+    """An iteration before the script is back where the job stopped: its
+    first batch only, read as the loader reads it (this rank's part, through
+    its workers), which every rank's loop trains on and throws away (the
+    arrival loads the saved state over what it changed).  Not none: the
+    script's code after a loop reads what the loop left (the last batch's
+    loss, the samples it counted and divides by, the outputs it gathered),
+    and after an empty loop it would raise (NameError, ZeroDivisionError,
+    torch.cat of nothing) where the plain run never does."""
+    it = make()
+    first = next(it, _NOTHING)
+    del it  # (its workers end here)
+    return iter(()) if first is _NOTHING else iter((first,))
+
+
+_NOTHING = object()
 
 
 def _stop(tag, counted):
@@ -320,6 +339,7 @@ def _arrive():
     _G.resumed = True
     _S.resume_steps = None
     _restore_filters()
+    _forget_replay()
     models = _live(_S.models)
     for k, st in enumerate(snap["models"]):
         if k < len(models):
@@ -342,6 +362,7 @@ def _arrive():
     if _S.scale_lr and snap["size"] != _S.size:
         _rescale_lr(_S.size / snap["size"])
     _rng._set_states(snap["rng"])
+    _rng._R.diverged = False  # (rank 0's states: each rank's own again from the next backward, rng.diverge)
     for tag, states in snap["generators"].items():  # the loaders' own generators, but the one back here (drawn)
         loader = _S.loader_refs.get(tag, lambda: None)()
         if loader is not None and tag != snap["target"][0]:
@@ -359,6 +380,20 @@ def _arrive():
         warn("the job started again over %d rank(s) (was %d) and goes on from %s (%d of the "
              "script's variables as they were, in %d of its %d frame(s))"
              % (_S.size, snap["size"], optimizer_step(_S.steps + 1), put, matched, len(snap.get("frames") or ())))
+
+
+def _forget_replay():
+    """At the arrival: what the replayed batches left besides the state the
+    snapshot holds (loaded next) goes: their gradients (the stopped job's
+    were none or zeroed at that point of a step), a backward window left
+    open, the step window's streams."""
+    _rng.window_close()
+    for prm in _P.params:
+        p = prm.ref()
+        if p is not None:
+            p.grad = None
+    _P.used[:] = bytes(len(_P.used))
+    _A.bw_window, _A.deferred, _A.skip_bw = 0, False, False
 
 
 def note_scaler(scaler):

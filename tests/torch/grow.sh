@@ -11,9 +11,15 @@
 #     epoch once, the epochs after the join as in the plain run; stdout
 #     says each epoch once.
 #   shard: every sample read exactly once per epoch over both jobs (the
-#     rest of the stopped epoch dealt over 3), replicas checked every step.
-#   leaving: 3 ranks, the script then lists 2 slots: the job starts again
-#     over 2 at an optimizer step; the weights equal the plain run's.
+#     rest of the stopped epoch dealt over 3), but for the one batch a
+#     rank of each epoch the restarted job replays on its way back to where
+#     the job stopped (the script's code after a loop reads what the loop
+#     left: each epoch's line divides by the batches it counted and prints
+#     the last batch's loss); replicas checked every step.
+#   leaving and joining: 2 ranks, the script then lists 1 slot, later 2:
+#     the job starts again over 1 at an optimizer step (one rank still
+#     follows the discovery script, and writes its files for real), then
+#     over 2; the weights and the log equal the plain run's.
 #   a restarted job whose script never comes back to where the job stopped
 #     ends non-zero with one line saying so.
 . "$(dirname "$0")/../lib.sh"
@@ -116,35 +122,65 @@ done
 if [ "${GROW_SHORT:-0}" != 1 ]; then
   mkdir -p "$TMP/seen"
   grow shard GROW_PAUSE=0.12 HVDSHIM_DATA=shard HVDSHIM_CHECK_STEPS=1 HVDSHIM_SAVE_RANKS=all GROW_SEEN="$TMP/seen"
-  cat "$TMP"/seen/* | sort -n | uniq -c | awk '$1 != 4 { bad++ } END { exit !(NR == 240 && !bad) }' ||
-    { cat "$TMP"/seen/* | sort -n | uniq -c | awk '$1 != 4' | head; fail "shard: not every sample read exactly 4 times (once per epoch) over both jobs"; }
-  pass "shard: 2 -> 3 ranks at optimizer step $step, every sample read once per epoch over both jobs, replicas agree at every step"
+  # every sample once per epoch over both jobs; besides, in each epoch the
+  # restarted job replayed (before the one it stopped in: 10 steps an epoch
+  # over 2 ranks), each rank's first batch (12 samples) read once more
+  "$PYTHON" - "$TMP/seen" "$step" <<'PY' >"$TMP/seen.txt" 2>&1 || { cat "$TMP/seen.txt"; fail "shard: the samples read over both jobs are not every sample once per epoch and the replayed batches"; }
+import collections, os, sys
+reads = collections.defaultdict(collections.Counter)
+for name in os.listdir(sys.argv[1]):
+    for line in open(os.path.join(sys.argv[1], name)):
+        e, i = map(int, line.split())
+        reads[e][i] += 1
+replayed = (int(sys.argv[2]) - 1) // 10
+assert sorted(reads) == [0, 1, 2, 3], "epochs read: %s" % sorted(reads)
+for e, c in sorted(reads.items()):
+    extra = sum(c.values()) - 240
+    assert set(c) == set(range(240)), "epoch %d: %d samples never read" % (e, 240 - len(c))
+    assert extra == (36 if e < replayed else 0) and max(c.values()) <= 2, \
+        "epoch %d (%d replayed): %d reads more than the 240 samples" % (e, replayed, extra)
+print("%d epoch(s) replayed" % replayed)
+PY
+  pass "shard: 2 -> 3 ranks at optimizer step $step, every sample read once per epoch over both jobs (and $(cat "$TMP/seen.txt"), one batch a rank each), replicas agree at every step"
 fi
 
-# hosts leaving: the discovery script lists 3 slots, then 2 (as Horovod's
-# driver, the job gives up the slot the script no longer lists): the job
-# stops at an optimizer step and starts again over 2 ranks, which go on
-# from that step; the weights equal the plain run's, the count the script's
-cat >"$TMP/disc3.sh" <<EOD
+# hosts leaving, then joining: the discovery script lists 2 slots, then 1
+# (as Horovod's driver, the job gives up the slot the script no longer
+# lists), then 2 again once the job has made 12 more steps: the job stops
+# at an optimizer step and starts again over 1 rank, which goes on from that
+# step, writes its files for real and still follows the discovery script,
+# then over 2 again; the weights and the log equal the plain run's
+cat >"$TMP/disc21.sh" <<EOD
 #!/bin/sh
-n=\$(cat "$TMP/progress" 2>/dev/null); [ "\${n:-0}" -ge "\$GROW_AT" ] 2>/dev/null && touch "$TMP/progress.passed"
-[ -e "$TMP/progress.passed" ] && echo localhost:2 || echo localhost:3
+n=\$(cat "$TMP/progress" 2>/dev/null); n=\${n:-0}
+[ "\$n" -ge "\$GROW_AT" ] 2>/dev/null && [ ! -e "$TMP/left" ] && echo \$n >"$TMP/left"
+[ -e "$TMP/left" ] && [ "\$n" -ge \$((\$(cat "$TMP/left") + 12)) ] && touch "$TMP/back"
+if [ -e "$TMP/back" ]; then echo localhost:2; elif [ -e "$TMP/left" ]; then echo localhost:1; else echo localhost:2; fi
 EOD
-chmod +x "$TMP/disc3.sh"
-rm -f "$TMP/progress" "$TMP/progress.passed"
+chmod +x "$TMP/disc21.sh"
+rm -f "$TMP/progress" "$TMP/left" "$TMP/back"
 env HVDRUN_LIB="$LIB" HVDRUN_MPIRUN="$MPIRUN" HVDSHIM_ELASTIC_INTERVAL=0.2 GROW_AT=$((seed % 30 + 5)) GROW_PROGRESS="$TMP/progress" \
-  HVDSHIM_DATA=split GROW_WORKERS=0 GROW_GENERATOR=1 GROW_MAX_STEPS=70 timeout 240 "$HVDRUN" -np 3 --oversubscribe \
-  --host-discovery-script "$TMP/disc3.sh" "$PYTHON" "$S" "$TMP/shrink.pt" >"$TMP/shrink.out" 2>&1 ||
+  HVDSHIM_DATA=split GROW_WORKERS=0 GROW_GENERATOR=1 GROW_MAX_STEPS=70 timeout 240 "$HVDRUN" -np 2 --max-np 2 \
+  --host-discovery-script "$TMP/disc21.sh" "$PYTHON" "$S" "$TMP/shrink.pt" >"$TMP/shrink.out" 2>&1 ||
   { cat "$TMP/shrink.out"; fail "shrink: the job failed"; }
-grep -q "hosts left: the job stops after optimizer step [0-9]*, its state saved in .*, and starts again over 2 rank(s) (was 3)" "$TMP/shrink.out" &&
-  grep -q "hvdrun: the job stopped to shrink; starting it again over 2 rank(s) (was 3)" "$TMP/shrink.out" &&
-  grep -q "the job started again over 2 rank(s) (was 3) and goes on from optimizer step" "$TMP/shrink.out" ||
-  { cat "$TMP/shrink.out"; fail "shrink: the job did not start again over the 2 slots left"; }
-[ "$(grep -c "hvdrun: the job stopped" "$TMP/shrink.out")" = 1 ] || { cat "$TMP/shrink.out"; fail "shrink: the job restarted more than once"; }
-step=$(sed -n 's/.*goes on from optimizer step \([0-9]*\).*/\1/p' "$TMP/shrink.out")
+grep -q "hosts left: the job stops after optimizer step [0-9]*, its state saved in .*, and starts again over 1 rank(s) (was 2)" "$TMP/shrink.out" &&
+  grep -q "hvdrun: the job stopped to shrink; starting it again over 1 rank(s) (was 2)" "$TMP/shrink.out" &&
+  grep -q "the job started again over 1 rank(s) (was 2) and goes on from optimizer step" "$TMP/shrink.out" ||
+  { cat "$TMP/shrink.out"; fail "shrink: the job did not start again over the 1 slot left"; }
+grep -q "hvdrun: the job stopped to grow; starting it again over 2 rank(s) (was 1)" "$TMP/shrink.out" &&
+  grep -q "the job started again over 2 rank(s) (was 1) and goes on from optimizer step" "$TMP/shrink.out" ||
+  { cat "$TMP/shrink.out"; fail "shrink: the job on 1 rank did not grow back to 2"; }
+[ "$(grep -c "hvdrun: the job stopped" "$TMP/shrink.out")" = 2 ] || { cat "$TMP/shrink.out"; fail "shrink: the job did not restart exactly twice"; }
+steps=$(sed -n 's/.*goes on from optimizer step \([0-9]*\).*/\1/p' "$TMP/shrink.out" | paste -sd, -)
 same "$TMP/plaing.pt" "$TMP/shrink.pt" 1e-5 >"$TMP/cmp" 2>&1 || { cat "$TMP/cmp" "$TMP/shrink.out"; fail "shrink: the weights differ from the plain run"; }
 grep -q "^steps 70\$" "$TMP/shrink.out" || { grep "^steps" "$TMP/shrink.out"; fail "shrink: the script's own step count is not 70 at its end"; }
-pass "split: 3 -> 2 ranks when the discovery script stops listing a slot, at optimizer step $step (the job restarted), weights equal the plain run ($(cat "$TMP/cmp")), the script's count 70"
+"$PYTHON" -c '
+import sys
+a, b = [[line.strip().split(",") for line in open(f)] for f in sys.argv[1:]]
+assert a[0] == b[0] and len(a) == len(b) and all(x[0] == y[0] and x[2] == y[2] and abs(float(x[1]) - float(y[1])) <= 1e-5
+                                                  for x, y in zip(a[1:], b[1:]))' "$TMP/plaing.pt.log" "$TMP/shrink.pt.log" ||
+  { diff "$TMP/plaing.pt.log" "$TMP/shrink.pt.log"; cat "$TMP/shrink.out"; fail "shrink: the log differs from the plain run's"; }
+pass "split: 2 -> 1 -> 2 ranks as the discovery script lists 1 slot, then 2, going on from optimizer steps $steps (two restarts), weights equal the plain run ($(cat "$TMP/cmp")), the log as the plain run's, the script's count 70"
 
 # the state kept (HVDSHIM_ELASTIC_STATE given): a restart whose script runs no epoch never comes back
 rc=0

@@ -7,12 +7,15 @@ GROW_EPOCHS, GROW_BATCH, GROW_WORKERS: the loop's epochs, the batch size,
 the loader's workers.  GROW_GENERATOR=1: the loader draws its order from a
 generator of its own.  GROW_SCALER=1: a CPU GradScaler (torch 2.3+) whose
 scale doubles every 3 steps, printed at the end.  GROW_SEEN=DIR: each
-process appends the index of every sample it reads to DIR/<its pid>.
+process appends the loop's epoch and the index of every sample it reads
+to DIR/<its pid>.
 GROW_PROGRESS=FILE: the optimizer steps this process has made, rewritten
 after each (the test's discovery script lists the new slot once rank 0's
 count reaches a step it chose).  GROW_MAX_STEPS=N: the loop counts its own
 steps (`while steps < N`, over as many epochs as that takes) and ends at N,
-in the middle of an epoch.  Prints the steps it made last."""
+in the middle of an epoch.  Each epoch's log line and stdout line read
+what its loop left (the batches it counted, the last batch's loss).
+Prints the steps it made last."""
 import os
 import sys
 import time
@@ -21,12 +24,16 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 
+EPOCH = [0]  # the loop's epoch now (GROW_SEEN)
+
+
 class Seen(TensorDataset):
-    """GROW_SEEN: every sample read, one line per process (HVDSHIM_SAVE_RANKS=all)."""
+    """GROW_SEEN: every sample read, "EPOCH INDEX" lines, one file per process
+    (HVDSHIM_SAVE_RANKS=all)."""
 
     def __getitem__(self, i):
         with open(os.path.join(os.environ["GROW_SEEN"], str(os.getpid())), "a") as f:
-            f.write("%d\n" % i)
+            f.write("%d %d\n" % (EPOCH[0], i))
         return super().__getitem__(i)
 
 
@@ -56,6 +63,7 @@ def main():
     max_steps, epoch = int(os.environ.get("GROW_MAX_STEPS", "0")), 0
     while (steps < max_steps) if max_steps else (epoch < epochs):
         total, n = 0.0, 0
+        EPOCH[0] = epoch
         for xb, yb in loader:
             opt.zero_grad()
             loss = torch.nn.functional.mse_loss(model(xb) * scale, yb)
@@ -75,11 +83,11 @@ def main():
             time.sleep(pause)
             if max_steps and steps >= max_steps:
                 break
-        log.write("%d,%.6f,%g\n" % (epoch, total / max(n, 1), sched.get_last_lr()[0]))
-        log.flush()
+        log.write("%d,%.6f,%g\n" % (epoch, total / n, sched.get_last_lr()[0]))  # (what the epoch's loop left:
+        log.flush()                                                              # n batches, the last loss)
         sched.step()
         torch.save(model.state_dict(), sys.argv[1] + ".ckpt")
-        print("epoch %d done" % epoch, flush=True)
+        print("epoch %d done, last loss %.4f" % (epoch, loss.item()), flush=True)
         epoch += 1
     print("steps %d" % steps, flush=True)
     torch.save(dict(model.state_dict(), scale=scale.detach()), sys.argv[1])

@@ -13,6 +13,7 @@ import weakref
 import torch
 
 from ..capi import debug
+from ..grow import _G
 from ..state import _S, _warn_once
 from .roles import Role, role_of, training_now
 from .sharded import _ShardedBatches
@@ -38,8 +39,8 @@ def _prepare_loader(loader):
     _S.loaders += 1
     object.__setattr__(loader, "_hvdshim_tag", tag)
     _S.loader_refs[tag] = weakref.ref(loader)
-    if not _S.enabled or _S.data_mode == "off" or _S.size == 1:
-        return
+    if not _S.enabled or _S.data_mode == "off" or (_S.size == 1 and not _G.tracking):  # (one rank of a job that
+        return                                                                           # may grow: resize.py)
     where = "made at %s" % _created_at()
     # (split mode: a sharded iteration has the whole one's count, but for items dealt whole)
     role = Role(tag, "DataLoader %d (%s)" % (tag, where), loader,

@@ -13,8 +13,9 @@ from .replicas import _check_replicas
 
 
 def _mark_step():
-    """An optimizer step ended: one line of HVDSHIM_METRICS, a tick for autotune."""
-    if (_S.enabled and _S.started) or _S.observe:
+    """An optimizer step ended: one line of HVDSHIM_METRICS, a tick for autotune
+    (not a step a restarted job replays on its way back, resize.py)."""
+    if ((_S.enabled and _S.started) or _S.observe) and _S.resume_steps is None:
         capi.LIB.hvd_step_mark(_S.samples if _S.samples else -1)
     _S.samples = 0
 
