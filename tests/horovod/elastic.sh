@@ -26,6 +26,9 @@
 #     starts again over 3; the reset callback runs once, the new rank trains
 #     from the commit, every sample of that epoch is processed once over both
 #     jobs, the weights equal the emulation.
+#   hosts leaving (2 -> 1; where the join is not run): the job starts again
+#     over 1 rank, which takes the state at the commit and saves its weights
+#     on disk, equal to the emulation.
 # ELASTIC_TORCH=mpi (trixie's Open MPI 5, check-stacks) runs the fixed-size
 # case only: the death and the join are the served package's Python over
 # the engine's recovery and hvdrun's restart, which tests/mpi/elastic.sh and
@@ -189,4 +192,34 @@ EOD
   pass "hosts joining, 2 -> 3$([ -n "$minnp" ] && echo " under --min-np 2"): HostsUpdatedInterrupt at the commit of epoch $1 batch $2, the job restarted over 3, the reset callback once, the new rank from that commit, $(cat "$TMP/samples"); weights = the emulation ($(cat "$TMP/cmp"))"
 else
   echo "SKIP (hosts joining): run on sid (ELASTIC_HVD=all runs it here)"
+fi
+
+# --- hosts leaving: 2 -> 1 once rank 0 has epoch 1's batch 2 (where the join
+# is not run: the restart is the same; this one ends on one rank, which
+# still takes the state and writes its files)
+if [ $ulfm = 0 ] || [ "${ELASTIC_HVD:-}" = all ]; then
+  cat >"$TMP/disc1.sh" <<EOD
+#!/bin/sh
+[ -f "$TMP/leave" ] && echo localhost:1 || echo localhost:2
+EOD
+  chmod +x "$TMP/disc1.sh"
+  rm -f "$TMP"/log.* "$TMP/leave"
+  rc=0
+  HVDRUN_LIB="$LIB" HVDSHIM_ELASTIC_INTERVAL=0.2 timeout -k 5 240 "$HVDRUN" -np 2 --oversubscribe --max-np 2 \
+    --host-discovery-script "$TMP/disc1.sh" "$PYTHON" "$S" --grow-file "$TMP/leave" --grow-at 1:2 --pause 0.05 \
+    --log "$TMP/log" --save "$TMP/leave.pt" >"$TMP/leave.out" 2>&1 </dev/null || rc=$?
+  [ $rc = 0 ] || { cat "$TMP/leave.out"; fail "2 -> 1: status $rc"; }
+  grep -q "hvdrun: the job stopped to shrink; starting it again over 1 rank(s) (was 2)" "$TMP/leave.out" &&
+    grep -q "the job started again over 1 rank(s) (was 2): hvd.elastic.run goes on" "$TMP/leave.out" ||
+    { cat "$TMP/leave.out"; fail "2 -> 1: the job did not shrink"; }
+  # (mpirun relays stdout and stderr apart: a warning may come before the line's end)
+  at=$(sed -n 's/^reset: size 1 epoch \([0-9]*\) batch \([0-9]*\) processed \([0-9]*\).*/\1 \2 \3/p' "$TMP/leave.out")
+  # shellcheck disable=SC2086
+  set -- $at
+  [ $# = 3 ] && [ "$(grep -c '^reset:' "$TMP/leave.out")" = 1 ] && grep -q "^calls 1 resets 1$" "$TMP/leave.out" ||
+    { cat "$TMP/leave.out"; fail "2 -> 1: not one reset callback in the restarted job"; }
+  [ -s "$TMP/leave.pt" ] || { cat "$TMP/leave.out"; fail "2 -> 1: the weights rank 0 saved after the restart are not on disk"; }
+  emulate "$TMP/emu.pt" "2;1@$1:$2:$3"
+  same "$TMP/leave.pt" "$TMP/emu.pt" 1e-12 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "2 -> 1: the weights differ from the emulation"; }
+  pass "hosts leaving, 2 -> 1: HostsUpdatedInterrupt at the commit of epoch $1 batch $2, the job restarted over 1, the reset callback once, the weights rank 0 saved on disk and = the emulation ($(cat "$TMP/cmp"))"
 fi

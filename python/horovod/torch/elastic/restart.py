@@ -133,7 +133,7 @@ def resume(state):
     if rank() == 0:
         _grow.release()
         capi.warn("the job started again over %d rank(s) (was %d): hvd.elastic.run goes on from the state of the "
-                  "commit where hosts joined" % (size(), before))
+                  "commit where the job stopped" % (size(), before))
     return rank() < before
 
 
