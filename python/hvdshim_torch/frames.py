@@ -3,12 +3,12 @@
 A job that stops to grow saves the models, optimizers and loaders' places;
 the restarted job runs the script from its start with one batch a loader
 iteration until it is back at the loader call where the job stopped.  The
-script's own variables are then what those short loops left: a step counter that
-`while step < max_steps` tests is 0 again (the job trained max_steps more),
-a loss history is empty, the best accuracy so far is the initial one.  So
-the stop also saves the plain values of the script's frames, and the
-arrival puts them back, frame by frame: the script goes on as if it had
-never stopped.
+script's own variables are then what those short loops left: a step
+counter that `while step < max_steps` tests is small again (the job would
+train max_steps more), a loss history holds the replayed batches', the best
+accuracy so far is theirs.  So the stop also saves the plain values of the
+script's frames, and the arrival puts them back, frame by frame: the script
+goes on as if it had never stopped.
 
 Which frames: the calling stack's, outside Python's own library, installed
 packages (site-packages, dist-packages: a trainer library keeps its state in
