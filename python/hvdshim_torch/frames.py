@@ -19,10 +19,12 @@ the same call; the first frame that differs ends the matching.
 
 Which values: numbers, strings, bytes, None, numpy scalars, and lists,
 tuples, dicts and sets of them (at most MAX_ITEMS items per variable), and
-small tensors with no graph (at most MAX_NUMEL elements: an accumulated
-loss).  Objects (models, loaders, files, a progress bar) are the new job's
-own and left as they are: the models', optimizers' and schedulers' state is
-restored by resize.py, and the rest is rebuilt by the script as it reruns.
+small tensors (at most MAX_NUMEL elements: an accumulated loss; the last
+batch's loss, which the code after a loop reads, detached from its graph;
+not a view of another tensor, a weight's row).  Objects (models, loaders,
+files, a progress bar) are the new job's own and left as they are: the
+models', optimizers' and schedulers' state is restored by resize.py, and
+the rest is rebuilt by the script as it reruns.
 Lists, dicts and sets are refilled in place, so other references to them
 see the values.  Not restored: what a loop statement holds outside any
 variable (the counter of `enumerate(loader)` starts at 0 again in the epoch
@@ -103,9 +105,10 @@ def _plain(v, budget):
     if t.__module__ == "numpy" and hasattr(v, "item") and getattr(v, "ndim", None) == 0:
         return v
     if isinstance(v, torch.Tensor):
-        if t is not torch.Tensor or v.is_sparse or v.numel() > MAX_NUMEL or v.grad_fn is not None:
+        if t is not torch.Tensor or v.is_sparse or v.numel() > MAX_NUMEL or (v.grad_fn is not None and v._is_view()):
             raise ValueError
-        return SavedTensor(str(v.device), v.requires_grad, v.detach().to("cpu", copy=True))
+        # (a result of the graph, the last batch's loss: its value, detached; not a view, which follows a weight)
+        return SavedTensor(str(v.device), v.requires_grad and v.grad_fn is None, v.detach().to("cpu", copy=True))
     if t in (list, tuple, set, frozenset, dict):
         budget[0] -= len(v)
         if budget[0] < 0:

@@ -355,6 +355,10 @@ def _arrive():
         else:
             _G.left_free[name] = value
     _load_all(_live(_S.optimizers), snap["optimizers"], "optimizer(s)")
+    if snap["steps"]:  # they have stepped (what an LR scheduler checks: no warning that it steps first)
+        for opt in _live(_S.optimizers):
+            opt._step_count = max(getattr(opt, "_step_count", 0), 1)
+            opt._opt_called = True
     _load_all(_live(_S.schedulers), snap["schedulers"], "LR scheduler(s)")
     _load_all(_live(_G.scalers), snap["scalers"], "GradScaler(s)")
     _S.steps, _A.k, _A.windows = snap["steps"], snap["k"], list(snap["windows"])

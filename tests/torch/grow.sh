@@ -119,6 +119,22 @@ assert a[0] == b[0] and len(a) == len(b) and all(x[0] == y[0] and x[2] == y[2] a
   pass "split, workers $w$([ $max = 0 ] || echo ", the script counting its steps to $max"): 2 -> 3 ranks at optimizer step $step (the job restarted), weights equal the plain run ($(cat "$TMP/cmp")); the log as the plain run's, stdout once per epoch, the script's count $total; $(cat "$TMP/files")"
 done
 
+# the job stops at the end of an epoch (shard): the step that agreed to
+# grow is the epoch's last (10 steps over 2 ranks; the script holds 2 s
+# after step 9, where the discovery script sees the third slot), so the
+# loader's iteration has nothing left when the job stops; the restarted
+# job comes back into that iteration, and the code after the loop reads
+# the loop's variables as they were (the batches it counted, the last
+# batch's loss): epoch 0's lines are the first job's
+grow end GROW_AT=9 GROW_HOLD=9:2 GROW_PAUSE=0 HVDSHIM_DATA=shard GROW_WORKERS=0 GROW_MAX_STEPS=30
+[ "$step" = 11 ] || { cat "$TMP/end.out"; fail "epoch's end: the job went on from optimizer step $step, not 11 (the discovery script was not run during the 2 s after step 9)"; }
+[ "$(grep -c "^epoch 0 done, last loss [0-9.]*$" "$TMP/end.out")" = 1 ] && [ "$(sed -n 2p "$TMP/end.pt.log" | cut -d, -f1)" = 0 ] &&
+  [ "$(wc -l <"$TMP/end.pt.log")" = $(($(grep -c "^epoch [0-9]* done" "$TMP/end.out") + 1)) ] && grep -q "^steps 30$" "$TMP/end.out" ||
+  { cat "$TMP/end.out" "$TMP/end.pt.log"; fail "epoch's end: epoch 0's lines are not there once, or the script did not count its 30 steps"; }
+# (its optimizer has stepped: torch's check at the scheduler's step says nothing, as in the plain run)
+! grep -q "Detected call of .lr_scheduler.step(). before" "$TMP/end.out" || { cat "$TMP/end.out"; fail "epoch's end: torch warned that the scheduler stepped before the optimizer"; }
+pass "shard: 2 -> 3 ranks at the end of epoch 0 (optimizer step 10, its loader's iteration used up): epoch 0's lines once (the loop's count and last loss put back), the script's count 30, no warning from torch"
+
 if [ "${GROW_SHORT:-0}" != 1 ]; then
   mkdir -p "$TMP/seen"
   grow shard GROW_PAUSE=0.12 HVDSHIM_DATA=shard HVDSHIM_CHECK_STEPS=1 HVDSHIM_SAVE_RANKS=all GROW_SEEN="$TMP/seen"
@@ -132,7 +148,7 @@ for name in os.listdir(sys.argv[1]):
     for line in open(os.path.join(sys.argv[1], name)):
         e, i = map(int, line.split())
         reads[e][i] += 1
-replayed = (int(sys.argv[2]) - 1) // 10
+replayed = (int(sys.argv[2]) - 2) // 10  # (stopped at step 10, the end of epoch 0: back in its used-up iteration)
 assert sorted(reads) == [0, 1, 2, 3], "epochs read: %s" % sorted(reads)
 for e, c in sorted(reads.items()):
     extra = sum(c.values()) - 240

@@ -11,7 +11,8 @@ process appends the loop's epoch and the index of every sample it reads
 to DIR/<its pid>.
 GROW_PROGRESS=FILE: the optimizer steps this process has made, rewritten
 after each (the test's discovery script lists the new slot once rank 0's
-count reaches a step it chose).  GROW_MAX_STEPS=N: the loop counts its own
+count reaches a step it chose).  GROW_HOLD=STEP:SECONDS: a pause that long
+after that step (the discovery script sees it there).  GROW_MAX_STEPS=N: the loop counts its own
 steps (`while steps < N`, over as many epochs as that takes) and ends at N,
 in the middle of an epoch.  Each epoch's log line and stdout line read
 what its loop left (the batches it counted, the last batch's loss).
@@ -60,6 +61,8 @@ def main():
     log = open(sys.argv[1] + ".log", "w")
     log.write("epoch,loss,lr\n")
     progress, steps = os.environ.get("GROW_PROGRESS"), 0
+    hold_at, _, hold_s = os.environ.get("GROW_HOLD", "0:0").partition(":")
+    hold_at, hold_s = int(hold_at), float(hold_s)
     max_steps, epoch = int(os.environ.get("GROW_MAX_STEPS", "0")), 0
     while (steps < max_steps) if max_steps else (epoch < epochs):
         total, n = 0.0, 0
@@ -80,7 +83,7 @@ def main():
             if progress:
                 with open(progress, "w") as f:
                     f.write("%d\n" % steps)
-            time.sleep(pause)
+            time.sleep(pause + (hold_s if steps == hold_at else 0))
             if max_steps and steps >= max_steps:
                 break
         log.write("%d,%.6f,%g\n" % (epoch, total / n, sched.get_last_lr()[0]))  # (what the epoch's loop left:
