@@ -33,6 +33,7 @@ class _Grow:
         self.hosts = {}         # host -> the ranks the job runs there (HVDSHIM_ELASTIC_HOSTS, from hvdrun)
         self.min_np = 0
         self.due = False        # every rank: stop at the next call to a loader
+        self.due_steps = 0      # optimizer steps ended since the stop was agreed (no loader called)
         self.snap = None        # a restarted job: the saved state, until the script is back
         self.iters = {}         # loader tag -> iterations started
         self.places = {}        # loader tag -> (iteration, random state at its start)
@@ -185,6 +186,28 @@ def agreed(flag):
     """Every rank, once the round is reduced: rank 0's proposal."""
     if flag > 0 and _G.discovery and not _G.due:
         _G.due = True
+
+
+def note_step():
+    """Every rank, at the end of an optimizer step: a job due to stop stops
+    at its next call to a DataLoader (resize.py), where the restarted
+    script can come back.  A script that makes none for two steps after the
+    stop was agreed (it draws its batches itself, or trains again on a
+    loader's batches it keeps: itertools.cycle, a list) never would: the job
+    goes on as it is and follows the discovery script no more, said by
+    rank 0 (every rank decides alike: the flag came from the round)."""
+    if not _G.due:
+        return
+    _G.due_steps += 1
+    if _G.due_steps <= 2:
+        return
+    _G.due, _G.due_steps, _G.discovery = False, 0, None
+    if _S.rank == 0:
+        warn("%s, but the job cannot stop to start again over %d rank(s): this script has called no DataLoader for "
+             "2 optimizer steps since (it draws its batches itself, or trains again on batches it keeps: "
+             "itertools.cycle(loader), a list of them), and a job stops at a DataLoader's call, where the restarted "
+             "script can come back.  The job goes on over its %d rank(s) and follows the discovery script no more "
+             "(docs/ELASTIC.md)" % (change(), _G.wanted, _S.size))
 
 
 def _path():

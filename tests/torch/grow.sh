@@ -20,6 +20,8 @@
 #     the job starts again over 1 at an optimizer step (one rank still
 #     follows the discovery script, and writes its files for real), then
 #     over 2; the weights and the log equal the plain run's.
+#   a script that calls no DataLoader cannot stop where a restarted job
+#     could come back: one line says so and the job goes on.
 #   a restarted job whose script never comes back to where the job stopped
 #     ends non-zero with one line saying so.
 . "$(dirname "$0")/../lib.sh"
@@ -197,6 +199,33 @@ assert a[0] == b[0] and len(a) == len(b) and all(x[0] == y[0] and x[2] == y[2] a
                                                   for x, y in zip(a[1:], b[1:]))' "$TMP/plaing.pt.log" "$TMP/shrink.pt.log" ||
   { diff "$TMP/plaing.pt.log" "$TMP/shrink.pt.log"; cat "$TMP/shrink.out"; fail "shrink: the log differs from the plain run's"; }
 pass "split: 2 -> 1 -> 2 ranks as the discovery script lists 1 slot, then 2, going on from optimizer steps $steps (two restarts), weights equal the plain run ($(cat "$TMP/cmp")), the log as the plain run's, the script's count 70"
+
+# a script that calls no DataLoader (its batches cut from its tensors): the
+# job cannot stop where a restarted script could come back; rank 0 says so
+# once, two steps after the stop was agreed, and the job goes on over its ranks
+cat >"$TMP/noloader.py" <<'PY'
+import os, time, torch
+x, y = torch.randn(96, 8), torch.randn(96, 1)
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+for step in range(40):
+    i = step % 8 * 12
+    opt.zero_grad()
+    torch.nn.functional.mse_loss(model(x[i:i + 12]), y[i:i + 12]).backward()
+    opt.step()
+    with open(os.environ["GROW_PROGRESS"], "w") as f:
+        f.write("%d\n" % (step + 1))
+    time.sleep(0.1)
+print("steps 40")
+PY
+rm -f "$TMP/progress" "$TMP/progress.passed"
+env HVDRUN_LIB="$LIB" HVDRUN_MPIRUN="$MPIRUN" HVDSHIM_ELASTIC_INTERVAL=0.2 GROW_AT=5 GROW_PROGRESS="$TMP/progress" timeout 120 \
+  "$HVDRUN" -np 2 --oversubscribe --max-np 3 --host-discovery-script "$TMP/disc.sh" "$PYTHON" "$TMP/noloader.py" \
+  >"$TMP/noloader.out" 2>&1 || { cat "$TMP/noloader.out"; fail "no DataLoader: the job failed"; }
+[ "$(grep -c "hosts joined, but the job cannot stop to start again over 3 rank(s): this script has called no DataLoader for 2 optimizer steps" "$TMP/noloader.out")" = 1 ] &&
+  ! grep -q "hvdrun: the job stopped" "$TMP/noloader.out" && grep -q "^steps 40$" "$TMP/noloader.out" ||
+  { cat "$TMP/noloader.out"; fail "no DataLoader: not one line saying the job cannot stop to grow, and the job going on"; }
+pass "a script with no DataLoader: one line, the job cannot stop to grow; it goes on over its 2 ranks to its end"
 
 # the state kept (HVDSHIM_ELASTIC_STATE given): a restart whose script runs no epoch never comes back
 rc=0

@@ -77,7 +77,7 @@ def check_same_batches(all_ranks=True):
     not the job's ranks, and a lone rank would find itself alike."""
     fp, _FP.same_batches, _FP.compare_batches = _FP.same_batches, None, False
     _S.recheck = True  # (the global forward pre-hook may come off now)
-    if _EV.loader_trained or not _S.enabled or not all_ranks:
+    if _EV.loader_trained or not _S.enabled or not all_ranks or _S.size < 2:  # (one rank of a job that may grow)
         return
     mine = torch.tensor(fp if fp is not None else [0.0, 0.0, 0, 0], dtype=torch.float64)  # (given up: nothing said)
     hi, lo = (v.tolist() for v in _elastic.extremes(b"hvdshim.same-batches", mine, "comparing the ranks' first training batches"))

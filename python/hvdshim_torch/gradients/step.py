@@ -3,6 +3,7 @@ gradients reduced first, a closure's loss averaged over ranks, one line of
 HVDSHIM_METRICS and the window of backward passes ended per step, the
 replica guard."""
 from .. import capi
+from .. import grow as _grow
 from .. import rng as _rng
 from ..patching import passing_for, wrap
 from ..state import _S
@@ -47,6 +48,7 @@ def _stepper(orig):
         if _A.in_step == 0 and _S.enabled and _S.started:
             _end_window()
             _S.steps += 1
+            _grow.note_step()
             _S.bn_calls = 0
             _check_replicas()
         return result
