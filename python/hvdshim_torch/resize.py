@@ -240,6 +240,8 @@ def iterate(loader, make):
         if (tag, n) != (t_tag, t_iter):
             return _replayed(make)  # the script is not back yet: one batch
         _set_draw_state(loader, rng)
+        _rng._R.diverged = False  # (rank 0's states from here on: each rank's own again, its workers' seeds now
+        #                           (rng.own_worker_seeds), its streams at the next backward (rng.diverge))
         _IT.skip, _IT.skip_taken, _IT.primer, base = used, False, None, used
         try:
             it = make()
@@ -366,7 +368,6 @@ def _arrive():
     if _S.scale_lr and snap["size"] != _S.size:
         _rescale_lr(_S.size / snap["size"])
     _rng._set_states(snap["rng"])
-    _rng._R.diverged = False  # (rank 0's states: each rank's own again from the next backward, rng.diverge)
     for tag, states in snap["generators"].items():  # the loaders' own generators, but the one back here (drawn)
         loader = _S.loader_refs.get(tag, lambda: None)()
         if loader is not None and tag != snap["target"][0]:
