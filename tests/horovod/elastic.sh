@@ -26,7 +26,7 @@
 #     starts again over 3; the reset callback runs once, the new rank trains
 #     from the commit, every sample of that epoch is processed once over both
 #     jobs, the weights equal the emulation.
-#   hosts leaving (2 -> 1; where the join is not run): the job starts again
+#   hosts leaving (2 -> 1; Debian 12, or ELASTIC_HVD=all): the job starts again
 #     over 1 rank, which takes the state at the commit and saves its weights
 #     on disk, equal to the emulation.
 # ELASTIC_TORCH=mpi (trixie's Open MPI 5, check-stacks) runs the fixed-size
@@ -196,8 +196,9 @@ fi
 
 # --- hosts leaving: 2 -> 1 once rank 0 has epoch 1's batch 2 (where the join
 # is not run: the restart is the same; this one ends on one rank, which
-# still takes the state and writes its files)
-if [ $ulfm = 0 ] || [ "${ELASTIC_HVD:-}" = all ]; then
+# still takes the state and writes its files; not on MPICH (GROW_SHORT, as
+# grow.sh's): Hydra's restart over one rank is grow.sh's 2 -> 1 -> 2 there)
+if { [ $ulfm = 0 ] && [ "${GROW_SHORT:-0}" != 1 ]; } || [ "${ELASTIC_HVD:-}" = all ]; then
   cat >"$TMP/disc1.sh" <<EOD
 #!/bin/sh
 [ -f "$TMP/leave" ] && echo localhost:1 || echo localhost:2

@@ -273,7 +273,9 @@ for name in $stacks; do
   [ "$name" = trixie ] && env="ELASTIC_TORCH=mpi SHARD_SHORT=1 "
   # Hydra restarts a job to grow or shrink as the Open MPIs do: MPICH runs
   # grow.sh's cases without loader workers (GROW_SHORT), the growth and the
-  # shrink; the workers' and shard's cases are the adapter's (about a minute)
+  # shrink to one rank and back; the workers', shard's, an epoch's end and a
+  # script without a loader are the adapter's, and so is elastic.sh's
+  # Horovod script shrinking to one rank (about a minute and a half)
   [ "$which" = mpich ] && env="GROW_SHORT=1 "
   # sid runs split's cases where torch's own autograd machinery changed since
   # Debian 12's 1.13 (hooks on the accumulated gradient, views of it,
