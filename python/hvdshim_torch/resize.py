@@ -48,7 +48,7 @@ from .elastic import _rescale_lr, _take_over
 from .errors import HvdShimError
 from .gradients.accumulation import _A
 from .gradients.params import _P
-from .grow import _G, _flush_writers, _path, _restore_filters, change, read_settings, watch, write_snapshot
+from .grow import _G, _flush_writers, _path, _restore_filters, change, may_resize, read_settings, watch, write_snapshot
 from .lifecycle import _start
 from .state import _S, optimizer_step
 
@@ -59,7 +59,7 @@ def configure():
     if (_G.discovery or resume) and not _G.state_dir:
         raise HvdShimError("hvdshim: HVDSHIM_ELASTIC_DISCOVERY and HVDSHIM_ELASTIC_RESUME need HVDSHIM_ELASTIC_STATE "
                            "(a folder for the job's state; hvdrun --host-discovery-script sets all three)")
-    _G.tracking = bool(_G.discovery) or resume
+    _G.tracking = may_resize()  # (install.py runs the adapter at one rank where this holds)
     _G.snap = {} if resume else None  # read at the engine's start (begin)
     _S.on_start.append(begin)
     _S.resume_steps = 0 if resume else None  # (rank 0's stdout is silenced until the script is back: output.py)

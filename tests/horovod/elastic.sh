@@ -159,30 +159,41 @@ else
   echo "SKIP (a rank's death): this MPI has no ULFM fault tolerance (hvdrun --min-np needs Open MPI 5+)"
 fi
 
-# --- hosts joining: 2 -> 3 once rank 0 has epoch 1's batch 2
-if [ $ulfm = 1 ] || [ "${ELASTIC_HVD:-}" = all ]; then
+# restart NAME NEW WORD [OPTS]: the script under hvdrun over 2 ranks, the
+# discovery script listing NEW slots once rank 0 has epoch 1's batch 2 (WORD:
+# grow or shrink; OPTS: hvdrun's); the restart said, one reset callback in the
+# restarted job; sets `at` to the commit it went on from (epoch batch processed)
+restart() {
+  _n=$1 _new=$2 _word=$3
+  shift 3
   cat >"$TMP/disc.sh" <<EOD
 #!/bin/sh
-[ -f "$TMP/grow" ] && echo localhost:3 || echo localhost:2
+[ -f "$TMP/change" ] && echo localhost:$_new || echo localhost:2
 EOD
   chmod +x "$TMP/disc.sh"
-  rm -f "$TMP"/log.* "$TMP/grow"
+  rm -f "$TMP"/log.* "$TMP/change"
+  rc=0
+  HVDRUN_LIB="$LIB" HVDSHIM_ELASTIC_INTERVAL=0.2 timeout -k 5 240 "$HVDRUN" -np 2 --oversubscribe "$@" \
+    --host-discovery-script "$TMP/disc.sh" "$PYTHON" "$S" --grow-file "$TMP/change" --grow-at 1:2 --pause 0.05 \
+    --log "$TMP/log" --save "$TMP/$_n.pt" >"$TMP/$_n.out" 2>&1 </dev/null || rc=$?
+  [ $rc = 0 ] || { cat "$TMP/$_n.out"; fail "2 -> $_new: status $rc"; }
+  grep -q "hvdrun: the job stopped to $_word; starting it again over $_new rank(s) (was 2)" "$TMP/$_n.out" &&
+    grep -q "the job started again over $_new rank(s) (was 2): hvd.elastic.run goes on" "$TMP/$_n.out" ||
+    { cat "$TMP/$_n.out"; fail "2 -> $_new: the job did not $_word"; }
+  # (mpirun relays stdout and stderr apart: a warning may come before the line's end)
+  at=$(sed -n "s/^reset: size $_new epoch \([0-9]*\) batch \([0-9]*\) processed \([0-9]*\).*/\1 \2 \3/p" "$TMP/$_n.out")
+  [ "$(echo $at | wc -w)" = 3 ] && [ "$(grep -c '^reset:' "$TMP/$_n.out")" = 1 ] && grep -q "^calls 1 resets 1$" "$TMP/$_n.out" ||
+    { cat "$TMP/$_n.out"; fail "2 -> $_new: not one reset callback in the restarted job"; }
+}
+
+# --- hosts joining: 2 -> 3
+if [ $ulfm = 1 ] || [ "${ELASTIC_HVD:-}" = all ]; then
   minnp=
   [ $ulfm = 1 ] && minnp="--min-np 2"
-  rc=0
   # shellcheck disable=SC2086
-  HVDRUN_LIB="$LIB" HVDSHIM_ELASTIC_INTERVAL=0.2 timeout -k 5 240 "$HVDRUN" -np 2 --oversubscribe $minnp --max-np 3 \
-    --host-discovery-script "$TMP/disc.sh" "$PYTHON" "$S" --grow-file "$TMP/grow" --grow-at 1:2 --pause 0.05 \
-    --log "$TMP/log" --save "$TMP/join.pt" >"$TMP/join.out" 2>&1 </dev/null || rc=$?
-  [ $rc = 0 ] || { cat "$TMP/join.out"; fail "2 -> 3: status $rc"; }
-  grep -q "hvdrun: the job stopped to grow; starting it again over 3 rank(s) (was 2)" "$TMP/join.out" &&
-    grep -q "the job started again over 3 rank(s) (was 2): hvd.elastic.run goes on" "$TMP/join.out" ||
-    { cat "$TMP/join.out"; fail "2 -> 3: the job did not grow"; }
-  at=$(sed -n 's/^reset: size 3 epoch \([0-9]*\) batch \([0-9]*\) processed \([0-9]*\)$/\1 \2 \3/p' "$TMP/join.out")
+  restart join 3 grow $minnp --max-np 3
   # shellcheck disable=SC2086
   set -- $at
-  [ $# = 3 ] && [ "$(grep -c '^reset:' "$TMP/join.out")" = 1 ] && grep -q "^calls 1 resets 1$" "$TMP/join.out" ||
-    { cat "$TMP/join.out"; fail "2 -> 3: not one reset callback in the restarted job"; }
   grep -q "^job 2 call 1 size 3 epoch $1 batch $2 " "$TMP/log.2" ||
     { cat "$TMP/join.out" "$TMP/log.2"; fail "2 -> 3: the new rank did not go on from the commit (epoch $1, batch $2)"; }
   samples "$TMP/log" "$1" 3 "job 1 call 1" "job 2 call 1" "$2" >"$TMP/samples" 2>&1 ||
@@ -194,31 +205,14 @@ else
   echo "SKIP (hosts joining): run on sid (ELASTIC_HVD=all runs it here)"
 fi
 
-# --- hosts leaving: 2 -> 1 once rank 0 has epoch 1's batch 2 (where the join
-# is not run: the restart is the same; this one ends on one rank, which
-# still takes the state and writes its files; not on MPICH (GROW_SHORT, as
-# grow.sh's): Hydra's restart over one rank is grow.sh's 2 -> 1 -> 2 there)
+# --- hosts leaving: 2 -> 1 (where the join is not run: the restart is the
+# same; this one ends on one rank, which still takes the state and writes
+# its files; not on MPICH (GROW_SHORT, as grow.sh's): Hydra's restart over
+# one rank is grow.sh's 2 -> 1 -> 2 there)
 if { [ $ulfm = 0 ] && [ "${GROW_SHORT:-0}" != 1 ]; } || [ "${ELASTIC_HVD:-}" = all ]; then
-  cat >"$TMP/disc1.sh" <<EOD
-#!/bin/sh
-[ -f "$TMP/leave" ] && echo localhost:1 || echo localhost:2
-EOD
-  chmod +x "$TMP/disc1.sh"
-  rm -f "$TMP"/log.* "$TMP/leave"
-  rc=0
-  HVDRUN_LIB="$LIB" HVDSHIM_ELASTIC_INTERVAL=0.2 timeout -k 5 240 "$HVDRUN" -np 2 --oversubscribe --max-np 2 \
-    --host-discovery-script "$TMP/disc1.sh" "$PYTHON" "$S" --grow-file "$TMP/leave" --grow-at 1:2 --pause 0.05 \
-    --log "$TMP/log" --save "$TMP/leave.pt" >"$TMP/leave.out" 2>&1 </dev/null || rc=$?
-  [ $rc = 0 ] || { cat "$TMP/leave.out"; fail "2 -> 1: status $rc"; }
-  grep -q "hvdrun: the job stopped to shrink; starting it again over 1 rank(s) (was 2)" "$TMP/leave.out" &&
-    grep -q "the job started again over 1 rank(s) (was 2): hvd.elastic.run goes on" "$TMP/leave.out" ||
-    { cat "$TMP/leave.out"; fail "2 -> 1: the job did not shrink"; }
-  # (mpirun relays stdout and stderr apart: a warning may come before the line's end)
-  at=$(sed -n 's/^reset: size 1 epoch \([0-9]*\) batch \([0-9]*\) processed \([0-9]*\).*/\1 \2 \3/p' "$TMP/leave.out")
+  restart leave 1 shrink --max-np 2
   # shellcheck disable=SC2086
   set -- $at
-  [ $# = 3 ] && [ "$(grep -c '^reset:' "$TMP/leave.out")" = 1 ] && grep -q "^calls 1 resets 1$" "$TMP/leave.out" ||
-    { cat "$TMP/leave.out"; fail "2 -> 1: not one reset callback in the restarted job"; }
   [ -s "$TMP/leave.pt" ] || { cat "$TMP/leave.out"; fail "2 -> 1: the weights rank 0 saved after the restart are not on disk"; }
   emulate "$TMP/emu.pt" "2;1@$1:$2:$3"
   same "$TMP/leave.pt" "$TMP/emu.pt" 1e-12 >"$TMP/cmp" || { cat "$TMP/cmp"; fail "2 -> 1: the weights differ from the emulation"; }
