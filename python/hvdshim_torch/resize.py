@@ -274,7 +274,7 @@ def _replayed(make):
     torch.cat of nothing) where the plain run never does."""
     it = make()
     first = next(it, _NOTHING)
-    del it  # (its workers end here)
+    del it  # (its workers end here, but persistent ones, which the next iteration takes up)
     return iter(()) if first is _NOTHING else iter((first,))
 
 
