@@ -75,11 +75,14 @@ done
 # make distcheck: the tarball builds outside its tree (VPATH, the sources
 # read-only), installs and uninstalls, and passes a subset of make check
 # there (the whole of it ran above, in this tree): the unit tests, the
-# install and manual-page checks, one multi-rank engine test and one PyTorch
-# end-to-end test (its launches, loader workers and pickling: SHARD_SHORT)
-DISTCHECK_TESTS="tests/unit/unit_tests tests/unit/overlay_view tests/unit/settings-page.sh tests/unit/install.sh tests/tools/man.sh tests/mpi/shm.sh tests/torch/shard.sh"
+# install and manual-page checks.  (The tarball's Python packages and
+# examples run as a user installs them in check-stacks' package stack:
+# make dist's tarball built into Debian packages, installed, the bundled
+# example trained under hvdrun; a multi-rank PyTorch test here, 40 s of CI,
+# ran the same files a second time.)
+DISTCHECK_TESTS="tests/unit/unit_tests tests/unit/overlay_view tests/unit/settings-page.sh tests/unit/install.sh tests/tools/man.sh"
 t0=$(date +%s)
-SHARD_SHORT=1 $MAKE -j"$jobs" distcheck TESTS="$DISTCHECK_TESTS" >check-all-distcheck.log 2>&1
+$MAKE -j"$jobs" distcheck TESTS="$DISTCHECK_TESTS" >check-all-distcheck.log 2>&1
 rc=$?
 p=0 f=0 s=0
 if [ $rc = 0 ] && grep -a -q 'archives ready for distribution' check-all-distcheck.log; then

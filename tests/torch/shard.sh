@@ -136,8 +136,8 @@ for f in lc1 lc3; do
   [ "$(grep -c "^\(\[rank [01]\] \)\?\(loader\|copy\): len 4, 4 batches$" "$TMP/$f")" = 4 ] || { cat "$TMP/$f"; fail "a loader saved or loaded in a checkpoint, or its copy: not 4 of 8 batches a rank"; }
 done
 pass "a DataLoader in a checkpoint loads without hvdshim (its plain batch sampler); loaded under the shim, and deep-copied, it is sharded (4 of 8 batches a rank, len agreeing)"
-# SHARD_SHORT=1: the jobs above only (check-stacks' trixie and sid stacks,
-# distcheck); the cases below are the adapter's logic over torch's
+# SHARD_SHORT=1: the jobs above only (check-stacks' trixie and sid stacks);
+# the cases below are the adapter's logic over torch's
 # random state and modules, run on Debian 12 (about 3 minutes on sid)
 [ "${SHARD_SHORT:-}" = 1 ] && exit 0
 # no DataLoader: batches cut from the data by the script are the same on
