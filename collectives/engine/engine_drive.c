@@ -35,6 +35,8 @@
 
 /* One cycle, under `drive`; a cycle that ends the engine says so to the others. */
 static int drive_cycle(hvd_engine *e) {
+  double now = hvd_mono_s();
+  __atomic_store(&e->last_cycle, &now, __ATOMIC_RELAXED);
   int go_on = hvd_eng_cycle(e);
   if (!go_on) e->finished = 1;
   return go_on;
@@ -182,11 +184,18 @@ void *hvd_eng_main(void *engine) {
      * a submission or the idle tick (e->idle_s, 100 ms) instead of running a control round
      * every cycle.  Peers with work wait in their round until this rank
      * submits too (its submission wakes it), which they would anyway; the
-     * bounded idle period keeps stall reports and shutdown timely. */
+     * bounded idle period keeps stall reports and shutdown timely.  The
+     * period runs from the last cycle, whoever ran it: while a training
+     * thread runs a cycle each step itself (help), a tick of this thread's
+     * own would start a round its peers join only at their next step's
+     * reduction, which then waits for that round to end (about a
+     * millisecond a tick, on the training thread's core). */
     int held = e->elastic && hvd_handles_held(); /* published by the next round */
     int idle = !e->joined_self && e->npending == 0 && !held && e->nout == 0 &&
                !(e->rank == 0 && hvd_coord_busy(&e->coord));
-    double deadline = start + (idle && e->cycle_s < e->idle_s ? e->idle_s : e->cycle_s);
+    double period = idle && e->cycle_s < e->idle_s ? e->idle_s : e->cycle_s;
+    double deadline = start + period;
+    int napping = 0; /* (the deadline is a nap's: work here waits for the peers) */
     /* Work here waits for the peers: the next round starts now and waits
      * in the control exchange itself, where a peer's submission (which
      * wakes that peer into its round) completes it at once, instead of
@@ -198,14 +207,16 @@ void *hvd_eng_main(void *engine) {
       if (e->cycle_admitted || e->cycle_agreed) e->pend_nap = 0;
       else e->pend_nap = e->pend_nap > 0 ? fmin(2 * e->pend_nap, e->cycle_s) : HVD_PEND_NAP_MIN_S;
       double t = hvd_mono_s() + e->pend_nap;
-      if (t < deadline) deadline = t;
+      if (t < deadline) deadline = t, napping = 1;
     } else {
       e->pend_nap = 0;
     }
     pthread_mutex_lock(&e->qmu);
     while (!(e->stop_requested && !e->stopped_self) && (!e->qhead || e->gathering) && e->join_asked == HVD_NO_HANDLE &&
            !e->tl_op) { /* a stop or join request needs a cycle */
-      double t = hvd_mono_s(), until = deadline;
+      double t = hvd_mono_s(), until = deadline, last;
+      __atomic_load(&e->last_cycle, &last, __ATOMIC_RELAXED);
+      if (!napping && last + period > until) until = last + period; /* another thread ran a cycle since */
       /* gathered long enough (while it lasts: a queue a waiting thread took
        * leaves no cycle to run at the gathering's end) */
       if (e->qhead && e->gathering && e->gather_t + e->cycle_s < until) until = e->gather_t + e->cycle_s;

@@ -188,6 +188,7 @@ struct hvd_engine {
   size_t cycle_admitted, cycle_agreed;
   double pend_nap;
   double last_submit; /* atomic (__atomic_load/store): hvd_mono_s() of this rank's last accepted submission */
+  double last_cycle;  /* atomic (__atomic_load/store): hvd_mono_s() at the start of the last cycle, whoever ran it */
   uint64_t steps;    /* atomic: steps marked on this rank since the start (hvd_step_mark; autotune's clock) */
   /* published for hvd_engine_tuning (atomics: read by user threads) */
   size_t pub_fusion;
