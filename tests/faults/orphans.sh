@@ -157,8 +157,9 @@ rm -f $job_sems
 pass "rank 1 SIGKILLed with its reaper (loader workers by forkserver): the job ended, no process of it left $left ms later ($sl of its $(echo $job_sems | wc -w) named semaphores left, removed by the test)"
 
 # 2. elastic, where the MPI survives a death: each start method, a rank > 0
-# and rank 0 (trixie's Open MPI 5, ELASTIC_TORCH=mpi: two of them; the
-# Python side is sid's)
+# and rank 0 (ELASTIC_TORCH=mpi: two of them, for a stack that runs only
+# what its MPI takes part in; check-stacks runs this script on sid, whole
+# but for ORPHANS_SHORT, and not on trixie)
 if [ $ulfm = 1 ]; then
   cases="fork:1 spawn:0 forkserver:1 forkserver:0"
   [ "${ELASTIC_TORCH:-all}" = mpi ] && cases="spawn:1 forkserver:0"
