@@ -39,6 +39,7 @@ ap.add_argument("--flat", choices=["engine", "mpi"],
                 help="distributed by hand: one allreduce a step of every gradient and the loss in one flat buffer")
 ap.add_argument("--threads", action="store_true",
                 help="also print each thread's CPU time and context switches per step (from /proc/self/task)")
+ap.add_argument("--step-times", metavar="FILE", help="write the time (s) each training step ended, one a line")
 args = ap.parse_args()
 
 rank, size = 0, 1
@@ -123,6 +124,7 @@ def thread_stats():
 
 
 trained = steps = 0
+ends = []  # (--step-times)
 before = thread_stats() if args.threads else None
 start = time.perf_counter()
 for epoch in range(args.epochs):
@@ -147,6 +149,8 @@ for epoch in range(args.epochs):
             opt.step()
         trained += len(x)
         steps += 1
+        if args.step_times:
+            ends.append(time.perf_counter())
     sched.step()
     model.eval()
     correct = total_loss = 0.0
@@ -160,6 +164,9 @@ for epoch in range(args.epochs):
               % (epoch, loss.item(), total_loss / len(test_x), correct / len(test_x)), flush=True)
 elapsed = time.perf_counter() - start
 print("samples/s %.1f" % (trained / elapsed), flush=True)
+if args.step_times:
+    with open(args.step_times, "w") as f:
+        f.write("".join("%.6f\n" % t for t in [start] + ends))
 if args.threads:
     for tid, (name, cpu, vol, invol) in sorted(thread_stats().items()):
         b = before.get(tid, (name, 0.0, 0, 0))

@@ -22,10 +22,12 @@ For each model (cnn, mlp), alternating runs of:
   limit2 the physical limit: 2 independent plain processes started together,
               one pinned to each core (taskset), their samples/s summed
               (limit3, limit4: more processes, round robin over the cores).
-              Also printed: the lockstep bound, 2 x the slower process's
-              samples/s: a synchronous job (every step waits for every rank)
-              runs at its slowest core's pace, whatever its communication
-              costs, and a virtual machine's cores can differ in speed
+              Also printed: the lockstep bound, what the same processes
+              would reach had each step waited for the slowest (their
+              steps' durations paired by index, each pair at its longer):
+              a synchronous job pays every core's slow step, whatever its
+              communication costs, and a virtual machine's cores differ in
+              speed and stall at random
   KIND@NAME=VALUE  KIND with HVDSHIM_NAME=VALUE (several joined by +), e.g.
               shim2@BUCKET=0: two settings compared in the same run
 Throughput is global samples/s (ranks x per-rank samples/s, same per-rank
@@ -77,17 +79,33 @@ def limit(n, cmd, e):
     """n copies of the plain script at once, one per core: what n ranks could
     at best do with no communication at all (samples/s summed)."""
     cores = sorted(os.sched_getaffinity(0))
-    procs = [subprocess.Popen(["taskset", "-c", str(cores[i % len(cores)])] + cmd, env=e, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(n)]
-    rates = []
-    for p in procs:
-        out, err = p.communicate(timeout=600)
-        m = re.search(r"samples/s ([\d.]+)", out)
-        if p.returncode or not m:
-            sys.exit("limit%d failed (exit %d):\n%s%s" % (n, p.returncode, out, err))
-        rates.append(float(m.group(1)))
-    lockstep[n].append(n * min(rates))
+    with tempfile.TemporaryDirectory() as tmp:
+        files = [os.path.join(tmp, "steps%d" % i) for i in range(n)]
+        procs = [subprocess.Popen(["taskset", "-c", str(cores[i % len(cores)])] + cmd + ["--step-times", files[i]],
+                                  env=e, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for i in range(n)]
+        rates = []
+        for p in procs:
+            out, err = p.communicate(timeout=600)
+            m = re.search(r"samples/s ([\d.]+)", out)
+            if p.returncode or not m:
+                sys.exit("limit%d failed (exit %d):\n%s%s" % (n, p.returncode, out, err))
+            rates.append(float(m.group(1)))
+        lockstep[n].append(sum(rates) * stepped_together(files))
     return sum(rates)
+
+
+def stepped_together(files):
+    """The share of their own pace that processes keep when each step waits
+    for the slowest: their steps' durations (from --step-times) paired by
+    index, the mean of a pair's against its longest, summed over the steps."""
+    durations = []
+    for name in files:
+        with open(name) as f:
+            ends = [float(line) for line in f]
+        durations.append([b - a for a, b in zip(ends, ends[1:])])
+    pairs = list(zip(*durations))
+    return sum(sum(d) / len(d) for d in pairs) / sum(max(d) for d in pairs)
 
 
 def command(model, ranks):
@@ -158,6 +176,12 @@ for model in args.models.split(","):
         print("  %s repeat %d: %s" % (model, i + 1, "  ".join("%s %.0f" % (k, v[-1]) for k, v in results.items())),
               flush=True)
     med = {k: statistics.median(v) for k, v in results.items()}
+
+    def paired(a, b):
+        """The median of a's and b's ratios within each repeat (run next to
+        each other): steadier than the ratio of medians where the VM's speed
+        drifts over the run."""
+        return statistics.median(x / y for x, y in zip(results[a], results[b]))
     spread = {k: (min(v), max(v)) for k, v in results.items()}
     print("%s medians (samples/s): %s" % (model, "  ".join("%s %.0f [%.0f-%.0f]" % (k, med[k], *spread[k])
                                                            for k in results)))
@@ -169,12 +193,13 @@ for model in args.models.split(","):
         print("%s ratio shim np=2 / shim np=2 reducing every backward: %.3f" % (model, med["shim2"] / med["shim2every"]))
     for n in (2, 3, 4):
         if "shim%d" % n in med and "before%d" % n in med:
-            print("%s ratio shim np=%d / before np=%d: %.3f" % (model, n, n, med["shim%d" % n] / med["before%d" % n]))
+            print("%s ratio shim np=%d / before np=%d: %.3f (repeat by repeat: median %.3f)"
+                  % (model, n, n, med["shim%d" % n] / med["before%d" % n], paired("shim%d" % n, "before%d" % n)))
         lim = med.get("limit%d" % n)
         bound = statistics.median(lockstep[n]) if lockstep[n] else None
         if lim:
-            print("%s lockstep bound at np=%d (%d x the slower plain process, median): %.0f = %.3f of the limit"
-                  % (model, n, n, bound, bound / lim))
+            print("%s lockstep bound at np=%d (the plain processes, each step at the slowest's duration; median): "
+                  "%.0f = %.3f of the limit" % (model, n, bound, bound / lim))
         if "shim%d" % n in med and "floor%d" % n in med:
             print("%s ratio shim np=%d / the floor (one engine call a step, nothing per gradient): %.3f"
                   % (model, n, med["shim%d" % n] / med["floor%d" % n]))
@@ -185,8 +210,9 @@ for model in args.models.split(","):
                 print("%s ratio %s / Horovod np=%d: %.3f" % (model, k, n, med[k] / med["hvd%d" % n]))
         for k in ("shim%d" % n, "before%d" % n, "ddp%d" % n, "hvd%d" % n, "floor%d" % n, "mpi%d" % n):
             if lim and k in med:
-                print("%s ratio %s / the limit (%d plain processes, one per core): %.3f%s; / the lockstep bound: %.3f"
+                print("%s ratio %s / the limit (%d plain processes, one per core): %.3f%s; / the lockstep bound: %.3f; "
+                      "repeat by repeat: median %.3f of the limit"
                       % (model, k, n, med[k] / lim, " (target >= 0.85)" if k == "shim%d" % n else "",
-                         med[k] / bound))
+                         med[k] / bound, paired(k, "limit%d" % n)))
     if "shim1" in med and "plain" in med:
         print("%s ratio shim np=1 / plain:    %.3f (target >= 0.99)" % (model, med["shim1"] / med["plain"]))

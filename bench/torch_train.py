@@ -48,6 +48,7 @@ ap.add_argument("--switches", action="store_true",
 ap.add_argument("--horovod", action="store_true", help="distribute with Horovod (horovod.torch), converted by hand")
 ap.add_argument("--flat", choices=["engine", "mpi"],
                 help="distribute by hand: one allreduce a step of every gradient and the loss in one flat buffer")
+ap.add_argument("--step-times", metavar="FILE", help="write the time (s) each timed step ended, one a line")
 args = ap.parse_args()
 
 rank, size = 0, 1
@@ -137,6 +138,7 @@ def thread_switches():
 
 
 step, epoch, start = 0, 0, None
+ends = []  # (--step-times)
 while step < args.warmup + args.steps:
     if args.ddp or args.horovod or args.flat:
         loader.sampler.set_epoch(epoch)
@@ -155,10 +157,15 @@ while step < args.warmup + args.steps:
             opt.step()
             opt.zero_grad(set_to_none=False) if args.flat else opt.zero_grad()
         step += 1
+        if args.step_times and step > args.warmup:
+            ends.append(time.perf_counter())
         if step == args.warmup + args.steps:
             break
     epoch += 1
 elapsed = time.perf_counter() - start
+if args.step_times:
+    with open(args.step_times, "w") as f:
+        f.write("".join("%.6f\n" % t for t in [start] + ends))
 if rank == 0:
     print("samples/s %.1f" % (args.batch * args.steps / elapsed), flush=True)
     if args.switches:
