@@ -223,6 +223,16 @@ def _join_guard(ename, psid, what):
     return h, check, flag
 
 
+def _rows_back(got, host, src, tensor):
+    """What the engine gathered or exchanged (host memory, as bytes where
+    the dtype went as bytes) as the caller's: host's dtype, rows of src's
+    shape, on tensor's device."""
+    if got.dtype != host.dtype:
+        got = got.view(host.dtype)
+    got = got.reshape((-1,) + tuple(src.shape[1:]))
+    return got.to(tensor.device) if tensor.is_cuda else got
+
+
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Concatenate every rank's `tensor` along the first dimension (which may
     differ per rank); returns a handle."""
@@ -246,11 +256,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
 
     def finish():
         joined()
-        got = out[0]
-        if got.dtype != host.dtype:
-            got = got.view(host.dtype)
-        got = got.reshape((-1,) + tuple(src.shape[1:]))
-        return got.to(tensor.device) if tensor.is_cuda else got
+        return _rows_back(out[0], host, src, tensor)
     return _register([(gh, raw, "hvd.allgather", out), jh], finish, (tensor, raw, flag), (tuple(src.shape[1:]),))
 
 
@@ -414,11 +420,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 
     def finish():
         joined()
-        got = out[0]
-        if got.dtype != host.dtype:
-            got = got.view(host.dtype)
-        got = got.reshape((-1,) + tuple(src.shape[1:]))
-        return (got.to(tensor.device) if tensor.is_cuda else got), torch.tensor(list(recv), dtype=torch.int32)
+        return _rows_back(out[0], host, src, tensor), torch.tensor(list(recv), dtype=torch.int32)
     return _register([(h, raw, "hvd.alltoall", out), jh], finish, (tensor, raw, send, recv, flag),
                      (tuple(src.shape[1:]),))
 
