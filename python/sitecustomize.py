@@ -3,7 +3,8 @@
 #   1. put PYTHONPATH back as the user had it (children see the real value),
 #      and take this directory off sys.path;
 #   2. in the rank's own process only, install an import hook that loads the
-#      PyTorch adapter right after `import torch` finishes;
+#      PyTorch adapter right after `import torch` finishes (and, on ranks > 0,
+#      has argparse's command-line errors wait for rank 0's: said once);
 #   3. serve the packages beside it: the adapter (hvdshim_torch) and hvdshim's
 #      `horovod` package to `import horovod` (HVDSHIM_HOROVOD);
 #   4. run the sitecustomize this one shadows, if there is one.
@@ -135,6 +136,43 @@ def _private_serialize_file(rust):
     rust.serialize_file = serialize_file
 
 
+def _usage_errors_once(argparse):
+    """On ranks > 0: a command-line error that argparse reports (its usage
+    and the message on stderr, then exit 2) is the same on every rank, which
+    all parse the same command line, so it waits for rank 0's own to end the
+    job first, as a traceback does (hvd_failing_grace): the job says it
+    once.  Where rank 0 goes on (its command line differed) this rank says
+    its own after that wait, a second.  An error method of the script's own
+    ArgumentParser subclass is left alone."""
+    import ctypes
+    try:
+        grace = ctypes.CDLL(None).hvd_failing_grace
+    except AttributeError:
+        return
+    grace.restype, grace.argtypes = None, []
+    cls = argparse.ArgumentParser
+    real = cls.error
+
+    def error(self, message):
+        grace()
+        return real(self, message)
+
+    error.__doc__ = real.__doc__
+    cls.error = error
+
+
+def _rank():
+    """This process's rank as the launcher set it, or -1: the variables
+    libhvdshim.so reads (base/role.c), first set wins."""
+    for var in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    if os.environ.get("SLURM_PROCID", "").isdigit() and os.environ.get("SLURM_NTASKS", "").isdigit() \
+            and int(os.environ["SLURM_NTASKS"]) > 1:
+        return int(os.environ["SLURM_PROCID"])
+    return -1
+
+
 class _PackageServer:
     """A meta path finder that serves the packages beside this file: the
     adapter, hvdshim_torch (loaded after `import torch`, and by the horovod
@@ -192,6 +230,8 @@ def _chain():
 _restore_environment()
 _SEED = _rng_seed()
 _ACTIONS = {"torch": lambda _m: _load_adapter(), "safetensors._safetensors_rust": _private_serialize_file}
+if _rank() > 0:
+    _ACTIONS["argparse"] = _usage_errors_once
 if _SEED is not None:
     import random
     random.seed(_SEED)  # before the script runs: a script that seeds it overrides this

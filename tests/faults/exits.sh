@@ -52,6 +52,16 @@ nt=$(grep -c "Traceback" "$TMP/raise-all")
 no_leftovers "$tag"
 echo "exception on every rank: rank 0's traceback alone"
 
+# a command-line error argparse reports (usage and message, then exit 2)
+# is the same on every rank: rank 0's alone (python/sitecustomize.py)
+rc=0
+shim 3 "$PYTHON" "$FAULT_TRAIN" --no-such-option >"$TMP/usage" 2>&1 || rc=$?
+[ $rc = 2 ] && [ "$(grep -c "error: unrecognized arguments: --no-such-option" "$TMP/usage")" = 1 ] &&
+  grep -q "^\[rank 0\] .*error: unrecognized arguments" "$TMP/usage" ||
+  { cat "$TMP/usage"; fail "argparse's error on every rank: expected rank 0's alone and status 2 (status $rc)"; }
+no_leftovers "$tag"
+echo "argparse's error on every rank: rank 0's alone"
+
 rc=0
 shim 3 "$PYTHON" "$FAULT_TRAIN" --fault exit --exit-code 3 --fault-rank 2 --fault-at 5 --steps 100000 --tag "$tag" >"$TMP/exit3" 2>&1 ||
   rc=$?
