@@ -153,12 +153,50 @@ void hvd_overlay_off(void) {
   HVD_DEBUG("rank-private files off: the script distributes itself");
 }
 
+/* ------------------------------------------------------------ saves held */
+#define HOLD_MAX 16
+static pthread_mutex_t hold_mu = PTHREAD_MUTEX_INITIALIZER;
+static char *held[HOLD_MAX]; /* real paths a rank > 0 is saving privately (hvd_overlay_hold) */
+static int promoted;         /* this process took over the files (promote) */
+
+static int is_held(const char *path) {
+  pthread_mutex_lock(&hold_mu);
+  int found = 0;
+  for (int i = 0; i < HOLD_MAX && !found; i++) found = held[i] && !strcmp(held[i], path);
+  pthread_mutex_unlock(&hold_mu);
+  return found;
+}
+
+int hvd_overlay_hold(const char *path, int on) {
+  overlay_ready(); /* (a takeover due in this thread happens first) */
+  if (!path) return -1;
+  pthread_mutex_lock(&hold_mu);
+  int r = -1;
+  if (on && __atomic_load_n(&promoted, __ATOMIC_ACQUIRE)) {
+    r = 1;
+  } else if (on && overlay_on && getpid() == overlay_owner) {
+    for (int i = 0; i < HOLD_MAX && r < 0; i++)
+      if (!held[i] && (held[i] = strdup(path))) r = 0;
+  } else if (!on) {
+    r = 0;
+    for (int i = 0; i < HOLD_MAX; i++)
+      if (held[i] && !strcmp(held[i], path)) {
+        free(held[i]), held[i] = NULL;
+        r = __atomic_load_n(&promoted, __ATOMIC_ACQUIRE);
+        break;
+      }
+  }
+  pthread_mutex_unlock(&hold_mu);
+  return r;
+}
+
 static void promote(int at_end) {
   if (!overlay_on) return;
+  __atomic_store_n(&promoted, 1, __ATOMIC_RELEASE);
   overlay_ready();
   const char *r = hvd_ovl_root();
   size_t rl = r ? strlen(r) : 0;
-  int moved = 0, lost = 0;
+  int moved = 0, lost = 0, kept = 0;
   DIR *d = r ? overlay_real.opendir("/proc/self/fd") : NULL;
   for (struct dirent64 *de; d && (de = overlay_real.readdir64(d));) {
     int fd = atoi(de->d_name);
@@ -171,6 +209,10 @@ static void promote(int at_end) {
     int flags = overlay_fdc.fcntl(fd, F_GETFL);
     struct stat st;
     if (flags < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (is_held(target + rl)) { /* a save the adapter makes again, for real (hvd_overlay_hold) */
+      kept++;
+      continue;
+    }
     off_t pos = lseek(fd, 0, SEEK_CUR);
     /* the same file where the first rank 0 wrote it: at the same position, or at its end when appending (at_end:
      * at its end, where the job before the restart left it) */
@@ -191,8 +233,8 @@ static void promote(int at_end) {
   if (d) overlay_real.closedir(d);
   hvd_overlay_cleanup();
   overlay_on = 0;
-  HVD_DEBUG("rank-private files off: this rank is rank 0 now (%d open file(s) moved to their real paths, %d lost)",
-            moved, lost);
+  HVD_DEBUG("rank-private files off: this rank is rank 0 now (%d open file(s) moved to their real paths, %d lost, %d "
+            "left to a save made again)", moved, lost, kept);
 }
 
 void hvd_overlay_promote(void) { promote(0); }
@@ -239,6 +281,9 @@ void overlay_take_over(void) {
   HVD_INFO("this rank is rank 0 now (the first one died): the console and the files are its from here on");
 }
 
+/* The waits for rank 0's files (the bytes layer) end once this process is rank 0: the one they waited for died. */
+static int rank0_gone(void) { return hvd_role_is_new_rank0(); }
+
 void hvd_overlay_arm(int rank, int resuming) {
   if ((rank <= 0 && !resuming) || overlay_on) return;
   const char *v = hvd_cfg_str(HVD_CFG_SAVE_RANKS);
@@ -247,6 +292,7 @@ void hvd_overlay_arm(int rank, int resuming) {
   overlay_owner = getpid();
   hvd_ovl_init(&overlay_real, rank);
   hvd_ovb_init(&overlay_real, (long long)hvd_cfg_int(HVD_CFG_PRIVATE_BYTES), 1.0);
+  hvd_ovb_set_gone(rank0_gone);
   atexit(cleanup_at_exit);
   overlay_on = 1;
 }

@@ -44,6 +44,17 @@ __attribute__((visibility("default"))) void hvd_overlay_promote(void);
  * end (where the job before the restart left it), never truncated; what it
  * wrote before (the script brought back to that point) is dropped. */
 __attribute__((visibility("default"))) void hvd_overlay_resume(void);
+/* A rank > 0 saving `path` (an absolute path: the adapter's torch.save and
+ * shutil.copyfile) into its private folder (on = 1), or done with it (on =
+ * 0).  Where this rank becomes rank 0 meanwhile, the old rank 0's write of
+ * that path was cut short (and put back, hvd_restore_at_end): the part this
+ * rank wrote is not moved there (a promotion leaves its descriptor on the
+ * private copy, which is dropped), and the caller saves again, for real.
+ * Returns, on = 1: 0 held; 1 this rank took over the files already (save
+ * for real, as rank 0); -1 not held (no overlay here, or 16 held).  On = 0:
+ * 1 where the rank took over the files while the path was held, else 0.
+ * Exported (the Python adapter). */
+__attribute__((visibility("default"))) int hvd_overlay_hold(const char *path, int on);
 /* A rank whose stdout is silenced (the adapter's output.py: descriptor 1
  * on /dev/null) keeps the real one aside in saved_fd: the console goes back
  * there (hvd_overlay_console_back) when this rank becomes rank 0.

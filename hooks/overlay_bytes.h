@@ -49,6 +49,10 @@ static inline struct hvd_ovb_file *hvd_ovb_of(int fd) {
  * `quiet`: scales the waits for rank 0's files (1; the unit test's less). */
 void hvd_ovb_init(const hvd_ovl_libc *libc, long long cap, double quiet);
 int hvd_ovb_enabled(void);
+/* The waits for rank 0's files end at once (nothing more is freed) once
+ * gone() is true: this process is rank 0 now, the rank 0 it waited for
+ * died (elastic).  NULL: they never end so. */
+void hvd_ovb_set_gone(int (*gone)(void));
 
 /* ---- fds ---- */
 enum { HVD_OVB_WRITER = 1, HVD_OVB_READER = 2, HVD_OVB_STDIO_RW = 3 };

@@ -82,6 +82,8 @@ typedef struct hvd_ovb_file {
 extern const hvd_ovl_libc *ovb_L; /* the real calls (set at the start) */
 extern long long ovb_cap;         /* HVDSHIM_PRIVATE_BYTES (0: nothing is tracked; set at the start) */
 extern double ovb_quiet;          /* scales the waits (set at the start) */
+extern int (*ovb_rank0_gone)(void); /* the waits for rank 0 end once it returns 1 (hvd_ovb_set_gone) */
+#define RANK0_GONE() (ovb_rank0_gone && ovb_rank0_gone())
 extern pthread_mutex_t ovb_mu;
 extern ovf *ovb_files;
 extern long long ovb_priv_total;
@@ -128,6 +130,7 @@ int ovb_gone(ovf *f);
 uint64_t ovb_counterparts(ovf *one);
 double ovb_patience(ovf *one, int writing);
 int ovb_await_change(ovf *f, uint64_t *last, double *since, double wait);
+int ovb_counterparts_settled(ovf *one);
 int ovb_done_differing(ovf *f);
 
 /* ---- overlay_bytes_pass.c: freeing and writing back ---- */

@@ -234,6 +234,24 @@ double ovb_patience(ovf *one, int writing) {
   return w;
 }
 
+/* Rank 0's files for this rank's copies with private bytes (`one`'s only)
+ * are all there, each as long as the copy and unchanged for 0.2 s: rank 0
+ * has written them, and what a pass could not free then stays private
+ * (blocks that differ, the copy's last part): waiting frees nothing more. */
+int ovb_counterparts_settled(ovf *one) {
+  struct timespec t;
+  struct stat s;
+  clock_gettime(CLOCK_REALTIME, &t);
+  for (ovf *f = ovb_files; f; f = f->next) {
+    if (one ? f != one : f->unlinked || f->size <= f->away) continue;
+    const char *p = f->src ? f->src : f->path;
+    if (ovb_L->fstatat(AT_FDCWD, p, &s, 0) != 0 || !S_ISREG(s.st_mode) || s.st_size < f->size ||
+        (double)(t.tv_sec - s.st_ctim.tv_sec) + (double)(t.tv_nsec - s.st_ctim.tv_nsec) * 1e-9 <= 0.2)
+      return 0;
+  }
+  return 1;
+}
+
 /* Waits (ovb_mu dropped) until rank 0's files for f change: 1; or until they
  * have been quiet for `wait` seconds since *since: 0.  *last: their state. */
 int ovb_await_change(ovf *f, uint64_t *last, double *since, double wait) {
@@ -244,7 +262,7 @@ int ovb_await_change(ovf *f, uint64_t *last, double *since, double wait) {
     pthread_mutex_unlock(&ovb_mu);
     nanosleep(&ts, NULL);
     pthread_mutex_lock(&ovb_mu);
-    if (ovb_find(dev, ino) != f) return 0;
+    if (ovb_find(dev, ino) != f || RANK0_GONE()) return 0;
     uint64_t sig = ovb_counterparts(f);
     if (sig != *last) {
       *last = sig, *since = now();

@@ -243,10 +243,11 @@ long long ovb_settle(ovf *one, long long goal, double wait, int until_freed) {
     nanosleep(&ts, NULL);
     pthread_mutex_lock(&ovb_mu);
     if (one && !ovb_find(one->dev, one->ino)) break; /* removed meanwhile (another thread) */
+    if (RANK0_GONE()) break;                         /* nothing more comes (elastic: this rank is rank 0 now) */
     if (one && goal < 0 && !until_freed && ovb_done_differing(one)) break;
     uint64_t sig = ovb_counterparts(one);
     if (sig == last) {
-      if (now() - changed >= wait) break;
+      if (now() - changed >= wait || ovb_counterparts_settled(one)) break; /* (rank 0 done: nothing more frees) */
       continue;
     }
     last = sig, changed = now();

@@ -58,18 +58,30 @@ def _rank0_writes(path):
     return lib.hvd_overlay_write_path(os.fsencode(path), out, len(out)) == 0
 
 
-def _plan(path):
+def _plan(path, took_over=False):
     """For an absolute path: (backup, the file's mode or None where the
     path is new), or None:
     save in place.  A backup still aside while the path is missing (a save
     cut short before, in this process, or in a run whose watcher could not
-    put it back) is the last whole file: it goes back first, never away."""
+    put it back) is the last whole file: it goes back first, never away.
+    took_over: this process has just taken over the files of a rank 0 that
+    died, maybe inside its save of this path, before its watcher put the
+    backup back: the backup (or the mark of a new path) is put right here
+    first, over the part that rank 0 wrote."""
     folder, name = os.path.split(path)
     if not name:
         return None
     backup = os.path.join(folder, FOLDER, name)
     try:
-        if not os.path.lexists(path) and os.path.isfile(backup) and not os.path.islink(backup):
+        if took_over and os.path.isfile(backup) and not os.path.islink(backup):
+            os.replace(backup, path)
+        elif took_over and os.path.isfile(backup + ".new"):
+            for gone in (path, backup + ".new"):
+                try:
+                    os.unlink(gone)
+                except FileNotFoundError:
+                    pass
+        elif not os.path.lexists(path) and os.path.isfile(backup) and not os.path.islink(backup):
             os.rename(backup, path)
     except OSError:
         return None
@@ -109,12 +121,14 @@ def _tidy(backup):
         pass
 
 
-def guarded(path, write):
+def guarded(path, write, rank0=False):
     """write() (which writes `path` in place and returns what the call
     returns) with the file at `path` kept aside until it returns, where
-    this process is rank 0 and `path` a plain file of its own (or new)."""
+    this process is rank 0 (or rank0: has just taken over the files as the
+    new rank 0, before the adapter has heard of it) and `path` a plain file
+    of its own (or new)."""
     path = os.path.abspath(os.fsdecode(os.fspath(path)))
-    plan = _plan(path) if _rank0_writes(path) else None
+    plan = _plan(path, rank0) if rank0 or _rank0_writes(path) else None
     if plan is None:
         return write()
     backup, mode = plan
@@ -151,10 +165,37 @@ def guarded(path, write):
     return result
 
 
+def held(path, write):
+    """A rank > 0's write() of `path` into its private folder, where the
+    job's rank 0 may die meanwhile (elastic): then this rank takes over the
+    files, but the old rank 0's save of `path` was cut short and put back
+    (the file before it), and the part this rank wrote privately is not
+    moved there (hooks/overlay.h, hvd_overlay_hold): the save is made
+    again, for real, kept aside as rank 0's are (guarded), so the path ends
+    with this save's file, whole, as in a run where no rank died."""
+    lib = capi.LIB
+    key = os.fsencode(os.path.abspath(os.fsdecode(os.fspath(path))))
+    state = lib.hvd_overlay_hold(key, 1) if lib is not None else -1
+    if state == 1:  # the files are this rank's already
+        return guarded(path, write, rank0=True)
+    if state != 0:
+        return write()
+    try:
+        result = write()
+    finally:
+        took = lib.hvd_overlay_hold(key, 0) == 1
+    if took:
+        capi.debug("%s: rank 0 died while this rank saved it; saved again, as the new rank 0" % os.fsdecode(key))
+        result = guarded(path, write, rank0=True)
+    return result
+
+
 def save(orig, obj, f, *args, **kwargs):
     """torch.save(obj, f, ...) through orig, the original."""
-    if _S.rank != 0 or not isinstance(f, (str, bytes, os.PathLike)):
+    if not isinstance(f, (str, bytes, os.PathLike)):
         return orig(obj, f, *args, **kwargs)
+    if _S.rank != 0:
+        return held(f, lambda: orig(obj, f, *args, **kwargs))
     return guarded(f, lambda: orig(obj, f, *args, **kwargs))
 
 
@@ -177,8 +218,10 @@ def install():
 
     def make_copyfile(orig):  # (shutil.copy and copy2 call it)
         def copyfile(src, dst, *args, **kwargs):
-            if _S.rank != 0 or not isinstance(dst, (str, bytes, os.PathLike)) or _same(src, dst):
+            if not isinstance(dst, (str, bytes, os.PathLike)) or _same(src, dst):
                 return orig(src, dst, *args, **kwargs)  # (the same file: its SameFileError)
+            if _S.rank != 0:
+                return held(dst, lambda: orig(src, dst, *args, **kwargs))
             return guarded(dst, lambda: orig(src, dst, *args, **kwargs))
         return copyfile
     wrap(shutil, "copyfile", make_copyfile)

@@ -272,6 +272,53 @@ PY
   cmp_weights "$TMP/end.pt" "$TMP/plain.pt" >"$TMP/cmp" 2>&1 ||
     { cat "$TMP/out" "$TMP/cmp"; fail "rank 0 killed after training: the weights saved differ from the plain run"; }
   pass "PyTorch split np=2, rank 0 SIGKILLed after the last collective: rank 1 takes over the console and the files at its next write (its line printed and logged once, its weights saved: the plain run's, $(cat "$TMP/cmp"))"
+  # rank 0 dies inside its last torch.save of the checkpoint (a file over
+  # HVDSHIM_PRIVATE_BYTES, so rank 1's private copy waits for rank 0's
+  # file): rank 1 stops waiting once it is rank 0, its save of that path is
+  # not moved over the old rank 0's part (put back as the file before), and
+  # it saves again for real: the job ends 0 and ckpt.pt holds the last
+  # epoch, whole (before: the previous epoch's, and at debug level rank 1
+  # hung, its log line taking the bytes layer's lock again)
+  cat >"$TMP/save_death.py" <<'PY'
+import os, signal, time
+import torch
+
+rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+
+
+class Cut:
+    """Pickled in the last save: rank 0 dies there, its file begun."""
+    def __reduce__(self):
+        if rank == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return (int, ())
+
+
+model = torch.nn.Linear(8, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+data = torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randn(64, 2))
+for epoch in range(3):
+    for x, y in torch.utils.data.DataLoader(data, batch_size=8):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    state = {"epoch": epoch, "model": model.state_dict(), "pad": torch.ones(1 << 20)}
+    if epoch == 2:
+        state["cut"] = Cut()
+    torch.save(state, "ckpt.pt")
+    print("saved epoch", epoch, flush=True)
+PY
+  rm -rf "$TMP/sd" && mkdir -p "$TMP/sd/tmp"
+  rc=0
+  (cd "$TMP/sd" && TMPDIR="$TMP/sd/tmp" T=90 LD_PRELOAD="$LIB" mpi 2 --with-ft ulfm -x LD_PRELOAD -x OMP_NUM_THREADS=1 \
+    -x HVDSHIM_ELASTIC=1 -x HVDSHIM_PRIVATE_BYTES=1M -x HVDSHIM_LOG_LEVEL=debug -x TMPDIR \
+    "$PYTHON" "$TMP/save_death.py" >"$TMP/out" 2>&1) || rc=$?
+  [ $rc = 0 ] || { tail -40 "$TMP/out"; fail "rank 0 killed inside its last save: status $rc"; }
+  got=$(cd "$TMP/sd" && "$PYTHON" -c 'import torch; d = torch.load("ckpt.pt", weights_only=False); assert bool((d["pad"] == 1).all()); print(d["epoch"])' 2>&1 | tail -1)
+  [ "$got" = 2 ] && [ ! -e "$TMP/sd/.hvdshim-saving" ] && [ "$(grep -c "^saved epoch 2" "$TMP/out")" = 1 ] ||
+    { tail -40 "$TMP/out"; ls -la "$TMP/sd"; fail "rank 0 killed inside its last save: ckpt.pt holds '$got', not epoch 2 whole (or a backup is left, or 'saved epoch 2' is not printed once)"; }
+  grep -q "saved again, as the new rank 0" "$TMP/out" || { tail -40 "$TMP/out"; fail "rank 0 killed inside its last save: rank 1 did not save again"; }
+  pass "PyTorch np=2, rank 0 SIGKILLed inside its last torch.save (a checkpoint over HVDSHIM_PRIVATE_BYTES, debug logging): rank 1 takes over and saves again, status 0, ckpt.pt holds the last epoch, whole"
   # An uncaught exception on one rank is not a death the others survive:
   # the job ends non-zero with that rank's line, and the ranks Open MPI ends
   # for it (its handler calls _exit) say so, not that they called _exit
