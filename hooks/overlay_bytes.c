@@ -36,7 +36,6 @@ void hvd_ovb_init(const hvd_ovl_libc *libc, long long c, double quiet_scale) {
   ovb_quiet = quiet_scale;
 }
 int hvd_ovb_enabled(void) { return ovb_cap > 0; }
-int (*ovb_rank0_gone)(void);
 void hvd_ovb_set_gone(int (*gone)(void)) { ovb_rank0_gone = gone; }
 
 /* ------------------------------------------------------------ fds */

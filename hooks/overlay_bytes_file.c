@@ -36,6 +36,7 @@ struct hvd_ovb_file *hvd_ovb_fds[HVD_OVB_FDMAX];
 const hvd_ovl_libc *ovb_L;
 long long ovb_cap;
 double ovb_quiet = 1;
+int (*ovb_rank0_gone)(void);
 pthread_mutex_t ovb_mu = PTHREAD_MUTEX_INITIALIZER;
 ovf *ovb_files;
 long long ovb_priv_total;

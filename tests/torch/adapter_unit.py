@@ -1344,6 +1344,11 @@ class Checkpoints(unittest.TestCase):
         def hvd_overlay_write_path(self, path, out, n):
             return 0
 
+        hold = (-1, 0)  # hvd_overlay_hold's answers to on=1 and on=0 (-1: no overlay here)
+
+        def hvd_overlay_hold(self, path, on):
+            return self.hold[0] if on else self.hold[1]
+
         def hvd_log_message(self, *args):
             pass
 
@@ -1491,6 +1496,33 @@ class Checkpoints(unittest.TestCase):
         self.assertEqual(self.lib.pairs, [])
         import io
         self.assertEqual(self.ck.save(lambda obj, f: "buffer", None, io.BytesIO()), "buffer")
+
+    def test_rank0_died_during_a_private_save(self):
+        """A rank > 0 saving privately when the job's rank 0 dies (elastic):
+        the save is made again, kept aside as rank 0's; one begun after the
+        takeover is kept aside at once; with no takeover, once, in place."""
+        saves = []
+
+        def orig(obj, f):
+            saves.append(os.path.exists(os.path.join(self.dir, ".hvdshim-saving", "ck.pt")))
+            with open(f, "w") as out:
+                out.write(obj)
+            return "saved"
+        with open(self.path, "w") as f:
+            f.write("old")
+        _S.rank = 1
+        self.lib.hold = (0, 0)  # held, no takeover
+        self.assertEqual(self.ck.save(orig, "a", self.path), "saved")
+        self.assertEqual((saves, self.lib.pairs), ([False], []))
+        self.lib.hold = (0, 1)  # held, and the rank took over the files meanwhile
+        self.assertEqual(self.ck.save(orig, "b", self.path), "saved")
+        self.assertEqual(saves[1:], [False, True])  # the second, real save with the old file kept aside
+        self.assertEqual(len(self.lib.pairs), 1)
+        self.lib.hold = (1, 0)  # the files are this rank's already
+        self.assertEqual(self.ck.save(orig, "c", self.path), "saved")
+        self.assertEqual(saves[3:], [True])
+        self.assertEqual(self.read(), "c")
+        self.assertEqual(os.listdir(self.dir), ["ck.pt"])
 
 
 class Resizing(unittest.TestCase):
