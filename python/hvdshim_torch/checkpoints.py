@@ -74,13 +74,9 @@ def _plan(path, took_over=False):
     backup = os.path.join(folder, FOLDER, name)
     try:
         if took_over and os.path.isfile(backup) and not os.path.islink(backup):
-            os.replace(backup, path)
+            _put_back(backup, path, 0)
         elif took_over and os.path.isfile(backup + ".new"):
-            for gone in (path, backup + ".new"):
-                try:
-                    os.unlink(gone)
-                except FileNotFoundError:
-                    pass
+            _put_back(backup, path, None)
         elif not os.path.lexists(path) and os.path.isfile(backup) and not os.path.islink(backup):
             os.rename(backup, path)
     except OSError:
