@@ -156,8 +156,11 @@ void hvd_overlay_off(void) {
 /* ------------------------------------------------------------ saves held */
 #define HOLD_MAX 16
 static pthread_mutex_t hold_mu = PTHREAD_MUTEX_INITIALIZER;
-static char *held[HOLD_MAX]; /* real paths a rank > 0 is saving privately (hvd_overlay_hold) */
-static int promoted;         /* this process took over the files (promote) */
+static char *held[HOLD_MAX];  /* real paths a rank > 0 is saving privately (hvd_overlay_hold) */
+static char *saved[HOLD_MAX]; /* saves of theirs finished since the job's last step, oldest first */
+static int promoted;          /* this process took over the files (promote) */
+
+static void note_saved(char *path);
 
 static int is_held(const char *path) {
   pthread_mutex_lock(&hold_mu);
@@ -172,22 +175,112 @@ int hvd_overlay_hold(const char *path, int on) {
   if (!path) return -1;
   pthread_mutex_lock(&hold_mu);
   int r = -1;
-  if (on && __atomic_load_n(&promoted, __ATOMIC_ACQUIRE)) {
+  if (on == 1 && __atomic_load_n(&promoted, __ATOMIC_ACQUIRE)) {
     r = 1;
-  } else if (on && overlay_on && getpid() == overlay_owner) {
+  } else if (on == 1 && overlay_on && getpid() == overlay_owner) {
     for (int i = 0; i < HOLD_MAX && r < 0; i++)
       if (!held[i] && (held[i] = strdup(path))) r = 0;
-  } else if (!on) {
+  } else if (on == 0 || on == 2) {
     r = 0;
     for (int i = 0; i < HOLD_MAX; i++)
       if (held[i] && !strcmp(held[i], path)) {
-        free(held[i]), held[i] = NULL;
         r = __atomic_load_n(&promoted, __ATOMIC_ACQUIRE);
+        if (on == 2 && !r) note_saved(held[i]);
+        else free(held[i]);
+        held[i] = NULL;
         break;
       }
   }
   pthread_mutex_unlock(&hold_mu);
   return r;
+}
+
+void hvd_overlay_saves_settled(void) {
+  pthread_mutex_lock(&hold_mu);
+  for (int i = 0; i < HOLD_MAX; i++) free(saved[i]), saved[i] = NULL;
+  pthread_mutex_unlock(&hold_mu);
+}
+
+/* path (allocated) is a save finished: the newest of the list, once (under hold_mu). */
+static void note_saved(char *path) {
+  int at = 0;
+  while (at < HOLD_MAX && saved[at] && strcmp(saved[at], path)) at++;
+  if (at == HOLD_MAX) at = 0; /* full: the oldest goes */
+  free(saved[at]);
+  for (; at + 1 < HOLD_MAX && saved[at + 1]; at++) saved[at] = saved[at + 1];
+  saved[at] = path;
+}
+
+/* A copy of src's bytes at dst (created, mode), through the real calls. */
+static int copy_file(const char *src, const char *dst, mode_t mode) {
+  int in = overlay_real.openat(AT_FDCWD, src, O_RDONLY | O_CLOEXEC);
+  int out = in < 0 ? -1 : overlay_real.openat(AT_FDCWD, dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  char buf[1 << 16];
+  ssize_t n = 0;
+  while (out >= 0 && (n = overlay_real.read(in, buf, sizeof buf)) > 0)
+    for (ssize_t w, at = 0; at < n; at += w)
+      if ((w = overlay_real.write(out, buf + at, (size_t)(n - at))) <= 0) {
+        n = -1;
+        goto done;
+      }
+done:;
+  int err = n < 0 || out < 0 ? errno : 0;
+  if (out >= 0 && overlay_real.close(out) != 0 && !err) err = errno;
+  if (in >= 0) overlay_real.close(in);
+  if (err && out >= 0) overlay_real.unlinkat(AT_FDCWD, dst, 0);
+  return err ? (errno = err, -1) : 0;
+}
+
+/* At a takeover: a save of `path` this rank finished privately after the
+ * job's last step goes to the real path, as rank 0's own would have.  The
+ * rank 0 that died had, at most, made the same save (the ranks are
+ * replicas at the same point of the script): it died before it, inside it
+ * (the adapter's backup or mark beside the path, checkpoints.py, which its
+ * watcher puts back: the file before that save), or after it (the same
+ * bytes).  The backup is moved aside first, so a watcher that comes later
+ * finds nothing to put back; the copy is written beside the path and
+ * renamed over it.  Not where the copy lacks bytes (freed as rank 0's,
+ * past HVDSHIM_PRIVATE_BYTES: rank 0 had written them, so it finished
+ * that file) or the path is not a plain file of one link. */
+static void install_saved(const char *root, const char *path) {
+  char ov[PATH_MAX], dir[PATH_MAX], tmp[PATH_MAX], bak[PATH_MAX], aside[PATH_MAX];
+  const char *name = strrchr(path, '/');
+  struct stat vs, st;
+  if (!name || !name[1] || snprintf(ov, sizeof ov, "%s%s", root, path) >= (int)sizeof ov ||
+      snprintf(dir, sizeof dir, "%.*s/.hvdshim-saving", (int)(name - path), path) >= (int)sizeof dir ||
+      snprintf(tmp, sizeof tmp, "%s%s.taking", dir, name) >= (int)sizeof tmp ||
+      snprintf(aside, sizeof aside, "%s%s.replaced", dir, name) >= (int)sizeof aside)
+    return;
+  snprintf(bak, sizeof bak, "%s%s", dir, name);
+  if (overlay_real.fstatat(AT_FDCWD, ov, &vs, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(vs.st_mode))
+    return; /* renamed or removed since: not this save's file */
+  if (!hvd_ovb_holds_all(ov)) {
+    HVD_DEBUG("taking over '%s': this rank's save of it lacks bytes rank 0's file held; the file stays as it is", path);
+    return;
+  }
+  int real = overlay_real.fstatat(AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW) == 0;
+  if (real && (!S_ISREG(st.st_mode) || st.st_nlink != 1)) return;
+  mode_t mode = real ? st.st_mode : vs.st_mode;
+  if (overlay_real.fstatat(AT_FDCWD, bak, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) mode = st.st_mode;
+  if ((overlay_real.mkdirat(AT_FDCWD, dir, 0777) != 0 && errno != EEXIST) || copy_file(ov, tmp, mode & 07777) != 0) {
+    HVD_WARN("taking over '%s': this rank's save of it, made since the job's last step, could not be "
+             "written there (%s); the path keeps the file before", path, strerror(errno));
+    overlay_real.unlinkat(AT_FDCWD, dir, AT_REMOVEDIR);
+    return;
+  }
+  int had = overlay_real.renameat2(AT_FDCWD, bak, AT_FDCWD, aside, 0) == 0;
+  snprintf(bak + strlen(bak), sizeof bak - strlen(bak), ".new");
+  overlay_real.unlinkat(AT_FDCWD, bak, 0);
+  if (overlay_real.renameat2(AT_FDCWD, tmp, AT_FDCWD, path, 0) != 0) {
+    HVD_WARN("taking over '%s': %s; the path keeps the file before", path, strerror(errno));
+    overlay_real.unlinkat(AT_FDCWD, tmp, 0);
+    if (had) overlay_real.renameat2(AT_FDCWD, aside, AT_FDCWD, path, 0);
+  } else {
+    if (had) overlay_real.unlinkat(AT_FDCWD, aside, 0);
+    HVD_INFO("taking over '%s': this rank's save of it, made since the job's last step, is there now (the rank 0 that "
+             "died %s)", path, had ? "was in the middle of its own" : "had not finished its own, or made the same");
+  }
+  overlay_real.unlinkat(AT_FDCWD, dir, AT_REMOVEDIR);
 }
 
 static void promote(int at_end) {
@@ -231,6 +324,12 @@ static void promote(int at_end) {
     if (nfd >= 0 && nfd != fd) overlay_real.close(nfd);
   }
   if (d) overlay_real.closedir(d);
+  pthread_mutex_lock(&hold_mu);
+  for (int i = 0; i < HOLD_MAX; i++) {
+    if (saved[i] && r && !at_end) install_saved(r, saved[i]);
+    free(saved[i]), saved[i] = NULL;
+  }
+  pthread_mutex_unlock(&hold_mu);
   hvd_overlay_cleanup();
   overlay_on = 0;
   HVD_DEBUG("rank-private files off: this rank is rank 0 now (%d open file(s) moved to their real paths, %d lost, %d "

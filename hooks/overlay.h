@@ -55,6 +55,14 @@ __attribute__((visibility("default"))) void hvd_overlay_resume(void);
  * 1 where the rank took over the files while the path was held, else 0.
  * Exported (the Python adapter). */
 __attribute__((visibility("default"))) int hvd_overlay_hold(const char *path, int on);
+/* on = 2 ends a hold as 0 does, for a save that returned: until
+ * hvd_overlay_saves_settled, a takeover puts this rank's copy at the real
+ * path (the old rank 0 had not finished that save, or made the same; its
+ * backup, if any, goes), where the copy holds all its bytes.  At most 16
+ * such saves, the newest.  hvd_overlay_saves_settled: the job completed a
+ * step with every rank since (rank 0 finished its saves before it): they
+ * are forgotten.  Exported (the Python adapter). */
+__attribute__((visibility("default"))) void hvd_overlay_saves_settled(void);
 /* A rank whose stdout is silenced (the adapter's output.py: descriptor 1
  * on /dev/null) keeps the real one aside in saved_fd: the console goes back
  * there (hvd_overlay_console_back) when this rank becomes rank 0.

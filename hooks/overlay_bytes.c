@@ -366,6 +366,19 @@ void hvd_ovb_linked(const char *ov) {
   pthread_mutex_unlock(&ovb_mu);
 }
 
+int hvd_ovb_holds_all(const char *ov) {
+  struct stat s;
+  if (ovb_L->fstatat(AT_FDCWD, ov, &s, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(s.st_mode)) return 0;
+  if (!ovb_cap) return 1;
+  pthread_mutex_lock(&ovb_mu);
+  ovf *f = ovb_find(s.st_dev, s.st_ino);
+  int all = !f || !f->dropped;
+  for (size_t b = 0; f && all && b < f->nb; b++)
+    all = (kind(f, b) == PRIV || kind(f, b) == ZERO) && !(f->st[b] & DROPPED);
+  pthread_mutex_unlock(&ovb_mu);
+  return all;
+}
+
 void hvd_ovb_note(const char *abs, const char *ov) {
   struct stat s;
   if (!ovb_cap || ovb_L->fstatat(AT_FDCWD, ov, &s, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(s.st_mode)) return;

@@ -105,6 +105,10 @@ void hvd_ovb_removed(const char *a);
 /* The copy at `ov` got a second name (a hard link): it holds all its bytes
  * again and keeps them. */
 void hvd_ovb_linked(const char *ov);
+/* Whether the copy at `ov` holds every byte of its file (no block freed
+ * as rank 0's, dropped or lost; holes of zeros are its bytes): 1, else 0
+ * (0 too where `ov` is not there). */
+int hvd_ovb_holds_all(const char *ov);
 /* The copy of `abs` (at `ov`) was written by code this layer cannot
  * follow (raw system calls): track it from here. */
 void hvd_ovb_note(const char *abs, const char *ov);

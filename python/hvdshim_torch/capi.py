@@ -49,6 +49,7 @@ _SIGNATURES = {  # name: (result, arguments)
     "hvd_restore_at_end": (_int, [_str, _str]),
     "hvd_overlay_write_path": (_int, [_str, ctypes.c_char_p, _size]),
     "hvd_overlay_hold": (_int, [_str, _int]),
+    "hvd_overlay_saves_settled": (None, []),
     "hvd_last_error": (_str, []),
     "hvd_gpu_status": (_int, [_str, _size]),
     # operations

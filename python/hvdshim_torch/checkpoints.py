@@ -161,14 +161,21 @@ def guarded(path, write, rank0=False):
     return result
 
 
+_unsettled = False  # this rank > 0 finished a save since the job's last step (held)
+
+
 def held(path, write):
     """A rank > 0's write() of `path` into its private folder, where the
     job's rank 0 may die meanwhile (elastic): then this rank takes over the
-    files, but the old rank 0's save of `path` was cut short and put back
-    (the file before it), and the part this rank wrote privately is not
-    moved there (hooks/overlay.h, hvd_overlay_hold): the save is made
-    again, for real, kept aside as rank 0's are (guarded), so the path ends
-    with this save's file, whole, as in a run where no rank died."""
+    files, but the old rank 0's save of `path` may have been cut short and
+    put back (the file before it), while the copy this rank wrote is not
+    moved there (hooks/overlay.h, hvd_overlay_hold).  Where the takeover
+    comes during the save, the save is made again, for real, kept aside as
+    rank 0's are (guarded); where it comes after the save returned and
+    before the job's next step, the library puts this rank's copy at the
+    path itself (settled() ends that).  Either way the path ends with this
+    save's file, whole, as in a run where no rank died."""
+    global _unsettled
     lib = capi.LIB
     key = os.fsencode(os.path.abspath(os.fsdecode(os.fspath(path))))
     state = lib.hvd_overlay_hold(key, 1) if lib is not None else -1
@@ -176,14 +183,27 @@ def held(path, write):
         return guarded(path, write, rank0=True)
     if state != 0:
         return write()
+    done = False
     try:
         result = write()
+        done = True
     finally:
-        took = lib.hvd_overlay_hold(key, 0) == 1
+        took = lib.hvd_overlay_hold(key, 2 if done else 0) == 1
     if took:
         capi.debug("%s: rank 0 died while this rank saved it; saved again, as the new rank 0" % os.fsdecode(key))
         result = guarded(path, write, rank0=True)
+    elif done:
+        _unsettled = True
     return result
+
+
+def settled():
+    """The job completed a step with every rank: rank 0 had finished the saves
+    this rank made before it, so a takeover no longer puts them in place."""
+    global _unsettled
+    if _unsettled:
+        _unsettled = False
+        capi.LIB.hvd_overlay_saves_settled()
 
 
 def save(orig, obj, f, *args, **kwargs):

@@ -287,9 +287,15 @@ rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
 
 
 class Cut:
-    """Pickled in the last save: rank 0 dies there, its file begun."""
+    """Pickled in the last save: rank 0 dies there, its file begun (with
+    MARK set: once rank 1's own save of it has returned)."""
     def __reduce__(self):
         if rank == 0:
+            mark = os.environ.get("MARK")
+            for _ in range(600):
+                if not mark or os.path.exists(mark):
+                    break
+                time.sleep(0.05)
             os.kill(os.getpid(), signal.SIGKILL)
         return (int, ())
 
@@ -306,6 +312,8 @@ for epoch in range(3):
     if epoch == 2:
         state["cut"] = Cut()
     torch.save(state, "ckpt.pt")
+    if epoch == 2 and rank == 1 and os.environ.get("MARK"):
+        open(os.environ["MARK"], "w").close()  # (/dev/shm: not a file of the rank's own)
     print("saved epoch", epoch, flush=True)
 PY
   rm -rf "$TMP/sd" && mkdir -p "$TMP/sd/tmp"
@@ -319,6 +327,25 @@ PY
     { tail -40 "$TMP/out"; ls -la "$TMP/sd"; fail "rank 0 killed inside its last save: ckpt.pt holds '$got', not epoch 2 whole (or a backup is left, or 'saved epoch 2' is not printed once)"; }
   grep -q "saved again, as the new rank 0" "$TMP/out" || { tail -40 "$TMP/out"; fail "rank 0 killed inside its last save: rank 1 did not save again"; }
   pass "PyTorch np=2, rank 0 SIGKILLed inside its last torch.save (a checkpoint over HVDSHIM_PRIVATE_BYTES, debug logging): rank 1 takes over and saves again, status 0, ckpt.pt holds the last epoch, whole"
+  # the same death once rank 1's own save (under HVDSHIM_PRIVATE_BYTES: its
+  # copy keeps every byte and waits for nobody) has returned: at the
+  # takeover the library puts that copy at the path (before: dropped, and
+  # ckpt.pt held the previous epoch's file)
+  mark=/dev/shm/hvdshim-test-mark-$$
+  rm -rf "$TMP/sd" "$mark" && mkdir -p "$TMP/sd/tmp"
+  rc=0
+  (cd "$TMP/sd" && TMPDIR="$TMP/sd/tmp" MARK=$mark T=90 LD_PRELOAD="$LIB" mpi 2 --with-ft ulfm -x LD_PRELOAD \
+    -x OMP_NUM_THREADS=1 -x HVDSHIM_ELASTIC=1 -x HVDSHIM_LOG_LEVEL=info -x TMPDIR -x MARK \
+    "$PYTHON" "$TMP/save_death.py" >"$TMP/out" 2>&1) || rc=$?
+  rm -f "$mark"
+  [ $rc = 0 ] || { tail -40 "$TMP/out"; fail "rank 0 killed inside its last save after rank 1's: status $rc"; }
+  got=$(cd "$TMP/sd" && "$PYTHON" -c 'import torch; d = torch.load("ckpt.pt", weights_only=False); assert bool((d["pad"] == 1).all()); print(d["epoch"])' 2>&1 | tail -1)
+  # ('saved epoch 2' is not printed: rank 0 died first, and rank 1 printed it while its stdout was silenced)
+  [ "$got" = 2 ] && [ ! -e "$TMP/sd/.hvdshim-saving" ] && [ "$(grep -c "^saved epoch 2" "$TMP/out")" -le 1 ] ||
+    { tail -40 "$TMP/out"; ls -la "$TMP/sd"; fail "rank 0 killed inside its last save after rank 1's: ckpt.pt holds '$got', not epoch 2 whole (or a backup is left, or 'saved epoch 2' is printed twice)"; }
+  grep -q "taking over '.*/ckpt.pt': this rank's save of it, made since the job's last step, is there now" "$TMP/out" ||
+    { tail -40 "$TMP/out"; fail "rank 0 killed inside its last save after rank 1's: no line saying rank 1's copy was put in place"; }
+  pass "PyTorch np=2, rank 0 SIGKILLed inside its last torch.save once rank 1's own had returned: at the takeover rank 1's copy goes to the path, status 0, ckpt.pt holds the last epoch, whole"
   # An uncaught exception on one rank is not a death the others survive:
   # the job ends non-zero with that rank's line, and the ranks Open MPI ends
   # for it (its handler calls _exit) say so, not that they called _exit

@@ -1344,10 +1344,17 @@ class Checkpoints(unittest.TestCase):
         def hvd_overlay_write_path(self, path, out, n):
             return 0
 
-        hold = (-1, 0)  # hvd_overlay_hold's answers to on=1 and on=0 (-1: no overlay here)
+        hold = (-1, 0)  # hvd_overlay_hold's answers to on=1 and on=0 or 2 (-1: no overlay here)
+        ends = []       # the on=0 or 2 of each hold ended
+        settles = 0     # hvd_overlay_saves_settled calls
 
         def hvd_overlay_hold(self, path, on):
-            return self.hold[0] if on else self.hold[1]
+            if on != 1:
+                self.ends.append(on)
+            return self.hold[0] if on == 1 else self.hold[1]
+
+        def hvd_overlay_saves_settled(self):
+            self.settles += 1
 
         def hvd_log_message(self, *args):
             pass
@@ -1511,9 +1518,19 @@ class Checkpoints(unittest.TestCase):
         with open(self.path, "w") as f:
             f.write("old")
         _S.rank = 1
-        self.lib.hold = (0, 0)  # held, no takeover
+        self.lib.hold, self.lib.ends = (0, 0), []  # held, no takeover
         self.assertEqual(self.ck.save(orig, "a", self.path), "saved")
-        self.assertEqual((saves, self.lib.pairs), ([False], []))
+        self.assertEqual((saves, self.lib.pairs, self.lib.ends), ([False], [], [2]))  # (finished: 2)
+        self.ck.settled()  # the job's next step: the library forgets it (once)
+        self.ck.settled()
+        self.assertEqual(self.lib.settles, 1)
+
+        def failing(obj, f):
+            raise OSError("disk full")
+        self.assertRaises(OSError, self.ck.save, failing, "x", self.path)
+        self.assertEqual(self.lib.ends, [2, 0])  # (not finished: 0, nothing to put in place)
+        self.ck.settled()
+        self.assertEqual(self.lib.settles, 1)
         self.lib.hold = (0, 1)  # held, and the rank took over the files meanwhile
         self.assertEqual(self.ck.save(orig, "b", self.path), "saved")
         self.assertEqual(saves[1:], [False, True])  # the second, real save with the old file kept aside

@@ -474,6 +474,7 @@ static void test_bytes_away(void) {
   CHECK(b && !memcmp(b, d, 10 * MB + 123));
   CHECK(allocated(ov) < MB); /* every block freed (the last once the file was complete) */
   CHECK(stats().away >= 10 * MB);
+  CHECK_INT(hvd_ovb_holds_all(ov), 0); /* (a takeover cannot put this copy in place: overlay.c) */
   free(b), free(d);
 }
 
@@ -493,6 +494,7 @@ static void test_bytes_differ(void) {
   CHECK(b && !memcmp(b, d, 9 * MB));
   CHECK(allocated(ov) <= 2 * MB); /* the copy keeps its own block, and no more */
   CHECK_INT(stats().served_memory, 1);
+  CHECK_INT(hvd_ovb_holds_all(ov), 0);
   free(b), free(d);
 }
 
@@ -510,6 +512,7 @@ static void test_bytes_zeros_seek_append(void) {
   CHECK(b && !memcmp(b, z, 6 * MB));
   free(b);
   CHECK(allocated(ov) < MB);
+  CHECK_INT(hvd_ovb_holds_all(ov), 1); /* (holes of zeros are its bytes) */
   /* a header written again after the data (Python's zipfile) */
   put_bytes(in_real("zip.bin"), d, 8 * MB);
   fd = open_copy_w("zip.bin", O_WRONLY | O_CREAT | O_TRUNC, ov);

@@ -14,6 +14,7 @@ import ctypes
 
 import torch
 
+from .. import checkpoints
 from .. import elastic as _elastic
 from .. import grow as _grow
 from .. import rng as _rng
@@ -89,6 +90,7 @@ def _reduce_round(imminent=False):
                     raise
                 _start_over()
         _S.reductions += 1
+        checkpoints.settled()  # (rank 0 has finished the saves this rank made before this step)
         if _S.reductions == 3 and _FP.compare_batches:
             same_batches.check_same_batches(ranks == _S.size)
     finally:
