@@ -211,6 +211,31 @@ static void note_saved(char *path) {
   saved[at] = path;
 }
 
+/* path is `top` or under it */
+static size_t under(const char *path, const char *top) {
+  size_t n = strlen(top);
+  return !strncmp(path, top, n) && (!path[n] || path[n] == '/') ? n : 0;
+}
+
+void overlay_saved_renamed(const char *a, const char *b) {
+  pthread_mutex_lock(&hold_mu);
+  for (int i = 0; i < HOLD_MAX; i++)
+    if (saved[i] && under(saved[i], b)) free(saved[i]), saved[i] = NULL; /* (what b named is gone) */
+  for (int i = 0; i < HOLD_MAX; i++) {
+    size_t n = saved[i] ? under(saved[i], a) : 0;
+    char p[PATH_MAX];
+    if (!n) continue;
+    char *moved = snprintf(p, sizeof p, "%s%s", b, saved[i] + n) < (int)sizeof p ? strdup(p) : NULL;
+    free(saved[i]), saved[i] = moved;
+  }
+  for (int i = 0, j = 0; i < HOLD_MAX; i++) /* (packed, oldest first) */
+    if (saved[i]) {
+      char *p = saved[i];
+      saved[i] = NULL, saved[j++] = p;
+    }
+  pthread_mutex_unlock(&hold_mu);
+}
+
 /* A copy of src's bytes at dst (created, mode), through the real calls. */
 static int copy_file(const char *src, const char *dst, mode_t mode) {
   int in = overlay_real.openat(AT_FDCWD, src, O_RDONLY | O_CLOEXEC);

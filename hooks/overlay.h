@@ -58,7 +58,8 @@ __attribute__((visibility("default"))) int hvd_overlay_hold(const char *path, in
 /* on = 2 ends a hold as 0 does, for a save that returned: until
  * hvd_overlay_saves_settled, a takeover puts this rank's copy at the real
  * path (the old rank 0 had not finished that save, or made the same; its
- * backup, if any, goes), where the copy holds all its bytes.  At most 16
+ * backup, if any, goes), where the copy holds all its bytes; a rename of
+ * the copy (a temporary moved over the checkpoint) takes the save along.  At most 16
  * such saves, the newest.  hvd_overlay_saves_settled: the job completed a
  * step with every rank since (rank 0 finished its saves before it): they
  * are forgotten.  Exported (the Python adapter). */

@@ -69,6 +69,10 @@ static inline void overlay_ready(void) {
   if (__builtin_expect(hvd_role_is_new_rank0(), 0)) overlay_take_over();
 }
 
+/* The view moved a to b (real paths): a finished save of a (hvd_overlay_hold
+ * with 2) is b's now: a save to a temporary renamed over the checkpoint. */
+void overlay_saved_renamed(const char *a, const char *b);
+
 extern volatile int overlay_on; /* the overlay is active in this process */
 extern pid_t overlay_owner;     /* the rank process (forked children share the view, not the cleanup) */
 

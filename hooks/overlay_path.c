@@ -317,7 +317,7 @@ static int rename_common(int d1, const char *p1, int d2, const char *p2, unsigne
   char a[PATH_MAX], b[PATH_MAX];
   if (passes(d1, p1, a, caller) || passes(d2, p2, b, caller)) return overlay_real.renameat2(d1, p1, d2, p2, fl);
   int rc = hvd_ovl_rename(a, b, fl);
-  if (rc == 0) hvd_ovb_renamed(a, b);
+  if (rc == 0) hvd_ovb_renamed(a, b), overlay_saved_renamed(a, b);
   return rc;
 }
 EXPORT int rename(const char *a, const char *b) { return rename_common(AT_FDCWD, a, AT_FDCWD, b, 0, CALLER); }

@@ -311,7 +311,11 @@ for epoch in range(3):
     state = {"epoch": epoch, "model": model.state_dict(), "pad": torch.ones(1 << 20)}
     if epoch == 2:
         state["cut"] = Cut()
-    torch.save(state, "ckpt.pt")
+    if os.environ.get("VIA_TMP"):  # (saved whole, then renamed into place)
+        torch.save(state, "ckpt.pt.tmp")
+        os.replace("ckpt.pt.tmp", "ckpt.pt")
+    else:
+        torch.save(state, "ckpt.pt")
     if epoch == 2 and rank == 1 and os.environ.get("MARK"):
         open(os.environ["MARK"], "w").close()  # (/dev/shm: not a file of the rank's own)
     print("saved epoch", epoch, flush=True)
@@ -331,21 +335,26 @@ PY
   # copy keeps every byte and waits for nobody) has returned: at the
   # takeover the library puts that copy at the path (before: dropped, and
   # ckpt.pt held the previous epoch's file)
+  # (twice: saved at the path, and saved to ckpt.pt.tmp then os.replace'd)
   mark=/dev/shm/hvdshim-test-mark-$$
-  rm -rf "$TMP/sd" "$mark" && mkdir -p "$TMP/sd/tmp"
-  rc=0
-  (cd "$TMP/sd" && TMPDIR="$TMP/sd/tmp" MARK=$mark T=90 LD_PRELOAD="$LIB" mpi 2 --with-ft ulfm -x LD_PRELOAD \
-    -x OMP_NUM_THREADS=1 -x HVDSHIM_ELASTIC=1 -x HVDSHIM_LOG_LEVEL=info -x TMPDIR -x MARK \
-    "$PYTHON" "$TMP/save_death.py" >"$TMP/out" 2>&1) || rc=$?
-  rm -f "$mark"
-  [ $rc = 0 ] || { tail -40 "$TMP/out"; fail "rank 0 killed inside its last save after rank 1's: status $rc"; }
-  got=$(cd "$TMP/sd" && "$PYTHON" -c 'import torch; d = torch.load("ckpt.pt", weights_only=False); assert bool((d["pad"] == 1).all()); print(d["epoch"])' 2>&1 | tail -1)
-  # ('saved epoch 2' is not printed: rank 0 died first, and rank 1 printed it while its stdout was silenced)
-  [ "$got" = 2 ] && [ ! -e "$TMP/sd/.hvdshim-saving" ] && [ "$(grep -c "^saved epoch 2" "$TMP/out")" -le 1 ] ||
-    { tail -40 "$TMP/out"; ls -la "$TMP/sd"; fail "rank 0 killed inside its last save after rank 1's: ckpt.pt holds '$got', not epoch 2 whole (or a backup is left, or 'saved epoch 2' is printed twice)"; }
-  grep -q "taking over '.*/ckpt.pt': this rank's save of it, made since the job's last step, is there now" "$TMP/out" ||
-    { tail -40 "$TMP/out"; fail "rank 0 killed inside its last save after rank 1's: no line saying rank 1's copy was put in place"; }
-  pass "PyTorch np=2, rank 0 SIGKILLed inside its last torch.save once rank 1's own had returned: at the takeover rank 1's copy goes to the path, status 0, ckpt.pt holds the last epoch, whole"
+  for via in "" tmp; do
+    rm -rf "$TMP/sd" "$mark" && mkdir -p "$TMP/sd/tmp"
+    rc=0
+    (cd "$TMP/sd" && TMPDIR="$TMP/sd/tmp" MARK=$mark VIA_TMP=$via T=90 LD_PRELOAD="$LIB" mpi 2 --with-ft ulfm \
+      -x LD_PRELOAD -x OMP_NUM_THREADS=1 -x HVDSHIM_ELASTIC=1 -x HVDSHIM_LOG_LEVEL=info -x TMPDIR -x MARK -x VIA_TMP \
+      "$PYTHON" "$TMP/save_death.py" >"$TMP/out" 2>&1) || rc=$?
+    rm -f "$mark"
+    [ $rc = 0 ] || { tail -40 "$TMP/out"; fail "rank 0 killed inside its last save after rank 1's (via '$via'): status $rc"; }
+    got=$(cd "$TMP/sd" && "$PYTHON" -c 'import torch; d = torch.load("ckpt.pt", weights_only=False); assert bool((d["pad"] == 1).all()); print(d["epoch"])' 2>&1 | tail -1)
+    # (the dead rank's watcher removes its part of ckpt.pt.tmp once the process is gone: give it 2 s)
+    for k in 1 2 3 4 5 6 7 8 9 10; do [ "$(ls -A "$TMP/sd" | tr '\n' ' ')" = "ckpt.pt tmp " ] && break; sleep 0.2; done
+    # ('saved epoch 2' is not printed: rank 0 died first, and rank 1 printed it while its stdout was silenced)
+    [ "$got" = 2 ] && [ "$(ls -A "$TMP/sd" | tr '\n' ' ')" = "ckpt.pt tmp " ] && [ "$(grep -c "^saved epoch 2" "$TMP/out")" -le 1 ] ||
+      { tail -40 "$TMP/out"; ls -la "$TMP/sd"; fail "rank 0 killed inside its last save after rank 1's (via '$via'): ckpt.pt holds '$got', not epoch 2 whole (or another file is left, or 'saved epoch 2' is printed twice)"; }
+    grep -q "taking over '.*/ckpt.pt': this rank's save of it, made since the job's last step, is there now" "$TMP/out" ||
+      { tail -40 "$TMP/out"; fail "rank 0 killed inside its last save after rank 1's (via '$via'): no line saying rank 1's copy was put in place"; }
+  done
+  pass "PyTorch np=2, rank 0 SIGKILLed inside its last torch.save once rank 1's own had returned (saved at the path; saved to a temporary and renamed over it): at the takeover rank 1's copy goes to the path, status 0, ckpt.pt holds the last epoch, whole, nothing else left"
   # An uncaught exception on one rank is not a death the others survive:
   # the job ends non-zero with that rank's line, and the ranks Open MPI ends
   # for it (its handler calls _exit) say so, not that they called _exit
