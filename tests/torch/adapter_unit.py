@@ -1024,6 +1024,23 @@ class Lengths(unittest.TestCase):
             self.assertEqual(len(train), 10)  # under no_grad: what an evaluation would be
         self.assertEqual(len(train), 5)  # right after it ran out (a running loss / len(loader))
 
+    def test_len_right_after_a_loop_the_ranks_changed_during(self):
+        """Elastic: rank 0 of 3 dies during the loop (this rank 1 becomes 0
+        of 2), the rest of the epoch dealt over 2: right after the loop len
+        is the batches it gave (a running loss / len(loader)), then the new
+        split's."""
+        train = self.loader()
+        _S.size = 3  # 20 samples, batches of 2: runs of 6, this rank's [1, 4] and [7, 10]
+        gave = []
+        for x in _iterate(train):
+            gave.append(x.tolist())
+            if len(gave) == 2:
+                _S.size, _S.rank = 2, 0  # from index 12 on, runs of 4 over 2
+        self.assertEqual(gave, [[1, 4], [7, 10], [12, 14], [16, 18]])
+        self.assertEqual(len(train), 4)
+        _EV.data_events += 1  # (a backward: the next epoch)
+        self.assertEqual((len(train), _batches(train)), (5, 5))
+
     def test_training_loader_evaluated_then_trained_again(self):
         model = torch.nn.Linear(1, 1)
         _S.roots.add(model)

@@ -308,6 +308,15 @@ class Role:
             self.live = None
         _EV.data_events += 1
         self.ended_at = _EV.data_events
+        self.ended_gave = live.given if live.size0 != _S.size else None
+
+    def gave_after_change(self):
+        """The batches the iteration that has just run out gave, where the
+        ranks changed during it (elastic: the rest of its epoch was dealt
+        over the survivors), else None: len() right after such a loop (a
+        running loss / len(loader)) is about that loop, which gave neither
+        the old split's count nor the new one's."""
+        return self.ended_gave if self.ended_at == _EV.data_events and self.live is None else None
 
 
 class _Live:
@@ -318,6 +327,7 @@ class _Live:
         self._inner, self._role, self.ended = inner, role, False
         self.began_training = began_training  # the models in training mode, gradients on, as it began
         self.asked, self._watch, self._bw = 0, True, _EV.backwards
+        self.given, self.size0 = 0, _S.size  # batches given; the ranks as it began (Role.gave_after_change)
 
     def __iter__(self):
         return self
@@ -330,12 +340,14 @@ class _Live:
                 self._watch = self._role.gap(self, bw != self._bw)
                 self._bw = bw
         try:
-            return next(self._inner)
+            x = next(self._inner)
         except StopIteration:
             if not self.ended:
                 self.ended = True
                 self._role.ended(self)
             raise
+        self.given += 1
+        return x
 
     def __len__(self):
         return len(self._inner)

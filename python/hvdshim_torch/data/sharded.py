@@ -78,6 +78,9 @@ class _ShardedBatches:
     def __len__(self):
         if not self._role.for_len():
             return len(self._inner)
+        gave = self._role.gave_after_change()  # (elastic: right after a loop during which ranks changed)
+        if gave is not None:
+            return gave
         size = _S.size
         if self._by_index:
             n, b = len(self._inner.sampler), self._inner.batch_size
