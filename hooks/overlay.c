@@ -108,7 +108,10 @@ void hvd_overlay_written(const char *path) {
   overlay_ready();
   char m[PATH_MAX];
   const char *abs;
-  if (overlay_on && hvd_ovl_nonempty(path) && map_read(AT_FDCWD, path, m) == MAPPED && (abs = copy_of(m))) hvd_ovb_note(abs, m);
+  if (overlay_on && hvd_ovl_nonempty(path) && map_read(AT_FDCWD, path, m) == MAPPED && (abs = copy_of(m))) {
+    hvd_ovb_note(abs, m);
+    overlay_saved_written(abs);
+  }
 }
 
 int hvd_overlay_write_path(const char *path, char *out, size_t len) {
@@ -157,7 +160,8 @@ void hvd_overlay_off(void) {
 #define HOLD_MAX 16
 static pthread_mutex_t hold_mu = PTHREAD_MUTEX_INITIALIZER;
 static char *held[HOLD_MAX];  /* real paths a rank > 0 is saving privately (hvd_overlay_hold) */
-static char *saved[HOLD_MAX]; /* saves of theirs finished since the job's last step, oldest first */
+#define SAVED_MAX 64
+static char *saved[SAVED_MAX]; /* files written whole since the job's last step (saves), oldest first */
 static int promoted;          /* this process took over the files (promote) */
 
 static void note_saved(char *path);
@@ -197,18 +201,26 @@ int hvd_overlay_hold(const char *path, int on) {
 
 void hvd_overlay_saves_settled(void) {
   pthread_mutex_lock(&hold_mu);
-  for (int i = 0; i < HOLD_MAX; i++) free(saved[i]), saved[i] = NULL;
+  for (int i = 0; i < SAVED_MAX; i++) free(saved[i]), saved[i] = NULL;
   pthread_mutex_unlock(&hold_mu);
 }
 
 /* path (allocated) is a save finished: the newest of the list, once (under hold_mu). */
 static void note_saved(char *path) {
   int at = 0;
-  while (at < HOLD_MAX && saved[at] && strcmp(saved[at], path)) at++;
-  if (at == HOLD_MAX) at = 0; /* full: the oldest goes */
+  while (at < SAVED_MAX && saved[at] && strcmp(saved[at], path)) at++;
+  if (at == SAVED_MAX) at = 0; /* full: the oldest goes */
   free(saved[at]);
-  for (; at + 1 < HOLD_MAX && saved[at + 1]; at++) saved[at] = saved[at + 1];
+  for (; at + 1 < SAVED_MAX && saved[at + 1]; at++) saved[at] = saved[at + 1];
   saved[at] = path;
+}
+
+void overlay_saved_written(const char *path) {
+  char *p = strdup(path);
+  if (!p) return;
+  pthread_mutex_lock(&hold_mu);
+  note_saved(p);
+  pthread_mutex_unlock(&hold_mu);
 }
 
 /* path is `top` or under it */
@@ -217,22 +229,43 @@ static size_t under(const char *path, const char *top) {
   return !strncmp(path, top, n) && (!path[n] || path[n] == '/') ? n : 0;
 }
 
-void overlay_saved_renamed(const char *a, const char *b) {
-  pthread_mutex_lock(&hold_mu);
-  for (int i = 0; i < HOLD_MAX; i++)
-    if (saved[i] && under(saved[i], b)) free(saved[i]), saved[i] = NULL; /* (what b named is gone) */
-  for (int i = 0; i < HOLD_MAX; i++) {
+/* The saves under `gone` are forgotten; those under `a` are under `b` now
+ * (b NULL: forgotten too); the list is packed, oldest first (under hold_mu). */
+static void saved_moved(const char *gone, const char *a, const char *b) {
+  for (int i = 0; i < SAVED_MAX; i++)
+    if (saved[i] && gone && under(saved[i], gone)) free(saved[i]), saved[i] = NULL;
+  for (int i = 0; i < SAVED_MAX; i++) {
     size_t n = saved[i] ? under(saved[i], a) : 0;
     char p[PATH_MAX];
     if (!n) continue;
-    char *moved = snprintf(p, sizeof p, "%s%s", b, saved[i] + n) < (int)sizeof p ? strdup(p) : NULL;
+    char *moved = b && snprintf(p, sizeof p, "%s%s", b, saved[i] + n) < (int)sizeof p ? strdup(p) : NULL;
     free(saved[i]), saved[i] = moved;
   }
-  for (int i = 0, j = 0; i < HOLD_MAX; i++) /* (packed, oldest first) */
+  for (int i = 0, j = 0; i < SAVED_MAX; i++)
     if (saved[i]) {
       char *p = saved[i];
       saved[i] = NULL, saved[j++] = p;
     }
+}
+
+void overlay_saved_renamed(const char *a, const char *b) {
+  const char *r = hvd_ovl_root();
+  char ov[PATH_MAX];
+  struct stat st;
+  /* a file moved over a path: how a save is made whole before it is in place (a temporary written through a file
+   * object, then renamed: ignite's DiskSaver), so b is a save of its own */
+  int file = r && snprintf(ov, sizeof ov, "%s%s", r, b) < (int)sizeof ov &&
+             overlay_real.fstatat(AT_FDCWD, ov, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
+  pthread_mutex_lock(&hold_mu);
+  saved_moved(b, a, b);
+  char *p = file ? strdup(b) : NULL;
+  if (p) note_saved(p);
+  pthread_mutex_unlock(&hold_mu);
+}
+
+void overlay_saved_removed(const char *a) {
+  pthread_mutex_lock(&hold_mu);
+  saved_moved(NULL, a, NULL);
   pthread_mutex_unlock(&hold_mu);
 }
 
@@ -254,6 +287,20 @@ done:;
   if (in >= 0) overlay_real.close(in);
   if (err && out >= 0) overlay_real.unlinkat(AT_FDCWD, dst, 0);
   return err ? (errno = err, -1) : 0;
+}
+
+/* The folder `dir` and those above it, where missing (a folder the script
+ * made for a checkpoint after rank 0 died: HuggingFace's checkpoint-N). */
+static int make_parents(const char *dir) {
+  char p[PATH_MAX];
+  snprintf(p, sizeof p, "%s", dir);
+  for (char *c = p + 1;; c++) {
+    if (*c && *c != '/') continue;
+    char was = *c;
+    *c = 0;
+    if (overlay_real.mkdirat(AT_FDCWD, p, 0777) != 0 && errno != EEXIST) return -1;
+    if (!(*c = was)) return 0;
+  }
 }
 
 /* At a takeover: a save of `path` this rank finished privately after the
@@ -280,15 +327,15 @@ static void install_saved(const char *root, const char *path) {
   if (overlay_real.fstatat(AT_FDCWD, ov, &vs, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(vs.st_mode))
     return; /* renamed or removed since: not this save's file */
   if (!hvd_ovb_holds_all(ov)) {
-    HVD_DEBUG("taking over '%s': this rank's save of it lacks bytes rank 0's file held; the file stays as it is", path);
+    HVD_DEBUG("taking over '%s': this rank's copy of it lacks bytes rank 0's file held; the file stays as it is", path);
     return;
   }
   int real = overlay_real.fstatat(AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW) == 0;
   if (real && (!S_ISREG(st.st_mode) || st.st_nlink != 1)) return;
   mode_t mode = real ? st.st_mode : vs.st_mode;
   if (overlay_real.fstatat(AT_FDCWD, bak, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) mode = st.st_mode;
-  if ((overlay_real.mkdirat(AT_FDCWD, dir, 0777) != 0 && errno != EEXIST) || copy_file(ov, tmp, mode & 07777) != 0) {
-    HVD_WARN("taking over '%s': this rank's save of it, made since the job's last step, could not be "
+  if (make_parents(dir) != 0 || copy_file(ov, tmp, mode & 07777) != 0) {
+    HVD_WARN("taking over '%s': this rank's copy of it, written whole since the job's last step, could not be "
              "written there (%s); the path keeps the file before", path, strerror(errno));
     overlay_real.unlinkat(AT_FDCWD, dir, AT_REMOVEDIR);
     return;
@@ -302,8 +349,8 @@ static void install_saved(const char *root, const char *path) {
     if (had) overlay_real.renameat2(AT_FDCWD, aside, AT_FDCWD, path, 0);
   } else {
     if (had) overlay_real.unlinkat(AT_FDCWD, aside, 0);
-    HVD_INFO("taking over '%s': this rank's save of it, made since the job's last step, is there now (the rank 0 that "
-             "died %s)", path, had ? "was in the middle of its own" : "had not finished its own, or made the same");
+    HVD_INFO("taking over '%s': this rank's copy of it, written whole since the job's last step, is there now (the rank "
+             "0 that died %s)", path, had ? "was in the middle of its own save" : "had not finished it, or wrote the same");
   }
   overlay_real.unlinkat(AT_FDCWD, dir, AT_REMOVEDIR);
 }
@@ -331,6 +378,7 @@ static void promote(int at_end) {
       kept++;
       continue;
     }
+    overlay_saved_removed(target + rl); /* (still open: it moves to its real path below, as it is) */
     off_t pos = lseek(fd, 0, SEEK_CUR);
     /* the same file where the first rank 0 wrote it: at the same position, or at its end when appending (at_end:
      * at its end, where the job before the restart left it) */
@@ -350,8 +398,10 @@ static void promote(int at_end) {
   }
   if (d) overlay_real.closedir(d);
   pthread_mutex_lock(&hold_mu);
-  for (int i = 0; i < HOLD_MAX; i++) {
-    if (saved[i] && r && !at_end) install_saved(r, saved[i]);
+  for (int i = 0; i < SAVED_MAX; i++) {
+    int busy = 0; /* (a save still being made: made again by the adapter, hvd_overlay_hold) */
+    for (int k = 0; k < HOLD_MAX && saved[i] && !busy; k++) busy = held[k] && !strcmp(held[k], saved[i]);
+    if (saved[i] && r && !at_end && !busy) install_saved(r, saved[i]);
     free(saved[i]), saved[i] = NULL;
   }
   pthread_mutex_unlock(&hold_mu);

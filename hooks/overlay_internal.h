@@ -20,6 +20,7 @@
 #ifndef HVD_OVERLAY_INTERNAL_H
 #define HVD_OVERLAY_INTERNAL_H
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -70,8 +71,20 @@ static inline void overlay_ready(void) {
 }
 
 /* The view moved a to b (real paths): a finished save of a (hvd_overlay_hold
- * with 2) is b's now: a save to a temporary renamed over the checkpoint. */
+ * with 2) is b's now, and a file moved to b is a save of b (a save to a
+ * temporary renamed over the checkpoint); removed: saves of a are
+ * forgotten. */
 void overlay_saved_renamed(const char *a, const char *b);
+void overlay_saved_removed(const char *a);
+/* The file at real path `path` is being written whole (created or
+ * truncated): until the job's next step, a takeover puts this rank's copy
+ * of it in place (hooks/overlay.h, hvd_overlay_saves_settled). */
+void overlay_saved_written(const char *path);
+/* Opened for writing with these flags: written whole from the start. */
+static inline int overlay_writes_whole(int flags) {
+  return (flags & O_ACCMODE) != O_RDONLY && !(flags & O_APPEND) &&
+         ((flags & O_TRUNC) || (flags & (O_CREAT | O_EXCL)) == (O_CREAT | O_EXCL));
+}
 
 extern volatile int overlay_on; /* the overlay is active in this process */
 extern pid_t overlay_owner;     /* the rank process (forked children share the view, not the cleanup) */

@@ -65,6 +65,7 @@ static int open_common(int dirfd, const char *path, int flags, mode_t mode, cons
   }
   fd = overlay_real.openat(AT_FDCWD, m, flags, mode);
   if (fd >= 0 && abs) hvd_ovb_opened(fd, abs, wr ? HVD_OVB_WRITER : HVD_OVB_READER, flags);
+  if (fd >= 0 && !tmpfile && overlay_writes_whole(flags) && copy_of(m)) overlay_saved_written(copy_of(m));
   return fd;
 }
 
@@ -142,6 +143,8 @@ static FILE *fopen_common(const char *path, const char *mode, FILE *re, const vo
   if (overlay_on && r == PASS && mode && !strpbrk(mode, "wa+") && hvd_ovl_nonempty(path))
     hvd_ovl_await_writer(AT_FDCWD, path, caller); /* rank 0's, half-written */
   FILE *f = re ? overlay_real.freopen(at, mode, re) : overlay_real.fopen(at, mode);
+  if (f && r == MAPPED && overlay_writes_whole(flags | (strchr(mode, '+') ? O_RDWR : O_WRONLY)) && copy_of(m))
+    overlay_saved_written(copy_of(m));
   if (f && abs)
     hvd_ovb_opened(fileno(f), abs, !wr ? HVD_OVB_READER : stdio_reads ? HVD_OVB_STDIO_RW : HVD_OVB_WRITER,
                    flags | (mode[0] == 'a' ? O_APPEND : 0));
@@ -289,7 +292,7 @@ static int remove_common(int d, const char *p, int flags, const void *caller) {
   char a[PATH_MAX];
   if (passes(d, p, a, caller)) return overlay_real.unlinkat(d, p, flags);
   int rc = hvd_ovl_remove(a, flags);
-  if (rc == 0) hvd_ovb_removed(a);
+  if (rc == 0) hvd_ovb_removed(a), overlay_saved_removed(a);
   return rc;
 }
 EXPORT int unlink(const char *p) { return remove_common(AT_FDCWD, p, 0, CALLER); }

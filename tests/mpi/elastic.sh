@@ -280,7 +280,7 @@ PY
   # epoch, whole (before: the previous epoch's, and at debug level rank 1
   # hung, its log line taking the bytes layer's lock again)
   cat >"$TMP/save_death.py" <<'PY'
-import os, signal, time
+import json, os, signal, tempfile, time
 import torch
 
 rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
@@ -311,11 +311,19 @@ for epoch in range(3):
     state = {"epoch": epoch, "model": model.state_dict(), "pad": torch.ones(1 << 20)}
     if epoch == 2:
         state["cut"] = Cut()
-    if os.environ.get("VIA_TMP"):  # (saved whole, then renamed into place)
+    if os.environ.get("VIA_TMP") == "tmp":  # (saved whole, then renamed into place)
         torch.save(state, "ckpt.pt.tmp")
         os.replace("ckpt.pt.tmp", "ckpt.pt")
+    elif os.environ.get("VIA_TMP") == "fobj":  # (ignite's DiskSaver: a temporary's file object, then renamed)
+        with tempfile.NamedTemporaryFile(dir=".", delete=False) as tmp:
+            torch.save(state, tmp.file)
+        os.replace(tmp.name, "ckpt.pt")
     else:
         torch.save(state, "ckpt.pt")
+    if os.environ.get("VIA_TMP") == "more":  # (then a folder of its own and a file written with open(), as the
+        os.makedirs("ck-%d" % epoch)         # HuggingFace Trainer's checkpoint-N/trainer_state.json)
+        with open("ck-%d/state.json" % epoch, "w") as f:
+            json.dump({"epoch": epoch}, f)
     if epoch == 2 and rank == 1 and os.environ.get("MARK"):
         open(os.environ["MARK"], "w").close()  # (/dev/shm: not a file of the rank's own)
     print("saved epoch", epoch, flush=True)
@@ -335,9 +343,13 @@ PY
   # copy keeps every byte and waits for nobody) has returned: at the
   # takeover the library puts that copy at the path (before: dropped, and
   # ckpt.pt held the previous epoch's file)
-  # (twice: saved at the path, and saved to ckpt.pt.tmp then os.replace'd)
+  # (four times: saved at the path; saved to ckpt.pt.tmp, then os.replace'd;
+  # saved through a temporary's file object, then os.replace'd, as ignite's
+  # DiskSaver does, where rank 0's part of its own temporary is left, as
+  # plain leaves it; saved at the path, then a new folder and a JSON file in
+  # it written with open(), which rank 0 never made)
   mark=/dev/shm/hvdshim-test-mark-$$
-  for via in "" tmp; do
+  for via in "" tmp fobj more; do
     rm -rf "$TMP/sd" "$mark" && mkdir -p "$TMP/sd/tmp"
     rc=0
     (cd "$TMP/sd" && TMPDIR="$TMP/sd/tmp" MARK=$mark VIA_TMP=$via T=90 LD_PRELOAD="$LIB" mpi 2 --with-ft ulfm \
@@ -347,14 +359,21 @@ PY
     [ $rc = 0 ] || { tail -40 "$TMP/out"; fail "rank 0 killed inside its last save after rank 1's (via '$via'): status $rc"; }
     got=$(cd "$TMP/sd" && "$PYTHON" -c 'import torch; d = torch.load("ckpt.pt", weights_only=False); assert bool((d["pad"] == 1).all()); print(d["epoch"])' 2>&1 | tail -1)
     # (the dead rank's watcher removes its part of ckpt.pt.tmp once the process is gone: give it 2 s)
-    for k in 1 2 3 4 5 6 7 8 9 10; do [ "$(ls -A "$TMP/sd" | tr '\n' ' ')" = "ckpt.pt tmp " ] && break; sleep 0.2; done
+    [ $via = fobj ] && rm -f "$TMP"/sd/tmp????????
+    want="ckpt.pt tmp "
+    if [ $via = more ]; then
+      want="ck-0 ck-1 ck-2 $want"
+      [ "$(cat "$TMP/sd/ck-2/state.json" 2>&1)" = '{"epoch": 2}' ] ||
+        { tail -40 "$TMP/out"; ls -laR "$TMP/sd"; fail "rank 0 killed inside its last save after rank 1's: ck-2/state.json, which rank 1 wrote after it, is not there"; }
+    fi
+    for k in 1 2 3 4 5 6 7 8 9 10; do [ "$(ls -A "$TMP/sd" | tr '\n' ' ')" = "$want" ] && break; sleep 0.2; done
     # ('saved epoch 2' is not printed: rank 0 died first, and rank 1 printed it while its stdout was silenced)
-    [ "$got" = 2 ] && [ "$(ls -A "$TMP/sd" | tr '\n' ' ')" = "ckpt.pt tmp " ] && [ "$(grep -c "^saved epoch 2" "$TMP/out")" -le 1 ] ||
+    [ "$got" = 2 ] && [ "$(ls -A "$TMP/sd" | tr '\n' ' ')" = "$want" ] && [ "$(grep -c "^saved epoch 2" "$TMP/out")" -le 1 ] ||
       { tail -40 "$TMP/out"; ls -la "$TMP/sd"; fail "rank 0 killed inside its last save after rank 1's (via '$via'): ckpt.pt holds '$got', not epoch 2 whole (or another file is left, or 'saved epoch 2' is printed twice)"; }
-    grep -q "taking over '.*/ckpt.pt': this rank's save of it, made since the job's last step, is there now" "$TMP/out" ||
+    grep -q "taking over '.*/ckpt.pt': this rank's copy of it, written whole since the job's last step, is there now" "$TMP/out" ||
       { tail -40 "$TMP/out"; fail "rank 0 killed inside its last save after rank 1's (via '$via'): no line saying rank 1's copy was put in place"; }
   done
-  pass "PyTorch np=2, rank 0 SIGKILLed inside its last torch.save once rank 1's own had returned (saved at the path; saved to a temporary and renamed over it): at the takeover rank 1's copy goes to the path, status 0, ckpt.pt holds the last epoch, whole, nothing else left"
+  pass "PyTorch np=2, rank 0 SIGKILLed inside its last torch.save once rank 1's own had returned (saved at the path; saved to a temporary and renamed over it; a temporary's file object, as ignite does; then a new folder and a JSON file, as the HuggingFace Trainer does): at the takeover rank 1's copies go to their paths, status 0, ckpt.pt holds the last epoch, whole, nothing else left"
   # An uncaught exception on one rank is not a death the others survive:
   # the job ends non-zero with that rank's line, and the ranks Open MPI ends
   # for it (its handler calls _exit) say so, not that they called _exit

@@ -43,6 +43,10 @@ class StubLib:
         self.loss_peer = None
         self.batches = []
         self.waits = []  # each hvd_wait_all's count of handles
+        self.settles = 0  # hvd_overlay_saves_settled calls (a step on a rank > 0 of an elastic job)
+
+    def hvd_overlay_saves_settled(self):
+        self.settles += 1
 
     def hvd_allreduce_async(self, name, ptr, n, dtype, op, cb, arg, handle):
         self.calls.append(("allreduce", name, n, op))
