@@ -55,14 +55,16 @@ __attribute__((visibility("default"))) void hvd_overlay_resume(void);
  * 1 where the rank took over the files while the path was held, else 0.
  * Exported (the Python adapter). */
 __attribute__((visibility("default"))) int hvd_overlay_hold(const char *path, int on);
-/* on = 2 ends a hold as 0 does, for a save that returned: until
- * hvd_overlay_saves_settled, a takeover puts this rank's copy at the real
- * path (the old rank 0 had not finished that save, or made the same; its
- * backup, if any, goes), where the copy holds all its bytes; a rename of
- * the copy (a temporary moved over the checkpoint) takes the save along.  At most 16
- * such saves, the newest.  hvd_overlay_saves_settled: the job completed a
- * step with every rank since (rank 0 finished its saves before it): they
- * are forgotten.  Exported (the Python adapter). */
+/* on = 2 ends a hold as 0 does, for a save that returned.  Such a save,
+ * and every file this rank > 0 writes whole (opened with O_TRUNC or
+ * O_CREAT|O_EXCL, or noted by hvd_overlay_written) and has closed, until
+ * hvd_overlay_saves_settled, is put at its real path by a takeover (the
+ * old rank 0 had not finished that write, or made the same; a backup the
+ * adapter kept for it goes), where the copy holds all its bytes; a rename
+ * takes it along (a temporary moved over the checkpoint), a removal
+ * forgets it.  The newest 64.  hvd_overlay_saves_settled: the job
+ * completed a step with every rank since (rank 0 finished those writes
+ * before it): they are forgotten.  Exported (the Python adapter). */
 __attribute__((visibility("default"))) void hvd_overlay_saves_settled(void);
 /* A rank whose stdout is silenced (the adapter's output.py: descriptor 1
  * on /dev/null) keeps the real one aside in saved_fd: the console goes back
