@@ -166,10 +166,20 @@ static int promoted;          /* this process took over the files (promote) */
 
 static void note_saved(char *path);
 
+/* path is the one held, or directly in a folder held (an entry ending in
+ * '/': a raw writer's temporary beside its file) (under hold_mu). */
+static int held_now(const char *path) {
+  for (int i = 0; i < HOLD_MAX; i++) {
+    size_t n = held[i] ? strlen(held[i]) : 0;
+    if (n && (!strcmp(held[i], path) || (held[i][n - 1] == '/' && !strncmp(held[i], path, n) && !strchr(path + n, '/'))))
+      return 1;
+  }
+  return 0;
+}
+
 static int is_held(const char *path) {
   pthread_mutex_lock(&hold_mu);
-  int found = 0;
-  for (int i = 0; i < HOLD_MAX && !found; i++) found = held[i] && !strcmp(held[i], path);
+  int found = held_now(path);
   pthread_mutex_unlock(&hold_mu);
   return found;
 }
@@ -399,9 +409,8 @@ static void promote(int at_end) {
   if (d) overlay_real.closedir(d);
   pthread_mutex_lock(&hold_mu);
   for (int i = 0; i < SAVED_MAX; i++) {
-    int busy = 0; /* (a save still being made: made again by the adapter, hvd_overlay_hold) */
-    for (int k = 0; k < HOLD_MAX && saved[i] && !busy; k++) busy = held[k] && !strcmp(held[k], saved[i]);
-    if (saved[i] && r && !at_end && !busy) install_saved(r, saved[i]);
+    /* (not a save still being made: made again by the adapter, hvd_overlay_hold) */
+    if (saved[i] && r && !at_end && !held_now(saved[i])) install_saved(r, saved[i]);
     free(saved[i]), saved[i] = NULL;
   }
   pthread_mutex_unlock(&hold_mu);

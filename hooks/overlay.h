@@ -51,7 +51,9 @@ __attribute__((visibility("default"))) void hvd_overlay_resume(void);
  * rank wrote is not moved there (a promotion leaves its descriptor on the
  * private copy, which is dropped), and the caller saves again, for real.
  * Returns, on = 1: 0 held; 1 this rank took over the files already (save
- * for real, as rank 0); -1 not held (no overlay here, or 16 held).  On = 0:
+ * for real, as rank 0); -1 not held (no overlay here, or 16 held).  A path
+ * ending in '/' holds the files directly in that folder (a raw writer's
+ * temporary beside its file: sitecustomize's safetensors).  On = 0:
  * 1 where the rank took over the files while the path was held, else 0.
  * Exported (the Python adapter). */
 __attribute__((visibility("default"))) int hvd_overlay_hold(const char *path, int on);

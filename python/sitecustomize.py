@@ -100,37 +100,62 @@ def _private_serialize_file(rust):
     raw system calls that libhvdshim's file overlay cannot see: on a rank
     whose writes are private (ranks > 0), its serialize_file gets the
     overlay's path for the file instead, where the write and the rename
-    both happen for real.  Reads find the file there through libc as usual."""
+    both happen for real.  Reads find the file there through libc as usual.
+    The path and its folder are held meanwhile (hvd_overlay_hold): where the
+    rank becomes rank 0 during the write (elastic: the first one died), its
+    private folder is gone under the temporary, so the file is written
+    again, for real."""
     real = getattr(rust, "serialize_file", None)
     if real is None:
         return
     import ctypes
+    lib = ctypes.CDLL(None, use_errno=True)
     try:
-        where = ctypes.CDLL(None, use_errno=True).hvd_overlay_write_path
+        where = lib.hvd_overlay_write_path
     except AttributeError:
         return
     where.restype = ctypes.c_int
     where.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
-
-    try:
-        written = ctypes.CDLL(None).hvd_overlay_written  # its bytes are freed once rank 0's file holds them
+    written = getattr(lib, "hvd_overlay_written", None)  # its bytes are freed once rank 0's file holds them
+    if written is not None:
         written.restype = None
         written.argtypes = [ctypes.c_char_p]
-    except AttributeError:
-        written = None
+    hold = getattr(lib, "hvd_overlay_hold", None)
+    if hold is not None:
+        hold.restype = ctypes.c_int
+        hold.argtypes = [ctypes.c_char_p, ctypes.c_int]
 
     def serialize_file(tensor_dict, filename, *args, **kwargs):
-        buf = ctypes.create_string_buffer(4096)
-        r = where(os.fsencode(os.fspath(filename)), buf, len(buf))
-        if r < 0:
-            e = ctypes.get_errno()
-            raise OSError(e, os.strerror(e), os.fspath(filename))
-        if r != 1:
-            return real(tensor_dict, filename, *args, **kwargs)
-        out = real(tensor_dict, os.fsdecode(buf.value), *args, **kwargs)
-        if written is not None:
-            written(os.fsencode(os.fspath(filename)))
-        return out
+        path = os.fsencode(os.path.abspath(os.fspath(filename)))
+        keys = (path, os.path.dirname(path) + b"/")  # (its folder: the temporary beside it)
+        held = [k for k in keys if hold is not None and hold(k, 1) == 0]
+        took = False
+        try:
+            buf = ctypes.create_string_buffer(4096)
+            r = where(path, buf, len(buf))
+            if r < 0:
+                e = ctypes.get_errno()
+                raise OSError(e, os.strerror(e), os.fspath(filename))
+            if r != 1:
+                return real(tensor_dict, filename, *args, **kwargs)
+            try:
+                out = real(tensor_dict, os.fsdecode(buf.value), *args, **kwargs)
+            except Exception:  # (the private folder gone under it: taken over meanwhile)
+                took = any([hold(k, 0) == 1 for k in held])
+                held = []
+                if not took:
+                    raise
+            if not took:
+                took = any([hold(k, 2 if k == path else 0) == 1 for k in held])
+                held = []
+            if took:  # rank 0 now: written again, for real
+                return real(tensor_dict, filename, *args, **kwargs)
+            if written is not None:
+                written(path)
+            return out
+        finally:
+            for k in held:
+                hold(k, 0)
 
     serialize_file.__doc__ = real.__doc__
     rust.serialize_file = serialize_file

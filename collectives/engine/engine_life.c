@@ -580,6 +580,11 @@ void hvd_eng_stop(hvd_engine *e) {
   pthread_cond_signal(&e->qcv);
   pthread_mutex_unlock(&e->qmu);
   pthread_join(e->thread, NULL); /* returns when every rank has joined */
+  pthread_mutex_lock(&e->qmu);
+  if (e->follow && e->rebuilds > e->acked && e->rank == 0) /* (the program that follows said nothing: it ran no */
+    HVD_WARN("%s, after this script's last collective", e->change_msg); /* collective after it, its end) */
+  e->acked = e->rebuilds;
+  pthread_mutex_unlock(&e->qmu);
   hvd_timeline_close();
   hvd_metrics_close();
   int down = 0;

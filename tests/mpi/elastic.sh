@@ -271,7 +271,9 @@ PY
     { cat "$TMP/out" "$TMP/end.pt.log"; fail "rank 0 killed after training: rank 1's weights or its log line were not written"; }
   cmp_weights "$TMP/end.pt" "$TMP/plain.pt" >"$TMP/cmp" 2>&1 ||
     { cat "$TMP/out" "$TMP/cmp"; fail "rank 0 killed after training: the weights saved differ from the plain run"; }
-  pass "PyTorch split np=2, rank 0 SIGKILLed after the last collective: rank 1 takes over the console and the files at its next write (its line printed and logged once, its weights saved: the plain run's, $(cat "$TMP/cmp"))"
+  [ "$(grep -c "rank(s) 0 died .*; the job goes on over 1 rank(s)" "$TMP/out")" = 1 ] ||
+    { cat "$TMP/out"; fail "rank 0 killed after training: the death is not said once (the script ran no collective after it)"; }
+  pass "PyTorch split np=2, rank 0 SIGKILLed after the last collective: rank 1 takes over the console and the files at its next write (its line printed and logged once, its weights saved: the plain run's, $(cat "$TMP/cmp")), and the death is said once"
   # rank 0 dies inside its last torch.save of the checkpoint (a file over
   # HVDSHIM_PRIVATE_BYTES, so rank 1's private copy waits for rank 0's
   # file): rank 1 stops waiting once it is rank 0, its save of that path is
@@ -374,6 +376,39 @@ PY
       { tail -40 "$TMP/out"; fail "rank 0 killed inside its last save after rank 1's (via '$via'): no line saying rank 1's copy was put in place"; }
   done
   pass "PyTorch np=2, rank 0 SIGKILLed inside its last torch.save once rank 1's own had returned (saved at the path; saved to a temporary and renamed over it; a temporary's file object, as ignite does; then a new folder and a JSON file, as the HuggingFace Trainer does): at the takeover rank 1's copies go to their paths, status 0, ckpt.pt holds the last epoch, whole, nothing else left"
+  # rank 0 dies before its safetensors save_file of 128 MB; rank 1 takes
+  # over while inside its own (the Rust writer's temporary in rank 1's
+  # private folder, which the takeover drops): the file is written again,
+  # for real (before: status 1, "SafetensorError ... No such file or
+  # directory", or status 0 and an empty model.safetensors)
+  if "$PYTHON" -c "import safetensors" 2>/dev/null; then
+    cat >"$TMP/st_death.py" <<'PY'
+import os, signal
+import torch
+from safetensors.torch import save_file
+
+rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+model = torch.nn.Linear(8, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in torch.randn(4, 8, 8):
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+big = {"w%d" % i: torch.full((4 << 20,), float(i)) for i in range(8)}  # 8 x 16 MB
+os.makedirs("ck", exist_ok=True)
+if rank == 0:
+    os.kill(os.getpid(), signal.SIGKILL)
+save_file(big, "ck/model.safetensors")
+PY
+    rm -rf "$TMP/sd" && mkdir -p "$TMP/sd/tmp"
+    rc=0
+    (cd "$TMP/sd" && TMPDIR="$TMP/sd/tmp" T=90 LD_PRELOAD="$LIB" mpi 2 --with-ft ulfm -x LD_PRELOAD -x OMP_NUM_THREADS=1 \
+      -x HVDSHIM_ELASTIC=1 -x TMPDIR "$PYTHON" "$TMP/st_death.py" >"$TMP/out" 2>&1) || rc=$?
+    got=$(cd "$TMP/sd" && "$PYTHON" -c 'from safetensors.torch import load_file; d = load_file("ck/model.safetensors"); assert all(bool((d["w%d" % i] == i).all()) for i in range(8)); print(len(d))' 2>&1 | tail -1)
+    [ $rc = 0 ] && [ "$got" = 8 ] && [ "$(ls -A "$TMP/sd/ck")" = model.safetensors ] ||
+      { tail -30 "$TMP/out"; ls -la "$TMP/sd/ck"; fail "rank 0 killed before its safetensors save: status $rc, model.safetensors gives '$got' (8 tensors wanted), or more is left in ck/"; }
+    pass "PyTorch np=2, rank 0 SIGKILLed before its safetensors save_file of 128 MB, rank 1 taking over inside its own: status 0, the file whole, nothing beside it"
+  fi
   # An uncaught exception on one rank is not a death the others survive:
   # the job ends non-zero with that rank's line, and the ranks Open MPI ends
   # for it (its handler calls _exit) say so, not that they called _exit
