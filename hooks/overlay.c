@@ -313,13 +313,13 @@ static int make_parents(const char *dir) {
   }
 }
 
-/* At a takeover: a save of `path` this rank finished privately after the
+/* At a takeover: a file this rank wrote whole (a save) and closed after the
  * job's last step goes to the real path, as rank 0's own would have.  The
- * rank 0 that died had, at most, made the same save (the ranks are
- * replicas at the same point of the script): it died before it, inside it
- * (the adapter's backup or mark beside the path, checkpoints.py, which its
- * watcher puts back: the file before that save), or after it (the same
- * bytes).  The backup is moved aside first, so a watcher that comes later
+ * rank 0 that died had, at most, written the same (the ranks are replicas
+ * at the same point of the script): it died before it, inside it (for a
+ * torch.save, the adapter's backup or mark beside the path, checkpoints.py,
+ * which its watcher puts back: the file before that save), or after it
+ * (the same bytes).  The backup is moved aside first, so a watcher that comes later
  * finds nothing to put back; the copy is written beside the path and
  * renamed over it.  Not where the copy lacks bytes (freed as rank 0's,
  * past HVDSHIM_PRIVATE_BYTES: rank 0 had written them, so it finished
