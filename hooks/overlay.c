@@ -166,20 +166,22 @@ static int promoted;          /* this process took over the files (promote) */
 
 static void note_saved(char *path);
 
-/* path is the one held, or directly in a folder held (an entry ending in
- * '/': a raw writer's temporary beside its file) (under hold_mu). */
-static int held_now(const char *path) {
+/* path is the one held, or (in_folder) directly in a folder held (an entry
+ * ending in '/': a raw writer's temporary beside its file) (under hold_mu). */
+static int held_now(const char *path, int in_folder) {
   for (int i = 0; i < HOLD_MAX; i++) {
     size_t n = held[i] ? strlen(held[i]) : 0;
-    if (n && (!strcmp(held[i], path) || (held[i][n - 1] == '/' && !strncmp(held[i], path, n) && !strchr(path + n, '/'))))
+    if (n && (!strcmp(held[i], path) ||
+              (in_folder && held[i][n - 1] == '/' && !strncmp(held[i], path, n) && !strchr(path + n, '/'))))
       return 1;
   }
   return 0;
 }
 
+/* An open file the promotion leaves on its private copy. */
 static int is_held(const char *path) {
   pthread_mutex_lock(&hold_mu);
-  int found = held_now(path);
+  int found = held_now(path, 1);
   pthread_mutex_unlock(&hold_mu);
   return found;
 }
@@ -384,11 +386,11 @@ static void promote(int at_end) {
     int flags = overlay_fdc.fcntl(fd, F_GETFL);
     struct stat st;
     if (flags < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    overlay_saved_removed(target + rl); /* (still open: not put in place whole below) */
     if (is_held(target + rl)) { /* a save the adapter makes again, for real (hvd_overlay_hold) */
       kept++;
       continue;
     }
-    overlay_saved_removed(target + rl); /* (still open: it moves to its real path below, as it is) */
     off_t pos = lseek(fd, 0, SEEK_CUR);
     /* the same file where the first rank 0 wrote it: at the same position, or at its end when appending (at_end:
      * at its end, where the job before the restart left it) */
@@ -409,8 +411,9 @@ static void promote(int at_end) {
   if (d) overlay_real.closedir(d);
   pthread_mutex_lock(&hold_mu);
   for (int i = 0; i < SAVED_MAX; i++) {
-    /* (not a save still being made: made again by the adapter, hvd_overlay_hold) */
-    if (saved[i] && r && !at_end && !held_now(saved[i])) install_saved(r, saved[i]);
+    /* (not a save still being made: made again by the adapter, hvd_overlay_hold; the other files finished in a
+     * folder held for a raw writer's temporary are put in place) */
+    if (saved[i] && r && !at_end && !held_now(saved[i], 0)) install_saved(r, saved[i]);
     free(saved[i]), saved[i] = NULL;
   }
   pthread_mutex_unlock(&hold_mu);

@@ -398,6 +398,8 @@ big = {"w%d" % i: torch.full((4 << 20,), float(i)) for i in range(8)}  # 8 x 16 
 os.makedirs("ck", exist_ok=True)
 if rank == 0:
     os.kill(os.getpid(), signal.SIGKILL)
+with open("ck/config.json", "w") as f:  # (the Trainer writes its config beside the weights first)
+    f.write('{"a": 1}')
 save_file(big, "ck/model.safetensors")
 PY
     rm -rf "$TMP/sd" && mkdir -p "$TMP/sd/tmp"
@@ -405,9 +407,10 @@ PY
     (cd "$TMP/sd" && TMPDIR="$TMP/sd/tmp" T=90 LD_PRELOAD="$LIB" mpi 2 --with-ft ulfm -x LD_PRELOAD -x OMP_NUM_THREADS=1 \
       -x HVDSHIM_ELASTIC=1 -x TMPDIR "$PYTHON" "$TMP/st_death.py" >"$TMP/out" 2>&1) || rc=$?
     got=$(cd "$TMP/sd" && "$PYTHON" -c 'from safetensors.torch import load_file; d = load_file("ck/model.safetensors"); assert all(bool((d["w%d" % i] == i).all()) for i in range(8)); print(len(d))' 2>&1 | tail -1)
-    [ $rc = 0 ] && [ "$got" = 8 ] && [ "$(ls -A "$TMP/sd/ck")" = model.safetensors ] ||
-      { tail -30 "$TMP/out"; ls -la "$TMP/sd/ck"; fail "rank 0 killed before its safetensors save: status $rc, model.safetensors gives '$got' (8 tensors wanted), or more is left in ck/"; }
-    pass "PyTorch np=2, rank 0 SIGKILLed before its safetensors save_file of 128 MB, rank 1 taking over inside its own: status 0, the file whole, nothing beside it"
+    [ $rc = 0 ] && [ "$got" = 8 ] && [ "$(ls -A "$TMP/sd/ck" | tr '\n' ' ')" = "config.json model.safetensors " ] &&
+      [ "$(cat "$TMP/sd/ck/config.json")" = '{"a": 1}' ] ||
+      { tail -30 "$TMP/out"; ls -la "$TMP/sd/ck"; fail "rank 0 killed before its safetensors save: status $rc, model.safetensors gives '$got' (8 tensors wanted), config.json written before it is not there whole, or more is left in ck/"; }
+    pass "PyTorch np=2, rank 0 SIGKILLed before its safetensors save_file of 128 MB, rank 1 taking over inside its own: status 0, the file whole, the config.json written before it in its folder too, nothing else beside them"
   fi
   # An uncaught exception on one rank is not a death the others survive:
   # the job ends non-zero with that rank's line, and the ranks Open MPI ends
