@@ -165,6 +165,7 @@ static char *saved[SAVED_MAX]; /* files written whole since the job's last step 
 static int promoted;          /* this process took over the files (promote) */
 
 static void note_saved(char *path);
+static void saved_moved(const char *gone, const char *a, const char *b);
 
 /* path is the one held, or (in_folder) directly in a folder held (an entry
  * ending in '/': a raw writer's temporary beside its file) (under hold_mu). */
@@ -201,9 +202,9 @@ int hvd_overlay_hold(const char *path, int on) {
     for (int i = 0; i < HOLD_MAX; i++)
       if (held[i] && !strcmp(held[i], path)) {
         r = __atomic_load_n(&promoted, __ATOMIC_ACQUIRE);
-        if (on == 2 && !r) note_saved(held[i]);
-        else free(held[i]);
-        held[i] = NULL;
+        size_t n = strlen(held[i]);
+        if (on == 0 && held[i][n - 1] != '/') saved_moved(NULL, held[i], NULL); /* (a save that failed: its part) */
+        free(held[i]), held[i] = NULL;
         break;
       }
   }
@@ -261,17 +262,8 @@ static void saved_moved(const char *gone, const char *a, const char *b) {
 }
 
 void overlay_saved_renamed(const char *a, const char *b) {
-  const char *r = hvd_ovl_root();
-  char ov[PATH_MAX];
-  struct stat st;
-  /* a file moved over a path: how a save is made whole before it is in place (a temporary written through a file
-   * object, then renamed: ignite's DiskSaver), so b is a save of its own */
-  int file = r && snprintf(ov, sizeof ov, "%s%s", r, b) < (int)sizeof ov &&
-             overlay_real.fstatat(AT_FDCWD, ov, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
   pthread_mutex_lock(&hold_mu);
   saved_moved(b, a, b);
-  char *p = file ? strdup(b) : NULL;
-  if (p) note_saved(p);
   pthread_mutex_unlock(&hold_mu);
 }
 

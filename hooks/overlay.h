@@ -57,9 +57,10 @@ __attribute__((visibility("default"))) void hvd_overlay_resume(void);
  * 1 where the rank took over the files while the path was held, else 0.
  * Exported (the Python adapter). */
 __attribute__((visibility("default"))) int hvd_overlay_hold(const char *path, int on);
-/* on = 2 ends a hold as 0 does, for a save that returned.  Such a save,
- * and every file this rank > 0 writes whole (opened with O_TRUNC or
- * O_CREAT|O_EXCL, or noted by hvd_overlay_written) and has closed, until
+/* on = 2 ends a hold for a save that returned, 0 for one that did not
+ * (its part is never put in place below).  Every file this rank > 0
+ * writes whole (opened with O_TRUNC or O_CREAT|O_EXCL, a save among them,
+ * or noted by hvd_overlay_written) and has closed, until
  * hvd_overlay_saves_settled, is put at its real path by a takeover (the
  * old rank 0 had not finished that write, or made the same; a backup the
  * adapter kept for it goes), where the copy holds all its bytes; a rename

@@ -70,10 +70,8 @@ static inline void overlay_ready(void) {
   if (__builtin_expect(hvd_role_is_new_rank0(), 0)) overlay_take_over();
 }
 
-/* The view moved a to b (real paths): a finished save of a (hvd_overlay_hold
- * with 2) is b's now, and a file moved to b is a save of b (a save to a
- * temporary renamed over the checkpoint); removed: saves of a are
- * forgotten. */
+/* The view moved a to b (real paths): a file written whole at a is b's
+ * now (a temporary renamed over the checkpoint); removed: forgotten. */
 void overlay_saved_renamed(const char *a, const char *b);
 void overlay_saved_removed(const char *a);
 /* The file at real path `path` is being written whole (created or

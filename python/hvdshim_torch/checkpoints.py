@@ -200,8 +200,8 @@ def held(path, write):
 def settled():
     """The job completed a step with every rank: rank 0 had finished the saves
     this rank made before it, so a takeover no longer puts them in place
-    (in an elastic job, every step on a rank > 0: the library also takes a
-    file renamed over a path for a save, hooks/overlay.h)."""
+    (in an elastic job, every step on a rank > 0: the library puts in place
+    every file written whole since, not only these saves, hooks/overlay.h)."""
     global _unsettled
     if _unsettled or (_S.elastic and _S.rank > 0):
         _unsettled = False

@@ -133,6 +133,7 @@ class Role:
         self.live = None        # the running iteration's _Live (weak)
         self.sharded = False    # the running (or last) iteration's decision
         self.ended_at = None    # _EV.data_events just after its last iteration ran out
+        self.ended_gave = None  # the batches it gave, where the ranks changed during it (gave_after_change)
         self.making = None      # the decision while DataLoader.__iter__ makes the iterator
         self.trained = False    # a backward ran between two batches of one of its iterations: a loader that trains
         self.evaluates = False  # one of its iterations, begun in training mode, had the models in eval mode and had
